@@ -1,0 +1,61 @@
+import type { OutputStreamName } from "./output-buffer.js";
+
+/** How a child's leader process ended: an exit code, or the signal that killed it. */
+export interface ChildExit {
+  /** Exit code, or null when ended by a signal. */
+  code: number | null;
+  /** Signal name ("SIGKILL"), or null when it exited. */
+  signal: string | null;
+}
+
+/** What {@link SpawnChildOptions.onOutput} and friends report to the owner of a child. */
+export interface ChildEvents {
+  /** Bytes read from one of the child's streams, in arrival order. */
+  onOutput(stream: OutputStreamName, data: Uint8Array): void;
+}
+
+/** Options shared by the pipe and PTY spawners. */
+export interface SpawnChildOptions extends ChildEvents {
+  /** Program to run, resolved or looked up in `env.PATH`. */
+  file: string;
+  /** Arguments, without the program name. */
+  args: readonly string[];
+  /** Absolute working directory. */
+  cwd: string;
+  /** The complete environment of the child. */
+  env: Record<string, string>;
+  /** Open a writable stdin; otherwise stdin is /dev/null (ignored for a PTY, which always has input). */
+  stdin: boolean;
+  /** Run as this user and group (both or neither). */
+  uid?: number;
+  gid?: number;
+}
+
+/**
+ * SpawnedChild is a running child process in a process group of its own, seen the same way whether
+ * it runs on pipes or in a PTY. Its pid is also its process group id.
+ */
+export interface SpawnedChild {
+  /** OS pid and process group id. */
+  readonly pid: number;
+  /**
+   * Resolves when the leader has exited and all of its output was delivered through `onOutput`.
+   * A grandchild that keeps the output open does not hold this back for more than about a second.
+   */
+  readonly finished: Promise<ChildExit>;
+  /** Writes to stdin; resolves once the bytes were handed to the OS. Rejects when stdin is closed. */
+  write(data: Uint8Array): Promise<void>;
+  /** Closes stdin (EOF); for a PTY, sends the EOF character. */
+  closeInput(): void;
+  /** Changes the terminal size; a no-op on pipes. */
+  resize(cols: number, rows: number): void;
+  /** Stops reading output until {@link resumeOutput}: the child blocks once the pipe fills. */
+  pauseOutput(): void;
+  /** Resumes reading output. */
+  resumeOutput(): void;
+}
+
+/** How long after the leader exits output is still read when something else holds it open. */
+export const outputDrainLimitMs = 750;
+/** Output is considered drained after this long without data once the leader has exited. */
+export const outputQuietMs = 100;

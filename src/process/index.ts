@@ -1,0 +1,30 @@
+export { createBaseEnvironment, inheritedVariables } from "./environment.js";
+export { ProcessError, type ProcessErrorReason } from "./errors.js";
+export {
+  ManagedProcess,
+  type ProcessDescription,
+  type ProcessExit,
+  type ProcessStatus,
+} from "./managed-process.js";
+export {
+  OutputBuffer,
+  OutputReader,
+  type OutputChunk,
+  type OutputGap,
+  type OutputItem,
+  type OutputStreamName,
+  type StreamOffsets,
+} from "./output-buffer.js";
+export {
+  createProcessManager,
+  defaultLingerMs,
+  defaultMaxProcesses,
+  defaultOutputCapacityBytes,
+  ProcessManager,
+  type ProcessFilter,
+  type ProcessManagerOptions,
+  type ProcessSpec,
+  type StartOptions,
+} from "./process-manager.js";
+export { parseSignal, signalName, type SignalName } from "./signals.js";
+export { Workspace } from "./workspace.js";

@@ -1,0 +1,103 @@
+import { spawn } from "node:child_process";
+import type { Readable } from "node:stream";
+import { outputDrainLimitMs, outputQuietMs, type ChildExit, type SpawnChildOptions, type SpawnedChild } from "./child.js";
+
+/**
+ * Spawns a child on pipes, in a new session and process group (`detached`). Resolves once the OS
+ * gave it a pid; rejects with the spawn error (ENOENT, EACCES) when it could not start.
+ */
+export function spawnPipeChild(options: SpawnChildOptions): Promise<SpawnedChild> {
+  const child = spawn(options.file, options.args as string[], {
+    cwd: options.cwd,
+    env: options.env,
+    detached: true,
+    stdio: [options.stdin ? "pipe" : "ignore", "pipe", "pipe"],
+    uid: options.uid,
+    gid: options.gid,
+  });
+  return new Promise<SpawnedChild>((resolve, reject) => {
+    child.once("error", reject);
+    child.once("spawn", () => {
+      child.off("error", reject);
+      // Errors after spawn (EPIPE on stdin, a kill of a gone process) must never crash the daemon.
+      child.on("error", () => {});
+      child.stdin?.on("error", () => {});
+      resolve(createPipeChild(child.pid!, child, options));
+    });
+  });
+}
+
+function createPipeChild(
+  pid: number,
+  child: import("node:child_process").ChildProcess,
+  options: SpawnChildOptions,
+): SpawnedChild {
+  const stdout = child.stdout as Readable;
+  const stderr = child.stderr as Readable;
+  let lastDataAt = Date.now();
+  let paused = false;
+  stdout.on("data", (data: Buffer) => {
+    lastDataAt = Date.now();
+    options.onOutput("stdout", data);
+  });
+  stderr.on("data", (data: Buffer) => {
+    lastDataAt = Date.now();
+    options.onOutput("stderr", data);
+  });
+  const streamClosed = (stream: Readable) =>
+    new Promise<void>((resolve) => {
+      if (stream.destroyed || stream.readableEnded) return resolve();
+      stream.once("close", resolve);
+    });
+  const outputClosed = Promise.all([streamClosed(stdout), streamClosed(stderr)]);
+  const leaderExited = new Promise<ChildExit>((resolve) => {
+    child.once("exit", (code, signal) => resolve({ code, signal }));
+  });
+
+  const finished = leaderExited.then(async (exit) => {
+    // A grandchild may hold the pipes open forever: read what is there, then stop waiting.
+    let waitedMs = 0;
+    let closed = false;
+    const closing = outputClosed.then(() => (closed = true));
+    while (!closed) {
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([closing, new Promise((resolve) => (timer = setTimeout(resolve, 20)))]);
+      clearTimeout(timer);
+      if (closed || paused) continue;
+      waitedMs += 20;
+      if (Date.now() - lastDataAt >= outputQuietMs || waitedMs >= outputDrainLimitMs) break;
+    }
+    stdout.destroy();
+    stderr.destroy();
+    child.stdin?.destroy();
+    return exit;
+  });
+
+  return {
+    pid,
+    finished,
+    write(data) {
+      const stdin = child.stdin;
+      if (stdin === null || stdin.destroyed || stdin.writableEnded) {
+        return Promise.reject(new Error("stdin is closed"));
+      }
+      return new Promise<void>((resolve, reject) => {
+        stdin.write(data, (error) => (error ? reject(error) : resolve()));
+      });
+    },
+    closeInput() {
+      child.stdin?.end();
+    },
+    resize() {},
+    pauseOutput() {
+      paused = true;
+      stdout.pause();
+      stderr.pause();
+    },
+    resumeOutput() {
+      paused = false;
+      stdout.resume();
+      stderr.resume();
+    },
+  };
+}

@@ -1,0 +1,316 @@
+import { randomUUID } from "node:crypto";
+import { constants as fsConstants } from "node:fs";
+import { access, stat } from "node:fs/promises";
+import path from "node:path";
+import { createBaseEnvironment } from "./environment.js";
+import { ProcessError } from "./errors.js";
+import { ManagedProcess, type ProcessStatus } from "./managed-process.js";
+import { spawnPipeChild } from "./pipe-child.js";
+import { spawnPtyChild } from "./pty-child.js";
+import type { SignalName } from "./signals.js";
+import { Workspace } from "./workspace.js";
+
+/** What to run and how: the process manager's view of a request. */
+export interface ProcessSpec {
+  /** A shell command line (run by `/bin/sh -c`) when `args` is empty; otherwise the program. */
+  command: string;
+  /** Program arguments; when non-empty, `command` runs directly with no shell. */
+  args?: readonly string[];
+  /** Variables added to the clean base environment. */
+  env?: Readonly<Record<string, string>>;
+  /** Working directory inside the workspace; the first root when empty. */
+  cwd?: string;
+  /** Time limit in milliseconds, 0 for none; SIGKILL of the group on expiry. */
+  timeoutMs?: number;
+  /** Client-chosen id; a UUID when empty. */
+  processId?: string;
+  /** Session for grouping. */
+  sessionId?: string;
+  /** Run in a pseudo-terminal of this size. */
+  pty?: { cols?: number; rows?: number; term?: string };
+  /** Keep a stdin pipe open for writes. */
+  stdin?: boolean;
+  /** Bytes written to stdin at start; stdin is then closed unless `stdin` is set. */
+  stdinData?: Uint8Array;
+  /** Remove the record a linger time after exit (default true). */
+  autoCleanup?: boolean;
+  /** Run as root; refused unless the manager allows it. */
+  sudo?: boolean;
+}
+
+/** Options for {@link ProcessManager.start}. */
+export interface StartOptions {
+  /** Hold the producer back rather than drop output the caller has not read (Exec). */
+  pinnedReader?: boolean;
+}
+
+/** Options for {@link createProcessManager}. */
+export interface ProcessManagerOptions {
+  /** Directories commands may run in; the first is the default cwd. Default: the current directory. */
+  workspaceRoots?: readonly string[];
+  /** Output bytes retained per process (both streams). Default 8 MiB. */
+  outputCapacityBytes?: number;
+  /** Maximum number of live processes; beyond it start is refused. Default 1024. */
+  maxProcesses?: number;
+  /** How long an exited record with auto-cleanup stays readable, in milliseconds. Default 60 s. */
+  lingerMs?: number;
+  /** The base environment of children. Default: {@link createBaseEnvironment}. */
+  baseEnvironment?: Record<string, string>;
+  /** Run commands as this user, unless `sudo`. Default: the daemon's own user. */
+  runAs?: { uid: number; gid: number };
+  /** Whether `sudo` may run commands as root (the daemon must be root). Default false. */
+  allowSudo?: boolean;
+}
+
+/** Default output retained per process. */
+export const defaultOutputCapacityBytes = 8 * 1024 * 1024;
+/** Default linger time of exited records, in milliseconds. */
+export const defaultLingerMs = 60_000;
+/** Default maximum number of live processes. */
+export const defaultMaxProcesses = 1024;
+
+/** Filter for {@link ProcessManager.list}; empty fields match everything. */
+export interface ProcessFilter {
+  sessionId?: string;
+  statuses?: readonly ProcessStatus[];
+}
+
+const maxIdLength = 256;
+const maxTimeoutMs = 2 ** 31 - 1;
+const maxPtyDimension = 10_000;
+
+/**
+ * ProcessManager starts processes and keeps their records: it validates specs, confines working
+ * directories, enforces limits, expires exited records and kills everything on shutdown. It knows
+ * nothing of RPC; refusals are {@link ProcessError}s.
+ */
+export class ProcessManager {
+  private readonly processes = new Map<string, ManagedProcess>();
+  private readonly cleanupTimers = new Map<string, NodeJS.Timeout>();
+  private readonly outputCapacityBytes: number;
+  private readonly maxProcesses: number;
+  private readonly lingerMs: number;
+  private readonly baseEnvironment: Record<string, string>;
+  private liveCount = 0;
+  private shuttingDown = false;
+
+  /** Use {@link createProcessManager}, which resolves the workspace roots. */
+  constructor(
+    readonly workspace: Workspace,
+    private readonly options: ProcessManagerOptions = {},
+  ) {
+    this.outputCapacityBytes = options.outputCapacityBytes ?? defaultOutputCapacityBytes;
+    this.maxProcesses = options.maxProcesses ?? defaultMaxProcesses;
+    this.lingerMs = options.lingerMs ?? defaultLingerMs;
+    this.baseEnvironment = options.baseEnvironment ?? createBaseEnvironment();
+  }
+
+  /** Number of processes that have not exited. */
+  get liveProcessCount(): number {
+    return this.liveCount;
+  }
+
+  /**
+   * Starts a process. Resolves once it runs, or once it failed to start (status error, exit code
+   * 127 for a missing program, 126 for one that cannot be executed). Throws a ProcessError for an
+   * invalid spec, a duplicate live id, a bad working directory, a refused sudo or too many processes.
+   */
+  async start(spec: ProcessSpec, options: StartOptions = {}): Promise<ManagedProcess> {
+    if (this.shuttingDown) throw new ProcessError("the daemon is shutting down", "unavailable");
+    validateSpec(spec);
+    const id = spec.processId || randomUUID();
+    const existing = this.processes.get(id);
+    if (existing !== undefined && existing.exit === undefined) {
+      throw new ProcessError(`process already exists: ${id}`, "already-exists");
+    }
+    if (this.liveCount >= this.maxProcesses) {
+      throw new ProcessError(`too many processes: the limit of ${this.maxProcesses} live processes is reached`, "resource-exhausted");
+    }
+    if (spec.sudo && !this.options.allowSudo) {
+      throw new ProcessError("sudo is not allowed by this daemon", "permission-denied");
+    }
+    const cwd = await this.workspace.resolve(spec.cwd ?? "");
+    // Checked again after the await: another start may have taken the id meanwhile.
+    const raced = this.processes.get(id);
+    if (raced !== undefined && raced.exit === undefined) {
+      throw new ProcessError(`process already exists: ${id}`, "already-exists");
+    }
+    const args = spec.args ?? [];
+    const useShell = args.length === 0;
+    const env: Record<string, string> = { ...this.baseEnvironment, ...spec.env };
+    if (spec.pty) env.TERM = spec.pty.term || env.TERM || "xterm-256color";
+    const wantsInput = (spec.stdin ?? false) || (spec.stdinData !== undefined && spec.stdinData.length > 0);
+    const managed = new ManagedProcess({
+      id,
+      command: spec.command,
+      args,
+      cwd,
+      sessionId: spec.sessionId ?? "",
+      pty: spec.pty !== undefined,
+      stdin: wantsInput || spec.pty !== undefined,
+      autoCleanup: spec.autoCleanup ?? true,
+      timeoutMs: spec.timeoutMs ?? 0,
+      outputCapacityBytes: this.outputCapacityBytes,
+      pinnedReader: options.pinnedReader ?? false,
+    });
+    this.register(managed);
+
+    const file = useShell ? "/bin/sh" : spec.command;
+    const argv = useShell ? ["-c", spec.command] : [...args];
+    const missing = useShell ? undefined : await findProgramProblem(file, env.PATH ?? "", cwd);
+    if (missing !== undefined) {
+      managed.failToStart(missing.message, missing.exitCode);
+      return managed;
+    }
+    const identity = spec.sudo ? { uid: 0, gid: 0 } : this.options.runAs;
+    const childOptions = {
+      file,
+      args: argv,
+      cwd,
+      env,
+      stdin: wantsInput,
+      uid: identity?.uid,
+      gid: identity?.gid,
+      onOutput: managed.handleOutput.bind(managed),
+    };
+    try {
+      const child = spec.pty
+        ? spawnPtyChild({ ...childOptions, cols: spec.pty.cols || 80, rows: spec.pty.rows || 24 })
+        : await spawnPipeChild(childOptions);
+      managed.attach(child);
+    } catch (cause) {
+      const code = (cause as NodeJS.ErrnoException).code;
+      const exitCode = code === "ENOENT" ? 127 : 126;
+      managed.failToStart(`could not start ${file}: ${(cause as Error).message}`, exitCode);
+      return managed;
+    }
+    if (spec.stdinData !== undefined && spec.stdinData.length > 0) {
+      void managed
+        .write(spec.stdinData)
+        .then(() => (spec.stdin ? undefined : managed.closeInput()))
+        .catch(() => {});
+    }
+    return managed;
+  }
+
+  /** Returns a record, or throws a ProcessError ("not-found"). */
+  get(id: string): ManagedProcess {
+    const managed = this.processes.get(id);
+    if (managed === undefined) throw new ProcessError(`process not found: ${id}`, "not-found");
+    return managed;
+  }
+
+  /** Lists records, oldest first. */
+  list(filter: ProcessFilter = {}): ManagedProcess[] {
+    const statuses = filter.statuses?.length ? new Set(filter.statuses) : undefined;
+    return [...this.processes.values()].filter(
+      (managed) =>
+        (!filter.sessionId || managed.sessionId === filter.sessionId) &&
+        (statuses === undefined || statuses.has(managed.status)),
+    );
+  }
+
+  /** Signals every live process (of one session, when given); returns how many were signalled. */
+  killAll(options: { sessionId?: string; signal?: SignalName; gracePeriodMs?: number } = {}): number {
+    let count = 0;
+    for (const managed of this.list({ sessionId: options.sessionId })) {
+      if (managed.kill(options.signal ?? "SIGTERM", options.gracePeriodMs ?? 5000)) count++;
+    }
+    return count;
+  }
+
+  /** Removes exited records (of one session, when given) at once; returns how many. */
+  cleanup(options: { sessionId?: string } = {}): number {
+    let count = 0;
+    for (const managed of this.list({ sessionId: options.sessionId })) {
+      if (managed.exit !== undefined) {
+        this.remove(managed);
+        count++;
+      }
+    }
+    return count;
+  }
+
+  /**
+   * Refuses new processes, sends SIGTERM to every process group, SIGKILL after `gracePeriodMs`,
+   * and resolves once every process has exited.
+   */
+  async shutdown(gracePeriodMs = 2000): Promise<void> {
+    this.shuttingDown = true;
+    const live = [...this.processes.values()].filter((managed) => managed.exit === undefined);
+    for (const managed of live) managed.kill("SIGTERM", gracePeriodMs);
+    await Promise.all(live.map((managed) => managed.exited));
+    for (const timer of this.cleanupTimers.values()) clearTimeout(timer);
+    this.cleanupTimers.clear();
+  }
+
+  private register(managed: ManagedProcess): void {
+    const previous = this.processes.get(managed.id);
+    if (previous !== undefined) this.remove(previous);
+    this.processes.set(managed.id, managed);
+    this.liveCount++;
+    void managed.exited.then(() => {
+      this.liveCount--;
+      if (!managed.autoCleanup || this.processes.get(managed.id) !== managed) return;
+      const timer = setTimeout(() => this.remove(managed), this.lingerMs);
+      timer.unref();
+      this.cleanupTimers.set(managed.id, timer);
+    });
+  }
+
+  private remove(managed: ManagedProcess): void {
+    if (this.processes.get(managed.id) !== managed) return;
+    this.processes.delete(managed.id);
+    clearTimeout(this.cleanupTimers.get(managed.id));
+    this.cleanupTimers.delete(managed.id);
+  }
+}
+
+/** Creates a process manager, resolving its workspace roots (which must exist). */
+export async function createProcessManager(options: ProcessManagerOptions = {}): Promise<ProcessManager> {
+  const workspace = await Workspace.create(options.workspaceRoots ?? [process.cwd()]);
+  return new ProcessManager(workspace, options);
+}
+
+function validateSpec(spec: ProcessSpec): void {
+  const invalid = (message: string) => new ProcessError(message, "invalid-argument");
+  if (spec.command.trim() === "") throw invalid("command is empty");
+  if (spec.command.includes("\0")) throw invalid("command contains a NUL byte");
+  if (spec.args?.some((arg) => arg.includes("\0"))) throw invalid("an argument contains a NUL byte");
+  for (const [key, value] of Object.entries(spec.env ?? {})) {
+    if (key === "" || key.includes("=") || key.includes("\0")) throw invalid(`invalid environment variable name: ${JSON.stringify(key)}`);
+    if (value.includes("\0")) throw invalid(`environment variable ${key} contains a NUL byte`);
+  }
+  const timeoutMs = spec.timeoutMs ?? 0;
+  if (!Number.isInteger(timeoutMs) || timeoutMs < 0) throw invalid(`timeout must be a non-negative number of milliseconds, got ${timeoutMs}`);
+  if (timeoutMs > maxTimeoutMs) throw invalid(`timeout must be at most ${maxTimeoutMs} ms, got ${timeoutMs}`);
+  const id = spec.processId ?? "";
+  if (id.length > maxIdLength) throw invalid(`process id is longer than ${maxIdLength} characters`);
+  if (/[\0-\x1f\x7f/]/.test(id)) throw invalid("process id contains a control character or a slash");
+  if (spec.pty && ((spec.pty.cols ?? 0) > maxPtyDimension || (spec.pty.rows ?? 0) > maxPtyDimension)) {
+    throw invalid(`pty size must be at most ${maxPtyDimension} columns and rows`);
+  }
+}
+
+/** Finds why `file` cannot be run, as a shell would report it, or undefined when it can. */
+async function findProgramProblem(
+  file: string,
+  searchPath: string,
+  cwd: string,
+): Promise<{ message: string; exitCode: number } | undefined> {
+  const candidates = file.includes("/")
+    ? [path.resolve(cwd, file)]
+    : searchPath.split(":").map((dir) => path.resolve(cwd, dir || ".", file));
+  let sawUnexecutable = false;
+  for (const candidate of candidates) {
+    try {
+      if (!(await stat(candidate)).isFile()) continue;
+      await access(candidate, fsConstants.X_OK);
+      return undefined;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === "EACCES") sawUnexecutable = true;
+    }
+  }
+  if (sawUnexecutable) return { message: `permission denied: ${file}`, exitCode: 126 };
+  return { message: `program not found: ${file}`, exitCode: 127 };
+}

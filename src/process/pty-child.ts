@@ -1,0 +1,174 @@
+import { randomBytes } from "node:crypto";
+import { closeSync, constants as fsConstants, openSync, write, writeSync } from "node:fs";
+import { createRequire } from "node:module";
+import tty from "node:tty";
+import { outputDrainLimitMs, type ChildExit, type SpawnChildOptions, type SpawnedChild } from "./child.js";
+import { signalName } from "./signals.js";
+
+/** Options for {@link spawnPtyChild}. */
+export interface SpawnPtyOptions extends SpawnChildOptions {
+  cols: number;
+  rows: number;
+}
+
+interface NativePty {
+  fork(
+    file: string,
+    args: string[],
+    env: string[],
+    cwd: string,
+    cols: number,
+    rows: number,
+    uid: number,
+    gid: number,
+    utf8: boolean,
+    helperPath: string,
+    onExit: (code: number, signal: number) => void,
+  ): { fd: number; pid: number; pty: string };
+  resize(fd: number, cols: number, rows: number): void;
+}
+
+const require = createRequire(import.meta.url);
+let nativePty: { module: NativePty; dir: string } | undefined;
+
+function loadNativePty(): { module: NativePty; dir: string } {
+  // node-pty's own Terminal emits its exit only after the master closes, and gives up on the
+  // output 200 ms after the child exits: the tail of a fast printer is lost. Its native fork gives
+  // the exit as it happens, so the output can be drained deterministically (see below).
+  nativePty ??= (require("node-pty/lib/utils.js") as { loadNativeModule(name: string): { module: NativePty; dir: string } })
+    .loadNativeModule("pty");
+  return nativePty;
+}
+
+/**
+ * Spawns a child in a new pseudo-terminal through node-pty; it leads a new session and process
+ * group. Everything it prints arrives as stdout.
+ *
+ * To deliver all of its output every time, the parent holds the terminal's slave side open, so the
+ * master never reports EIO while output is still queued. When the child exits, the parent writes a
+ * random marker into the slave; the terminal is first-in first-out, so once the marker comes out of
+ * the master, everything the child wrote before it has been read.
+ */
+export function spawnPtyChild(options: SpawnPtyOptions): SpawnedChild {
+  const native = loadNativePty();
+  const env = Object.entries(options.env).map(([key, value]) => `${key}=${value}`);
+  let resolveExit!: (exit: ChildExit) => void;
+  const leaderExited = new Promise<ChildExit>((resolve) => (resolveExit = resolve));
+  const term = native.module.fork(
+    options.file,
+    [...options.args],
+    env,
+    options.cwd,
+    options.cols,
+    options.rows,
+    options.uid ?? -1,
+    options.gid ?? -1,
+    false,
+    `${native.dir}/spawn-helper`,
+    (code, signal) => resolveExit(signal ? { code: null, signal: signalName(signal) } : { code, signal: null }),
+  );
+  let slaveFd: number | undefined;
+  try {
+    slaveFd = openSync(term.pty, fsConstants.O_RDWR | fsConstants.O_NOCTTY);
+  } catch {
+    // The child already closed the terminal: its output ends with EIO instead of the marker.
+  }
+  const marker = Buffer.from(`\x1b]sandboxd-drained;${randomBytes(12).toString("hex")}\x07`);
+  const master = new tty.ReadStream(term.fd);
+  let held = Buffer.alloc(0);
+  let exited = false;
+  let drained = false;
+  let resolveDrained!: () => void;
+  const outputDrained = new Promise<void>((resolve) => (resolveDrained = resolve));
+  const finishDrain = () => {
+    if (drained) return;
+    drained = true;
+    if (held.length > 0) options.onOutput("stdout", held);
+    held = Buffer.alloc(0);
+    resolveDrained();
+  };
+
+  master.on("data", (data: Buffer) => {
+    if (drained) return;
+    if (!exited) {
+      options.onOutput("stdout", data);
+      return;
+    }
+    // After exit the marker may arrive split across reads: hold back a possible prefix of it.
+    const combined = held.length === 0 ? data : Buffer.concat([held, data]);
+    const at = combined.indexOf(marker);
+    if (at >= 0) {
+      held = Buffer.alloc(0);
+      if (at > 0) options.onOutput("stdout", combined.subarray(0, at));
+      finishDrain();
+      return;
+    }
+    const keep = Math.min(combined.length, marker.length - 1);
+    if (combined.length > keep) options.onOutput("stdout", combined.subarray(0, combined.length - keep));
+    held = Buffer.from(combined.subarray(combined.length - keep));
+  });
+  // EIO: the slave side is gone and everything that was queued has been read.
+  master.on("error", finishDrain);
+  master.on("close", finishDrain);
+
+  const finished = leaderExited.then(async (exit) => {
+    exited = true;
+    if (slaveFd !== undefined) {
+      try {
+        writeSync(slaveFd, marker);
+      } catch {
+        finishDrain();
+      }
+    }
+    const limit = setTimeout(finishDrain, outputDrainLimitMs * 4);
+    await outputDrained;
+    clearTimeout(limit);
+    if (slaveFd !== undefined) closeSync(slaveFd);
+    master.destroy();
+    return exit;
+  });
+
+  let inputClosed = false;
+  return {
+    pid: term.pid,
+    finished,
+    write(data) {
+      if (inputClosed || drained) return Promise.reject(new Error("stdin is closed"));
+      return writeAll(term.fd, data);
+    },
+    closeInput() {
+      if (inputClosed || drained) return;
+      inputClosed = true;
+      // VEOF (^D) at the start of a line is end-of-file for a program reading the terminal.
+      void writeAll(term.fd, Buffer.from([0x04])).catch(() => {});
+    },
+    resize(cols, rows) {
+      if (!drained) native.module.resize(term.fd, cols, rows);
+    },
+    pauseOutput() {
+      master.pause();
+    },
+    resumeOutput() {
+      master.resume();
+    },
+  };
+}
+
+/** Writes all of `data` to a non-blocking fd, retrying on EAGAIN. */
+function writeAll(fd: number, data: Uint8Array): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    let offset = 0;
+    const step = () => {
+      write(fd, data, offset, data.length - offset, null, (error, written) => {
+        if (error) {
+          if ((error as NodeJS.ErrnoException).code === "EAGAIN") return void setTimeout(step, 5);
+          return reject(error);
+        }
+        offset += written;
+        if (offset < data.length) step();
+        else resolve();
+      });
+    };
+    step();
+  });
+}

@@ -1,0 +1,59 @@
+import { realpath, stat } from "node:fs/promises";
+import path from "node:path";
+import { ProcessError } from "./errors.js";
+
+/**
+ * Workspace confines working directories to a set of root directories. Roots are resolved with
+ * realpath once; a requested cwd is resolved with realpath too, so `..` and symlinks pointing
+ * out of every root are refused.
+ */
+export class Workspace {
+  private constructor(readonly roots: readonly string[]) {}
+
+  /** Resolves the roots (each must exist and be a directory); the first is the default cwd. */
+  static async create(roots: readonly string[]): Promise<Workspace> {
+    if (roots.length === 0) throw new Error("at least one workspace root is required");
+    const resolved: string[] = [];
+    for (const root of roots) {
+      const real = await realpath(root);
+      if (!(await stat(real)).isDirectory()) throw new Error(`workspace root is not a directory: ${root}`);
+      resolved.push(real);
+    }
+    return new Workspace(resolved);
+  }
+
+  /** The default working directory: the first root. */
+  get defaultDirectory(): string {
+    return this.roots[0];
+  }
+
+  /**
+   * Resolves a requested working directory. Relative paths start at the first root. Throws a
+   * ProcessError: "failed-precondition" when it does not exist or is not a directory,
+   * "permission-denied" when it resolves outside every root.
+   */
+  async resolve(cwd: string): Promise<string> {
+    if (cwd === "") return this.defaultDirectory;
+    const requested = path.resolve(this.defaultDirectory, cwd);
+    let real: string;
+    try {
+      real = await realpath(requested);
+    } catch (cause) {
+      if (!this.contains(requested)) throw outside(cwd);
+      throw new ProcessError(`working directory not found: ${cwd}`, "failed-precondition", { cause });
+    }
+    if (!this.contains(real)) throw outside(cwd);
+    if (!(await stat(real)).isDirectory()) {
+      throw new ProcessError(`working directory is not a directory: ${cwd}`, "failed-precondition");
+    }
+    return real;
+  }
+
+  private contains(candidate: string): boolean {
+    return this.roots.some((root) => candidate === root || candidate.startsWith(root.endsWith("/") ? root : root + "/"));
+  }
+}
+
+function outside(cwd: string): ProcessError {
+  return new ProcessError(`working directory is outside the workspace roots: ${cwd}`, "permission-denied");
+}
