@@ -19,7 +19,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file sandbox/v1/sandbox.proto.
  */
 export const file_sandbox_v1_sandbox: GenFile = /*@__PURE__*/
-  fileDesc("ChhzYW5kYm94L3YxL3NhbmRib3gucHJvdG8SCnNhbmRib3gudjEiNgoKUHR5T3B0aW9ucxIMCgRjb2xzGAEgASgNEgwKBHJvd3MYAiABKA0SDAoEdGVybRgDIAEoCSLWAgoLUHJvY2Vzc1NwZWMSDwoHY29tbWFuZBgBIAEoCRIMCgRhcmdzGAIgAygJEi0KA2VudhgDIAMoCzIgLnNhbmRib3gudjEuUHJvY2Vzc1NwZWMuRW52RW50cnkSCwoDY3dkGAQgASgJEhYKCnRpbWVvdXRfbXMYBSABKANCAjACEhIKCnByb2Nlc3NfaWQYBiABKAkSEgoKc2Vzc2lvbl9pZBgHIAEoCRIjCgNwdHkYCCABKAsyFi5zYW5kYm94LnYxLlB0eU9wdGlvbnMSDQoFc3RkaW4YCSABKAgSEgoKc3RkaW5fZGF0YRgKIAEoDBIZCgxhdXRvX2NsZWFudXAYCyABKAhIAIgBARIMCgRzdWRvGAwgASgIGioKCEVudkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCDwoNX2F1dG9fY2xlYW51cCI0CgtFeGVjUmVxdWVzdBIlCgRzcGVjGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzU3BlYyKbAQoMRXhlY1Jlc3BvbnNlEioKB3N0YXJ0ZWQYASABKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NJbmZvSAASKQoGb3V0cHV0GAIgASgLMhcuc2FuZGJveC52MS5PdXRwdXRDaHVua0gAEisKBmV4aXRlZBgDIAEoCzIZLnNhbmRib3gudjEuUHJvY2Vzc0V4aXRlZEgAQgcKBWV2ZW50IlkKC091dHB1dENodW5rEigKBnN0cmVhbRgBIAEoDjIYLnNhbmRib3gudjEuT3V0cHV0U3RyZWFtEhIKBm9mZnNldBgCIAEoBEICMAISDAoEZGF0YRgDIAEoDCJjCglPdXRwdXRHYXASKAoGc3RyZWFtGAEgASgOMhguc2FuZGJveC52MS5PdXRwdXRTdHJlYW0SEgoGb2Zmc2V0GAIgASgEQgIwAhIYCgxtaXNzZWRfYnl0ZXMYAyABKARCAjACIuECCg1Qcm9jZXNzRXhpdGVkEikKBnN0YXR1cxgBIAEoDjIZLnNhbmRib3gudjEuUHJvY2Vzc1N0YXR1cxIWCglleGl0X2NvZGUYAiABKAVIAIgBARIOCgZzaWduYWwYAyABKAkSEQoJdGltZWRfb3V0GAQgASgIEg4KBmtpbGxlZBgFIAEoCBIuCgpzdGFydF90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKwoIZHVyYXRpb24YCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SGAoMc3Rkb3V0X2J5dGVzGAkgASgEQgIwAhIYCgxzdGRlcnJfYnl0ZXMYCiABKARCAjACEg0KBWVycm9yGAsgASgJQgwKCl9leGl0X2NvZGUi2AIKC1Byb2Nlc3NJbmZvEhIKCnByb2Nlc3NfaWQYASABKAkSCwoDcGlkGAIgASgFEg8KB2NvbW1hbmQYAyABKAkSDAoEYXJncxgEIAMoCRIpCgZzdGF0dXMYBSABKA4yGS5zYW5kYm94LnYxLlByb2Nlc3NTdGF0dXMSEgoKc2Vzc2lvbl9pZBgGIAEoCRILCgNjd2QYByABKAkSCwoDcHR5GAggASgIEg0KBXN0ZGluGAkgASgIEi4KCnN0YXJ0X3RpbWUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEicKBGV4aXQYCyABKAsyGS5zYW5kYm94LnYxLlByb2Nlc3NFeGl0ZWQSGAoMc3Rkb3V0X2J5dGVzGAwgASgEQgIwAhIYCgxzdGRlcnJfYnl0ZXMYDSABKARCAjACEhQKDGF1dG9fY2xlYW51cBgOIAEoCCI8ChNTdGFydFByb2Nlc3NSZXF1ZXN0EiUKBHNwZWMYASABKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NTcGVjIkAKFFN0YXJ0UHJvY2Vzc1Jlc3BvbnNlEigKB3Byb2Nlc3MYASABKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NJbmZvIm0KEVN0cmVhbUxvZ3NSZXF1ZXN0EhIKCnByb2Nlc3NfaWQYASABKAkSGQoNc3Rkb3V0X29mZnNldBgCIAEoBEICMAISGQoNc3RkZXJyX29mZnNldBgDIAEoBEICMAISDgoGZm9sbG93GAQgASgIIvIBChJTdHJlYW1Mb2dzUmVzcG9uc2USKgoHcHJvY2VzcxgBIAEoCzIXLnNhbmRib3gudjEuUHJvY2Vzc0luZm9IABIpCgZvdXRwdXQYAiABKAsyFy5zYW5kYm94LnYxLk91dHB1dENodW5rSAASJAoDZ2FwGAMgASgLMhUuc2FuZGJveC52MS5PdXRwdXRHYXBIABIrCgZleGl0ZWQYBCABKAsyGS5zYW5kYm94LnYxLlByb2Nlc3NFeGl0ZWRIABIpCgljYXVnaHRfdXAYBSABKAsyFC5zYW5kYm94LnYxLkNhdWdodFVwSABCBwoFZXZlbnQiQAoIQ2F1Z2h0VXASGQoNc3Rkb3V0X29mZnNldBgBIAEoBEICMAISGQoNc3RkZXJyX29mZnNldBgCIAEoBEICMAIitwEKEFNlbmRJbnB1dFJlcXVlc3QSJQoEb3BlbhgBIAEoCzIVLnNhbmRib3gudjEuT3BlbklucHV0SAASDgoEZGF0YRgCIAEoDEgAEicKBWNsb3NlGAMgASgLMhYuc2FuZGJveC52MS5DbG9zZUlucHV0SAASKAoGcmVzaXplGAQgASgLMhYuc2FuZGJveC52MS5QdHlPcHRpb25zSAASEAoGc2lnbmFsGAUgASgJSABCBwoFaW5wdXQiHwoJT3BlbklucHV0EhIKCnByb2Nlc3NfaWQYASABKAkiDAoKQ2xvc2VJbnB1dCI+ChFTZW5kSW5wdXRSZXNwb25zZRIZCg1ieXRlc193cml0dGVuGAEgASgEQgIwAhIOCgZjbG9zZWQYAiABKAgiJwoRR2V0UHJvY2Vzc1JlcXVlc3QSEgoKcHJvY2Vzc19pZBgBIAEoCSI+ChJHZXRQcm9jZXNzUmVzcG9uc2USKAoHcHJvY2VzcxgBIAEoCzIXLnNhbmRib3gudjEuUHJvY2Vzc0luZm8iVwoUTGlzdFByb2Nlc3Nlc1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIrCghzdGF0dXNlcxgCIAMoDjIZLnNhbmRib3gudjEuUHJvY2Vzc1N0YXR1cyJDChVMaXN0UHJvY2Vzc2VzUmVzcG9uc2USKgoJcHJvY2Vzc2VzGAEgAygLMhcuc2FuZGJveC52MS5Qcm9jZXNzSW5mbyJVChJLaWxsUHJvY2Vzc1JlcXVlc3QSEgoKcHJvY2Vzc19pZBgBIAEoCRIOCgZzaWduYWwYAiABKAkSGwoPZ3JhY2VfcGVyaW9kX21zGAMgASgDQgIwAiI/ChNLaWxsUHJvY2Vzc1Jlc3BvbnNlEigKB3Byb2Nlc3MYASABKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NJbmZvIloKF0tpbGxBbGxQcm9jZXNzZXNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSDgoGc2lnbmFsGAIgASgJEhsKD2dyYWNlX3BlcmlvZF9tcxgDIAEoA0ICMAIiMAoYS2lsbEFsbFByb2Nlc3Nlc1Jlc3BvbnNlEhQKDGtpbGxlZF9jb3VudBgBIAEoDSItChdDbGVhbnVwUHJvY2Vzc2VzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIjEKGENsZWFudXBQcm9jZXNzZXNSZXNwb25zZRIVCg1yZW1vdmVkX2NvdW50GAEgASgNIisKFUdldFByb2Nlc3NMb2dzUmVxdWVzdBISCgpwcm9jZXNzX2lkGAEgASgJIqwBChZHZXRQcm9jZXNzTG9nc1Jlc3BvbnNlEhIKCnByb2Nlc3NfaWQYASABKAkSDgoGc3Rkb3V0GAIgASgMEg4KBnN0ZGVychgDIAEoDBIZCg1zdGRvdXRfb2Zmc2V0GAQgASgEQgIwAhIZCg1zdGRlcnJfb2Zmc2V0GAUgASgEQgIwAhIoCgdwcm9jZXNzGAYgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzSW5mbyrWAQoNUHJvY2Vzc1N0YXR1cxIeChpQUk9DRVNTX1NUQVRVU19VTlNQRUNJRklFRBAAEhsKF1BST0NFU1NfU1RBVFVTX1NUQVJUSU5HEAESGgoWUFJPQ0VTU19TVEFUVVNfUlVOTklORxACEhwKGFBST0NFU1NfU1RBVFVTX0NPTVBMRVRFRBADEhkKFVBST0NFU1NfU1RBVFVTX0ZBSUxFRBAEEhkKFVBST0NFU1NfU1RBVFVTX0tJTExFRBAFEhgKFFBST0NFU1NfU1RBVFVTX0VSUk9SEAYqYQoMT3V0cHV0U3RyZWFtEh0KGU9VVFBVVF9TVFJFQU1fVU5TUEVDSUZJRUQQABIYChRPVVRQVVRfU1RSRUFNX1NURE9VVBABEhgKFE9VVFBVVF9TVFJFQU1fU1RERVJSEAIyxwYKDlNhbmRib3hTZXJ2aWNlEjsKBEV4ZWMSFy5zYW5kYm94LnYxLkV4ZWNSZXF1ZXN0Ghguc2FuZGJveC52MS5FeGVjUmVzcG9uc2UwARJRCgxTdGFydFByb2Nlc3MSHy5zYW5kYm94LnYxLlN0YXJ0UHJvY2Vzc1JlcXVlc3QaIC5zYW5kYm94LnYxLlN0YXJ0UHJvY2Vzc1Jlc3BvbnNlEk0KClN0cmVhbUxvZ3MSHS5zYW5kYm94LnYxLlN0cmVhbUxvZ3NSZXF1ZXN0Gh4uc2FuZGJveC52MS5TdHJlYW1Mb2dzUmVzcG9uc2UwARJMCglTZW5kSW5wdXQSHC5zYW5kYm94LnYxLlNlbmRJbnB1dFJlcXVlc3QaHS5zYW5kYm94LnYxLlNlbmRJbnB1dFJlc3BvbnNlKAEwARJLCgpHZXRQcm9jZXNzEh0uc2FuZGJveC52MS5HZXRQcm9jZXNzUmVxdWVzdBoeLnNhbmRib3gudjEuR2V0UHJvY2Vzc1Jlc3BvbnNlElQKDUxpc3RQcm9jZXNzZXMSIC5zYW5kYm94LnYxLkxpc3RQcm9jZXNzZXNSZXF1ZXN0GiEuc2FuZGJveC52MS5MaXN0UHJvY2Vzc2VzUmVzcG9uc2USTgoLS2lsbFByb2Nlc3MSHi5zYW5kYm94LnYxLktpbGxQcm9jZXNzUmVxdWVzdBofLnNhbmRib3gudjEuS2lsbFByb2Nlc3NSZXNwb25zZRJdChBLaWxsQWxsUHJvY2Vzc2VzEiMuc2FuZGJveC52MS5LaWxsQWxsUHJvY2Vzc2VzUmVxdWVzdBokLnNhbmRib3gudjEuS2lsbEFsbFByb2Nlc3Nlc1Jlc3BvbnNlEl0KEENsZWFudXBQcm9jZXNzZXMSIy5zYW5kYm94LnYxLkNsZWFudXBQcm9jZXNzZXNSZXF1ZXN0GiQuc2FuZGJveC52MS5DbGVhbnVwUHJvY2Vzc2VzUmVzcG9uc2USVwoOR2V0UHJvY2Vzc0xvZ3MSIS5zYW5kYm94LnYxLkdldFByb2Nlc3NMb2dzUmVxdWVzdBoiLnNhbmRib3gudjEuR2V0UHJvY2Vzc0xvZ3NSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChhzYW5kYm94L3YxL3NhbmRib3gucHJvdG8SCnNhbmRib3gudjEiNgoKUHR5T3B0aW9ucxIMCgRjb2xzGAEgASgNEgwKBHJvd3MYAiABKA0SDAoEdGVybRgDIAEoCSLSAgoLUHJvY2Vzc1NwZWMSDwoHY29tbWFuZBgBIAEoCRIMCgRhcmdzGAIgAygJEi0KA2VudhgDIAMoCzIgLnNhbmRib3gudjEuUHJvY2Vzc1NwZWMuRW52RW50cnkSCwoDY3dkGAQgASgJEhIKCnRpbWVvdXRfbXMYBSABKAUSEgoKcHJvY2Vzc19pZBgGIAEoCRISCgpzZXNzaW9uX2lkGAcgASgJEiMKA3B0eRgIIAEoCzIWLnNhbmRib3gudjEuUHR5T3B0aW9ucxINCgVzdGRpbhgJIAEoCBISCgpzdGRpbl9kYXRhGAogASgMEhkKDGF1dG9fY2xlYW51cBgLIAEoCEgAiAEBEgwKBHN1ZG8YDCABKAgaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIPCg1fYXV0b19jbGVhbnVwIjQKC0V4ZWNSZXF1ZXN0EiUKBHNwZWMYASABKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NTcGVjIpsBCgxFeGVjUmVzcG9uc2USKgoHc3RhcnRlZBgBIAEoCzIXLnNhbmRib3gudjEuUHJvY2Vzc0luZm9IABIpCgZvdXRwdXQYAiABKAsyFy5zYW5kYm94LnYxLk91dHB1dENodW5rSAASKwoGZXhpdGVkGAMgASgLMhkuc2FuZGJveC52MS5Qcm9jZXNzRXhpdGVkSABCBwoFZXZlbnQiVQoLT3V0cHV0Q2h1bmsSKAoGc3RyZWFtGAEgASgOMhguc2FuZGJveC52MS5PdXRwdXRTdHJlYW0SDgoGb2Zmc2V0GAIgASgEEgwKBGRhdGEYAyABKAwiWwoJT3V0cHV0R2FwEigKBnN0cmVhbRgBIAEoDjIYLnNhbmRib3gudjEuT3V0cHV0U3RyZWFtEg4KBm9mZnNldBgCIAEoBBIUCgxtaXNzZWRfYnl0ZXMYAyABKAQi2QIKDVByb2Nlc3NFeGl0ZWQSKQoGc3RhdHVzGAEgASgOMhkuc2FuZGJveC52MS5Qcm9jZXNzU3RhdHVzEhYKCWV4aXRfY29kZRgCIAEoBUgAiAEBEg4KBnNpZ25hbBgDIAEoCRIRCgl0aW1lZF9vdXQYBCABKAgSDgoGa2lsbGVkGAUgASgIEi4KCnN0YXJ0X3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGVuZF90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIrCghkdXJhdGlvbhgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIUCgxzdGRvdXRfYnl0ZXMYCSABKAQSFAoMc3RkZXJyX2J5dGVzGAogASgEEg0KBWVycm9yGAsgASgJQgwKCl9leGl0X2NvZGUi0AIKC1Byb2Nlc3NJbmZvEhIKCnByb2Nlc3NfaWQYASABKAkSCwoDcGlkGAIgASgFEg8KB2NvbW1hbmQYAyABKAkSDAoEYXJncxgEIAMoCRIpCgZzdGF0dXMYBSABKA4yGS5zYW5kYm94LnYxLlByb2Nlc3NTdGF0dXMSEgoKc2Vzc2lvbl9pZBgGIAEoCRILCgNjd2QYByABKAkSCwoDcHR5GAggASgIEg0KBXN0ZGluGAkgASgIEi4KCnN0YXJ0X3RpbWUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEicKBGV4aXQYCyABKAsyGS5zYW5kYm94LnYxLlByb2Nlc3NFeGl0ZWQSFAoMc3Rkb3V0X2J5dGVzGAwgASgEEhQKDHN0ZGVycl9ieXRlcxgNIAEoBBIUCgxhdXRvX2NsZWFudXAYDiABKAgiPAoTU3RhcnRQcm9jZXNzUmVxdWVzdBIlCgRzcGVjGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzU3BlYyJAChRTdGFydFByb2Nlc3NSZXNwb25zZRIoCgdwcm9jZXNzGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzSW5mbyJlChFTdHJlYW1Mb2dzUmVxdWVzdBISCgpwcm9jZXNzX2lkGAEgASgJEhUKDXN0ZG91dF9vZmZzZXQYAiABKAQSFQoNc3RkZXJyX29mZnNldBgDIAEoBBIOCgZmb2xsb3cYBCABKAgi8gEKElN0cmVhbUxvZ3NSZXNwb25zZRIqCgdwcm9jZXNzGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzSW5mb0gAEikKBm91dHB1dBgCIAEoCzIXLnNhbmRib3gudjEuT3V0cHV0Q2h1bmtIABIkCgNnYXAYAyABKAsyFS5zYW5kYm94LnYxLk91dHB1dEdhcEgAEisKBmV4aXRlZBgEIAEoCzIZLnNhbmRib3gudjEuUHJvY2Vzc0V4aXRlZEgAEikKCWNhdWdodF91cBgFIAEoCzIULnNhbmRib3gudjEuQ2F1Z2h0VXBIAEIHCgVldmVudCI4CghDYXVnaHRVcBIVCg1zdGRvdXRfb2Zmc2V0GAEgASgEEhUKDXN0ZGVycl9vZmZzZXQYAiABKAQitwEKEFNlbmRJbnB1dFJlcXVlc3QSJQoEb3BlbhgBIAEoCzIVLnNhbmRib3gudjEuT3BlbklucHV0SAASDgoEZGF0YRgCIAEoDEgAEicKBWNsb3NlGAMgASgLMhYuc2FuZGJveC52MS5DbG9zZUlucHV0SAASKAoGcmVzaXplGAQgASgLMhYuc2FuZGJveC52MS5QdHlPcHRpb25zSAASEAoGc2lnbmFsGAUgASgJSABCBwoFaW5wdXQiHwoJT3BlbklucHV0EhIKCnByb2Nlc3NfaWQYASABKAkiDAoKQ2xvc2VJbnB1dCI6ChFTZW5kSW5wdXRSZXNwb25zZRIVCg1ieXRlc193cml0dGVuGAEgASgEEg4KBmNsb3NlZBgCIAEoCCInChFHZXRQcm9jZXNzUmVxdWVzdBISCgpwcm9jZXNzX2lkGAEgASgJIj4KEkdldFByb2Nlc3NSZXNwb25zZRIoCgdwcm9jZXNzGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzSW5mbyJXChRMaXN0UHJvY2Vzc2VzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEisKCHN0YXR1c2VzGAIgAygOMhkuc2FuZGJveC52MS5Qcm9jZXNzU3RhdHVzIkMKFUxpc3RQcm9jZXNzZXNSZXNwb25zZRIqCglwcm9jZXNzZXMYASADKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NJbmZvIlEKEktpbGxQcm9jZXNzUmVxdWVzdBISCgpwcm9jZXNzX2lkGAEgASgJEg4KBnNpZ25hbBgCIAEoCRIXCg9ncmFjZV9wZXJpb2RfbXMYAyABKAUiPwoTS2lsbFByb2Nlc3NSZXNwb25zZRIoCgdwcm9jZXNzGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzSW5mbyJWChdLaWxsQWxsUHJvY2Vzc2VzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg4KBnNpZ25hbBgCIAEoCRIXCg9ncmFjZV9wZXJpb2RfbXMYAyABKAUiMAoYS2lsbEFsbFByb2Nlc3Nlc1Jlc3BvbnNlEhQKDGtpbGxlZF9jb3VudBgBIAEoDSItChdDbGVhbnVwUHJvY2Vzc2VzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIjEKGENsZWFudXBQcm9jZXNzZXNSZXNwb25zZRIVCg1yZW1vdmVkX2NvdW50GAEgASgNIisKFUdldFByb2Nlc3NMb2dzUmVxdWVzdBISCgpwcm9jZXNzX2lkGAEgASgJIqQBChZHZXRQcm9jZXNzTG9nc1Jlc3BvbnNlEhIKCnByb2Nlc3NfaWQYASABKAkSDgoGc3Rkb3V0GAIgASgMEg4KBnN0ZGVychgDIAEoDBIVCg1zdGRvdXRfb2Zmc2V0GAQgASgEEhUKDXN0ZGVycl9vZmZzZXQYBSABKAQSKAoHcHJvY2VzcxgGIAEoCzIXLnNhbmRib3gudjEuUHJvY2Vzc0luZm8q1gEKDVByb2Nlc3NTdGF0dXMSHgoaUFJPQ0VTU19TVEFUVVNfVU5TUEVDSUZJRUQQABIbChdQUk9DRVNTX1NUQVRVU19TVEFSVElORxABEhoKFlBST0NFU1NfU1RBVFVTX1JVTk5JTkcQAhIcChhQUk9DRVNTX1NUQVRVU19DT01QTEVURUQQAxIZChVQUk9DRVNTX1NUQVRVU19GQUlMRUQQBBIZChVQUk9DRVNTX1NUQVRVU19LSUxMRUQQBRIYChRQUk9DRVNTX1NUQVRVU19FUlJPUhAGKmEKDE91dHB1dFN0cmVhbRIdChlPVVRQVVRfU1RSRUFNX1VOU1BFQ0lGSUVEEAASGAoUT1VUUFVUX1NUUkVBTV9TVERPVVQQARIYChRPVVRQVVRfU1RSRUFNX1NUREVSUhACMscGCg5TYW5kYm94U2VydmljZRI7CgRFeGVjEhcuc2FuZGJveC52MS5FeGVjUmVxdWVzdBoYLnNhbmRib3gudjEuRXhlY1Jlc3BvbnNlMAESUQoMU3RhcnRQcm9jZXNzEh8uc2FuZGJveC52MS5TdGFydFByb2Nlc3NSZXF1ZXN0GiAuc2FuZGJveC52MS5TdGFydFByb2Nlc3NSZXNwb25zZRJNCgpTdHJlYW1Mb2dzEh0uc2FuZGJveC52MS5TdHJlYW1Mb2dzUmVxdWVzdBoeLnNhbmRib3gudjEuU3RyZWFtTG9nc1Jlc3BvbnNlMAESTAoJU2VuZElucHV0Ehwuc2FuZGJveC52MS5TZW5kSW5wdXRSZXF1ZXN0Gh0uc2FuZGJveC52MS5TZW5kSW5wdXRSZXNwb25zZSgBMAESSwoKR2V0UHJvY2VzcxIdLnNhbmRib3gudjEuR2V0UHJvY2Vzc1JlcXVlc3QaHi5zYW5kYm94LnYxLkdldFByb2Nlc3NSZXNwb25zZRJUCg1MaXN0UHJvY2Vzc2VzEiAuc2FuZGJveC52MS5MaXN0UHJvY2Vzc2VzUmVxdWVzdBohLnNhbmRib3gudjEuTGlzdFByb2Nlc3Nlc1Jlc3BvbnNlEk4KC0tpbGxQcm9jZXNzEh4uc2FuZGJveC52MS5LaWxsUHJvY2Vzc1JlcXVlc3QaHy5zYW5kYm94LnYxLktpbGxQcm9jZXNzUmVzcG9uc2USXQoQS2lsbEFsbFByb2Nlc3NlcxIjLnNhbmRib3gudjEuS2lsbEFsbFByb2Nlc3Nlc1JlcXVlc3QaJC5zYW5kYm94LnYxLktpbGxBbGxQcm9jZXNzZXNSZXNwb25zZRJdChBDbGVhbnVwUHJvY2Vzc2VzEiMuc2FuZGJveC52MS5DbGVhbnVwUHJvY2Vzc2VzUmVxdWVzdBokLnNhbmRib3gudjEuQ2xlYW51cFByb2Nlc3Nlc1Jlc3BvbnNlElcKDkdldFByb2Nlc3NMb2dzEiEuc2FuZGJveC52MS5HZXRQcm9jZXNzTG9nc1JlcXVlc3QaIi5zYW5kYm94LnYxLkdldFByb2Nlc3NMb2dzUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * PtyOptions asks for a pseudo-terminal; stdout and stderr are then merged
@@ -95,12 +95,12 @@ export type ProcessSpec = Message<"sandbox.v1.ProcessSpec"> & {
   cwd: string;
 
   /**
-   * Time limit in milliseconds; 0 means none. On expiry the process group is
+   * Time limit in milliseconds (at most 2147483647); 0 means none. On expiry the process group is
    * killed with SIGKILL and the exit is reported as timed out.
    *
-   * @generated from field: int64 timeout_ms = 5 [jstype = JS_NUMBER];
+   * @generated from field: int32 timeout_ms = 5;
    */
-  timeoutMs: bigint;
+  timeoutMs: number;
 
   /**
    * Client-chosen process id; a UUID is generated when empty. A duplicate of
@@ -245,7 +245,7 @@ export type OutputChunk = Message<"sandbox.v1.OutputChunk"> & {
   /**
    * Byte offset of `data`'s first byte within its stream.
    *
-   * @generated from field: uint64 offset = 2 [jstype = JS_NUMBER];
+   * @generated from field: uint64 offset = 2;
    */
   offset: bigint;
 
@@ -280,7 +280,7 @@ export type OutputGap = Message<"sandbox.v1.OutputGap"> & {
   /**
    * Offset the reader asked for.
    *
-   * @generated from field: uint64 offset = 2 [jstype = JS_NUMBER];
+   * @generated from field: uint64 offset = 2;
    */
   offset: bigint;
 
@@ -288,7 +288,7 @@ export type OutputGap = Message<"sandbox.v1.OutputGap"> & {
    * How many bytes from `offset` were dropped; the next chunk of the stream
    * starts at `offset + missed_bytes`.
    *
-   * @generated from field: uint64 missed_bytes = 3 [jstype = JS_NUMBER];
+   * @generated from field: uint64 missed_bytes = 3;
    */
   missedBytes: bigint;
 };
@@ -366,14 +366,14 @@ export type ProcessExited = Message<"sandbox.v1.ProcessExited"> & {
   /**
    * Total bytes written to stdout: the offset after its last byte.
    *
-   * @generated from field: uint64 stdout_bytes = 9 [jstype = JS_NUMBER];
+   * @generated from field: uint64 stdout_bytes = 9;
    */
   stdoutBytes: bigint;
 
   /**
    * Total bytes written to stderr: the offset after its last byte.
    *
-   * @generated from field: uint64 stderr_bytes = 10 [jstype = JS_NUMBER];
+   * @generated from field: uint64 stderr_bytes = 10;
    */
   stderrBytes: bigint;
 
@@ -478,14 +478,14 @@ export type ProcessInfo = Message<"sandbox.v1.ProcessInfo"> & {
   /**
    * Bytes written to stdout so far.
    *
-   * @generated from field: uint64 stdout_bytes = 12 [jstype = JS_NUMBER];
+   * @generated from field: uint64 stdout_bytes = 12;
    */
   stdoutBytes: bigint;
 
   /**
    * Bytes written to stderr so far.
    *
-   * @generated from field: uint64 stderr_bytes = 13 [jstype = JS_NUMBER];
+   * @generated from field: uint64 stderr_bytes = 13;
    */
   stderrBytes: bigint;
 
@@ -562,14 +562,14 @@ export type StreamLogsRequest = Message<"sandbox.v1.StreamLogsRequest"> & {
   /**
    * First stdout byte wanted; 0 for everything retained.
    *
-   * @generated from field: uint64 stdout_offset = 2 [jstype = JS_NUMBER];
+   * @generated from field: uint64 stdout_offset = 2;
    */
   stdoutOffset: bigint;
 
   /**
    * First stderr byte wanted; 0 for everything retained.
    *
-   * @generated from field: uint64 stderr_offset = 3 [jstype = JS_NUMBER];
+   * @generated from field: uint64 stderr_offset = 3;
    */
   stderrOffset: bigint;
 
@@ -659,14 +659,14 @@ export type CaughtUp = Message<"sandbox.v1.CaughtUp"> & {
   /**
    * Offset after the last stdout byte sent.
    *
-   * @generated from field: uint64 stdout_offset = 1 [jstype = JS_NUMBER];
+   * @generated from field: uint64 stdout_offset = 1;
    */
   stdoutOffset: bigint;
 
   /**
    * Offset after the last stderr byte sent.
    *
-   * @generated from field: uint64 stderr_offset = 2 [jstype = JS_NUMBER];
+   * @generated from field: uint64 stderr_offset = 2;
    */
   stderrOffset: bigint;
 };
@@ -784,7 +784,7 @@ export type SendInputResponse = Message<"sandbox.v1.SendInputResponse"> & {
   /**
    * Total bytes written to the process's stdin so far, by all streams.
    *
-   * @generated from field: uint64 bytes_written = 1 [jstype = JS_NUMBER];
+   * @generated from field: uint64 bytes_written = 1;
    */
   bytesWritten: bigint;
 
@@ -918,9 +918,9 @@ export type KillProcessRequest = Message<"sandbox.v1.KillProcessRequest"> & {
    * Milliseconds to wait before escalating to SIGKILL; 5000 when 0, never
    * escalates when negative.
    *
-   * @generated from field: int64 grace_period_ms = 3 [jstype = JS_NUMBER];
+   * @generated from field: int32 grace_period_ms = 3;
    */
-  gracePeriodMs: bigint;
+  gracePeriodMs: number;
 };
 
 /**
@@ -974,9 +974,9 @@ export type KillAllProcessesRequest = Message<"sandbox.v1.KillAllProcessesReques
   /**
    * As in KillProcessRequest.
    *
-   * @generated from field: int64 grace_period_ms = 3 [jstype = JS_NUMBER];
+   * @generated from field: int32 grace_period_ms = 3;
    */
-  gracePeriodMs: bigint;
+  gracePeriodMs: number;
 };
 
 /**
@@ -1100,14 +1100,14 @@ export type GetProcessLogsResponse = Message<"sandbox.v1.GetProcessLogsResponse"
   /**
    * Offset of the first retained stdout byte (bytes before it were dropped).
    *
-   * @generated from field: uint64 stdout_offset = 4 [jstype = JS_NUMBER];
+   * @generated from field: uint64 stdout_offset = 4;
    */
   stdoutOffset: bigint;
 
   /**
    * Offset of the first retained stderr byte.
    *
-   * @generated from field: uint64 stderr_offset = 5 [jstype = JS_NUMBER];
+   * @generated from field: uint64 stderr_offset = 5;
    */
   stderrOffset: bigint;
 

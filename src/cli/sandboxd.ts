@@ -1,0 +1,33 @@
+#!/usr/bin/env node
+import { startServer } from "../server/index.js";
+import { parseCommandLine, usage } from "./options.js";
+
+/** Starts the daemon from the command line and shuts it down gracefully on SIGTERM or SIGINT. */
+async function main(): Promise<void> {
+  let command;
+  try {
+    command = parseCommandLine(process.argv.slice(2));
+  } catch (error) {
+    process.stderr.write(`sandboxd: ${(error as Error).message}\n\n${usage}`);
+    process.exit(2);
+  }
+  if (command.help) {
+    process.stdout.write(usage);
+    return;
+  }
+  const server = await startServer(command.options);
+  process.stderr.write(`sandboxd listening on ${server.url} (workspace ${server.manager.workspace.roots.join(":")})\n`);
+  const stop = (signal: NodeJS.Signals) => {
+    process.stderr.write(`sandboxd: ${signal}, shutting down\n`);
+    const forced = setTimeout(() => process.exit(1), 10_000);
+    forced.unref();
+    void server.close().then(() => process.exit(0));
+  };
+  process.once("SIGTERM", stop);
+  process.once("SIGINT", stop);
+}
+
+main().catch((error: unknown) => {
+  process.stderr.write(`sandboxd: ${(error as Error).message}\n`);
+  process.exit(1);
+});

@@ -1,0 +1,226 @@
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import {
+  SandboxService,
+  type ExecRequest,
+  type ExecResponseSchema,
+  type SendInputRequest,
+  type SendInputResponseSchema,
+  type StreamLogsRequest,
+  type StreamLogsResponseSchema,
+} from "../../gen/sandbox/v1/sandbox_pb.js";
+import { parseSignal, type ManagedProcess, type ProcessManager } from "../process/index.js";
+import { fromProtoSpec, fromProtoStatus, toProtoChunk, toProtoExit, toProtoGap, toProtoInfo } from "./convert.js";
+import { toConnectError, withConnectErrors } from "./errors.js";
+
+/** Dependencies of {@link createSandboxService}. */
+export interface SandboxServiceOptions {
+  /** Runs the processes. */
+  manager: ProcessManager;
+  /**
+   * Aborted when the daemon shuts down: open streams then end with UNAVAILABLE instead of
+   * waiting for processes that are about to be killed.
+   */
+  shutdownSignal?: AbortSignal;
+  /** Milliseconds between SIGTERM and SIGKILL when an Exec call is cancelled. Default 1000. */
+  cancelGracePeriodMs?: number;
+}
+
+/** Default grace period for KillProcess, in milliseconds, when the request gives 0. */
+export const defaultKillGracePeriodMs = 5000;
+
+/**
+ * Creates the implementation of sandbox.v1.SandboxService on top of a process manager. It holds no
+ * state of its own, so tests can build it without a network.
+ */
+export function createSandboxService(options: SandboxServiceOptions): ServiceImpl<typeof SandboxService> {
+  const { manager } = options;
+  const cancelGracePeriodMs = options.cancelGracePeriodMs ?? 1000;
+  const lookup = (id: string): ManagedProcess =>
+    withSync(() => {
+      if (id === "") throw new ConnectError("process_id is required", Code.InvalidArgument);
+      return manager.get(id);
+    });
+
+  return {
+    async *exec(request: ExecRequest, context: HandlerContext) {
+      const signal = combinedSignal(context, options.shutdownSignal);
+      const spec = fromProtoSpec(request.spec);
+      const managed = await withConnectErrors(() => manager.start(spec, { pinnedReader: true }));
+      try {
+        yield { event: { case: "started", value: toProtoInfo(managed) } } satisfies ExecEvent;
+        for await (const item of managed.pinnedReader!.items({ follow: true, signal })) {
+          // A pinned reader is never dropped from under, so only chunks come.
+          if (item.kind === "chunk") yield { event: { case: "output", value: toProtoChunk(item) } } satisfies ExecEvent;
+        }
+        throwIfShuttingDown(options.shutdownSignal);
+        if (signal.aborted) return;
+        const exit = await managed.exited;
+        yield { event: { case: "exited", value: toProtoExit(exit) } } satisfies ExecEvent;
+      } finally {
+        // Reached on completion, cancel, deadline, disconnect and shutdown alike.
+        managed.releasePinnedReader();
+        if (managed.exit === undefined) managed.kill("SIGTERM", cancelGracePeriodMs);
+      }
+    },
+
+    async startProcess(request) {
+      const spec = fromProtoSpec(request.spec);
+      const managed = await withConnectErrors(() => manager.start(spec));
+      return { process: toProtoInfo(managed) };
+    },
+
+    async *streamLogs(request: StreamLogsRequest, context: HandlerContext) {
+      const signal = combinedSignal(context, options.shutdownSignal);
+      const managed = lookup(request.processId);
+      const written = managed.output.offsets;
+      const from = { stdout: Number(request.stdoutOffset), stderr: Number(request.stderrOffset) };
+      for (const stream of ["stdout", "stderr"] as const) {
+        const offset = stream === "stdout" ? request.stdoutOffset : request.stderrOffset;
+        if (offset > BigInt(written[stream])) {
+          throw new ConnectError(
+            `${stream}_offset ${offset} is beyond the ${written[stream]} bytes written so far`,
+            Code.OutOfRange,
+          );
+        }
+      }
+      yield { event: { case: "process", value: toProtoInfo(managed) } } satisfies LogsEvent;
+      const reader = managed.output.createReader(from);
+      for await (const item of reader.items({ follow: request.follow, signal })) {
+        yield item.kind === "chunk"
+          ? ({ event: { case: "output", value: toProtoChunk(item) } } satisfies LogsEvent)
+          : ({ event: { case: "gap", value: toProtoGap(item) } } satisfies LogsEvent);
+      }
+      throwIfShuttingDown(options.shutdownSignal);
+      if (signal.aborted) return;
+      if (managed.output.isEnded) {
+        const exit = await managed.exited;
+        yield { event: { case: "exited", value: toProtoExit(exit) } } satisfies LogsEvent;
+      } else {
+        const { stdout, stderr } = reader.consumedOffsets;
+        yield { event: { case: "caughtUp", value: { stdoutOffset: BigInt(stdout), stderrOffset: BigInt(stderr) } } } satisfies LogsEvent;
+      }
+    },
+
+    async *sendInput(requests: AsyncIterable<SendInputRequest>, context: HandlerContext) {
+      let managed: ManagedProcess | undefined;
+      // One message at a time, each acknowledged before the next is read: input is applied in order
+      // and the request stream is never drained ahead of the answers.
+      for await (const message of requests) {
+        throwIfShuttingDown(options.shutdownSignal);
+        const input = message.input;
+        if (managed === undefined) {
+          if (input.case !== "open") {
+            throw new ConnectError("the first SendInput message must be open", Code.InvalidArgument);
+          }
+          managed = lookup(input.value.processId);
+          if (!managed.stdin) {
+            throw new ConnectError(`process ${managed.id} has no stdin: start it with stdin or pty`, Code.FailedPrecondition);
+          }
+          if (managed.exit !== undefined) {
+            throw new ConnectError(`process has exited: ${managed.id}`, Code.FailedPrecondition);
+          }
+        } else {
+          await applyInput(managed, input);
+        }
+        yield { bytesWritten: BigInt(managed.bytesWritten), closed: managed.isInputClosed } satisfies InputAck;
+        if (context.signal.aborted) return;
+      }
+    },
+
+    async getProcess(request) {
+      return { process: toProtoInfo(lookup(request.processId)) };
+    },
+
+    async listProcesses(request) {
+      const statuses = request.statuses.map(fromProtoStatus);
+      const processes = manager.list({ sessionId: request.sessionId, statuses });
+      return { processes: processes.map(toProtoInfo) };
+    },
+
+    async killProcess(request) {
+      const managed = lookup(request.processId);
+      const signal = withSync(() => parseSignal(request.signal));
+      managed.kill(signal, gracePeriod(request.gracePeriodMs));
+      return { process: toProtoInfo(managed) };
+    },
+
+    async killAllProcesses(request) {
+      const signal = withSync(() => parseSignal(request.signal));
+      const killedCount = manager.killAll({
+        sessionId: request.sessionId,
+        signal,
+        gracePeriodMs: gracePeriod(request.gracePeriodMs),
+      });
+      return { killedCount };
+    },
+
+    async cleanupProcesses(request) {
+      return { removedCount: manager.cleanup({ sessionId: request.sessionId }) };
+    },
+
+    async getProcessLogs(request) {
+      const managed = lookup(request.processId);
+      return {
+        processId: managed.id,
+        stdout: managed.output.snapshot("stdout"),
+        stderr: managed.output.snapshot("stderr"),
+        stdoutOffset: BigInt(managed.output.retainedFrom.stdout),
+        stderrOffset: BigInt(managed.output.retainedFrom.stderr),
+        process: toProtoInfo(managed),
+      };
+    },
+  };
+}
+
+type ExecEvent = MessageInitShape<typeof ExecResponseSchema>;
+type LogsEvent = MessageInitShape<typeof StreamLogsResponseSchema>;
+type InputAck = MessageInitShape<typeof SendInputResponseSchema>;
+
+async function applyInput(managed: ManagedProcess, input: SendInputRequest["input"]): Promise<void> {
+  await withConnectErrors(async () => {
+    switch (input.case) {
+      case "data":
+        await managed.write(input.value);
+        return;
+      case "close":
+        await managed.closeInput();
+        return;
+      case "resize":
+        if (input.value.cols === 0 || input.value.rows === 0 || input.value.cols > 10_000 || input.value.rows > 10_000) {
+          throw new ConnectError("resize needs cols and rows between 1 and 10000", Code.InvalidArgument);
+        }
+        managed.resize(input.value.cols, input.value.rows);
+        return;
+      case "signal":
+        managed.signal(parseSignal(input.value));
+        return;
+      case "open":
+        throw new ConnectError("open may only be the first SendInput message", Code.InvalidArgument);
+      default:
+        throw new ConnectError("empty SendInput message", Code.InvalidArgument);
+    }
+  });
+}
+
+/** KillProcess's grace period: the default for 0, never escalate for a negative value. */
+function gracePeriod(requestedMs: number): number {
+  if (requestedMs === 0) return defaultKillGracePeriodMs;
+  return requestedMs < 0 ? -1 : Math.min(requestedMs, 2 ** 31 - 1);
+}
+
+function withSync<T>(operation: () => T): T {
+  try {
+    return operation();
+  } catch (error) {
+    throw toConnectError(error);
+  }
+}
+
+function combinedSignal(context: HandlerContext, shutdownSignal: AbortSignal | undefined): AbortSignal {
+  return shutdownSignal === undefined ? context.signal : AbortSignal.any([context.signal, shutdownSignal]);
+}
+
+function throwIfShuttingDown(shutdownSignal: AbortSignal | undefined): void {
+  if (shutdownSignal?.aborted) throw new ConnectError("the daemon is shutting down", Code.Unavailable);
+}

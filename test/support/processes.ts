@@ -1,0 +1,62 @@
+import { readdirSync, readFileSync } from "node:fs";
+
+/** Polls `check` every `intervalMs` until it returns a truthy value or `timeoutMs` passes (then throws). */
+export async function waitFor<T>(
+  check: () => T | Promise<T>,
+  { timeoutMs = 10_000, intervalMs = 20, what = "condition" }: { timeoutMs?: number; intervalMs?: number; what?: string } = {},
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, intervalMs));
+  }
+}
+
+/** Whether a pid exists and is not a zombie, read from /proc. */
+export function isAlive(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const state = stat.slice(stat.lastIndexOf(")") + 2, stat.lastIndexOf(")") + 3);
+    return state !== "Z" && state !== "X";
+  } catch {
+    return false;
+  }
+}
+
+/** Pids of live (non-zombie) processes in process group `pgid`, read from /proc. */
+export function groupMembers(pgid: number): number[] {
+  const members: number[] = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, "utf8");
+      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+      if (Number(fields[2]) === pgid && fields[0] !== "Z") members.push(Number(entry));
+    } catch {
+      // The process went away while we looked.
+    }
+  }
+  return members;
+}
+
+/** Pids of live processes whose command line contains `marker`, read from /proc. */
+export function processesWithMarker(marker: string): number[] {
+  const found: number[] = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
+    try {
+      const cmdline = readFileSync(`/proc/${entry}/cmdline`, "utf8").replaceAll("\0", " ");
+      if (cmdline.includes(marker) && isAlive(Number(entry))) found.push(Number(entry));
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  return found;
+}
+
+/** Number of open file descriptors of this process. */
+export function openFileDescriptors(pid: number | "self" = "self"): number {
+  return readdirSync(`/proc/${pid}/fd`).length;
+}
