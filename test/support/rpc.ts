@@ -1,4 +1,5 @@
 import { createCipheriv, createHash, randomInt } from "node:crypto";
+import { readdirSync, readFileSync } from "node:fs";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, type CallOptions, type Client } from "@connectrpc/connect";
 import {
@@ -12,7 +13,7 @@ import {
   type StreamLogsRequestSchema,
   type StreamLogsResponse,
 } from "../../gen/sandbox/v1/sandbox_pb.js";
-import { waitFor } from "./processes.js";
+import { isAlive, waitFor } from "./processes.js";
 
 /** The generated client the tests use. */
 export type SandboxClient = Client<typeof SandboxService>;
@@ -113,6 +114,20 @@ export { Code, ProcessStatus };
  */
 export function sleepMarker(seconds = 1000): string {
   return `${seconds}.${randomInt(1_000_000, 9_999_999)}`;
+}
+
+/** Pids of live processes whose command line is exactly `sleep <marker>` (not the shells that started them). */
+export function sleepers(marker: string): number[] {
+  const found: number[] = [];
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (readFileSync(`/proc/${entry}/cmdline`, "utf8") === `sleep\0${marker}\0` && isAlive(Number(entry))) found.push(Number(entry));
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  return found;
 }
 
 /** Polls GetProcess until the process has exited; returns its exit. */
