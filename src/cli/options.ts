@@ -1,6 +1,7 @@
 import { parseArgs } from "node:util";
 import type { SandboxServerOptions } from "../server/index.js";
-import { defaultHost, defaultPort } from "../server/index.js";
+import { Launcher, resolveUser } from "../process/index.js";
+import { defaultHost, defaultPort, resolveToken } from "../server/index.js";
 
 /** The daemon's command-line help. */
 export const usage = `sandboxd: run commands in this machine for clients far away (gRPC, Connect, gRPC-Web)
@@ -14,6 +15,20 @@ usage: sandboxd [options]
   --max-output-bytes <n>    output retained per process (SANDBOXD_MAX_OUTPUT_BYTES, default 8 MiB)
   --max-processes <n>       live processes allowed (SANDBOXD_MAX_PROCESSES, default 1024)
   --linger-ms <n>           how long exited records stay readable (SANDBOXD_LINGER_MS, default 60000)
+  --token <token>           bearer token required on every call but health (SANDBOXD_TOKEN)
+  --token-file <file>       read the token from a file of mode 0600 (SANDBOXD_TOKEN_FILE)
+  --insecure                allow a non-loopback --host without a token
+  --user <name|uid>         run commands as this user, with its groups, HOME, USER, LOGNAME (SANDBOXD_USER)
+  --allow-sudo              let requests with sudo run as root (the daemon must be root)
+  --max-tasks <n>           tasks (processes, threads) one command may have, 0 for no cap
+                            (SANDBOXD_MAX_TASKS, default 1024)
+  --max-message-bytes <n>   largest request or response message (SANDBOXD_MAX_MESSAGE_BYTES, default 4 MiB)
+  --max-calls <n>           calls in progress on the daemon (SANDBOXD_MAX_CALLS, default 4096)
+  --max-calls-per-connection <n>
+                            calls in progress on one connection (default 256)
+  --keepalive-ms <n>        ping interval that finds dead peers (SANDBOXD_KEEPALIVE_MS, default 30000)
+  --state-dir <dir>         record process groups here; leftovers of a killed daemon are killed
+                            at the next start (SANDBOXD_STATE_DIR)
   -h, --help                show this help
 `;
 
@@ -34,6 +49,17 @@ export function parseCommandLine(argv: readonly string[], env: NodeJS.ProcessEnv
       "max-output-bytes": { type: "string" },
       "max-processes": { type: "string" },
       "linger-ms": { type: "string" },
+      token: { type: "string" },
+      "token-file": { type: "string" },
+      insecure: { type: "boolean" },
+      user: { type: "string" },
+      "allow-sudo": { type: "boolean" },
+      "max-tasks": { type: "string" },
+      "max-message-bytes": { type: "string" },
+      "max-calls": { type: "string" },
+      "max-calls-per-connection": { type: "string" },
+      "keepalive-ms": { type: "string" },
+      "state-dir": { type: "string" },
       help: { type: "boolean", short: "h" },
     },
     strict: true,
@@ -49,6 +75,7 @@ export function parseCommandLine(argv: readonly string[], env: NodeJS.ProcessEnv
       outputCapacityBytes: integer("max-output-bytes", values["max-output-bytes"] ?? env.SANDBOXD_MAX_OUTPUT_BYTES, undefined, 1024),
       maxProcesses: integer("max-processes", values["max-processes"] ?? env.SANDBOXD_MAX_PROCESSES, undefined, 1),
       lingerMs: integer("linger-ms", values["linger-ms"] ?? env.SANDBOXD_LINGER_MS, undefined, 0),
+      ...securityOptions(values, env),
     },
   };
 }
@@ -62,4 +89,26 @@ function integer(name: string, text: string | undefined, fallback: number | unde
     throw new Error(`--${name} must be an integer from ${min} to ${max}, got ${JSON.stringify(text)}`);
   }
   return value;
+}
+
+/** The security and reliability flags (issue 6), parsed apart so the list above stays readable. */
+function securityOptions(values: Record<string, string | boolean | string[] | undefined>, env: NodeJS.ProcessEnv): SandboxServerOptions {
+  const text = (name: string) => values[name] as string | undefined;
+  const user = text("user") ?? env.SANDBOXD_USER;
+  const maxTasks = integer("max-tasks", text("max-tasks") ?? env.SANDBOXD_MAX_TASKS, undefined, 0);
+  const keepaliveMs = integer("keepalive-ms", text("keepalive-ms") ?? env.SANDBOXD_KEEPALIVE_MS, undefined, 100);
+  return {
+    token: resolveToken({ token: text("token"), tokenFile: text("token-file") ?? env.SANDBOXD_TOKEN_FILE, env }),
+    insecure: values.insecure === true,
+    runAs: user ? resolveUser(user) : undefined,
+    allowSudo: values["allow-sudo"] === true,
+    launcher: maxTasks === undefined ? undefined : Launcher.create({ maxTasksPerCommand: maxTasks }),
+    maxMessageBytes: integer("max-message-bytes", text("max-message-bytes") ?? env.SANDBOXD_MAX_MESSAGE_BYTES, undefined, 1024),
+    callLimits: {
+      maxCalls: integer("max-calls", text("max-calls") ?? env.SANDBOXD_MAX_CALLS, undefined, 1),
+      maxCallsPerConnection: integer("max-calls-per-connection", text("max-calls-per-connection"), undefined, 1),
+    },
+    keepalive: keepaliveMs === undefined ? undefined : { intervalMs: keepaliveMs, timeoutMs: keepaliveMs },
+    stateDirectory: text("state-dir") ?? env.SANDBOXD_STATE_DIR,
+  };
 }

@@ -11,6 +11,8 @@ async function main(): Promise<void> {
     process.stderr.write(`sandboxd: ${(error as Error).message}\n\n${usage}`);
     process.exit(2);
   }
+  // The token is read; nothing else in this process (nor a child by any path) needs it any more.
+  delete process.env.SANDBOXD_TOKEN;
   if (command.help) {
     process.stdout.write(usage);
     return;

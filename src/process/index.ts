@@ -28,3 +28,7 @@ export {
 } from "./process-manager.js";
 export { parseSignal, signalName, type SignalName } from "./signals.js";
 export { Workspace } from "./workspace.js";
+export { GroupLedger, processStartTime, type ReapReport } from "./group-ledger.js";
+export { defaultMaxTasksPerCommand, Launcher, type ForkLimit, type LaunchPlan, type LauncherOptions } from "./launcher.js";
+export { PidsCgroup } from "./pids-cgroup.js";
+export { resolveUser, rootIdentity, type UserIdentity } from "./user.js";

@@ -4,10 +4,13 @@ import { access, stat } from "node:fs/promises";
 import path from "node:path";
 import { createBaseEnvironment } from "./environment.js";
 import { ProcessError } from "./errors.js";
+import { GroupLedger, type ReapReport } from "./group-ledger.js";
+import { Launcher } from "./launcher.js";
 import { ManagedProcess, type ProcessStatus } from "./managed-process.js";
 import { spawnPipeChild } from "./pipe-child.js";
 import { spawnPtyChild } from "./pty-child.js";
 import type { SignalName } from "./signals.js";
+import { rootIdentity, type UserIdentity } from "./user.js";
 import { Workspace } from "./workspace.js";
 
 /** What to run and how: the process manager's view of a request. */
@@ -56,10 +59,20 @@ export interface ProcessManagerOptions {
   lingerMs?: number;
   /** The base environment of children. Default: {@link createBaseEnvironment}. */
   baseEnvironment?: Record<string, string>;
-  /** Run commands as this user, unless `sudo`. Default: the daemon's own user. */
-  runAs?: { uid: number; gid: number };
+  /**
+   * Run commands as this user, unless `sudo`: its uid, gid and supplementary groups (see
+   * {@link Launcher}), with HOME, USER and LOGNAME set. Default: the daemon's own user.
+   */
+  runAs?: UserIdentity;
   /** Whether `sudo` may run commands as root (the daemon must be root). Default false. */
   allowSudo?: boolean;
+  /** Spawns commands as the right user with forks capped. Default: `Launcher.create()`. */
+  launcher?: Launcher;
+  /**
+   * State directory recording running process groups (see {@link GroupLedger}); groups left by a
+   * daemon that died are killed when the manager is created. Default: none.
+   */
+  stateDirectory?: string;
 }
 
 /** Default output retained per process. */
@@ -91,6 +104,10 @@ export class ProcessManager {
   private readonly maxProcesses: number;
   private readonly lingerMs: number;
   private readonly baseEnvironment: Record<string, string>;
+  /** Spawns commands as the right user with their forks capped. */
+  readonly launcher: Launcher;
+  private readonly ledger?: GroupLedger;
+  private readonly releases = new Set<Promise<void>>();
   private liveCount = 0;
   private shuttingDown = false;
 
@@ -103,6 +120,16 @@ export class ProcessManager {
     this.maxProcesses = options.maxProcesses ?? defaultMaxProcesses;
     this.lingerMs = options.lingerMs ?? defaultLingerMs;
     this.baseEnvironment = options.baseEnvironment ?? createBaseEnvironment();
+    this.launcher = options.launcher ?? Launcher.create();
+    if (options.stateDirectory !== undefined) this.ledger = new GroupLedger(options.stateDirectory);
+  }
+
+  /**
+   * Kills the process groups a previous daemon left running in the state directory (see
+   * {@link GroupLedger}); a no-op without one. Called by {@link createProcessManager}.
+   */
+  reapLeftovers(): ReapReport | undefined {
+    return this.ledger?.reapLeftovers();
   }
 
   /** Number of processes that have not exited. */
@@ -129,6 +156,9 @@ export class ProcessManager {
     if (spec.sudo && !this.options.allowSudo) {
       throw new ProcessError("sudo is not allowed by this daemon", "permission-denied");
     }
+    if (spec.sudo && process.getuid?.() !== 0) {
+      throw new ProcessError("sudo needs the daemon to run as root", "permission-denied");
+    }
     const cwd = await this.workspace.resolve(spec.cwd ?? "");
     // Checked again after the await: another start may have taken the id meanwhile.
     const raced = this.processes.get(id);
@@ -137,7 +167,8 @@ export class ProcessManager {
     }
     const args = spec.args ?? [];
     const useShell = args.length === 0;
-    const env: Record<string, string> = { ...this.baseEnvironment, ...spec.env };
+    const identity = spec.sudo ? rootIdentity : this.options.runAs;
+    const env: Record<string, string> = { ...this.baseEnvironment, ...identityEnvironment(identity), ...spec.env };
     if (spec.pty) env.TERM = spec.pty.term || env.TERM || "xterm-256color";
     const wantsInput = (spec.stdin ?? false) || (spec.stdinData !== undefined && spec.stdinData.length > 0);
     const managed = new ManagedProcess({
@@ -162,15 +193,21 @@ export class ProcessManager {
       managed.failToStart(missing.message, missing.exitCode);
       return managed;
     }
-    const identity = spec.sudo ? { uid: 0, gid: 0 } : this.options.runAs;
+    let plan;
+    try {
+      plan = this.launcher.plan(file, argv, identity);
+    } catch (cause) {
+      managed.failToStart(`could not limit ${file}: ${(cause as Error).message}`, 126);
+      return managed;
+    }
     const childOptions = {
-      file,
-      args: argv,
+      file: plan.file,
+      args: plan.args,
       cwd,
       env,
       stdin: wantsInput,
-      uid: identity?.uid,
-      gid: identity?.gid,
+      uid: plan.uid,
+      gid: plan.gid,
       onOutput: managed.handleOutput.bind(managed),
     };
     try {
@@ -178,7 +215,14 @@ export class ProcessManager {
         ? spawnPtyChild({ ...childOptions, cols: spec.pty.cols || 80, rows: spec.pty.rows || 24 })
         : await spawnPipeChild(childOptions);
       managed.attach(child);
+      this.ledger?.record(child.pid, id);
+      const released: Promise<void> = managed.exited.then(() => {
+        this.ledger?.forget(child.pid);
+        return plan.release();
+      }).finally(() => this.releases.delete(released));
+      this.releases.add(released);
     } catch (cause) {
+      void plan.release();
       const code = (cause as NodeJS.ErrnoException).code;
       const exitCode = code === "ENOENT" ? 127 : 126;
       managed.failToStart(`could not start ${file}: ${(cause as Error).message}`, exitCode);
@@ -240,6 +284,8 @@ export class ProcessManager {
     const live = [...this.processes.values()].filter((managed) => managed.exit === undefined);
     for (const managed of live) managed.kill("SIGTERM", gracePeriodMs);
     await Promise.all(live.map((managed) => managed.exited));
+    await Promise.all(this.releases);
+    this.launcher.close();
     for (const timer of this.cleanupTimers.values()) clearTimeout(timer);
     this.cleanupTimers.clear();
   }
@@ -269,7 +315,15 @@ export class ProcessManager {
 /** Creates a process manager, resolving its workspace roots (which must exist). */
 export async function createProcessManager(options: ProcessManagerOptions = {}): Promise<ProcessManager> {
   const workspace = await Workspace.create(options.workspaceRoots ?? [process.cwd()]);
-  return new ProcessManager(workspace, options);
+  const manager = new ProcessManager(workspace, options);
+  manager.reapLeftovers();
+  return manager;
+}
+
+/** HOME, USER and LOGNAME of the user a command runs as; nothing when it runs as the daemon's user. */
+function identityEnvironment(identity: UserIdentity | undefined): Record<string, string> {
+  if (identity === undefined) return {};
+  return { HOME: identity.home, USER: identity.name, LOGNAME: identity.name };
 }
 
 function validateSpec(spec: ProcessSpec): void {

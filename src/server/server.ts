@@ -2,6 +2,15 @@ import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { createProcessManager, type ProcessManager, type ProcessManagerOptions } from "../process/index.js";
+import { assertSafeBinding, createAuthInterceptor } from "./auth.js";
+import { watchSessionLiveness, type KeepaliveOptions } from "./keepalive.js";
+import {
+  connectionContextValues,
+  createCallLimitInterceptor,
+  defaultMaxCallsPerConnection,
+  defaultMaxMessageBytes,
+  type CallLimitOptions,
+} from "./limits.js";
 import { createRoutes } from "./routes.js";
 
 /** Default port of sandboxd. */
@@ -15,6 +24,16 @@ export interface SandboxServerOptions extends ProcessManagerOptions {
   host?: string;
   /** Port to listen on; 0 picks a free one. Default {@link defaultPort}. */
   port?: number;
+  /** Bearer token required on every call but health; none when undefined (loopback only, see `insecure`). */
+  token?: string;
+  /** Allow a non-loopback `host` without a token. Default false. */
+  insecure?: boolean;
+  /** Largest request or response message in bytes. Default 4 MiB. */
+  maxMessageBytes?: number;
+  /** Limits on calls in progress, per connection and in all. */
+  callLimits?: CallLimitOptions;
+  /** Keepalive pings that find dead peers. */
+  keepalive?: KeepaliveOptions;
 }
 
 /** A running sandboxd server. */
@@ -36,16 +55,30 @@ export interface SandboxServer {
 
 /** Starts a sandboxd server and resolves once it listens. */
 export async function startServer(options: SandboxServerOptions = {}): Promise<SandboxServer> {
+  const host = options.host ?? defaultHost;
+  assertSafeBinding({ host, token: options.token, insecure: options.insecure });
   const manager = await createProcessManager(options);
   const shutdown = new AbortController();
-  const handler = connectNodeAdapter({ routes: createRoutes({ manager, shutdownSignal: shutdown.signal }) });
-  const server = http2.createServer({ settings: { initialWindowSize: 4 * 1024 * 1024 } }, handler);
+  const limits = createCallLimitInterceptor(options.callLimits);
+  const maxMessageBytes = options.maxMessageBytes ?? defaultMaxMessageBytes;
+  const handler = connectNodeAdapter({
+    routes: createRoutes({ manager, shutdownSignal: shutdown.signal }),
+    // Auth first: an unauthenticated call must not even count against the limits.
+    interceptors: [...(options.token !== undefined ? [createAuthInterceptor({ token: options.token })] : []), limits.interceptor],
+    contextValues: connectionContextValues,
+    readMaxBytes: maxMessageBytes,
+    writeMaxBytes: maxMessageBytes,
+  });
+  // The HTTP/2 stream limit sits above the per-connection call limit, so a client normally meets the
+  // limit as RESOURCE_EXHAUSTED naming it; the transport's own refusal is the backstop.
+  const maxStreams = (options.callLimits?.maxCallsPerConnection ?? defaultMaxCallsPerConnection) + 16;
+  const server = http2.createServer({ settings: { initialWindowSize: 4 * 1024 * 1024, maxConcurrentStreams: maxStreams } }, handler);
   const sessions = new Set<http2.ServerHttp2Session>();
   server.on("session", (session) => {
+    watchSessionLiveness(session, options.keepalive);
     sessions.add(session);
     session.once("close", () => sessions.delete(session));
   });
-  const host = options.host ?? defaultHost;
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
     server.listen(options.port ?? defaultPort, host, () => {

@@ -1,0 +1,142 @@
+import { mkdirSync, readFileSync, rmdirSync, writeFileSync, existsSync } from "node:fs";
+import path from "node:path";
+
+/**
+ * PidsCgroup is a directory of the cgroup `pids` controller (v2, or v1's pids hierarchy) that the
+ * daemon owns; each command gets a child cgroup of its own with `pids.max` set, so a fork bomb
+ * inside one command stops at that many tasks and starves nobody else.
+ */
+export class PidsCgroup {
+  private next = 0;
+
+  private constructor(
+    /** The daemon's own cgroup directory, parent of the per-command ones. */
+    readonly directory: string,
+  ) {}
+
+  /**
+   * Finds a writable pids controller for this process (cgroup v2 first, then v1) and creates
+   * `sandboxd.<pid>` under the daemon's own cgroup in it. Returns undefined when there is none or
+   * it is not writable (an unprivileged daemon, a read-only /sys/fs/cgroup).
+   */
+  static detect(): PidsCgroup | undefined {
+    for (const candidate of candidateDirectories()) {
+      const directory = path.join(candidate, `sandboxd.${process.pid}`);
+      try {
+        mkdirSync(directory, { recursive: true });
+        // cgroup v2: children get a pids.max only when the controller is delegated to them.
+        if (existsSync(path.join(directory, "cgroup.subtree_control"))) {
+          writeFileSync(path.join(directory, "cgroup.subtree_control"), "+pids");
+        }
+        const probe = new PidsCgroup(directory);
+        const child = probe.create(1);
+        rmdirSync(child.directory);
+        return probe;
+      } catch {
+        try {
+          rmdirSync(directory);
+        } catch {
+          // Not ours, or not empty: leave it.
+        }
+      }
+    }
+    return undefined;
+  }
+
+  /**
+   * Creates a child cgroup allowing at most `maxTasks` tasks (processes and threads). A process joins
+   * it by writing its pid (or "0" for itself) to `procsFile` before it forks.
+   */
+  create(maxTasks: number): { directory: string; procsFile: string } {
+    const directory = path.join(this.directory, `p${this.next++}`);
+    mkdirSync(directory);
+    try {
+      writeFileSync(path.join(directory, "pids.max"), String(maxTasks));
+    } catch (error) {
+      rmdirSync(directory);
+      throw error;
+    }
+    return { directory, procsFile: path.join(directory, "cgroup.procs") };
+  }
+
+  /**
+   * Kills whatever is left in a child cgroup (tasks that escaped the process group with setsid) and
+   * removes it. Retries briefly while the killed tasks exit; gives up silently after about a second.
+   */
+  async remove(directory: string): Promise<void> {
+    for (let attempt = 0; attempt < 50; attempt++) {
+      try {
+        for (const pid of members(directory)) {
+          try {
+            process.kill(pid, "SIGKILL");
+          } catch {
+            // Already gone.
+          }
+        }
+        rmdirSync(directory);
+        return;
+      } catch (error) {
+        const code = (error as NodeJS.ErrnoException).code;
+        if (code === "ENOENT") return;
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+    }
+  }
+
+  /** Removes the daemon's directory (once every child is gone); errors are ignored. */
+  close(): void {
+    try {
+      rmdirSync(this.directory);
+    } catch {
+      // Still busy or already gone.
+    }
+  }
+}
+
+function members(directory: string): number[] {
+  try {
+    return readFileSync(path.join(directory, "cgroup.procs"), "utf8").split("\n").filter(Boolean).map(Number);
+  } catch {
+    return [];
+  }
+}
+
+/** Directories of this process's own cgroup in each mounted pids-capable hierarchy, v2 first. */
+function candidateDirectories(): string[] {
+  let mounts: string;
+  let own: string;
+  try {
+    mounts = readFileSync("/proc/self/mountinfo", "utf8");
+    own = readFileSync("/proc/self/cgroup", "utf8");
+  } catch {
+    return [];
+  }
+  const ownPath = (match: (controllers: string) => boolean) => {
+    for (const line of own.split("\n")) {
+      const [, controllers, cgroupPath] = line.split(":");
+      if (cgroupPath !== undefined && match(controllers)) return cgroupPath;
+    }
+    return undefined;
+  };
+  const found: string[] = [];
+  for (const line of mounts.split("\n")) {
+    const [before, after] = line.split(" - ");
+    if (after === undefined) continue;
+    const mountPoint = before.split(" ")[4];
+    const [fsType, , superOptions = ""] = after.split(" ");
+    if (fsType === "cgroup2") {
+      const relative = ownPath((controllers) => controllers === "");
+      try {
+        if (relative !== undefined && readFileSync(path.join(mountPoint, relative, "cgroup.controllers"), "utf8").split(/\s+/).includes("pids")) {
+          found.unshift(path.join(mountPoint, relative));
+        }
+      } catch {
+        // Not readable: not usable.
+      }
+    } else if (fsType === "cgroup" && superOptions.split(",").includes("pids")) {
+      const relative = ownPath((controllers) => controllers.split(",").includes("pids"));
+      if (relative !== undefined) found.push(path.join(mountPoint, relative));
+    }
+  }
+  return found;
+}

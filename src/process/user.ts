@@ -1,0 +1,49 @@
+import { execFileSync } from "node:child_process";
+import { readFileSync } from "node:fs";
+
+/** A user to run commands as, resolved from the password database. */
+export interface UserIdentity {
+  /** Login name (USER, LOGNAME); the uid as text when the database has no entry. */
+  name: string;
+  /** Numeric user id. */
+  uid: number;
+  /** Primary group id. */
+  gid: number;
+  /** Home directory (HOME); "/" when unknown. */
+  home: string;
+}
+
+/**
+ * Resolves `user`, a login name or a numeric uid, through `getent passwd` (so NSS sources count), or
+ * /etc/passwd when getent is missing. A numeric uid without an entry resolves to that uid with an
+ * equal gid and HOME=/. Throws an Error for an unknown name.
+ */
+export function resolveUser(user: string): UserIdentity {
+  const entry = passwdEntry(user);
+  if (entry !== undefined) return entry;
+  if (/^\d+$/.test(user)) {
+    const uid = Number(user);
+    return { name: user, uid, gid: uid, home: "/" };
+  }
+  throw new Error(`unknown user: ${user}`);
+}
+
+/** The identity of root, what `sudo` runs as. */
+export const rootIdentity: UserIdentity = { name: "root", uid: 0, gid: 0, home: "/root" };
+
+function passwdEntry(user: string): UserIdentity | undefined {
+  let lines: string[];
+  try {
+    lines = execFileSync("getent", ["passwd", user], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }).split("\n");
+  } catch (error) {
+    // getent exits 2 for an unknown key; anything else means it is unusable here.
+    if ((error as { status?: number }).status === 2) return undefined;
+    lines = readFileSync("/etc/passwd", "utf8").split("\n");
+  }
+  for (const line of lines) {
+    const [name, , uid, gid, , home] = line.split(":");
+    if (name === undefined || uid === undefined || gid === undefined) continue;
+    if (name === user || uid === user) return { name, uid: Number(uid), gid: Number(gid), home: home || "/" };
+  }
+  return undefined;
+}

@@ -1,0 +1,96 @@
+import type http from "node:http";
+import type http2 from "node:http2";
+import { Code, ConnectError, createContextKey, createContextValues, type ContextValues, type Interceptor } from "@connectrpc/connect";
+
+/** Default largest request or response message, in bytes (4 MiB, gRPC's usual limit). */
+export const defaultMaxMessageBytes = 4 * 1024 * 1024;
+/** Default number of calls in progress on one connection. */
+export const defaultMaxCallsPerConnection = 256;
+/** Default number of calls in progress on the whole daemon. */
+export const defaultMaxCalls = 4096;
+
+/** Options for {@link createCallLimitInterceptor}. */
+export interface CallLimitOptions {
+  /** Calls (HTTP/2 streams) in progress on one connection. Default {@link defaultMaxCallsPerConnection}. */
+  maxCallsPerConnection?: number;
+  /** Calls in progress on the whole daemon. Default {@link defaultMaxCalls}. */
+  maxCalls?: number;
+  /** Services left out of the count (health probes must answer under load). Default: grpc.health.v1.Health. */
+  exemptServices?: readonly string[];
+}
+
+/** The call counts of a {@link createCallLimitInterceptor}, for tests and metrics. */
+export interface CallCounter {
+  /** Calls in progress on the daemon. */
+  readonly active: number;
+}
+
+/**
+ * The connection a call arrived on (an HTTP/2 session or an HTTP/1.1 socket), set by
+ * {@link connectionContextValues}.
+ */
+export const connectionKey = createContextKey<object | undefined>(undefined, { description: "sandboxd connection" });
+
+/**
+ * Builds the context values of a request for connectNodeAdapter's `contextValues`: the connection
+ * it came on, so per-connection limits can count it.
+ */
+export function connectionContextValues(request: http.IncomingMessage | http2.Http2ServerRequest): ContextValues {
+  const values = createContextValues();
+  const connection = "stream" in request && request.stream !== undefined ? request.stream.session : request.socket;
+  if (connection !== undefined && connection !== null) values.set(connectionKey, connection);
+  return values;
+}
+
+/**
+ * Creates a server interceptor that counts calls in progress, on each connection and in all, and
+ * refuses a call beyond either limit with RESOURCE_EXHAUSTED and a message naming the limit. A
+ * unary call counts until it returns; a stream until its context signal fires, which connect does
+ * on completion, cancel, deadline and disconnect alike.
+ */
+export function createCallLimitInterceptor(options: CallLimitOptions = {}): { interceptor: Interceptor; counter: CallCounter } {
+  const maxPerConnection = options.maxCallsPerConnection ?? defaultMaxCallsPerConnection;
+  const maxCalls = options.maxCalls ?? defaultMaxCalls;
+  const exempt = new Set(options.exemptServices ?? ["grpc.health.v1.Health"]);
+  const perConnection = new WeakMap<object, number>();
+  let active = 0;
+  const counter = {
+    get active() {
+      return active;
+    },
+  };
+  const interceptor: Interceptor = (next) => async (request) => {
+    if (exempt.has(request.service.typeName)) return next(request);
+    const connection = request.contextValues.get(connectionKey);
+    const onConnection = connection === undefined ? 0 : (perConnection.get(connection) ?? 0);
+    if (onConnection >= maxPerConnection) {
+      throw new ConnectError(
+        `too many calls on this connection: the limit of ${maxPerConnection} concurrent calls per connection is reached`,
+        Code.ResourceExhausted,
+      );
+    }
+    if (active >= maxCalls) {
+      throw new ConnectError(`too many calls: the limit of ${maxCalls} concurrent calls is reached`, Code.ResourceExhausted);
+    }
+    active++;
+    if (connection !== undefined) perConnection.set(connection, onConnection + 1);
+    let released = false;
+    const release = () => {
+      if (released) return;
+      released = true;
+      active--;
+      if (connection !== undefined) perConnection.set(connection, (perConnection.get(connection) ?? 1) - 1);
+    };
+    try {
+      const response = await next(request);
+      if (!response.stream) release();
+      else if (request.signal.aborted) release();
+      else request.signal.addEventListener("abort", release, { once: true });
+      return response;
+    } catch (error) {
+      release();
+      throw error;
+    }
+  };
+  return { interceptor, counter };
+}
