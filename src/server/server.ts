@@ -1,7 +1,7 @@
 import http2 from "node:http2";
 import type { AddressInfo } from "node:net";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
-import { createProcessManager, type ProcessManager, type ProcessManagerOptions } from "../process/index.js";
+import { createProcessManager, defaultOutputCapacityBytes, type ProcessManager, type ProcessManagerOptions } from "../process/index.js";
 import { assertSafeBinding, createAuthInterceptor } from "./auth.js";
 import { watchSessionLiveness, type KeepaliveOptions } from "./keepalive.js";
 import {
@@ -28,7 +28,10 @@ export interface SandboxServerOptions extends ProcessManagerOptions {
   token?: string;
   /** Allow a non-loopback `host` without a token. Default false. */
   insecure?: boolean;
-  /** Largest request or response message in bytes. Default 4 MiB. */
+  /**
+   * Largest request message in bytes (Default 4 MiB). Responses may be larger, up to the retained
+   * output of a process (GetProcessLogs).
+   */
   maxMessageBytes?: number;
   /** Limits on calls in progress, per connection and in all. */
   callLimits?: CallLimitOptions;
@@ -67,7 +70,8 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
     interceptors: [...(options.token !== undefined ? [createAuthInterceptor({ token: options.token })] : []), limits.interceptor],
     contextValues: connectionContextValues,
     readMaxBytes: maxMessageBytes,
-    writeMaxBytes: maxMessageBytes,
+    // GetProcessLogs answers with all retained output of both streams, whatever the request limit.
+    writeMaxBytes: Math.max(maxMessageBytes, 2 * (options.outputCapacityBytes ?? defaultOutputCapacityBytes) + 64 * 1024),
   });
   // The HTTP/2 stream limit sits above the per-connection call limit, so a client normally meets the
   // limit as RESOURCE_EXHAUSTED naming it; the transport's own refusal is the backstop.
