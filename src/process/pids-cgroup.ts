@@ -1,4 +1,4 @@
-import { mkdirSync, readFileSync, rmdirSync, writeFileSync, existsSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 
 /**
@@ -8,6 +8,7 @@ import path from "node:path";
  */
 export class PidsCgroup {
   private next = 0;
+  private static created = 0;
 
   private constructor(
     /** The daemon's own cgroup directory, parent of the per-command ones. */
@@ -16,12 +17,14 @@ export class PidsCgroup {
 
   /**
    * Finds a writable pids controller for this process (cgroup v2 first, then v1) and creates
-   * `sandboxd.<pid>` under the daemon's own cgroup in it. Returns undefined when there is none or
-   * it is not writable (an unprivileged daemon, a read-only /sys/fs/cgroup).
+   * `sandboxd.<pid>.<n>` under the daemon's own cgroup in it. Returns undefined when there is none
+   * or it is not writable (an unprivileged daemon, a read-only /sys/fs/cgroup). Directories left by
+   * a daemon that died are emptied (their tasks killed) and removed on the way.
    */
   static detect(): PidsCgroup | undefined {
     for (const candidate of candidateDirectories()) {
-      const directory = path.join(candidate, `sandboxd.${process.pid}`);
+      removeLeftovers(candidate);
+      const directory = path.join(candidate, `sandboxd.${process.pid}.${PidsCgroup.created++}`);
       try {
         mkdirSync(directory, { recursive: true });
         // cgroup v2: children get a pids.max only when the controller is delegated to them.
@@ -49,6 +52,8 @@ export class PidsCgroup {
    */
   create(maxTasks: number): { directory: string; procsFile: string } {
     const directory = path.join(this.directory, `p${this.next++}`);
+    // Recreated if a shutdown removed it: a launcher may outlive one manager.
+    mkdirSync(this.directory, { recursive: true });
     mkdirSync(directory);
     try {
       writeFileSync(path.join(directory, "pids.max"), String(maxTasks));
@@ -90,6 +95,48 @@ export class PidsCgroup {
     } catch {
       // Still busy or already gone.
     }
+  }
+}
+
+/** Kills the tasks of, and removes, the cgroups of sandboxd daemons that are no longer running. */
+function removeLeftovers(parent: string): void {
+  let entries: string[];
+  try {
+    entries = readdirSync(parent);
+  } catch {
+    return;
+  }
+  for (const entry of entries) {
+    const owner = /^sandboxd\.(\d+)\.\d+$/.exec(entry);
+    if (owner === null || existsSync(`/proc/${owner[1]}`)) continue;
+    const directory = path.join(parent, entry);
+    try {
+      for (const child of readdirSync(directory, { withFileTypes: true })) {
+        if (!child.isDirectory()) continue;
+        for (const pid of members(path.join(directory, child.name))) {
+          try {
+            process.kill(pid, "SIGKILL");
+          } catch {
+            // Gone meanwhile.
+          }
+        }
+      }
+      // The killed tasks take a moment to go: what cannot be removed now is removed at a later start.
+      for (const child of readdirSync(directory, { withFileTypes: true })) {
+        if (child.isDirectory()) rmdirQuietly(path.join(directory, child.name));
+      }
+      rmdirQuietly(directory);
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+}
+
+function rmdirQuietly(directory: string): void {
+  try {
+    rmdirSync(directory);
+  } catch {
+    // Busy or gone.
   }
 }
 

@@ -1,0 +1,145 @@
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { afterEach, describe, expect, it } from "vitest";
+import { SandboxService } from "../gen/sandbox/v1/sandbox_pb.js";
+import { Launcher } from "../src/process/index.js";
+import { processesWithMarker, waitFor } from "./support/processes.js";
+import { Code, collectExec, rpcError, sleepMarker, sleepers, streamError, type SandboxClient } from "./support/rpc.js";
+import { startTestServer, type TestServer } from "./support/server.js";
+
+describe("limits answer RESOURCE_EXHAUSTED naming the limit", () => {
+  let test: TestServer | undefined;
+  const sessions: Http2SessionManager[] = [];
+  const newConnection = (): SandboxClient => {
+    const sessionManager = new Http2SessionManager(test!.server.url);
+    sessions.push(sessionManager);
+    return createClient(SandboxService, createGrpcTransport({ baseUrl: test!.server.url, sessionManager }));
+  };
+  afterEach(async () => {
+    for (const session of sessions.splice(0)) session.abort();
+    await test?.close();
+    test = undefined;
+  });
+
+  it("live processes", async () => {
+    test = await startTestServer({ maxProcesses: 2 });
+    const marker = sleepMarker();
+    await test.client.startProcess({ spec: { command: "sleep", args: [marker] } });
+    await test.client.startProcess({ spec: { command: "sleep", args: [marker] } });
+    const error = await rpcError(test.client.startProcess({ spec: { command: "sleep", args: [marker] } }));
+    expect(error.code).toBe(Code.ResourceExhausted);
+    expect(error.rawMessage).toBe("too many processes: the limit of 2 live processes is reached");
+    const exec = await streamError(test.client.exec({ spec: { command: "true" } }));
+    expect(exec.code).toBe(Code.ResourceExhausted);
+  });
+
+  it("retained output per process: older bytes are dropped, never the daemon's memory", async () => {
+    test = await startTestServer({ outputCapacityBytes: 4096 });
+    const { process } = await test.client.startProcess({ spec: { command: "head -c 100000 /dev/zero", autoCleanup: false } });
+    await waitFor(async () => (await test!.client.getProcess({ processId: process!.processId })).process?.exit);
+    const logs = await test.client.getProcessLogs({ processId: process!.processId });
+    // The newest chunk (one pipe read, at most 64 KiB) is always kept whole.
+    expect(logs.stdout.length, `retained ${logs.stdout.length}`).toBeLessThanOrEqual(4096 + 64 * 1024);
+    expect(Number(logs.stdoutOffset) + logs.stdout.length).toBe(100_000);
+  });
+
+  it("request message size", async () => {
+    test = await startTestServer({ maxMessageBytes: 64 * 1024 });
+    const error = await streamError(test.client.exec({ spec: { command: "cat", stdinData: new Uint8Array(100 * 1024) } }));
+    expect(error.code).toBe(Code.ResourceExhausted);
+    expect(error.rawMessage).toMatch(/message size \d+ is larger than configured readMaxBytes 65536/);
+    // A message under the limit still goes through on the same server.
+    const ok = await collectExec(test.client, { command: "wc -c", stdinData: new Uint8Array(1000) });
+    expect(ok.stdout.toString().trim()).toBe("1000");
+    expect(test.server.manager.list().filter((managed) => managed.command === "cat")).toHaveLength(0);
+  });
+
+  it("concurrent calls on one connection, counted back down when calls end", async () => {
+    test = await startTestServer({ callLimits: { maxCallsPerConnection: 3 } });
+    const marker = sleepMarker();
+    const { process } = await test.client.startProcess({ spec: { command: "sleep", args: [marker] } });
+    const processId = process!.processId;
+    const client = newConnection();
+    const aborts = [new AbortController(), new AbortController(), new AbortController()];
+    const readers = aborts.map((abort) => drainQuietly(client.streamLogs({ processId, follow: true }, { signal: abort.signal })));
+    await waitFor(() => test!.server.manager.get(processId) && readers.length === 3);
+    await waitFor(async () => (await rpcError(client.getProcess({ processId })).catch(() => undefined))?.code === Code.ResourceExhausted, {
+      what: "the fourth call to be refused",
+    });
+    const refused = await rpcError(client.getProcess({ processId }));
+    expect(refused.rawMessage).toBe("too many calls on this connection: the limit of 3 concurrent calls per connection is reached");
+    const refusedStream = await streamError(client.streamLogs({ processId, follow: true }));
+    expect(refusedStream.code).toBe(Code.ResourceExhausted);
+    // Another connection is not affected.
+    await expect(newConnection().getProcess({ processId })).resolves.toBeDefined();
+    // Ending one stream frees its slot.
+    aborts[0].abort();
+    await waitFor(async () => (await client.getProcess({ processId }).then(() => true).catch(() => false)), { what: "a freed slot" });
+    for (const abort of aborts) abort.abort();
+    await Promise.all(readers);
+  });
+
+  it("concurrent calls on the whole daemon", async () => {
+    test = await startTestServer({ callLimits: { maxCalls: 2 } });
+    const { process } = await test.client.startProcess({ spec: { command: "sleep", args: [sleepMarker()] } });
+    const processId = process!.processId;
+    const abort = new AbortController();
+    const readers = [newConnection(), newConnection()].map((client) => drainQuietly(client.streamLogs({ processId, follow: true }, { signal: abort.signal })));
+    await waitFor(async () => (await rpcError(newConnection().getProcess({ processId })).catch(() => undefined))?.code === Code.ResourceExhausted, {
+      what: "the third call to be refused",
+    });
+    const refused = await rpcError(newConnection().getProcess({ processId }));
+    expect(refused.rawMessage).toBe("too many calls: the limit of 2 concurrent calls is reached");
+    abort.abort();
+    await Promise.all(readers);
+    await waitFor(async () => newConnection().getProcess({ processId }).then(() => true).catch(() => false), { what: "the limit to free up" });
+  });
+});
+
+const launcher = Launcher.create({ maxTasksPerCommand: 20 });
+
+describe.skipIf(launcher.forkLimit() === "none")(`a fork bomb is capped (${launcher.forkLimit()})`, () => {
+  let test: TestServer | undefined;
+  afterEach(async () => {
+    await test?.close();
+    test = undefined;
+  });
+
+  it("a command cannot have more than its task limit, and others still run", async () => {
+    test = await startTestServer({ launcher });
+    const marker = sleepMarker();
+    const exec = collectExec(test.client, { command: `for i in $(seq 1 100); do sleep ${marker} & done; wait`, timeoutMs: 20_000 });
+    let most = 0;
+    const settled = exec.then(() => true, () => true);
+    while (!(await Promise.race([settled, new Promise((resolve) => setTimeout(() => resolve(false), 20))]))) {
+      most = Math.max(most, sleepers(marker).length);
+    }
+    const result = await exec;
+    expect(result.stderr.toString()).toMatch(/fork/i);
+    expect(most).toBeLessThanOrEqual(20);
+    expect(result.exited.exitCode).not.toBe(0);
+    await waitFor(() => sleepers(marker).length === 0, { what: "the capped command's sleepers to be gone" });
+  });
+
+  it("a real fork bomb stays capped, is killed by its timeout and leaves nothing behind", async () => {
+    test = await startTestServer({ launcher });
+    const marker = `bomb${sleepMarker()}`;
+    const started = Date.now();
+    const result = await collectExec(test.client, { command: `b() { b | b & }; b # ${marker}`, timeoutMs: 1500 });
+    expect(Date.now() - started).toBeLessThan(15_000);
+    expect(result.cases.at(-1)).toBe("exited");
+    await waitFor(() => processesWithMarker(marker).length === 0, { timeoutMs: 10_000, what: "the bomb to be gone" });
+    // The daemon still serves others.
+    expect((await collectExec(test.client, { command: "echo alive" })).stdout.toString()).toBe("alive\n");
+  });
+});
+
+async function drainQuietly(stream: AsyncIterable<unknown>): Promise<void> {
+  try {
+    for await (const _ of stream) {
+      // Drain.
+    }
+  } catch {
+    // Cancelled on purpose.
+  }
+}
