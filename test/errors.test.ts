@@ -17,7 +17,12 @@ afterAll(async () => {
 // Every refusal is an answer, not a crash: the server must keep serving after each one.
 afterEach(async () => {
   const result = await collectExec(t.client, { command: "echo still-serving" });
-  expect(result.stdout.toString()).toBe("still-serving\n");
+  expect({ stdout: result.stdout.toString(), stderr: result.stderr.toString(), status: result.exited.status, error: result.exited.error }).toEqual({
+    stdout: "still-serving\n",
+    stderr: "",
+    status: ProcessStatus.COMPLETED,
+    error: "",
+  });
 });
 
 /** A SendInput request stream from a list of messages. */

@@ -56,6 +56,8 @@ const coalesceBelowBytes = 4096;
 const maxChunkBytes = 64 * 1024;
 /** Bookkeeping cost charged per stored chunk, so many tiny writes stay bounded too. */
 const chunkOverheadBytes = 64;
+/** What a dropped chunk holds until its slot is compacted away. */
+const droppedData = new Uint8Array(0);
 
 /**
  * OutputBuffer retains a process's output, both streams interleaved in arrival order, with
@@ -70,8 +72,10 @@ const chunkOverheadBytes = 64;
 export class OutputBuffer {
   private readonly capacityBytes: number;
   private readonly onBackpressure?: (paused: boolean) => void;
+  /** Retained chunks from index `head` on; the entries before it were dropped and await compaction. */
   private chunks: StoredChunk[] = [];
-  /** Sequence number of `chunks[0]`; sequence numbers never repeat. */
+  private head = 0;
+  /** Sequence number of `chunks[head]`; sequence numbers never repeat. */
   private headSequence = 0;
   private retainedBytes = 0;
   private readonly written: StreamOffsets = { stdout: 0, stderr: 0 };
@@ -156,7 +160,10 @@ export class OutputBuffer {
   /** Copies the retained output of one stream. */
   snapshot(stream: OutputStreamName): Uint8Array {
     const parts: Uint8Array[] = [];
-    for (const chunk of this.chunks) if (chunk.stream === stream) parts.push(chunk.data);
+    for (let index = this.head; index < this.chunks.length; index++) {
+      const chunk = this.chunks[index];
+      if (chunk.stream === stream) parts.push(chunk.data);
+    }
     return Buffer.concat(parts);
   }
 
@@ -174,7 +181,7 @@ export class OutputBuffer {
         position.offsets[stream] = this.firstRetained[stream];
       }
     }
-    let index = Math.max(0, position.sequence - this.headSequence);
+    let index = this.head + Math.max(0, position.sequence - this.headSequence);
     for (; index < this.chunks.length && items.length < maxItems; index++) {
       const chunk = this.chunks[index];
       const from = position.offsets[chunk.stream];
@@ -186,7 +193,7 @@ export class OutputBuffer {
       position.offsets[chunk.stream] = end;
     }
     // Stay on the last chunk: it may still grow by coalescing.
-    position.sequence = this.headSequence + Math.max(0, Math.min(index, this.chunks.length) - 1);
+    position.sequence = this.headSequence + Math.max(0, Math.min(index, this.chunks.length) - 1 - this.head);
     return items;
   }
 
@@ -233,17 +240,24 @@ export class OutputBuffer {
   private dropOldest(): void {
     const pinnedAt = this.pinned?.consumedOffsets;
     let dropCount = 0;
-    while (this.retainedBytes > this.capacityBytes && dropCount < this.chunks.length - 1) {
-      const chunk = this.chunks[dropCount];
+    while (this.retainedBytes > this.capacityBytes && this.head + dropCount < this.chunks.length - 1) {
+      const chunk = this.chunks[this.head + dropCount];
       if (pinnedAt !== undefined && chunk.offset + chunk.data.length > pinnedAt[chunk.stream]) break;
       this.retainedBytes -= chunk.data.length + chunkOverheadBytes;
       this.firstRetained[chunk.stream] = chunk.offset + chunk.data.length;
+      // The slot stays until compaction; its bytes must not.
+      chunk.data = droppedData;
       dropCount++;
     }
     if (dropCount === 0) return;
+    this.head += dropCount;
     this.headSequence += dropCount;
-    // Splicing the front of a large array is O(n); slice in batches instead.
-    this.chunks = this.chunks.slice(dropCount);
+    // Removing the front of a large array is O(n): doing it on every drop made each append of a
+    // full buffer cost a copy of all its chunks. Compact only once half the array is dropped.
+    if (this.head >= 1024 && this.head * 2 >= this.chunks.length) {
+      this.chunks = this.chunks.slice(this.head);
+      this.head = 0;
+    }
   }
 
   private updateBackpressure(): void {

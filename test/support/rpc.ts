@@ -132,14 +132,13 @@ export function sleepers(marker: string): number[] {
 
 /** Polls GetProcess until the process has exited; returns its exit. */
 export async function waitForExit(client: SandboxClient, processId: string, timeoutMs = 10_000): Promise<ProcessExited> {
-  const info = await waitFor(
+  return waitFor(
     async () => {
       const { process } = await client.getProcess({ processId });
-      return process?.exit !== undefined ? process : undefined;
+      return process?.exit;
     },
     { timeoutMs, what: `process ${processId} to exit` },
-  );
-  return info.exit!;
+  ) as Promise<ProcessExited>;
 }
 
 /** Key and IV of the deterministic pseudo-random byte stream of {@link deterministicBytesCommand}. */
