@@ -49,6 +49,10 @@ export interface SandboxServer {
   readonly url: string;
   /** The process manager behind it. */
   readonly manager: ProcessManager;
+  /** Calls in progress (health checks excluded). */
+  readonly activeCalls: number;
+  /** Open client connections (HTTP/2 sessions). */
+  readonly connections: number;
   /**
    * Shuts down gracefully: refuses new calls, ends open streams with UNAVAILABLE, kills every
    * process group it started (SIGKILL after `gracePeriodMs`) and closes all connections.
@@ -97,6 +101,12 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
     host,
     url: `http://${host.includes(":") ? `[${host}]` : host}:${port}`,
     manager,
+    get activeCalls() {
+      return limits.counter.active;
+    },
+    get connections() {
+      return sessions.size;
+    },
     close(gracePeriodMs = 2000) {
       closing ??= (async () => {
         const closed = new Promise<void>((resolve) => server.close(() => resolve()));

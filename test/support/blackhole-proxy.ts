@@ -1,0 +1,62 @@
+import net from "node:net";
+
+/** A TCP proxy in front of a server that can turn into a black hole, as a vanished peer looks. */
+export interface BlackholeProxy {
+  /** Base URL of the proxy, such as `http://127.0.0.1:40123`. */
+  readonly url: string;
+  /** Connections accepted so far. */
+  readonly connections: number;
+  /**
+   * Stops moving bytes in both directions without closing anything: no FIN, no RST, just silence,
+   * as when a client's machine froze or its network went away. Applies to open and new connections.
+   */
+  blackhole(): void;
+  /** Destroys every connection and stops listening. */
+  close(): Promise<void>;
+}
+
+/** Starts a proxy on a free loopback port forwarding to `target` (host and port). */
+export async function startBlackholeProxy(target: { host: string; port: number }): Promise<BlackholeProxy> {
+  const sockets = new Set<net.Socket>();
+  let swallowing = false;
+  let connections = 0;
+  const silence = (client: net.Socket, upstream: net.Socket) => {
+    client.unpipe(upstream);
+    upstream.unpipe(client);
+    // Stop reading: what the server sends piles up unread and unanswered.
+    upstream.pause();
+    client.pause();
+  };
+  const pairs: Array<[net.Socket, net.Socket]> = [];
+  const server = net.createServer((client) => {
+    connections++;
+    const upstream = net.connect(target.port, target.host);
+    for (const socket of [client, upstream]) {
+      sockets.add(socket);
+      socket.on("error", () => {});
+      socket.on("close", () => sockets.delete(socket));
+    }
+    client.on("close", () => upstream.destroy());
+    upstream.on("close", () => client.destroy());
+    pairs.push([client, upstream]);
+    if (swallowing) return silence(client, upstream);
+    client.pipe(upstream);
+    upstream.pipe(client);
+  });
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as net.AddressInfo;
+  return {
+    url: `http://127.0.0.1:${port}`,
+    get connections() {
+      return connections;
+    },
+    blackhole() {
+      swallowing = true;
+      for (const [client, upstream] of pairs) silence(client, upstream);
+    },
+    async close() {
+      for (const socket of sockets) socket.destroy();
+      await new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+  };
+}
