@@ -56,6 +56,7 @@ function createPipeChild(
 
   const finished = leaderExited.then(async (exit) => {
     // A grandchild may hold the pipes open forever: read what is there, then stop waiting.
+    const exitedAt = Date.now();
     let waitedMs = 0;
     let closed = false;
     const closing = outputClosed.then(() => (closed = true));
@@ -63,9 +64,14 @@ function createPipeChild(
       let timer: NodeJS.Timeout | undefined;
       await Promise.race([closing, new Promise((resolve) => (timer = setTimeout(resolve, 20)))]);
       clearTimeout(timer);
+      // After a busy spell the timer runs before the poll phase has read what is waiting in the
+      // pipes: let one poll pass before judging the output quiet.
+      await new Promise((resolve) => setImmediate(resolve));
       if (closed || paused) continue;
       waitedMs += 20;
-      if (Date.now() - lastDataAt >= outputQuietMs || waitedMs >= outputDrainLimitMs) break;
+      // Quiet counts from the exit at the earliest: a leader that printed nothing for a while before
+      // exiting has not been quiet since its output was read.
+      if (Date.now() - Math.max(lastDataAt, exitedAt) >= outputQuietMs || waitedMs >= outputDrainLimitMs) break;
     }
     stdout.destroy();
     stderr.destroy();
