@@ -104,7 +104,7 @@ describe("StreamLogs replay", () => {
     // stderr is written only after the first 300 000 stdout bytes, and the second stdout part only
     // after stderr: its first chunk comes after stdout's first and before stdout's last.
     const firstStderr = chunks.findIndex((chunk) => chunk.stream === OutputStream.STDERR);
-    const lastStdout = chunks.findLastIndex((chunk) => chunk.stream === OutputStream.STDOUT);
+    const lastStdout = chunks.map((chunk) => chunk.stream).lastIndexOf(OutputStream.STDOUT);
     expect(chunks[0].stream, sequence).toBe(OutputStream.STDOUT);
     expect(firstStderr, sequence).toBeGreaterThan(0);
     expect(firstStderr, sequence).toBeLessThan(lastStdout);
