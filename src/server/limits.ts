@@ -94,3 +94,41 @@ export function createCallLimitInterceptor(options: CallLimitOptions = {}): { in
   };
   return { interceptor, counter };
 }
+
+/** Default longest error message sent to a client, in characters. */
+export const defaultMaxErrorMessageLength = 1024;
+
+/**
+ * Creates a server interceptor that shortens error messages to `maxLength` characters, for unary
+ * calls and streams alike. Messages may quote what the client sent (a process id, a directory), and
+ * a message travels in an HTTP/2 trailer: an unbounded one would exceed the client's header list
+ * limit and turn a clear status into a connection error.
+ */
+export function createErrorMessageLimitInterceptor(maxLength = defaultMaxErrorMessageLength): Interceptor {
+  const shorten = (error: unknown): unknown => {
+    if (!(error instanceof ConnectError) || error.rawMessage.length <= maxLength) return error;
+    const shortened = new ConnectError(`${error.rawMessage.slice(0, maxLength)}...`, error.code, error.metadata, undefined, error.cause);
+    shortened.details.push(...error.details);
+    return shortened;
+  };
+  return (next) => async (request) => {
+    let response;
+    try {
+      response = await next(request);
+    } catch (error) {
+      throw shorten(error);
+    }
+    if (!response.stream) return response;
+    const messages = response.message;
+    return {
+      ...response,
+      message: (async function* () {
+        try {
+          yield* messages;
+        } catch (error) {
+          throw shorten(error);
+        }
+      })(),
+    } as typeof response;
+  };
+}

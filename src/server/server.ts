@@ -7,6 +7,7 @@ import { watchSessionLiveness, type KeepaliveOptions } from "./keepalive.js";
 import {
   connectionContextValues,
   createCallLimitInterceptor,
+  createErrorMessageLimitInterceptor,
   defaultMaxCallsPerConnection,
   defaultMaxMessageBytes,
   type CallLimitOptions,
@@ -71,7 +72,11 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
   const handler = connectNodeAdapter({
     routes: createRoutes({ manager, shutdownSignal: shutdown.signal }),
     // Auth first: an unauthenticated call must not even count against the limits.
-    interceptors: [...(options.token !== undefined ? [createAuthInterceptor({ token: options.token })] : []), limits.interceptor],
+    interceptors: [
+      createErrorMessageLimitInterceptor(),
+      ...(options.token !== undefined ? [createAuthInterceptor({ token: options.token })] : []),
+      limits.interceptor,
+    ],
     contextValues: connectionContextValues,
     readMaxBytes: maxMessageBytes,
     // GetProcessLogs answers with all retained output of both streams, whatever the request limit.
@@ -80,7 +85,14 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
   // The HTTP/2 stream limit sits above the per-connection call limit, so a client normally meets the
   // limit as RESOURCE_EXHAUSTED naming it; the transport's own refusal is the backstop.
   const maxStreams = (options.callLimits?.maxCallsPerConnection ?? defaultMaxCallsPerConnection) + 16;
-  const server = http2.createServer({ settings: { initialWindowSize: 4 * 1024 * 1024, maxConcurrentStreams: maxStreams } }, handler);
+  // A call refused for an oversized message leaves its stream open until the client ends it, holding
+  // session memory; past Node's default of 10 MB the connection refuses new streams with
+  // ENHANCE_YOUR_CALM. Room for a few calls at the message limit keeps honest clients clear of it.
+  const maxSessionMemoryMb = Math.max(10, Math.ceil((4 * maxMessageBytes + 16 * 1024 * 1024) / (1024 * 1024)));
+  const server = http2.createServer(
+    { maxSessionMemory: maxSessionMemoryMb, settings: { initialWindowSize: 4 * 1024 * 1024, maxConcurrentStreams: maxStreams } },
+    handler,
+  );
   const sessions = new Set<http2.ServerHttp2Session>();
   server.on("session", (session) => {
     watchSessionLiveness(session, options.keepalive);
