@@ -26,7 +26,7 @@ async function startDaemon(args: string[]): Promise<DaemonProcess> {
   });
   let stderr = "";
   child.stderr!.on("data", (data: Buffer) => (stderr += data.toString()));
-  const url = await waitFor(() => /listening on (\S+)/.exec(stderr)?.[1], { timeoutMs: 30_000, what: `the daemon to listen (${stderr})` });
+  const url = (await waitFor(() => /listening on (\S+)/.exec(stderr)?.[1], { timeoutMs: 30_000, what: "the daemon to listen" })) as string;
   return { child, url, stderr: () => stderr };
 }
 
