@@ -1,6 +1,10 @@
 import net from "node:net";
 
-/** A TCP proxy in front of a server that can turn into a black hole, as a vanished peer looks. */
+/**
+ * A TCP proxy in front of a server that can turn into a black hole, as a vanished peer looks, or cut
+ * every connection. (test/support/tcp-proxy.ts is the client SDK's reconnect proxy; this one is for
+ * the server's side of dead peers and cuts.)
+ */
 export interface BlackholeProxy {
   /** Base URL of the proxy, such as `http://127.0.0.1:40123`. */
   readonly url: string;
@@ -11,6 +15,8 @@ export interface BlackholeProxy {
    * as when a client's machine froze or its network went away. Applies to open and new connections.
    */
   blackhole(): void;
+  /** Cuts every open connection at once with a TCP reset, as a dropped NAT entry or a crashed router does. */
+  cutAll(): void;
   /** Destroys every connection and stops listening. */
   close(): Promise<void>;
 }
@@ -53,6 +59,9 @@ export async function startBlackholeProxy(target: { host: string; port: number }
     blackhole() {
       swallowing = true;
       for (const [client, upstream] of pairs) silence(client, upstream);
+    },
+    cutAll() {
+      for (const socket of sockets) socket.resetAndDestroy();
     },
     async close() {
       for (const socket of sockets) socket.destroy();
