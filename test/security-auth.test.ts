@@ -174,6 +174,20 @@ describe("where the token comes from", () => {
     expect(() => resolveToken({ token: "  " })).toThrow("the token is empty");
   });
 
+  it("the README's security example parses as written, with the token from the file", () => {
+    const readme = readFileSync(path.join(import.meta.dirname, "..", "README.md"), "utf8");
+    const security = readme.slice(readme.indexOf("## Security"));
+    const line = /^npm start -- (.*)$/m.exec(security)?.[1];
+    expect(line).toBeDefined();
+    const file = path.join(dir, "token");
+    writeFileSync(file, "readme-token\n", { mode: 0o600 });
+    const argv = line!.split(" ").map((word) => (word === "token" ? file : word));
+    const command = parseCommandLine(argv, {});
+    expect(command.help).toBe(false);
+    if (command.help) return;
+    expect(command.options).toMatchObject({ host: "0.0.0.0", token: "readme-token", runAs: { name: "nobody" }, stateDirectory: "/var/lib/sandboxd" });
+  });
+
   it("the command line refuses a 0644 token file", () => {
     const file = path.join(dir, "cli-token");
     writeFileSync(file, "t");
