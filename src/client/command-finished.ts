@@ -1,0 +1,84 @@
+import { decodeChunks, joinBytes, type DecodedOutput, type OutputChunk } from "./output.js";
+import type { ProcessExit, ProcessStatus } from "./process-record.js";
+
+/**
+ * CommandFinished is a command that has exited, with everything it printed: what
+ * `CommandHandle.wait()` (and `result`) and a blocking `runCommand` resolve with.
+ *
+ * `exitCode` is always a number: the process's own exit code, or 128 + the signal number when a
+ * signal ended it (137 for SIGKILL, as a timeout reports it), with `signal` naming the signal.
+ * Text accessors decode with the handle's encoding (UTF-8 by default), each stream with its own
+ * incremental decoder, so multi-byte characters are never split.
+ */
+export class CommandFinished {
+  private decoded?: DecodedOutput;
+
+  /** @internal Built by CommandHandle from its exit and the chunks it retained. */
+  constructor(
+    /** The process id. */
+    readonly id: string,
+    /** The command as given. */
+    readonly command: string,
+    /** How it ended. */
+    readonly exit: ProcessExit,
+    /** Every chunk received, in arrival order. */
+    readonly chunks: readonly OutputChunk[],
+    /** Encoding of the text accessors (a WHATWG label). */
+    readonly encoding = "utf-8",
+  ) {}
+
+  /** The exit code; 128 + the signal number when a signal ended the process. */
+  get exitCode(): number {
+    return this.exit.exitCode;
+  }
+
+  /** Final status: completed, failed, killed or error. */
+  get status(): ProcessStatus {
+    return this.exit.status;
+  }
+
+  /** Name of the signal that ended the process (`"SIGKILL"`), undefined when it exited. */
+  get signal(): string | undefined {
+    return this.exit.signal;
+  }
+
+  /** Whether the process was killed because its timeout expired. */
+  get timedOut(): boolean {
+    return this.exit.timedOut;
+  }
+
+  /** Whether exitCode is 0. */
+  get success(): boolean {
+    return this.exit.exitCode === 0;
+  }
+
+  /** Standard output as text. */
+  stdout(): string {
+    return this.text().stdout;
+  }
+
+  /** Standard error as text. */
+  stderr(): string {
+    return this.text().stderr;
+  }
+
+  /** Both streams' text joined in the order the chunks arrived. */
+  output(): string {
+    return this.text().output;
+  }
+
+  /** Standard output bytes, exactly as written. */
+  stdoutBytes(): Uint8Array {
+    return joinBytes(this.chunks, "stdout");
+  }
+
+  /** Standard error bytes, exactly as written. */
+  stderrBytes(): Uint8Array {
+    return joinBytes(this.chunks, "stderr");
+  }
+
+  private text(): DecodedOutput {
+    this.decoded ??= decodeChunks(this.chunks, this.encoding);
+    return this.decoded;
+  }
+}

@@ -1,0 +1,110 @@
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import type { Client } from "@connectrpc/connect";
+import type { SandboxService, SendInputRequestSchema, SendInputResponse } from "../../gen/sandbox/v1/sandbox_pb.js";
+import { SandboxError, toSandboxError } from "./errors.js";
+
+type InputMessage = MessageInitShape<typeof SendInputRequestSchema>;
+
+/** The acknowledgement of one input message. */
+export interface InputAck {
+  /** Total bytes written to the process's stdin so far, by all writers. */
+  bytesWritten: number;
+  /** Whether stdin is now closed. */
+  closed: boolean;
+}
+
+/**
+ * InputStream is one SendInput call to one process, opened on the first message: data, end of input,
+ * PTY resizes and signals go over it in order, and each `send` resolves with that message's
+ * acknowledgement. A failed call is not retried (the daemon may or may not have applied the message
+ * in flight, and writing it twice would duplicate input); the next `send` opens a new call.
+ */
+export class InputStream {
+  private call?: OpenCall;
+
+  constructor(
+    private readonly client: Client<typeof SandboxService>,
+    private readonly processId: string,
+  ) {}
+
+  /** Sends one message and resolves with its acknowledgement; rejects with a SandboxError. */
+  async send(input: InputMessage["input"]): Promise<InputAck> {
+    if (this.call === undefined || this.call.failed) this.call = await this.open();
+    const call = this.call;
+    return call.send({ input });
+  }
+
+  /** Ends the call (not the process's stdin: that is `send({ case: "close" })`). */
+  close(): void {
+    this.call?.end();
+    this.call = undefined;
+  }
+
+  private async open(): Promise<OpenCall> {
+    const call = new OpenCall(this.client, this.processId);
+    await call.send({ input: { case: "open", value: { processId: this.processId } } });
+    return call;
+  }
+}
+
+/** One SendInput call: a queue of requests and the acknowledgements awaited in order. */
+class OpenCall {
+  failed = false;
+  private readonly queue: InputMessage[] = [];
+  private readonly waiting: Array<{ resolve(ack: InputAck): void; reject(error: unknown): void }> = [];
+  private wake?: () => void;
+  private ended = false;
+  private readonly abort = new AbortController();
+
+  constructor(
+    client: Client<typeof SandboxService>,
+    private readonly processId: string,
+  ) {
+    void this.read(client.sendInput(this.requests(), { signal: this.abort.signal }));
+  }
+
+  send(message: InputMessage): Promise<InputAck> {
+    if (this.failed || this.ended) return Promise.reject(new SandboxError("the input stream is closed", "INPUT_CLOSED"));
+    return new Promise<InputAck>((resolve, reject) => {
+      this.waiting.push({ resolve, reject });
+      this.queue.push(message);
+      this.wake?.();
+    });
+  }
+
+  end(): void {
+    this.ended = true;
+    this.wake?.();
+    // Acks still owed are not awaited by anyone once the owner lets go.
+    if (this.waiting.length === 0) return;
+    this.abort.abort();
+  }
+
+  private async *requests(): AsyncGenerator<InputMessage> {
+    for (;;) {
+      const next = this.queue.shift();
+      if (next !== undefined) {
+        yield next;
+        continue;
+      }
+      if (this.ended || this.failed) return;
+      await new Promise<void>((resolve) => (this.wake = resolve));
+      this.wake = undefined;
+    }
+  }
+
+  private async read(responses: AsyncIterable<SendInputResponse>): Promise<void> {
+    try {
+      for await (const response of responses) {
+        this.waiting.shift()?.resolve({ bytesWritten: Number(response.bytesWritten), closed: response.closed });
+      }
+      if (this.waiting.length > 0) throw new SandboxError("the input stream ended before acknowledging every message", "INPUT_CLOSED");
+    } catch (error) {
+      const failure = toSandboxError(error, { processId: this.processId });
+      for (const waiter of this.waiting.splice(0)) waiter.reject(failure);
+    } finally {
+      this.failed = true;
+      this.wake?.();
+    }
+  }
+}

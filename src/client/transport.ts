@@ -1,0 +1,93 @@
+import http2 from "node:http2";
+import type { Interceptor, Transport } from "@connectrpc/connect";
+import { createConnectTransport, createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+
+/** Wire protocol of a {@link SandboxConnection}: gRPC, or Connect (JSON-free binary Connect, HTTP/2 too). */
+export type SandboxProtocol = "grpc" | "connect";
+
+/** Options for {@link createSandboxConnection}. */
+export interface SandboxConnectionOptions {
+  /** Base URL of the daemon, such as `http://127.0.0.1:7007`. */
+  baseUrl: string;
+  /** Wire protocol. Default `"grpc"`. Both run over HTTP/2. */
+  protocol?: SandboxProtocol;
+  /** Bearer token sent as `Authorization: Bearer <token>` on every call; none when undefined. */
+  token?: string;
+  /** Extra request headers sent on every call. */
+  headers?: Record<string, string>;
+  /**
+   * Accept gzip-compressed responses. Default true. The daemon compresses what a client accepts,
+   * which costs throughput on bulk binary output; turn it off for that.
+   */
+  acceptCompression?: boolean;
+}
+
+/**
+ * SandboxConnection is one HTTP/2 connection to a daemon with the transport built on it. It counts
+ * graceful GOAWAY frames (NO_ERROR) the daemon sends, so a stream that breaks right after one can be
+ * told apart from a network failure and resumed at once.
+ */
+export interface SandboxConnection {
+  /** The transport for `createClient`. */
+  readonly transport: Transport;
+  /** Graceful GOAWAY frames received so far on any connection of this client. */
+  readonly goAwayCount: number;
+  /** Closes the connection and every call on it. */
+  close(): void;
+}
+
+/**
+ * An Http2SessionManager that notices graceful GOAWAY frames: a daemon going away (hot reload,
+ * restart behind a load balancer) sends one before it closes the connection.
+ */
+class GoAwayCountingSessionManager extends Http2SessionManager {
+  goAwayCount = 0;
+  private readonly watched = new WeakSet<http2.Http2Session>();
+
+  override async request(
+    method: string,
+    path: string,
+    headers: http2.OutgoingHttpHeaders,
+    options: Omit<http2.ClientSessionRequestOptions, "signal">,
+  ): Promise<http2.ClientHttp2Stream> {
+    const stream = await super.request(method, path, headers, options);
+    const session = stream.session;
+    if (session !== undefined && !this.watched.has(session)) {
+      this.watched.add(session);
+      session.on("goaway", (errorCode: number) => {
+        if (errorCode === http2.constants.NGHTTP2_NO_ERROR) this.goAwayCount++;
+      });
+    }
+    return stream;
+  }
+}
+
+/** Creates a connection to a daemon: the transport for the chosen protocol over one HTTP/2 session. */
+export function createSandboxConnection(options: SandboxConnectionOptions): SandboxConnection {
+  const sessionManager = new GoAwayCountingSessionManager(options.baseUrl);
+  const interceptors: Interceptor[] = [];
+  const headers = { ...options.headers, ...(options.token !== undefined ? { authorization: `Bearer ${options.token}` } : {}) };
+  if (Object.keys(headers).length > 0) {
+    interceptors.push((next) => (request) => {
+      for (const [name, value] of Object.entries(headers)) request.header.set(name, value);
+      return next(request);
+    });
+  }
+  const common = {
+    baseUrl: options.baseUrl,
+    httpVersion: "2" as const,
+    sessionManager,
+    interceptors,
+    ...(options.acceptCompression === false ? { acceptCompression: [] } : {}),
+  };
+  const transport = options.protocol === "connect" ? createConnectTransport(common) : createGrpcTransport(common);
+  return {
+    transport,
+    get goAwayCount() {
+      return sessionManager.goAwayCount;
+    },
+    close() {
+      sessionManager.abort();
+    },
+  };
+}
