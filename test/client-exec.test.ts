@@ -1,0 +1,253 @@
+import { writeFileSync } from "node:fs";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import {
+  connect,
+  isExecResult,
+  SandboxError,
+  type ExecEvent,
+  type ExecResult,
+  type Sandbox,
+} from "../src/client/index.js";
+import { waitFor } from "./support/processes.js";
+import { sleepMarker, sleepers } from "./support/rpc.js";
+import { startTestServer, type TestServer } from "./support/server.js";
+
+let t: TestServer;
+let sandbox: Sandbox;
+beforeAll(async () => {
+  t = await startTestServer();
+  sandbox = await connect({ baseUrl: t.server.url, workspace: [t.workspace] });
+});
+afterAll(async () => {
+  await sandbox.close();
+  await t.close();
+});
+
+describe("exec (seed 000)", () => {
+  it("runs a command and resolves with every ExecResult field", async () => {
+    const before = Date.now();
+    const result: ExecResult = await sandbox.exec("ls -la");
+    expect(isExecResult(result)).toBe(true);
+    expect(result.success).toBe(true);
+    expect(result.exitCode).toBe(0);
+    expect(result.stdout).toContain("..");
+    expect(result.stderr).toBe("");
+    expect(result.output).toBe(result.stdout);
+    expect(result.command).toBe("ls -la");
+    expect(result.duration).toBeGreaterThanOrEqual(0);
+    expect(Date.parse(result.timestamp)).toBeGreaterThanOrEqual(before - 1000);
+    expect(result.sessionId).toBe(sandbox.sessionId);
+    expect(result.signal).toBeUndefined();
+    expect(result.timedOut).toBe(false);
+  });
+
+  it("streams output through callbacks, as the seed's build example does", async () => {
+    const seen: Array<[string, string]> = [];
+    const completed: ExecResult[] = [];
+    writeFileSync(path.join(t.workspace, "package.json"), JSON.stringify({ scripts: { build: "echo building; echo warn >&2; echo built" } }));
+    const buildResult: ExecResult = await sandbox.exec("npm run build --silent", {
+      stream: true,
+      onOutput: (stream: "stdout" | "stderr", data: string) => {
+        seen.push([stream, data]);
+      },
+      onComplete: (result) => completed.push(result),
+      timeout: 60000,
+      signal: new AbortController().signal,
+    });
+    expect(buildResult.success).toBe(true);
+    expect(seen.filter(([stream]) => stream === "stdout").map(([, data]) => data).join("")).toBe("building\nbuilt\n");
+    expect(seen.filter(([stream]) => stream === "stderr").map(([, data]) => data).join("")).toBe("warn\n");
+    expect(completed).toEqual([buildResult]);
+  });
+
+  it("takes env, cwd, sessionId and argv-form args", async () => {
+    const sub = path.join(t.workspace, "sub");
+    await sandbox.exec(`mkdir -p ${sub}`);
+    const result = await sandbox.exec('echo "$GREETING from $(pwd)"', { env: { GREETING: "hello" }, cwd: "sub", sessionId: "session-x" });
+    expect(result.stdout).toBe(`hello from ${sub}\n`);
+    expect(result.sessionId).toBe("session-x");
+    const argv = await sandbox.exec("printf", { args: ["%s|", "a b", "$HOME", "*"] });
+    expect(argv.stdout).toBe("a b|$HOME|*|");
+    expect(argv.command).toBe("printf %s| a b $HOME *");
+  });
+
+  it("refuses a cwd outside the workspace before any call", async () => {
+    await expect(sandbox.exec("pwd", { cwd: "/etc" })).rejects.toMatchObject({ code: "INVALID_ARGUMENT" });
+  });
+
+  it("feeds stdin and closes it", async () => {
+    expect((await sandbox.exec("wc -c", { stdin: "hello\n" })).stdout.trim()).toBe("6");
+    expect((await sandbox.exec("cat", { stdin: new Uint8Array([0xe2, 0x82, 0xac]) })).stdout).toBe("€");
+  });
+
+  it("decodes incrementally, never splitting a multi-byte character across chunks", async () => {
+    // "€" is e2 82 ac and "😀" f0 9f 98 80: each written a byte at a time, in separate chunks.
+    const pieces: string[] = [];
+    const result = await sandbox.exec(
+      "for b in '\\342' '\\202' '\\254' '\\360' '\\237' '\\230' '\\200'; do printf \"$b\"; sleep 0.05; done; printf '\\342\\202' >&2; sleep 0.05; printf '\\254' >&2",
+      { onOutput: (_stream, data) => pieces.push(data) },
+    );
+    expect(result.stdout).toBe("€😀");
+    expect(result.stderr).toBe("€");
+    expect(pieces.join("")).toBe("€😀€");
+    expect(pieces.every((piece) => !piece.includes("\ufffd"))).toBe(true);
+  });
+
+  it("decodes other encodings", async () => {
+    const result = await sandbox.exec("printf '\\351t\\351'", { encoding: "latin1" });
+    expect(result.stdout).toBe("été");
+    await expect(sandbox.exec("true", { encoding: "no-such-encoding" })).rejects.toMatchObject({ code: "INVALID_ARGUMENT" });
+  });
+
+  it("reports a timeout as data: timedOut, SIGKILL, exit code 137, and leaves no process", async () => {
+    const marker = sleepMarker();
+    const result = await sandbox.exec(`echo before; sleep ${marker}`, { timeout: 300 });
+    expect(result).toMatchObject({ success: false, exitCode: 137, signal: "SIGKILL", timedOut: true, stdout: "before\n" });
+    await waitFor(() => sleepers(marker).length === 0, { what: "the timed-out sleep to be gone" });
+  });
+
+  it("aborting kills the remote command and rejects with the signal's reason", async () => {
+    const marker = sleepMarker();
+    const controller = new AbortController();
+    const errors: Error[] = [];
+    const running = sandbox.exec(`sleep ${marker}`, { signal: controller.signal, onError: (error) => errors.push(error) });
+    await waitFor(() => sleepers(marker).length === 1, { what: "the sleep to start" });
+    controller.abort(new Error("changed my mind"));
+    await expect(running).rejects.toThrow("changed my mind");
+    expect(errors.map((error) => error.message)).toEqual(["changed my mind"]);
+    await waitFor(() => sleepers(marker).length === 0, { what: "the aborted sleep to be gone" });
+  });
+
+  it("an already aborted signal runs nothing", async () => {
+    const marker = sleepMarker();
+    await expect(sandbox.exec(`sleep ${marker}`, { signal: AbortSignal.abort() })).rejects.toThrow();
+    expect(sleepers(marker)).toEqual([]);
+  });
+
+  it("returns exit 127 for a missing program and a SandboxError for a refused command", async () => {
+    const missing = await sandbox.exec("no-such-program-xyz", { args: ["a"] });
+    expect(missing.exitCode).toBe(127);
+    await expect(sandbox.exec("")).rejects.toBeInstanceOf(SandboxError);
+  });
+});
+
+describe("exec (seed 004): one call, a guaranteed exit code and joined output", () => {
+  it("joins stdout and stderr in arrival order and keeps the exit code", async () => {
+    const result = await sandbox.exec("sh", { args: ["-c", "echo hello && sleep 0.05 && echo oops >&2 && sleep 0.05 && echo again && exit 3"] });
+    expect(result.exitCode).toBe(3);
+    expect(result.output).toBe("hello\noops\nagain\n");
+    expect(result.stdout).toBe("hello\nagain\n");
+    expect(result.stderr).toBe("oops\n");
+  });
+
+  it("with pty, stderr arrives merged into stdout", async () => {
+    const result = await sandbox.exec("echo out; echo err >&2; test -t 1 && echo tty", { pty: true });
+    expect(result.stderr).toBe("");
+    expect(result.stdout.replaceAll("\r\n", "\n")).toBe("out\nerr\ntty\n");
+    expect(result.output).toBe(result.stdout);
+  });
+
+  it("throws a SandboxError when the stream ends without an exit, never inventing an exit code", async () => {
+    const own = await startTestServer();
+    const client = await connect({ baseUrl: own.server.url });
+    const marker = sleepMarker();
+    const running = client.exec(`sleep ${marker}`);
+    await waitFor(() => sleepers(marker).length === 1, { what: "the sleep to start" });
+    const closing = own.close();
+    const error = await running.then(
+      (result) => result,
+      (failure: unknown) => failure,
+    );
+    await closing;
+    await client.close();
+    expect(error).toBeInstanceOf(SandboxError);
+    expect(isExecResult(error)).toBe(false);
+    expect((error as SandboxError).code).toBe("UNAVAILABLE");
+  });
+});
+
+describe("execStream (seed 000)", () => {
+  it("yields start, stdout, stderr and complete, as the seed's switch handles them", async () => {
+    const events: ExecEvent[] = [];
+    let printed = "";
+    for await (const event of sandbox.execStream("echo one; echo two >&2; exit 4")) {
+      events.push(event);
+      switch (event.type) {
+        case "start":
+          printed += `Started: ${event.command}\n`;
+          break;
+        case "stdout":
+          printed += event.data!;
+          break;
+        case "complete":
+          printed += `Completed with exit code: ${event.exitCode}\n`;
+          break;
+      }
+    }
+    expect(printed).toBe("Started: echo one; echo two >&2; exit 4\none\nCompleted with exit code: 4\n");
+    expect(events.map((event) => event.type)).toEqual(["start", "stdout", "stderr", "complete"]);
+    expect(events.at(-1)?.result).toMatchObject({ exitCode: 4, stdout: "one\n", stderr: "two\n", output: "one\ntwo\n" });
+    expect(events.every((event) => !Number.isNaN(Date.parse(event.timestamp)))).toBe(true);
+  });
+
+  it("breaking out of the loop cancels the call and kills the command", async () => {
+    const marker = sleepMarker();
+    let seen = 0;
+    for await (const event of sandbox.execStream(`echo ready; sleep ${marker}`)) {
+      if (event.type === "stdout") {
+        seen++;
+        expect(sleepers(marker)).toHaveLength(1);
+        break;
+      }
+    }
+    expect(seen).toBe(1);
+    await waitFor(() => sleepers(marker).length === 0, { what: "the sleep to be killed after break" });
+  });
+
+  it("aborting yields an error event, ends the stream and kills the command", async () => {
+    const marker = sleepMarker();
+    const controller = new AbortController();
+    const types: string[] = [];
+    for await (const event of sandbox.execStream(`echo ready; sleep ${marker}`, { signal: controller.signal })) {
+      types.push(event.type);
+      if (event.type === "stdout") controller.abort();
+    }
+    expect(types).toEqual(["start", "stdout", "error"]);
+    await waitFor(() => sleepers(marker).length === 0, { what: "the sleep to be killed after abort" });
+  });
+
+  it("a refused command is one error event", async () => {
+    const events: ExecEvent[] = [];
+    for await (const event of sandbox.execStream("true", { cwd: "no/such/dir" })) events.push(event);
+    expect(events.map((event) => event.type)).toEqual(["error"]);
+    expect(events[0].error).toBeInstanceOf(SandboxError);
+  });
+
+  it("a slow consumer gets every byte (backpressure holds the command back)", async () => {
+    let bytes = 0;
+    for await (const event of sandbox.execStream("head -c 3000000 /dev/zero | tr '\\0' x")) {
+      if (event.type === "stdout") {
+        bytes += event.data!.length;
+        await new Promise((resolve) => setTimeout(resolve, 1));
+      }
+      if (event.type === "complete") expect(event.result?.stdout.length).toBe(3_000_000);
+    }
+    expect(bytes).toBe(3_000_000);
+  });
+});
+
+describe("exec over the Connect protocol", () => {
+  it("runs the same", async () => {
+    const connectSandbox = await connect({ baseUrl: t.server.url, protocol: "connect" });
+    try {
+      const result = await connectSandbox.exec("echo via connect; exit 2");
+      expect(result).toMatchObject({ exitCode: 2, stdout: "via connect\n" });
+      const events: string[] = [];
+      for await (const event of connectSandbox.execStream("echo streamed")) events.push(event.type);
+      expect(events).toEqual(["start", "stdout", "complete"]);
+    } finally {
+      await connectSandbox.close();
+    }
+  });
+});
