@@ -1,8 +1,9 @@
+import { chmodSync } from "node:fs";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { afterEach, describe, expect, it } from "vitest";
 import { SandboxService } from "../gen/sandbox/v1/sandbox_pb.js";
-import { Launcher } from "../src/process/index.js";
+import { Launcher, resolveUser } from "../src/process/index.js";
 import { processesWithMarker, waitFor } from "./support/processes.js";
 import { Code, collectExec, rpcError, sleepMarker, sleepers, streamError, type SandboxClient } from "./support/rpc.js";
 import { startTestServer, type TestServer } from "./support/server.js";
@@ -143,3 +144,19 @@ async function drainQuietly(stream: AsyncIterable<unknown>): Promise<void> {
     // Cancelled on purpose.
   }
 }
+
+const fallback = Launcher.create({ maxTasksPerCommand: 37, cgroups: false });
+
+describe.skipIf(process.getuid?.() !== 0 || fallback.forkLimit(65534) !== "rlimit-nproc")("the prlimit fallback without cgroups", () => {
+  it("sets RLIMIT_NPROC for a command run as another user, and nothing for root", async () => {
+    const test = await startTestServer({ launcher: fallback, runAs: resolveUser("nobody") });
+    try {
+      chmodSync(test.workspace, 0o755);
+      const limited = await collectExec(test.client, { command: "cat /proc/self/limits | grep 'Max processes'" });
+      expect(limited.stdout.toString()).toMatch(/Max processes\s+37\s+37/);
+      expect(fallback.forkLimit(0)).toBe("none");
+    } finally {
+      await test.close();
+    }
+  });
+});

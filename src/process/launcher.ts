@@ -18,6 +18,8 @@ export type ForkLimit =
 export interface LauncherOptions {
   /** Most tasks one command may have at once; 0 disables the cap. Default {@link defaultMaxTasksPerCommand}. */
   maxTasksPerCommand?: number;
+  /** Look for a cgroup pids controller; false forces the prlimit fallback. Default true. */
+  cgroups?: boolean;
 }
 
 /** How to spawn one command: the program and arguments to run, and the ids to pass to spawn. */
@@ -55,7 +57,7 @@ export class Launcher {
   /** Detects cgroups, prlimit and setpriv on this machine. */
   static create(options: LauncherOptions = {}): Launcher {
     const maxTasks = options.maxTasksPerCommand ?? defaultMaxTasksPerCommand;
-    const cgroup = maxTasks > 0 ? PidsCgroup.detect() : undefined;
+    const cgroup = maxTasks > 0 && options.cgroups !== false ? PidsCgroup.detect() : undefined;
     return new Launcher(maxTasks, cgroup, findProgram("prlimit"), findProgram("setpriv"));
   }
 

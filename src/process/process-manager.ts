@@ -129,8 +129,12 @@ export class ProcessManager {
    * {@link GroupLedger}); a no-op without one. Called by {@link createProcessManager}.
    */
   reapLeftovers(): ReapReport | undefined {
-    return this.ledger?.reapLeftovers();
+    this.reaped = this.ledger?.reapLeftovers();
+    return this.reaped;
   }
+
+  /** What the last {@link reapLeftovers} did; undefined without a state directory. */
+  reaped?: ReapReport;
 
   /** Number of processes that have not exited. */
   get liveProcessCount(): number {
