@@ -126,7 +126,7 @@ export interface CloseOptions {
 
 /**
  * Sandbox is a client of one sandboxd daemon with seed 002's lifecycle: `init` until start(),
- * `running` while connected, `idle` after stop(), `error` when starting or the connection failed,
+ * `running` while connected, `idle` after stop(), `error` when starting failed or the daemon could not be reached,
  * `closed` after close(). Only seed 002's transitions are allowed (SandboxError INVALID_TRANSITION
  * otherwise), and commands run only while `running` (SandboxError NOT_RUNNING).
  *
@@ -507,8 +507,9 @@ export class Sandbox implements AsyncDisposable {
   }
 
   /**
-   * Runs a call while running; maps failures to SandboxErrors, and a lost connection (UNAVAILABLE)
-   * moves the sandbox to `error`, from which start() reconnects.
+   * Runs a call while running; maps failures to SandboxErrors, and a daemon that cannot be reached
+   * (UNAVAILABLE from the transport, not a stream cut mid-call) moves the sandbox to `error`, from
+   * which start() reconnects.
    */
   private async guard<T>(call: () => Promise<T>): Promise<T> {
     this.lifecycle.assertRunning();
@@ -517,7 +518,9 @@ export class Sandbox implements AsyncDisposable {
     } catch (error) {
       if (!(error instanceof SandboxError) && !(error instanceof ConnectError)) throw error;
       const failure = toSandboxError(error);
-      if (failure.code === "UNAVAILABLE" && this.status === "running") this.lifecycle.transition("error");
+      // Only a daemon that cannot be reached at all counts, not a stream cut under a call in progress.
+      const unreachable = ConnectError.from(failure.cause ?? failure).code === Code.Unavailable && failure.code === "UNAVAILABLE";
+      if (unreachable && this.status === "running") this.lifecycle.transition("error");
       throw failure;
     }
   }

@@ -1,0 +1,277 @@
+import { createHash } from "node:crypto";
+import { writeFileSync } from "node:fs";
+import path from "node:path";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import {
+  classifyFailure,
+  CommandHandle,
+  connect,
+  OutputLostError,
+  SandboxError,
+  type OutputChunk,
+  type Sandbox,
+} from "../src/client/index.js";
+import { waitFor } from "./support/processes.js";
+import { Code, deterministicBytesCommand, deterministicBytesSha256, sleepMarker, sleepers } from "./support/rpc.js";
+import { startTestServer, type TestServer } from "./support/server.js";
+import { startTcpProxy, type TcpProxy } from "./support/tcp-proxy.js";
+import { ConnectError } from "@connectrpc/connect";
+
+const largeOutputBytes = 48 * 1024 * 1024;
+
+let t: TestServer;
+let proxy: TcpProxy;
+let sandbox: Sandbox;
+const saved = { max: CommandHandle.MAX_AUTO_RECONNECTS, base: CommandHandle.BACKOFF_BASE, cap: CommandHandle.BACKOFF_MAX };
+beforeAll(async () => {
+  // Retains all of the large output, so a reader that is away while the proxy is cut never meets a gap.
+  t = await startTestServer({ outputCapacityBytes: largeOutputBytes + 16 * 1024 * 1024 });
+  proxy = await startTcpProxy({ host: "127.0.0.1", port: t.server.port });
+  sandbox = await connect({ baseUrl: proxy.url, workspace: [t.workspace], acceptCompression: false });
+});
+afterEach(() => {
+  CommandHandle.MAX_AUTO_RECONNECTS = saved.max;
+  CommandHandle.BACKOFF_BASE = saved.base;
+  CommandHandle.BACKOFF_MAX = saved.cap;
+  proxy.refuse(false);
+});
+afterAll(async () => {
+  await sandbox.close();
+  await proxy.close();
+  await t.close();
+});
+
+/** Checks that each stream's chunks are contiguous from 0 and returns their bytes. */
+function joinChecked(chunks: readonly OutputChunk[], stream: "stdout" | "stderr"): Buffer {
+  let next = 0;
+  const parts: Uint8Array[] = [];
+  for (const chunk of chunks) {
+    if (chunk.stream !== stream) continue;
+    expect(chunk.offset).toBe(next);
+    next += chunk.data.length;
+    parts.push(chunk.data);
+  }
+  return Buffer.concat(parts);
+}
+
+describe("CommandHandle (seed 001)", () => {
+  it("runs `make build` without waiting, streams chunks and gives the result, as the seed's example", async () => {
+    writeFileSync(path.join(t.workspace, "Makefile"), "build:\n\t@echo compiling\n\t@echo warning: careful >&2\n\t@echo linked\n");
+    const handle = await sandbox.run("make build", { timeout: 600_000, wait: false });
+    expect(handle.commandId).toBe(handle.id);
+    expect(handle.pid).toBeGreaterThan(0);
+    const written: Uint8Array[] = [];
+    const chunks: OutputChunk[] = [];
+    for await (const chunk of handle) {
+      // auto-reconnects on transient errors
+      written.push(chunk.data);
+      chunks.push(chunk);
+    }
+    const result = await handle.result;
+    expect(result.exitCode).toBe(0);
+    expect(joinChecked(chunks, "stdout").toString()).toBe("compiling\nlinked\n");
+    expect(joinChecked(chunks, "stderr").toString()).toBe("warning: careful\n");
+    expect(result.output()).toBe("compiling\nwarning: careful\nlinked\n");
+    expect(handle.lastStdoutOffset).toBe(17);
+    expect(handle.lastStderrOffset).toBe(17);
+    expect(handle.status).toBe("completed");
+  });
+
+  it("lets a late iterator replay what was received, and several iterators see the same chunks", async () => {
+    const handle = await sandbox.run("for i in 1 2 3; do echo $i; sleep 0.05; done", { wait: false });
+    const first: string[] = [];
+    const second: string[] = [];
+    await Promise.all([
+      (async () => {
+        for await (const chunk of handle) first.push(Buffer.from(chunk.data).toString());
+      })(),
+      (async () => {
+        await new Promise((resolve) => setTimeout(resolve, 80));
+        for await (const chunk of handle) second.push(Buffer.from(chunk.data).toString());
+      })(),
+    ]);
+    expect(first.join("")).toBe("1\n2\n3\n");
+    expect(second).toEqual(first);
+    const after: string[] = [];
+    for await (const chunk of handle) after.push(Buffer.from(chunk.data).toString());
+    expect(after).toEqual(first);
+  });
+
+  it("kill() sends SIGTERM to the process group by default; the stream ends with the exit and no process is left", async () => {
+    const marker = sleepMarker();
+    const handle = await sandbox.run(`sleep ${marker} & sleep ${marker}; wait`, { wait: false });
+    await waitFor(() => sleepers(marker).length === 2, { what: "both sleeps" });
+    await handle.kill();
+    const result = await handle.wait();
+    expect(result.signal).toBe("SIGTERM");
+    expect(result.exitCode).toBe(143);
+    expect(result.status).toBe("killed");
+    await waitFor(() => sleepers(marker).length === 0, { what: "the group to be gone" });
+  });
+
+  it("sendInput, resize and closeInput go to a PTY over one input stream", async () => {
+    const handle = await sandbox.startProcess("stty -echo; read line; stty size; echo \"got $line\"; cat", { pty: { cols: 80, rows: 24 } });
+    expect((await handle.resize(120, 40)).closed).toBe(false);
+    await handle.sendInput("hello\n");
+    await handle.sendInput("tail\n");
+    const ack = await handle.closeInput();
+    expect(ack.closed).toBe(true);
+    const result = await handle.wait();
+    expect(result.stdout().replaceAll("\r\n", "\n")).toContain("40 120\ngot hello\ntail\n");
+  });
+
+  it("sendInput to a process without stdin is a clear SandboxError", async () => {
+    const marker = sleepMarker();
+    const handle = await sandbox.startProcess(`sleep ${marker}`);
+    await expect(handle.sendInput("x")).rejects.toMatchObject({ code: "FAILED_PRECONDITION" });
+    await handle.kill("SIGKILL");
+    await handle.wait();
+  });
+
+  it("reconnect() returns a handle that resumes exactly at the last offsets, with the earlier output in its result", async () => {
+    const handle = await sandbox.run("for i in $(seq 1 20); do echo line $i; echo err $i >&2; sleep 0.02; done", { wait: false });
+    const before: OutputChunk[] = [];
+    for await (const chunk of handle) {
+      before.push(chunk);
+      if (before.length >= 6) break;
+    }
+    const offsets = { stdout: handle.lastStdoutOffset, stderr: handle.lastStderrOffset };
+    expect(offsets.stdout).toBeGreaterThan(0);
+    const resumed = await handle.reconnect();
+    expect(resumed.id).toBe(handle.id);
+    const after: OutputChunk[] = [];
+    for await (const chunk of resumed) if (chunk.offset >= offsets[chunk.stream]) after.push(chunk);
+    const result = await resumed.result;
+    const expectedStdout = Array.from({ length: 20 }, (_, i) => `line ${i + 1}\n`).join("");
+    const expectedStderr = Array.from({ length: 20 }, (_, i) => `err ${i + 1}\n`).join("");
+    expect(result.stdout()).toBe(expectedStdout);
+    expect(result.stderr()).toBe(expectedStderr);
+    // The resumed handle's own chunks start exactly where the first left off.
+    expect(after.find((chunk) => chunk.stream === "stdout")?.offset).toBe(offsets.stdout);
+    expect(joinChecked([...before, ...after], "stdout").toString()).toBe(expectedStdout);
+    expect(joinChecked([...before, ...after], "stderr").toString()).toBe(expectedStderr);
+  });
+
+  it(`auto-reconnects through a proxy cut many times during ${largeOutputBytes / 1024 / 1024} MiB: sha256 of received == printed`, async () => {
+    CommandHandle.BACKOFF_BASE = 20;
+    const handle = await sandbox.run(`${deterministicBytesCommand(largeOutputBytes)}; echo done >&2`, { wait: false });
+    const hash = createHash("sha256");
+    let received = 0;
+    let stderr = "";
+    let cutsAt = 0;
+    const cutter = setInterval(() => {
+      if (proxy.cut() > 0) cutsAt = received;
+    }, 70);
+    try {
+      for await (const chunk of handle) {
+        if (chunk.stream === "stdout") {
+          hash.update(chunk.data);
+          received += chunk.data.length;
+        } else stderr += Buffer.from(chunk.data).toString();
+      }
+    } finally {
+      clearInterval(cutter);
+    }
+    const result = await handle.result;
+    expect(result.exitCode).toBe(0);
+    expect(received).toBe(largeOutputBytes);
+    expect(hash.digest("hex")).toBe(deterministicBytesSha256(largeOutputBytes));
+    expect(stderr).toBe("done\n");
+    expect(handle.lastStdoutOffset).toBe(largeOutputBytes);
+    expect(handle.autoReconnects).toBeGreaterThanOrEqual(10);
+    expect(cutsAt).toBeGreaterThan(0);
+    console.log(`reconnect: ${handle.autoReconnects} reconnects after ${proxy.cuts} cuts, ${received} bytes verified`);
+  });
+
+  it("a lasting failure ends in a SandboxError after MAX_AUTO_RECONNECTS attempts, never a hang", async () => {
+    CommandHandle.MAX_AUTO_RECONNECTS = 3;
+    CommandHandle.BACKOFF_BASE = 10;
+    const marker = sleepMarker();
+    const handle = await sandbox.run(`echo up; sleep ${marker}`, { wait: false });
+    for await (const chunk of handle) {
+      expect(Buffer.from(chunk.data).toString()).toBe("up\n");
+      break;
+    }
+    const waiting = handle.wait();
+    proxy.refuse(true);
+    proxy.cut();
+    const error = await waiting.catch((failure: unknown) => failure);
+    expect(error).toBeInstanceOf(SandboxError);
+    expect((error as SandboxError).code).toBe("UNAVAILABLE");
+    expect((error as SandboxError).message).toMatch(/gave up after 3 reconnect attempts/);
+    expect(handle.autoReconnects).toBe(3);
+    proxy.refuse(false);
+    // The process is untouched; a manual reconnect later picks it up again.
+    const again = await handle.reconnect();
+    await again.kill("SIGKILL");
+    expect((await again.wait()).exitCode).toBe(137);
+    expect(sleepers(marker)).toEqual([]);
+  });
+
+  it("never reconnects after kill()", async () => {
+    const marker = sleepMarker();
+    // Ignores SIGTERM and is never escalated, so it is still running when the connection breaks.
+    const handle = await sandbox.run(`trap '' TERM; echo up; sleep ${marker}`, { wait: false });
+    for await (const _ of handle) break;
+    await handle.kill("SIGTERM", { gracePeriodMs: -1 });
+    const waiting = handle.wait();
+    proxy.cut();
+    await expect(waiting).rejects.toBeInstanceOf(SandboxError);
+    expect(handle.autoReconnects).toBe(0);
+    await sandbox.killProcess(handle.id, "SIGKILL");
+    await waitFor(() => sleepers(marker).length === 0, { what: "the sleep to be gone" });
+  });
+
+  it("a cut Exec call is a SandboxError (UNAVAILABLE) and the daemon kills the command", async () => {
+    const marker = sleepMarker();
+    const running = sandbox.exec(`echo up; sleep ${marker}`);
+    await waitFor(() => sleepers(marker).length === 1, { what: "the sleep" });
+    proxy.cut();
+    await expect(running).rejects.toMatchObject({ name: "SandboxError", code: "UNAVAILABLE" });
+    await waitFor(() => sleepers(marker).length === 0, { what: "the sleep to be killed" });
+  });
+
+  it("output the daemon dropped is an OutputLostError; reconnect() then continues after the gap", async () => {
+    const small = await startTestServer({ outputCapacityBytes: 64 * 1024 });
+    const client = await connect({ baseUrl: small.server.url });
+    try {
+      const handle = await client.startProcess("head -c 200000 /dev/zero | tr '\\0' a; echo tail", { autoCleanup: false });
+      await handle.wait().catch(() => {});
+      const error = await handle.result.catch((failure: unknown) => failure);
+      expect(error).toBeInstanceOf(OutputLostError);
+      expect(error).toMatchObject({ code: "OUTPUT_LOST", stream: "stdout" });
+      const { offset, missedBytes: lost } = error as OutputLostError;
+      expect(lost).toBeGreaterThan(0);
+      expect(handle.lastStdoutOffset).toBe(offset + lost);
+      const rest = await (await handle.reconnect()).wait();
+      expect(lost + rest.stdoutBytes().length).toBe(200_005);
+      expect(rest.stdout().endsWith("aaatail\n")).toBe(true);
+    } finally {
+      await client.close();
+      await small.close();
+    }
+  });
+
+  it("wait() bounds only the wait: a timeout is ExecutionTimeoutError, an abort its reason; the command runs on", async () => {
+    const marker = sleepMarker();
+    const handle = await sandbox.startProcess(`sleep ${marker}`);
+    await expect(handle.wait({ timeout: 50 })).rejects.toMatchObject({ name: "ExecutionTimeoutError", code: "EXECUTION_TIMEOUT", timeout: 50 });
+    await expect(handle.wait({ signal: AbortSignal.abort(new Error("stop waiting")) })).rejects.toThrow("stop waiting");
+    expect(await handle.getStatus()).toBe("running");
+    await handle.kill("SIGKILL");
+    await handle.wait();
+    expect(sleepers(marker)).toEqual([]);
+  });
+});
+
+describe("classifyFailure", () => {
+  it("resumes at once after a graceful GOAWAY, backs off on other transport failures, gives up on the daemon's refusals", () => {
+    expect(classifyFailure(new ConnectError("read ECONNRESET", Code.Aborted), false)).toBe("transient");
+    expect(classifyFailure(new ConnectError("refused", Code.Unavailable), true)).toBe("going-away");
+    expect(classifyFailure(new ConnectError("http/2 stream closed with error code CANCEL (0x8)", Code.Canceled), false)).toBe("transient");
+    expect(classifyFailure(new ConnectError("http/2 stream closed with error code INTERNAL_ERROR (0x2)", Code.Internal), false)).toBe("transient");
+    expect(classifyFailure(new ConnectError("unexpected failure: boom", Code.Internal), false)).toBe("fatal");
+    expect(classifyFailure(new ConnectError("process not found", Code.NotFound), true)).toBe("fatal");
+    expect(classifyFailure(new ConnectError("missing bearer token", Code.Unauthenticated), false)).toBe("fatal");
+  });
+});
