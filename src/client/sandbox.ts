@@ -451,7 +451,7 @@ export class Sandbox implements AsyncDisposable {
     const unlink = linkAbort(signal, controller);
     try {
       const handle = await CommandHandle.exec(this.context(), prepared.request, { signal: controller.signal, encoding: input.encoding ?? this.options.encoding });
-      void handle.follow().finally(unlink);
+      handle.follow().then(unlink, unlink);
       return handle;
     } catch (error) {
       unlink();
