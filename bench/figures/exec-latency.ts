@@ -1,0 +1,73 @@
+import type { Client } from "@connectrpc/connect";
+import type { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
+import { spawnAndRead } from "../baseline.js";
+import type { Daemon } from "../daemon.js";
+import { ratioRow, type Row } from "../report.js";
+import type { BenchSize } from "../size.js";
+import { percentile, runConcurrently, timeMs } from "../stats.js";
+
+/** Runs `true` through Exec (a shell command line, as a user types it) and reads the stream to its end. */
+export async function execTrue(client: Client<typeof SandboxService>): Promise<void> {
+  let exitCode: number | undefined;
+  for await (const event of client.exec({ spec: { command: "true" } })) {
+    if (event.event.case === "exited") exitCode = event.event.value.exitCode;
+  }
+  if (exitCode !== 0) throw new Error(`exec("true") exited with ${exitCode}`);
+}
+
+/**
+ * exec("true") round trips over loopback gRPC, one at a time (p50, p99) and with `concurrency`
+ * callers on one connection (execs/s), beside `child_process.spawn("true")` done the same way in
+ * the bench process. Baseline and sandboxd runs alternate in rounds so a burst of load from
+ * elsewhere on the machine hits both.
+ */
+export async function measureExecLatency(daemon: Daemon, size: BenchSize): Promise<Row[]> {
+  const warmUp = Math.min(20, size.sequentialCalls);
+  for (let index = 0; index < warmUp; index++) {
+    await execTrue(daemon.client);
+    await spawnAndRead("true");
+  }
+  const sandboxd: number[] = [];
+  const baseline: number[] = [];
+  const rounds = 5;
+  const perRound = Math.ceil(size.sequentialCalls / rounds);
+  for (let round = 0; round < rounds; round++) {
+    for (let index = 0; index < perRound; index++) sandboxd.push(await timeMs(() => execTrue(daemon.client)));
+    for (let index = 0; index < perRound; index++) baseline.push(await timeMs(() => spawnAndRead("true")));
+  }
+  let sandboxdMs = 0;
+  let baselineMs = 0;
+  const concurrentRounds = 2;
+  const perConcurrentRound = Math.ceil(size.concurrentCalls / concurrentRounds);
+  for (let round = 0; round < concurrentRounds; round++) {
+    sandboxdMs += await runConcurrently(perConcurrentRound, size.concurrency, () => execTrue(daemon.client));
+    baselineMs += await runConcurrently(perConcurrentRound, size.concurrency, () => spawnAndRead("true"));
+  }
+  const total = perConcurrentRound * concurrentRounds;
+  const count = `${sandboxd.length} calls each`;
+  return [
+    ratioRow({ id: "exec-latency-p50", figure: 'exec("true") sequential p50', unit: "ms", value: percentile(sandboxd, 0.5), baseline: percentile(baseline, 0.5), note: count }, "max", 1.5),
+    {
+      id: "exec-latency-p99",
+      figure: 'exec("true") sequential p99',
+      unit: "ms",
+      value: percentile(sandboxd, 0.99),
+      baseline: percentile(baseline, 0.99),
+      ratio: percentile(sandboxd, 0.99) / percentile(baseline, 0.99),
+      goal: "-",
+      verdict: "info",
+    },
+    ratioRow(
+      {
+        id: "exec-concurrent",
+        figure: `exec("true") ${size.concurrency} concurrent`,
+        unit: "execs/s",
+        value: total / (sandboxdMs / 1000),
+        baseline: total / (baselineMs / 1000),
+        note: `${total} calls each, ${size.concurrency} in flight, one connection`,
+      },
+      "min",
+      0.7,
+    ),
+  ];
+}

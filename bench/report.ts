@@ -1,0 +1,90 @@
+import { writeFileSync } from "node:fs";
+
+/** How a figure compares with its baseline. */
+export type Verdict = "pass" | "fail" | "info" | "skipped";
+
+/**
+ * One row of the bench table: a figure measured on sandboxd beside a baseline measured in the same
+ * run on the bare machine, their ratio, and whether the goal was met.
+ */
+export interface Row {
+  /** Stable key, such as `exec-latency-p50`. */
+  id: string;
+  /** What was measured, for people. */
+  figure: string;
+  /** Unit of `value` and `baseline` ("ms", "execs/s", "MB/s", "MB", "KB"). */
+  unit: string;
+  /** The figure on sandboxd; null when skipped. */
+  value: number | null;
+  /** The same-run baseline; null when the figure has none. */
+  baseline: number | null;
+  /** `value / baseline`, or for "beyond" goals `value - baseline`; null without a baseline. */
+  ratio: number | null;
+  /** The goal, as written in issue 5 ("<= 1.5x", ">= 0.7x", "< 300 ms beyond"). */
+  goal: string;
+  verdict: Verdict;
+  /** Anything that qualifies the numbers: counts, the probe used, why a row was skipped. */
+  note?: string;
+}
+
+/** The whole run, as written to results.json. */
+export interface BenchResults {
+  /** ISO time the run started. */
+  startedAt: string;
+  /** Mode: "full" or "quick". */
+  mode: string;
+  /** Seconds the run took. */
+  elapsedSeconds: number;
+  machine: { cpus: number; node: string; platform: string; loadAverage: number[] };
+  rows: Row[];
+}
+
+/** Builds a row whose goal is `value / baseline` at most (`"max"`) or at least (`"min"`) `limit`. */
+export function ratioRow(
+  fields: Omit<Row, "ratio" | "verdict" | "goal">,
+  bound: "max" | "min",
+  limit: number,
+  extraCondition = true,
+): Row {
+  const ratio = fields.value !== null && fields.baseline ? fields.value / fields.baseline : null;
+  const met = ratio !== null && (bound === "max" ? ratio <= limit : ratio >= limit) && extraCondition;
+  return { ...fields, ratio, goal: `${bound === "max" ? "<=" : ">="} ${limit}x`, verdict: met ? "pass" : "fail" };
+}
+
+/** Formats results as a fixed-width table. */
+export function formatTable(rows: readonly Row[]): string {
+  const header = ["figure", "sandboxd", "baseline", "ratio", "goal", "result"];
+  const lines = rows.map((row) => [
+    row.figure,
+    formatValue(row.value, row.unit),
+    formatValue(row.baseline, row.unit),
+    row.ratio === null ? "-" : row.goal.includes("beyond") ? `+${row.ratio.toFixed(0)} ${row.unit}` : `${row.ratio.toFixed(2)}x`,
+    row.goal,
+    row.verdict === "pass" ? "PASS" : row.verdict === "fail" ? "FAIL" : row.verdict,
+  ]);
+  const widths = header.map((title, column) => Math.max(title.length, ...lines.map((line) => line[column].length)));
+  const render = (cells: string[]) => cells.map((cell, column) => cell.padEnd(widths[column])).join("  ").trimEnd();
+  const notes = rows.filter((row) => row.note).map((row) => `  ${row.id}: ${row.note}`);
+  return [render(header), render(widths.map((width) => "-".repeat(width))), ...lines.map(render), "", "notes:", ...notes].join("\n");
+}
+
+/** Formats results as a Markdown table, for docs/PERFORMANCE.md. */
+export function formatMarkdown(rows: readonly Row[]): string {
+  const lines = ["| figure | sandboxd | baseline | ratio | goal | result |", "| --- | --- | --- | --- | --- | --- |"];
+  for (const row of rows) {
+    const ratio = row.ratio === null ? "-" : row.goal.includes("beyond") ? `+${row.ratio.toFixed(0)} ${row.unit}` : `${row.ratio.toFixed(2)}x`;
+    lines.push(`| ${row.figure} | ${formatValue(row.value, row.unit)} | ${formatValue(row.baseline, row.unit)} | ${ratio} | ${row.goal} | ${row.verdict} |`);
+  }
+  return lines.join("\n");
+}
+
+/** Writes results as pretty JSON. */
+export function writeResults(file: string, results: BenchResults): void {
+  writeFileSync(file, JSON.stringify(results, null, 2) + "\n");
+}
+
+function formatValue(value: number | null, unit: string): string {
+  if (value === null) return "-";
+  const digits = Math.abs(value) >= 100 ? 0 : Math.abs(value) >= 10 ? 1 : 2;
+  return `${value.toFixed(digits)} ${unit}`;
+}

@@ -1,0 +1,122 @@
+/**
+ * sandboxd benchmarks: what the daemon adds to running a command, each figure beside a baseline
+ * measured in the same run on the bare machine (these machines are shared and noisy, so ratios
+ * matter more than absolute numbers). Prints a table and writes bench/results.json.
+ *
+ *     npm run bench                     # the figures of issue 5 (a few minutes on 2 cores)
+ *     npm run bench -- --quick          # tiny counts: proves the harness runs (seconds)
+ *     npm run bench -- --only latency,throughput --cpu-prof .tmp-prof
+ *
+ * Flags: --quick; --only <figures> (start, latency, throughput, ghz, fanout, scale); --out <file>
+ * (default bench/results.json); --tsx (run the daemon through tsx instead of compiled JS);
+ * --cpu-prof <dir> (write the daemon's CPU profiles there, for `node --cpu-prof`).
+ * ghz is used when installed (see bench/figures/ghz.ts); its row is skipped otherwise.
+ */
+import { cpus, loadavg } from "node:os";
+import path from "node:path";
+import { parseArgs } from "node:util";
+import { buildDaemon } from "./build.js";
+import { repoRoot, startDaemon, type Daemon, type DaemonOptions } from "./daemon.js";
+import { measureDaemonStart } from "./figures/daemon-start.js";
+import { measureExecLatency } from "./figures/exec-latency.js";
+import { measureExecThroughput } from "./figures/exec-throughput.js";
+import { measureGhz } from "./figures/ghz.js";
+import { measureLogsFanout } from "./figures/logs-fanout.js";
+import { measureProcessScale } from "./figures/process-scale.js";
+import { formatMarkdown, formatTable, writeResults, type BenchResults, type Row } from "./report.js";
+import { fullSize, quickSize } from "./size.js";
+
+/** Names accepted by --only, in the order the figures run. */
+export const figureNames = ["start", "latency", "throughput", "ghz", "fanout", "scale"] as const;
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      quick: { type: "boolean" },
+      only: { type: "string" },
+      out: { type: "string" },
+      tsx: { type: "boolean" },
+      "cpu-prof": { type: "string" },
+      markdown: { type: "boolean" },
+    },
+    strict: true,
+  });
+  const size = values.quick ? quickSize : fullSize;
+  const only = new Set(values.only?.split(",").map((name) => name.trim()) ?? figureNames);
+  for (const name of only) {
+    if (!(figureNames as readonly string[]).includes(name)) throw new Error(`unknown figure ${name}: use ${figureNames.join(", ")}`);
+  }
+  const out = path.resolve(values.out ?? path.join(repoRoot, "bench/results.json"));
+  const startedAt = new Date();
+  const begun = performance.now();
+  const log = (message: string) => process.stderr.write(`bench: ${message}\n`);
+
+  log("compiling the daemon");
+  const entry = buildDaemon();
+  const daemonOptions = (args: string[] = []): DaemonOptions => ({
+    entry: values.tsx ? undefined : entry,
+    args,
+    nodeArgs: values["cpu-prof"] ? ["--cpu-prof", `--cpu-prof-dir=${path.resolve(values["cpu-prof"])}`] : [],
+  });
+  const rows: Row[] = [];
+  const withDaemon = async (args: string[], measure: (daemon: Daemon) => Promise<Row[]>) => {
+    const daemon = await startDaemon(daemonOptions(args));
+    try {
+      rows.push(...(await measure(daemon)));
+    } finally {
+      await daemon.stop();
+    }
+  };
+
+  if (only.has("start")) {
+    log("daemon start");
+    rows.push(...(await measureDaemonStart(size, entry)));
+  }
+  if (only.has("latency") || only.has("throughput") || only.has("ghz")) {
+    await withDaemon([], async (daemon) => {
+      const measured: Row[] = [];
+      if (only.has("latency")) {
+        log("exec latency");
+        measured.push(...(await measureExecLatency(daemon, size)));
+      }
+      if (only.has("throughput")) {
+        log("exec throughput");
+        measured.push(...(await measureExecThroughput(daemon, size)));
+      }
+      if (only.has("ghz")) {
+        log("ghz");
+        measured.push(...(await measureGhz(daemon, size)));
+      }
+      return measured;
+    });
+  }
+  if (only.has("fanout")) {
+    log("StreamLogs fan-out");
+    await withDaemon(["--max-output-bytes", String(2 * size.fanoutBytes)], (daemon) => measureLogsFanout(daemon, size));
+  }
+  if (only.has("scale")) {
+    log("process scale and memory");
+    await withDaemon(["--max-processes", String(size.scaleProcesses + 24)], (daemon) => measureProcessScale(daemon, size));
+  }
+
+  const results: BenchResults = {
+    startedAt: startedAt.toISOString(),
+    mode: size.mode,
+    elapsedSeconds: (performance.now() - begun) / 1000,
+    machine: { cpus: cpus().length, node: process.version, platform: process.platform, loadAverage: loadavg() },
+    rows,
+  };
+  writeResults(out, results);
+  process.stdout.write(`${formatTable(rows)}\n\n`);
+  if (values.markdown) process.stdout.write(`${formatMarkdown(rows)}\n\n`);
+  process.stdout.write(`${size.mode} run in ${results.elapsedSeconds.toFixed(0)} s on ${results.machine.cpus} cores; results in ${path.relative(process.cwd(), out)}\n`);
+}
+
+main().then(
+  // Client sessions and timers of the figures must not keep the process alive.
+  () => process.exit(0),
+  (error: unknown) => {
+    process.stderr.write(`bench: ${(error as Error).stack ?? error}\n`);
+    process.exit(1);
+  },
+);

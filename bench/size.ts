@@ -1,0 +1,52 @@
+/** How much work each figure does; {@link fullSize} is the issue's, {@link quickSize} a smoke run. */
+export interface BenchSize {
+  /** Name shown in results.json. */
+  mode: "full" | "quick";
+  /** Sequential exec("true") calls timed (after a warm-up). */
+  sequentialCalls: number;
+  /** Calls in the concurrent exec figure, and callers in flight. */
+  concurrentCalls: number;
+  concurrency: number;
+  /** Bytes `head -c` writes through Exec. */
+  execBytes: number;
+  /** StreamLogs readers following one process (one of them stalled), and bytes it writes. */
+  fanoutReaders: number;
+  fanoutBytes: number;
+  /** Background `sleep` processes started, listed and killed. */
+  scaleProcesses: number;
+  /** Daemon starts timed (median taken). */
+  startRuns: number;
+  /** Calls ghz makes. */
+  ghzCalls: number;
+  ghzConcurrency: number;
+}
+
+/** The sizes of issue 5. */
+export const fullSize: BenchSize = {
+  mode: "full",
+  sequentialCalls: 300,
+  concurrentCalls: 800,
+  concurrency: 16,
+  execBytes: 1024 ** 3,
+  fanoutReaders: 32,
+  fanoutBytes: 64 * 1024 ** 2,
+  scaleProcesses: 1000,
+  startRuns: 5,
+  ghzCalls: 2000,
+  ghzConcurrency: 50,
+};
+
+/** Tiny counts, for the smoke test and a first look (a few seconds per figure). */
+export const quickSize: BenchSize = {
+  mode: "quick",
+  sequentialCalls: 20,
+  concurrentCalls: 32,
+  concurrency: 16,
+  execBytes: 8 * 1024 ** 2,
+  fanoutReaders: 4,
+  fanoutBytes: 4 * 1024 ** 2,
+  scaleProcesses: 20,
+  startRuns: 1,
+  ghzCalls: 100,
+  ghzConcurrency: 50,
+};
