@@ -117,7 +117,21 @@ export function toSandboxError(error: unknown, context: ErrorContext = {}): Sand
     case Code.DeadlineExceeded:
       return new ExecutionTimeoutError(context.timeout ?? 0, options);
   }
-  return new SandboxError(connectError.rawMessage || connectError.message, codeName(connectError.code), options);
+  const code = isUnreachable(connectError) ? "UNAVAILABLE" : codeName(connectError.code);
+  return new SandboxError(connectError.rawMessage || connectError.message, code, options);
+}
+
+/**
+ * Whether a call failed because the daemon could not be reached at all: UNAVAILABLE, or any failure
+ * while connecting (a reset or refused connection, an unknown host), which connect-node reports
+ * under various codes.
+ */
+export function isUnreachable(error: ConnectError): boolean {
+  if (error.code === Code.Unavailable) return true;
+  for (let cause: unknown = error.cause; cause instanceof Error; cause = cause.cause) {
+    if ("syscall" in cause && (cause.syscall === "connect" || cause.syscall === "getaddrinfo")) return true;
+  }
+  return false;
 }
 
 /** The gRPC name of a code, such as `PERMISSION_DENIED` for Code.PermissionDenied. */

@@ -4,7 +4,7 @@ import { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
 import type { CommandFinished } from "./command-finished.js";
 import { CommandHandle, type CommandContext } from "./command-handle.js";
 import { buildSpec, type CommandOptions, type SpecDefaults, type SpecInput } from "./command-spec.js";
-import { SandboxError, toSandboxError } from "./errors.js";
+import { isUnreachable, SandboxError, toSandboxError } from "./errors.js";
 import { linkAbort, runExec, streamExec, type ExecEvent, type ExecOptions, type ExecResult, type PreparedExec, type StreamOptions } from "./exec.js";
 import { Lifecycle, type SandboxStatus } from "./lifecycle.js";
 import type { OutputOffsets } from "./output.js";
@@ -519,7 +519,7 @@ export class Sandbox implements AsyncDisposable {
       if (!(error instanceof SandboxError) && !(error instanceof ConnectError)) throw error;
       const failure = toSandboxError(error);
       // Only a daemon that cannot be reached at all counts, not a stream cut under a call in progress.
-      const unreachable = ConnectError.from(failure.cause ?? failure).code === Code.Unavailable && failure.code === "UNAVAILABLE";
+      const unreachable = failure.cause instanceof ConnectError && isUnreachable(failure.cause);
       if (unreachable && this.status === "running") this.lifecycle.transition("error");
       throw failure;
     }
