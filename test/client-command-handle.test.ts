@@ -56,7 +56,7 @@ function joinChecked(chunks: readonly OutputChunk[], stream: "stdout" | "stderr"
 
 describe("CommandHandle (seed 001)", () => {
   it("runs `make build` without waiting, streams chunks and gives the result, as the seed's example", async () => {
-    writeFileSync(path.join(t.workspace, "Makefile"), "build:\n\t@echo compiling\n\t@echo warning: careful >&2\n\t@echo linked\n");
+    writeFileSync(path.join(t.workspace, "Makefile"), "build:\n\t@echo compiling; sleep 0.05\n\t@echo warning: careful >&2; sleep 0.05\n\t@echo linked\n");
     const handle = await sandbox.run("make build", { timeout: 600_000, wait: false });
     expect(handle.commandId).toBe(handle.id);
     expect(handle.pid).toBeGreaterThan(0);
@@ -140,14 +140,15 @@ describe("CommandHandle (seed 001)", () => {
     const resumed = await handle.reconnect();
     expect(resumed.id).toBe(handle.id);
     const after: OutputChunk[] = [];
-    for await (const chunk of resumed) if (chunk.offset >= offsets[chunk.stream]) after.push(chunk);
+    for await (const chunk of resumed) after.push(chunk);
     const result = await resumed.result;
     const expectedStdout = Array.from({ length: 20 }, (_, i) => `line ${i + 1}\n`).join("");
     const expectedStderr = Array.from({ length: 20 }, (_, i) => `err ${i + 1}\n`).join("");
     expect(result.stdout()).toBe(expectedStdout);
     expect(result.stderr()).toBe(expectedStderr);
-    // The resumed handle's own chunks start exactly where the first left off.
+    // The resumed handle's chunks start exactly where the first left off: nothing replayed, nothing skipped.
     expect(after.find((chunk) => chunk.stream === "stdout")?.offset).toBe(offsets.stdout);
+    expect(after.find((chunk) => chunk.stream === "stderr")?.offset).toBe(offsets.stderr);
     expect(joinChecked([...before, ...after], "stdout").toString()).toBe(expectedStdout);
     expect(joinChecked([...before, ...after], "stderr").toString()).toBe(expectedStderr);
   });

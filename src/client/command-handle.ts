@@ -70,7 +70,7 @@ const iteratorCapacityBytes = 4 * 1024 * 1024;
  *
  * - Iterating it (`for await (const chunk of handle)`) yields {@link OutputChunk}s of stdout and
  *   stderr interleaved in arrival order, each with its byte offset. Several iterators may run; one
- *   that starts late first gets the chunks already received. Leaving the loop early detaches that
+ *   that starts late first gets the chunks this handle already received. Leaving the loop early detaches that
  *   iterator only; the command keeps running.
  * - `result` / `wait()` resolve with a {@link CommandFinished} once the command exits.
  * - `logs()` yields `{ stream, data }` text, `kill(signal = "SIGTERM")` signals the process group,
@@ -102,6 +102,8 @@ export class CommandHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
   private failure?: Error;
   private readonly offsets: OutputOffsets;
   private readonly chunks: OutputChunk[];
+  /** How many of `chunks` were carried over from an earlier handle: in `result`, never replayed to iterators. */
+  private readonly carried: number;
   private readonly source: CommandSource;
   private readonly subscribers = new Set<ChunkQueue<OutputChunk>>();
   private readonly stopper = new AbortController();
@@ -130,10 +132,12 @@ export class CommandHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
       this.source = createExecSource(context.client, start.request, start.callTimeoutMs);
       this.offsets = { stdout: 0, stderr: 0 };
       this.chunks = [];
+      this.carried = 0;
     } else {
       this.source = createLogsSource(context.client, start.details.id);
       this.offsets = { ...(start.from ?? { stdout: 0, stderr: 0 }) };
       this.chunks = [...(start.retained ?? [])];
+      this.carried = this.chunks.length;
       this.adopt(start.details);
     }
   }
@@ -292,7 +296,7 @@ export class CommandHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
   async *[Symbol.asyncIterator](): AsyncGenerator<OutputChunk> {
     const queue = new ChunkQueue<OutputChunk>(iteratorCapacityBytes, (chunk) => chunk.data.length);
     // Subscribing and copying what was received happen in one step, so no chunk is missed or doubled.
-    const replay = [...this.chunks];
+    const replay = this.chunks.slice(this.carried);
     if (this.settled) {
       yield* replay;
       if (this.failure !== undefined) throw this.failure;
@@ -357,7 +361,8 @@ export class CommandHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
 
   /**
    * Returns a new handle that resumes this command's stream exactly at `lastStdoutOffset` and
-   * `lastStderrOffset`, carrying over the output already received (so its `result` is complete).
+   * `lastStderrOffset`: iterating it yields only bytes from there on, while its `result` also holds
+   * the output this handle received (so it is complete).
    * This handle stops following: its iterators end with a SandboxError of code DETACHED.
    */
   async reconnect(): Promise<CommandHandle> {
