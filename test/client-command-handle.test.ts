@@ -14,6 +14,7 @@ import {
 import { waitFor } from "./support/processes.js";
 import { Code, deterministicBytesCommand, deterministicBytesSha256, sleepMarker, sleepers } from "./support/rpc.js";
 import { startTestServer, type TestServer } from "./support/server.js";
+import { startHttp2Proxy } from "./support/http2-proxy.js";
 import { startTcpProxy, type TcpProxy } from "./support/tcp-proxy.js";
 import { ConnectError } from "@connectrpc/connect";
 
@@ -263,6 +264,37 @@ describe("CommandHandle (seed 001)", () => {
     await handle.wait();
     expect(sleepers(marker)).toEqual([]);
   });
+});
+
+describe("a daemon going away gracefully", () => {
+  for (const protocol of ["grpc", "connect"] as const) {
+    it(`resumes at once after a graceful GOAWAY, without the backoff (${protocol})`, async () => {
+      const front = await startHttp2Proxy(t.server.url);
+      const client = await connect({ baseUrl: front.url, protocol });
+      // A backoff this long would fail the test: only the GOAWAY path resumes without one.
+      CommandHandle.BACKOFF_BASE = 20_000;
+      try {
+        const handle = await client.run("for i in $(seq 1 10); do echo tick $i; sleep 0.1; done", { wait: false });
+        const lines: string[] = [];
+        const started = Date.now();
+        let wentAway = false;
+        for await (const log of handle.logs()) {
+          lines.push(log.data);
+          if (!wentAway && lines.join("").includes("tick 3")) {
+            wentAway = true;
+            await front.goAway();
+          }
+        }
+        expect(lines.join("")).toBe(Array.from({ length: 10 }, (_, i) => `tick ${i + 1}\n`).join(""));
+        expect(handle.autoReconnects).toBe(1);
+        expect(front.connections).toBe(2);
+        expect(Date.now() - started).toBeLessThan(5000);
+      } finally {
+        await client.close();
+        await front.close();
+      }
+    });
+  }
 });
 
 describe("classifyFailure", () => {
