@@ -154,36 +154,40 @@ describe("CommandHandle (seed 001)", () => {
     expect(joinChecked([...before, ...after], "stderr").toString()).toBe(expectedStderr);
   });
 
-  it(`auto-reconnects through a proxy cut many times during ${largeOutputBytes / 1024 / 1024} MiB: sha256 of received == printed`, async () => {
-    CommandHandle.BACKOFF_BASE = 20;
-    const handle = await sandbox.run(`${deterministicBytesCommand(largeOutputBytes)}; echo done >&2`, { wait: false });
-    const hash = createHash("sha256");
-    let received = 0;
-    let stderr = "";
-    let cutsAt = 0;
-    const cutter = setInterval(() => {
-      if (proxy.cut() > 0) cutsAt = received;
-    }, 70);
-    try {
-      for await (const chunk of handle) {
-        if (chunk.stream === "stdout") {
-          hash.update(chunk.data);
-          received += chunk.data.length;
-        } else stderr += Buffer.from(chunk.data).toString();
+  for (const protocol of ["grpc", "connect"] as const) {
+    it(`auto-reconnects through a proxy cut many times during ${largeOutputBytes / 1024 / 1024} MiB: sha256 of received == printed (${protocol})`, async () => {
+      CommandHandle.BACKOFF_BASE = 20;
+      const client = protocol === "grpc" ? sandbox : await connect({ baseUrl: proxy.url, protocol, acceptCompression: false });
+      const handle = await client.run(`${deterministicBytesCommand(largeOutputBytes)}; echo done >&2`, { wait: false });
+      const hash = createHash("sha256");
+      let received = 0;
+      let stderr = "";
+      let cutsAt = 0;
+      const cutter = setInterval(() => {
+        if (proxy.cut() > 0) cutsAt = received;
+      }, 70);
+      try {
+        for await (const chunk of handle) {
+          if (chunk.stream === "stdout") {
+            hash.update(chunk.data);
+            received += chunk.data.length;
+          } else stderr += Buffer.from(chunk.data).toString();
+        }
+      } finally {
+        clearInterval(cutter);
       }
-    } finally {
-      clearInterval(cutter);
-    }
-    const result = await handle.result;
-    expect(result.exitCode).toBe(0);
-    expect(received).toBe(largeOutputBytes);
-    expect(hash.digest("hex")).toBe(deterministicBytesSha256(largeOutputBytes));
-    expect(stderr).toBe("done\n");
-    expect(handle.lastStdoutOffset).toBe(largeOutputBytes);
-    expect(handle.autoReconnects).toBeGreaterThanOrEqual(10);
-    expect(cutsAt).toBeGreaterThan(0);
-    console.log(`reconnect: ${handle.autoReconnects} reconnects after ${proxy.cuts} cuts, ${received} bytes verified`);
-  });
+      const result = await handle.result;
+      expect(result.exitCode).toBe(0);
+      expect(received).toBe(largeOutputBytes);
+      expect(hash.digest("hex")).toBe(deterministicBytesSha256(largeOutputBytes));
+      expect(stderr).toBe("done\n");
+      expect(handle.lastStdoutOffset).toBe(largeOutputBytes);
+      expect(handle.autoReconnects).toBeGreaterThanOrEqual(10);
+      expect(cutsAt).toBeGreaterThan(0);
+      console.log(`reconnect (${protocol}): ${handle.autoReconnects} reconnects, ${received} bytes verified by sha256`);
+      if (client !== sandbox) await client.close();
+    });
+  }
 
   it("a lasting failure ends in a SandboxError after MAX_AUTO_RECONNECTS attempts, never a hang", async () => {
     CommandHandle.MAX_AUTO_RECONNECTS = 3;
@@ -303,6 +307,7 @@ describe("classifyFailure", () => {
     expect(classifyFailure(new ConnectError("refused", Code.Unavailable), true)).toBe("going-away");
     expect(classifyFailure(new ConnectError("http/2 stream closed with error code CANCEL (0x8)", Code.Canceled), false)).toBe("transient");
     expect(classifyFailure(new ConnectError("http/2 stream closed with error code INTERNAL_ERROR (0x2)", Code.Internal), false)).toBe("transient");
+    expect(classifyFailure(new ConnectError("protocol error: missing EndStreamResponse", Code.InvalidArgument), false)).toBe("transient");
     expect(classifyFailure(new ConnectError("unexpected failure: boom", Code.Internal), false)).toBe("fatal");
     expect(classifyFailure(new ConnectError("process not found", Code.NotFound), true)).toBe("fatal");
     expect(classifyFailure(new ConnectError("missing bearer token", Code.Unauthenticated), false)).toBe("fatal");

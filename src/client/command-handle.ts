@@ -283,7 +283,8 @@ export class CommandHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
           this.failure = failure;
           this.failStart(failure);
           for (const queue of this.subscribers) queue.end(failure);
-          this.options.onError?.(failure);
+          const detached = failure instanceof SandboxError && failure.code === "DETACHED";
+          if (!detached) this.options.onError?.(failure);
           throw failure;
         },
       );
@@ -553,7 +554,8 @@ export type FailureKind = "going-away" | "transient" | "fatal";
  * Classifies a stream failure. Transient: UNAVAILABLE (refused stream, connection refused, the
  * daemon shutting down), ABORTED and CANCELED not asked for by this client (a connection reset or
  * destroyed under the call) and INTERNAL errors of the HTTP/2 layer itself (a stream or connection
- * closed with an error code, a truncated response). It is `going-away` when a graceful GOAWAY
+ * closed with an error code) and a response cut short (no end-of-stream message, trailer or status,
+ * whatever its code). It is `going-away` when a graceful GOAWAY
  * arrived while the stream was open. Everything else (NOT_FOUND, PERMISSION_DENIED, ...) is fatal.
  */
 export function classifyFailure(error: unknown, sawGoAway: boolean): FailureKind {
@@ -562,7 +564,9 @@ export function classifyFailure(error: unknown, sawGoAway: boolean): FailureKind
     connectError.code === Code.Unavailable ||
     connectError.code === Code.Aborted ||
     connectError.code === Code.Canceled ||
-    (connectError.code === Code.Internal && isTransportFailure(connectError));
+    (connectError.code === Code.Internal && isTransportFailure(connectError)) ||
+    // A response cut short: connect-es names the part that never came, under various codes.
+    /^protocol error: missing (EndStreamResponse|trailer|status)/.test(connectError.rawMessage);
   if (!transient) return "fatal";
   return sawGoAway ? "going-away" : "transient";
 }
