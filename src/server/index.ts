@@ -1,4 +1,4 @@
-export { createRoutes, type RoutesOptions } from "./routes.js";
+export { createRoutes, servedServices, type RoutesOptions } from "./routes.js";
 export { createSandboxService, defaultKillGracePeriodMs, type SandboxServiceOptions } from "./sandbox-service.js";
 export { defaultHost, defaultPort, startServer, type SandboxServer, type SandboxServerOptions } from "./server.js";
 export { toConnectError } from "./errors.js";
@@ -16,3 +16,6 @@ export {
   type CallCounter,
   type CallLimitOptions,
 } from "./limits.js";
+export { createHealthService, createHealthStatus, ServingStatus, type HealthServiceOptions, type HealthStatus } from "./health.js";
+export { answerReflectionRequest, createReflectionIndex, createReflectionService, createReflectionServiceV1alpha, type ReflectionIndex } from "./reflection.js";
+export { createListener, defaultPrefaceTimeoutMs, type Listener, type ListenerOptions, type RequestHandler, type TlsOptions } from "./listener.js";

@@ -1,8 +1,8 @@
-import http2 from "node:http2";
-import type { AddressInfo } from "node:net";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { createProcessManager, defaultOutputCapacityBytes, type ProcessManager, type ProcessManagerOptions } from "../process/index.js";
+import { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
 import { assertSafeBinding, createAuthInterceptor } from "./auth.js";
+import { createHealthStatus, type HealthStatus } from "./health.js";
 import { watchSessionLiveness, type KeepaliveOptions } from "./keepalive.js";
 import {
   connectionContextValues,
@@ -12,6 +12,7 @@ import {
   defaultMaxMessageBytes,
   type CallLimitOptions,
 } from "./limits.js";
+import { createListener, type TlsOptions } from "./listener.js";
 import { createRoutes } from "./routes.js";
 
 /** Default port of sandboxd. */
@@ -38,6 +39,11 @@ export interface SandboxServerOptions extends ProcessManagerOptions {
   callLimits?: CallLimitOptions;
   /** Keepalive pings that find dead peers. */
   keepalive?: KeepaliveOptions;
+  /**
+   * Serve TLS: HTTP/2 and HTTP/1.1 chosen by ALPN, mutual TLS when `clientCa` is set. Cleartext
+   * (HTTP/2 and HTTP/1.1 told apart by the connection preface) when undefined.
+   */
+  tls?: TlsOptions;
 }
 
 /** A running sandboxd server. */
@@ -46,16 +52,18 @@ export interface SandboxServer {
   readonly port: number;
   /** The address it listens on. */
   readonly host: string;
-  /** Base URL for clients, such as `http://127.0.0.1:7007`. */
+  /** Base URL for clients, such as `http://127.0.0.1:7007` (`https://` with TLS). */
   readonly url: string;
   /** The process manager behind it. */
   readonly manager: ProcessManager;
   /** Calls in progress (health checks excluded). */
   readonly activeCalls: number;
-  /** Open client connections (HTTP/2 sessions). */
+  /** Serving status answered by `grpc.health.v1.Health`; all NOT_SERVING once `close` is called. */
+  readonly health: HealthStatus;
+  /** Open client connections (HTTP/2 sessions and HTTP/1.1 connections). */
   readonly connections: number;
   /**
-   * Shuts down gracefully: refuses new calls, ends open streams with UNAVAILABLE, kills every
+   * Shuts down gracefully: reports NOT_SERVING to health checks and watches, refuses new calls, ends open streams with UNAVAILABLE, kills every
    * process group it started (SIGKILL after `gracePeriodMs`) and closes all connections.
    */
   close(gracePeriodMs?: number): Promise<void>;
@@ -69,8 +77,9 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
   const shutdown = new AbortController();
   const limits = createCallLimitInterceptor(options.callLimits);
   const maxMessageBytes = options.maxMessageBytes ?? defaultMaxMessageBytes;
+  const health = createHealthStatus([SandboxService.typeName]);
   const handler = connectNodeAdapter({
-    routes: createRoutes({ manager, shutdownSignal: shutdown.signal }),
+    routes: createRoutes({ manager, shutdownSignal: shutdown.signal, health }),
     // Auth first: an unauthenticated call must not even count against the limits.
     interceptors: [
       createErrorMessageLimitInterceptor(),
@@ -89,45 +98,33 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
   // session memory; past Node's default of 10 MB the connection refuses new streams with
   // ENHANCE_YOUR_CALM. Room for a few calls at the message limit keeps honest clients clear of it.
   const maxSessionMemoryMb = Math.max(10, Math.ceil((4 * maxMessageBytes + 16 * 1024 * 1024) / (1024 * 1024)));
-  const server = http2.createServer(
-    { maxSessionMemory: maxSessionMemoryMb, settings: { initialWindowSize: 4 * 1024 * 1024, maxConcurrentStreams: maxStreams } },
-    handler,
-  );
-  const sessions = new Set<http2.ServerHttp2Session>();
-  server.on("session", (session) => {
-    watchSessionLiveness(session, options.keepalive);
-    sessions.add(session);
-    session.once("close", () => sessions.delete(session));
+  const listener = createListener(handler, {
+    tls: options.tls,
+    http2: { maxSessionMemory: maxSessionMemoryMb, settings: { initialWindowSize: 4 * 1024 * 1024, maxConcurrentStreams: maxStreams } },
+    onSession: (session) => watchSessionLiveness(session, options.keepalive),
   });
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(options.port ?? defaultPort, host, () => {
-      server.off("error", reject);
-      resolve();
-    });
-  });
-  const port = (server.address() as AddressInfo).port;
+  const port = await listener.listen(options.port ?? defaultPort, host);
   let closing: Promise<void> | undefined;
   return {
     port,
     host,
-    url: `http://${host.includes(":") ? `[${host}]` : host}:${port}`,
+    url: `${options.tls ? "https" : "http"}://${host.includes(":") ? `[${host}]` : host}:${port}`,
     manager,
+    health,
     get activeCalls() {
       return limits.counter.active;
     },
     get connections() {
-      return sessions.size;
+      return listener.connections;
     },
     close(gracePeriodMs = 2000) {
       closing ??= (async () => {
-        const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+        health.shutdown();
+        const closed = listener.close();
         shutdown.abort();
         await manager.shutdown(gracePeriodMs);
-        for (const session of sessions) session.close();
-        const forced = setTimeout(() => {
-          for (const session of sessions) session.destroy();
-        }, 1000);
+        listener.endConnections();
+        const forced = setTimeout(() => listener.destroyConnections(), 1000);
         await closed;
         clearTimeout(forced);
       })();

@@ -1,0 +1,196 @@
+import http from "node:http";
+import http2 from "node:http2";
+import net, { type AddressInfo } from "node:net";
+import type tls from "node:tls";
+
+/** What every HTTP/2 connection starts with (RFC 9113 §3.4); no HTTP/1.x request can. */
+const http2Preface = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1");
+
+/** Default time a cleartext connection may stay silent before its first bytes, in milliseconds. */
+export const defaultPrefaceTimeoutMs = 10_000;
+
+/** A request handler for both HTTP versions, such as connectNodeAdapter's. */
+export type RequestHandler = (
+  request: http.IncomingMessage | http2.Http2ServerRequest,
+  response: http.ServerResponse | http2.Http2ServerResponse,
+) => void;
+
+/** TLS material, PEM-encoded (file contents, not paths). */
+export interface TlsOptions {
+  /** The server's certificate chain. */
+  cert: string | Buffer;
+  /** The server's private key. */
+  key: string | Buffer;
+  /**
+   * CA certificates clients must present a certificate signed by (mutual TLS). When undefined,
+   * clients are not asked for a certificate.
+   */
+  clientCa?: string | Buffer;
+}
+
+/** Options for {@link createListener}. */
+export interface ListenerOptions {
+  /** Serve TLS (HTTP/2 and HTTP/1.1 chosen by ALPN); cleartext when undefined. */
+  tls?: TlsOptions;
+  /** Options of the HTTP/2 side: settings, session memory. */
+  http2?: http2.ServerOptions;
+  /** Called with each new HTTP/2 session, to watch its liveness for instance. */
+  onSession?: (session: http2.ServerHttp2Session) => void;
+  /**
+   * Time a cleartext connection may stay silent before its first bytes, in milliseconds; it is then
+   * closed. Default {@link defaultPrefaceTimeoutMs}.
+   */
+  prefaceTimeoutMs?: number;
+}
+
+/**
+ * One port for every protocol: gRPC, Connect and gRPC-Web over HTTP/2, and Connect and gRPC-Web over
+ * HTTP/1.1. In cleartext a connection is handed to an HTTP/2 or an HTTP/1.1 server by its first
+ * bytes, the HTTP/2 connection preface (Node's cleartext HTTP/2 server refuses HTTP/1.1); with TLS,
+ * ALPN chooses.
+ */
+export interface Listener {
+  /** The server that owns the listening socket. */
+  readonly server: net.Server;
+  /** Open client connections: HTTP/2 sessions and HTTP/1.1 connections. */
+  readonly connections: number;
+  /** Listens on `host:port` (0 for a free port) and resolves with the bound port. */
+  listen(port: number, host: string): Promise<number>;
+  /** Stops accepting connections; resolves once every open one has closed. */
+  close(): Promise<void>;
+  /**
+   * Asks every connection to finish: HTTP/2 sessions get GOAWAY and close after their last stream,
+   * idle HTTP/1.1 connections close at once and busy ones after their response.
+   */
+  endConnections(): void;
+  /** Destroys every connection at once. */
+  destroyConnections(): void;
+}
+
+/** Creates a {@link Listener} serving `handler`; call `listen` to start. */
+export function createListener(handler: RequestHandler, options: ListenerOptions = {}): Listener {
+  const sessions = new Set<http2.ServerHttp2Session>();
+  /** HTTP/1.1 sockets and the number of their responses in progress. */
+  const http1Sockets = new Map<net.Socket, number>();
+  /** Cleartext sockets whose first bytes have not yet told their protocol. */
+  const undecided = new Set<net.Socket>();
+  let ending = false;
+
+  const trackSession = (session: http2.ServerHttp2Session) => {
+    sessions.add(session);
+    session.once("close", () => sessions.delete(session));
+    options.onSession?.(session);
+    if (ending) session.close();
+  };
+  const trackHttp1Socket = (socket: net.Socket) => {
+    http1Sockets.set(socket, 0);
+    socket.once("close", () => http1Sockets.delete(socket));
+  };
+  const trackHttp1Request = (request: http.IncomingMessage | http2.Http2ServerRequest, response: http.ServerResponse | http2.Http2ServerResponse) => {
+    if (request.httpVersionMajor !== 1) return;
+    const socket = request.socket as net.Socket;
+    http1Sockets.set(socket, (http1Sockets.get(socket) ?? 0) + 1);
+    response.once("close", () => {
+      const busy = (http1Sockets.get(socket) ?? 1) - 1;
+      http1Sockets.set(socket, busy);
+      if (ending && busy === 0) socket.end();
+    });
+  };
+  const serve: RequestHandler = (request, response) => {
+    trackHttp1Request(request, response);
+    handler(request, response);
+  };
+
+  let server: net.Server;
+  if (options.tls !== undefined) {
+    const { cert, key, clientCa } = options.tls;
+    const secure = http2.createSecureServer(
+      {
+        ...options.http2,
+        cert,
+        key,
+        allowHTTP1: true,
+        ...(clientCa !== undefined ? { ca: clientCa, requestCert: true, rejectUnauthorized: true } : {}),
+      },
+      serve,
+    );
+    secure.on("session", trackSession);
+    secure.on("secureConnection", (socket: tls.TLSSocket) => {
+      if (socket.alpnProtocol !== "h2") trackHttp1Socket(socket);
+    });
+    server = secure;
+  } else {
+    const http2Server = http2.createServer(options.http2 ?? {}, serve);
+    http2Server.on("session", trackSession);
+    const http1Server = http.createServer(serve);
+    const prefaceTimeoutMs = options.prefaceTimeoutMs ?? defaultPrefaceTimeoutMs;
+    server = net.createServer((socket) => {
+      undecided.add(socket);
+      let received = Buffer.alloc(0);
+      const silent = setTimeout(() => socket.destroy(), prefaceTimeoutMs);
+      const decide = (isHttp2: boolean) => {
+        clearTimeout(silent);
+        undecided.delete(socket);
+        socket.off("data", onData);
+        socket.off("close", onClose);
+        socket.pause();
+        // The bytes read so far go back in front of the stream for the server that takes it over.
+        socket.unshift(received);
+        if (isHttp2) {
+          // The HTTP/2 session reads the socket's buffer, then its handle, by itself.
+          http2Server.emit("connection", socket);
+        } else {
+          trackHttp1Socket(socket);
+          http1Server.emit("connection", socket);
+          socket.resume();
+        }
+      };
+      const onData = (chunk: Buffer) => {
+        received = Buffer.concat([received, chunk]);
+        const compared = Math.min(received.length, http2Preface.length);
+        const prefix = received.subarray(0, compared).equals(http2Preface.subarray(0, compared));
+        if (!prefix) decide(false);
+        else if (received.length >= http2Preface.length) decide(true);
+      };
+      const onClose = () => {
+        clearTimeout(silent);
+        undecided.delete(socket);
+      };
+      socket.on("data", onData);
+      socket.on("close", onClose);
+      // Errors after the hand-over are the new owner's; before it, a reset peer is no news.
+      socket.on("error", () => {});
+      if (ending) socket.destroy();
+    });
+  }
+
+  return {
+    server,
+    get connections() {
+      return sessions.size + http1Sockets.size;
+    },
+    listen(port, host) {
+      return new Promise<number>((resolve, reject) => {
+        server.once("error", reject);
+        server.listen(port, host, () => {
+          server.off("error", reject);
+          resolve((server.address() as AddressInfo).port);
+        });
+      });
+    },
+    close() {
+      return new Promise<void>((resolve) => server.close(() => resolve()));
+    },
+    endConnections() {
+      ending = true;
+      for (const session of sessions) session.close();
+      for (const [socket, busy] of http1Sockets) if (busy === 0) socket.end();
+      for (const socket of undecided) socket.destroy();
+    },
+    destroyConnections() {
+      for (const session of sessions) session.destroy();
+      for (const socket of http1Sockets.keys()) socket.destroy();
+      for (const socket of undecided) socket.destroy();
+    },
+  };
+}
