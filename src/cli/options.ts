@@ -1,5 +1,6 @@
 import { parseArgs } from "node:util";
-import type { SandboxServerOptions } from "../server/index.js";
+import { readFileSync } from "node:fs";
+import type { SandboxServerOptions, TlsOptions } from "../server/index.js";
 import { Launcher, resolveUser } from "../process/index.js";
 import { defaultHost, defaultPort, resolveToken } from "../server/index.js";
 
@@ -29,6 +30,10 @@ usage: sandboxd [options]
   --keepalive-ms <n>        ping interval that finds dead peers (SANDBOXD_KEEPALIVE_MS, default 30000)
   --state-dir <dir>         record process groups here; leftovers of a killed daemon are killed
                             at the next start (SANDBOXD_STATE_DIR)
+  --tls-cert <file>         serve TLS with this PEM certificate chain; needs --tls-key (SANDBOXD_TLS_CERT)
+  --tls-key <file>          the PEM private key of --tls-cert (SANDBOXD_TLS_KEY)
+  --tls-client-ca <file>    require client certificates signed by these PEM CAs (mutual TLS)
+                            (SANDBOXD_TLS_CLIENT_CA)
   -h, --help                show this help
 `;
 
@@ -60,6 +65,9 @@ export function parseCommandLine(argv: readonly string[], env: NodeJS.ProcessEnv
       "max-calls-per-connection": { type: "string" },
       "keepalive-ms": { type: "string" },
       "state-dir": { type: "string" },
+      "tls-cert": { type: "string" },
+      "tls-key": { type: "string" },
+      "tls-client-ca": { type: "string" },
       help: { type: "boolean", short: "h" },
     },
     strict: true,
@@ -76,6 +84,7 @@ export function parseCommandLine(argv: readonly string[], env: NodeJS.ProcessEnv
       maxProcesses: integer("max-processes", values["max-processes"] ?? env.SANDBOXD_MAX_PROCESSES, undefined, 1),
       lingerMs: integer("linger-ms", values["linger-ms"] ?? env.SANDBOXD_LINGER_MS, undefined, 0),
       ...securityOptions(values, env),
+      tls: tlsOptions(values, env),
     },
   };
 }
@@ -111,4 +120,14 @@ function securityOptions(values: Record<string, string | boolean | string[] | un
     keepalive: keepaliveMs === undefined ? undefined : { intervalMs: keepaliveMs, timeoutMs: keepaliveMs },
     stateDirectory: text("state-dir") ?? env.SANDBOXD_STATE_DIR,
   };
+}
+
+/** The TLS flags: certificate, key and optional client CA, read from their files. */
+function tlsOptions(values: Record<string, string | boolean | string[] | undefined>, env: NodeJS.ProcessEnv): TlsOptions | undefined {
+  const cert = (values["tls-cert"] as string | undefined) ?? env.SANDBOXD_TLS_CERT;
+  const key = (values["tls-key"] as string | undefined) ?? env.SANDBOXD_TLS_KEY;
+  const clientCa = (values["tls-client-ca"] as string | undefined) ?? env.SANDBOXD_TLS_CLIENT_CA;
+  if (cert === undefined && key === undefined && clientCa === undefined) return undefined;
+  if (cert === undefined || key === undefined) throw new Error("--tls-cert and --tls-key go together");
+  return { cert: readFileSync(cert), key: readFileSync(key), clientCa: clientCa === undefined ? undefined : readFileSync(clientCa) };
 }
