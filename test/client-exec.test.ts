@@ -197,7 +197,7 @@ describe("execStream (seed 000)", () => {
     for await (const event of sandbox.execStream(`echo ready; sleep ${marker}`)) {
       if (event.type === "stdout") {
         seen++;
-        expect(sleepers(marker)).toHaveLength(1);
+        await waitFor(() => sleepers(marker).length === 1, { what: "the sleep to start" });
         break;
       }
     }
