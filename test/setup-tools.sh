@@ -31,7 +31,9 @@ go_tool grpcurl github.com/fullstorydev/grpcurl/cmd/grpcurl "$grpcurl_version" &
 go_tool protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go "$protoc_gen_go_version" & pids+=($!)
 go_tool protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc "$protoc_gen_go_grpc_version" & pids+=($!)
 for pid in "${pids[@]}"; do wait "$pid"; done
-echo "grpcurl $("$GOBIN/grpcurl" -version 2>&1 | awk '{ print $2 }'), protoc-gen-go $("$GOBIN/protoc-gen-go" --version | awk '{ print $2 }'), protoc-gen-go-grpc $("$GOBIN/protoc-gen-go-grpc" --version | awk '{ print $2 }')"
+for tool in grpcurl protoc-gen-go protoc-gen-go-grpc; do
+  echo "$tool $(go version -m "$GOBIN/$tool" | awk '$1 == "mod" { print $3 }')"
+done
 
 # The Go example's modules and a first build, so the test that builds it again hits Go's cache.
 go -C examples/go build -o "$GOBIN/sandboxd-go-example" .
