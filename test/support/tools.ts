@@ -30,7 +30,7 @@ export interface CommandResult {
 /** Options for {@link runCommand}. */
 export interface RunCommandOptions {
   /** Written to the command's stdin, which is then closed. */
-  input?: string;
+  input?: string | Buffer;
   /** Killed with SIGKILL after this many milliseconds (then the promise rejects). Default 30 000. */
   timeoutMs?: number;
   /** Working directory. Default the repository root. */
