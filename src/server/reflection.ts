@@ -89,26 +89,27 @@ export function answerReflectionRequest(
   }
 }
 
-/** The file declaring a type, a service, or a member of one (a method, a field, an enum value). */
+/**
+ * The file declaring a type, a service, or a member of one: a method, a field, a oneof, or an enum
+ * value (whose full name is in the scope enclosing its enum, `sandbox.v1.PROCESS_STATUS_RUNNING`).
+ */
 function fileOfSymbol(registry: FileRegistry, symbol: string): DescFile | undefined {
   const direct = registry.get(symbol);
   if (direct !== undefined) return direct.file;
   const dot = symbol.lastIndexOf(".");
-  if (dot < 0) return undefined;
-  const parent = registry.get(symbol.slice(0, dot));
+  const scope = dot < 0 ? "" : symbol.slice(0, dot);
   const member = symbol.slice(dot + 1);
-  switch (parent?.kind) {
-    case "service":
-      return parent.methods.some((method) => method.name === member) ? parent.file : undefined;
-    case "message":
-      return parent.fields.some((field) => field.name === member) || parent.oneofs.some((oneof) => oneof.name === member)
-        ? parent.file
-        : undefined;
-    case "enum":
-      return parent.values.some((value) => value.name === member) ? parent.file : undefined;
-    default:
-      return undefined;
+  const parent = registry.get(scope);
+  if (parent?.kind === "service" && parent.methods.some((method) => method.name === member)) return parent.file;
+  if (parent?.kind === "message" && (parent.fields.some((field) => field.name === member) || parent.oneofs.some((oneof) => oneof.name === member))) {
+    return parent.file;
   }
+  for (const desc of registry) {
+    if (desc.kind !== "enum" || !desc.values.some((value) => value.name === member)) continue;
+    const enclosing = desc.parent?.typeName ?? desc.file.proto.package;
+    if (enclosing === scope) return desc.file;
+  }
+  return undefined;
 }
 
 /** The serialized file followed by those of its transitive imports not yet in `sentFiles`. */
