@@ -1,24 +1,28 @@
-import { spawnSync } from "node:child_process";
-import { existsSync } from "node:fs";
 import path from "node:path";
+import { build } from "esbuild";
 import { repoRoot } from "./daemon.js";
 
-/** Where {@link buildDaemon} writes the compiled daemon (ignored by git, inside the repo so node_modules resolves). */
-export const buildDirectory = path.join(repoRoot, "bench/.tools/dist");
+/** Where {@link buildDaemon} writes the bundled daemon (ignored by git, inside the repo so node-pty resolves). */
+export const bundleFile = path.join(repoRoot, "bench/.tools/bundle/sandboxd.mjs");
 
 /**
- * Compiles the sources with the project's `tsc` into {@link buildDirectory} and returns the path of
- * the compiled `sandboxd.js`: the daemon as deployed (package.json `bin`), without a TypeScript
- * loader in its start time or memory. Type errors elsewhere in the tree do not stop the emit.
+ * Bundles `src/cli/sandboxd.ts` and its dependencies into one ES module with esbuild and returns its
+ * path: the daemon as one would ship it, without a TypeScript loader in its start time or memory.
+ * One file instead of some two hundred modules roughly halves the start time, since Node 20's ESM
+ * loader spends most of a start resolving and reading files. node-pty stays external (native).
  */
-export function buildDaemon(): string {
-  const tsc = path.join(repoRoot, "node_modules/typescript/bin/tsc");
-  const result = spawnSync(
-    process.execPath,
-    [tsc, "-p", path.join(repoRoot, "tsconfig.json"), "--outDir", buildDirectory, "--declaration", "false", "--sourceMap", "false", "--noEmit", "false"],
-    { cwd: repoRoot, encoding: "utf8" },
-  );
-  const entry = path.join(buildDirectory, "src/cli/sandboxd.js");
-  if (!existsSync(entry)) throw new Error(`tsc did not emit ${entry}: ${result.stdout}${result.stderr}`);
-  return entry;
+export async function buildDaemon(): Promise<string> {
+  await build({
+    entryPoints: [path.join(repoRoot, "src/cli/sandboxd.ts")],
+    outfile: bundleFile,
+    bundle: true,
+    platform: "node",
+    format: "esm",
+    target: "node20",
+    external: ["node-pty"],
+    // node-pty is CommonJS and loaded with require(); ES modules have none of their own.
+    banner: { js: "import { createRequire as __sandboxdCreateRequire } from 'node:module'; const require = __sandboxdCreateRequire(import.meta.url);" },
+    logLevel: "warning",
+  });
+  return bundleFile;
 }

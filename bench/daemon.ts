@@ -14,7 +14,7 @@ export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)
 /** Options for {@link startDaemon}. */
 export interface DaemonOptions {
   /**
-   * The daemon's entry point: a compiled `sandboxd.js` (see `buildDaemon`), or undefined to run
+   * The daemon's entry point: a bundled `sandboxd.mjs` (see `buildDaemon`), or undefined to run
    * `src/cli/sandboxd.ts` through tsx as `npm start` does.
    */
   entry?: string;
@@ -53,7 +53,7 @@ export interface Daemon {
 
 /**
  * Starts the daemon on port 0 as a separate process (`node --import tsx src/cli/sandboxd.ts`, so its
- * pid is the daemon's own with no tsx wrapper process, or a compiled entry point) and resolves once it serves: once the gRPC health check
+ * pid is the daemon's own with no tsx wrapper process, or a bundled entry point) and resolves once it serves: once the gRPC health check
  * answers SERVING when the daemon has one, else once a ListProcesses call succeeds.
  */
 export async function startDaemon(options: DaemonOptions = {}): Promise<Daemon> {
@@ -79,9 +79,10 @@ export async function startDaemon(options: DaemonOptions = {}): Promise<Daemon> 
   }
   const managers: Http2SessionManager[] = [];
   const newClient = () => {
-    const sessionManager = new Http2SessionManager(url);
+    const sessionManager = new WideWindowSessionManager(url);
     managers.push(sessionManager);
-    return createClient(SandboxService, createGrpcTransport({ baseUrl: url, sessionManager }));
+    // Loopback: compressing output would only cost CPU on both sides.
+    return createClient(SandboxService, createGrpcTransport({ baseUrl: url, sessionManager, acceptCompression: [] }));
   };
   const client = newClient();
   let probe: ReadyProbe;
@@ -113,6 +114,39 @@ export async function startDaemon(options: DaemonOptions = {}): Promise<Daemon> 
       rmSync(workspace, { recursive: true, force: true });
     },
   };
+}
+
+/** HTTP/2 receive window of each stream the bench's clients open, in bytes. */
+export const clientStreamWindowBytes = 4 * 1024 * 1024;
+/** HTTP/2 receive window of each client connection, in bytes. */
+export const clientConnectionWindowBytes = 16 * 1024 * 1024;
+
+/**
+ * An Http2SessionManager whose connections receive with wide flow-control windows. Node's defaults
+ * (64 KiB per stream and per connection) let the daemon send one 64 KiB output message per round
+ * trip of a WINDOW_UPDATE, which capped Exec output at a fraction of what the daemon can send.
+ */
+export class WideWindowSessionManager extends Http2SessionManager {
+  private readonly widened = new WeakSet<http2.ClientHttp2Session>();
+
+  constructor(url: string) {
+    super(url, undefined, { settings: { initialWindowSize: clientStreamWindowBytes } });
+  }
+
+  override async request(
+    method: string,
+    path: string,
+    headers: http2.OutgoingHttpHeaders,
+    options: Omit<http2.ClientSessionRequestOptions, "signal">,
+  ): Promise<http2.ClientHttp2Stream> {
+    const stream = await super.request(method, path, headers, options);
+    const session = stream.session as http2.ClientHttp2Session | undefined;
+    if (session !== undefined && !this.widened.has(session)) {
+      this.widened.add(session);
+      session.setLocalWindowSize(clientConnectionWindowBytes);
+    }
+    return stream;
+  }
 }
 
 /** The bench's environment without sandboxd's own variables, so a developer's settings do not leak in. */

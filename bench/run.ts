@@ -8,7 +8,7 @@
  *     npm run bench -- --only latency,throughput --cpu-prof .tmp-prof
  *
  * Flags: --quick; --only <figures> (start, latency, throughput, ghz, fanout, scale); --out <file>
- * (default bench/results.json); --tsx (run the daemon through tsx instead of compiled JS);
+ * (default bench/results.json); --tsx (run the daemon through tsx instead of the esbuild bundle);
  * --cpu-prof <dir> (write the daemon's CPU profiles there, for `node --cpu-prof`).
  * ghz is used when installed (see bench/figures/ghz.ts); its row is skipped otherwise.
  */
@@ -51,8 +51,8 @@ async function main(): Promise<void> {
   const begun = performance.now();
   const log = (message: string) => process.stderr.write(`bench: ${message}\n`);
 
-  log("compiling the daemon");
-  const entry = buildDaemon();
+  log("bundling the daemon");
+  const entry = await buildDaemon();
   const daemonOptions = (args: string[] = []): DaemonOptions => ({
     entry: values.tsx ? undefined : entry,
     args,

@@ -7,11 +7,11 @@ import { percentile } from "../stats.js";
 /**
  * Milliseconds from spawning the daemon to its health check answering SERVING (or, while the
  * daemon has no health service, to its first successful RPC), median of `startRuns` starts,
- * beside `node -e 0` run to its exit. `entry` is the compiled daemon; the same through tsx
+ * beside `node -e 0` run to its exit. `entry` is the bundled daemon; the same through tsx
  * (`npm start`) is reported for information.
  */
 export async function measureDaemonStart(size: BenchSize, entry: string): Promise<Row[]> {
-  const compiled: number[] = [];
+  const bundled: number[] = [];
   const viaTsx: number[] = [];
   const baseline: number[] = [];
   let probe = "";
@@ -20,20 +20,20 @@ export async function measureDaemonStart(size: BenchSize, entry: string): Promis
     spawnSync(process.execPath, ["-e", "0"]);
     baseline.push(performance.now() - started);
     const daemon = await startDaemon({ entry });
-    compiled.push(daemon.startMs);
+    bundled.push(daemon.startMs);
     probe = daemon.probe === "health" ? "health SERVING" : "first successful RPC (no health service yet)";
     await daemon.stop();
     const tsxDaemon = await startDaemon();
     viaTsx.push(tsxDaemon.startMs);
     await tsxDaemon.stop();
   }
-  const value = percentile(compiled, 0.5);
+  const value = percentile(bundled, 0.5);
   const base = percentile(baseline, 0.5);
   const beyond = value - base;
   return [
     {
       id: "daemon-start",
-      figure: "daemon start to ready (compiled)",
+      figure: "daemon start to ready (bundle)",
       unit: "ms",
       value,
       baseline: base,
