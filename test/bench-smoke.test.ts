@@ -1,0 +1,61 @@
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import type { BenchResults } from "../bench/report.js";
+
+/** Every row `npm run bench` reports, in order; ghz's rows are one "skipped" row when ghz is absent. */
+const expectedIds = [
+  "daemon-start",
+  "daemon-start-tsx",
+  "exec-latency-p50",
+  "exec-latency-p99",
+  "exec-concurrent",
+  "exec-throughput",
+  "ghz",
+  "logs-fanout",
+  "scale-start",
+  "scale-list",
+  "scale-kill",
+  "memory-idle",
+  "memory-per-process",
+];
+
+const directory = mkdtempSync(path.join(tmpdir(), "sandboxd-bench-smoke-"));
+afterAll(() => rmSync(directory, { recursive: true, force: true }));
+
+// A benchmark is not a test: nothing here judges a timing. This only proves the harness runs end to
+// end and writes a well-formed results.json, so the documented command keeps working.
+describe("bench harness (--quick)", () => {
+  it("runs every figure and writes a results.json with a well-formed row for each", () => {
+    const out = path.join(directory, "results.json");
+    const run = spawnSync(process.execPath, ["--import", "tsx", "bench/run.ts", "--quick", "--out", out], {
+      cwd: path.resolve(import.meta.dirname, ".."),
+      encoding: "utf8",
+      timeout: 90_000,
+    });
+    expect(run.status, run.stderr).toBe(0);
+    expect(run.stdout).toMatch(/^figure\s+sandboxd\s+baseline\s+ratio\s+goal\s+result/m);
+
+    const results = JSON.parse(readFileSync(out, "utf8")) as BenchResults;
+    expect(results.mode).toBe("quick");
+    const ids = results.rows.map((row) => row.id).filter((id) => !id.startsWith("ghz-"));
+    expect(ids).toEqual(expectedIds);
+    for (const row of results.rows) {
+      expect(["pass", "fail", "info", "skipped"]).toContain(row.verdict);
+      expect(row.figure.length).toBeGreaterThan(0);
+      if (row.verdict === "skipped") {
+        expect(row.note).toBeTruthy();
+      } else {
+        expect(Number.isFinite(row.value), `${row.id} has a value`).toBe(true);
+        if (row.baseline !== null) expect(row.baseline, `${row.id} baseline`).toBeGreaterThan(0);
+      }
+    }
+    // Correctness checks ride along with the timings: every byte arrived, nothing was left running.
+    const byId = new Map(results.rows.map((row) => [row.id, row]));
+    expect(byId.get("exec-throughput")!.note).not.toMatch(/short read/);
+    expect(byId.get("logs-fanout")!.note).toMatch(/every live reader got every byte/);
+    expect(byId.get("scale-kill")!.note).toMatch(/no sleep left/);
+  }, 120_000);
+});
