@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { closeSync, constants as fsConstants, openSync, write, writeSync } from "node:fs";
+import { closeSync, constants as fsConstants, openSync, write } from "node:fs";
 import { createRequire } from "node:module";
 import tty from "node:tty";
 import { outputDrainLimitMs, type ChildExit, type SpawnChildOptions, type SpawnedChild } from "./child.js";
@@ -69,7 +69,9 @@ export function spawnPtyChild(options: SpawnPtyOptions): SpawnedChild {
   );
   let slaveFd: number | undefined;
   try {
-    slaveFd = openSync(term.pty, fsConstants.O_RDWR | fsConstants.O_NOCTTY);
+    // Non-blocking: the marker is written from this thread, which is also the one that reads the
+    // master; a blocking write into a full terminal would wait for itself.
+    slaveFd = openSync(term.pty, fsConstants.O_RDWR | fsConstants.O_NOCTTY | fsConstants.O_NONBLOCK);
   } catch {
     // The child already closed the terminal: its output ends with EIO instead of the marker.
   }
@@ -77,6 +79,7 @@ export function spawnPtyChild(options: SpawnPtyOptions): SpawnedChild {
   const master = new tty.ReadStream(term.fd);
   let held = Buffer.alloc(0);
   let exited = false;
+  let paused = false;
   let drained = false;
   let resolveDrained!: () => void;
   const outputDrained = new Promise<void>((resolve) => (resolveDrained = resolve));
@@ -113,16 +116,21 @@ export function spawnPtyChild(options: SpawnPtyOptions): SpawnedChild {
 
   const finished = leaderExited.then(async (exit) => {
     exited = true;
-    if (slaveFd !== undefined) {
-      try {
-        writeSync(slaveFd, marker);
-      } catch {
-        finishDrain();
-      }
-    }
-    const limit = setTimeout(finishDrain, outputDrainLimitMs * 4);
+    // A child that filled the terminal before exiting leaves no room for the marker until the
+    // master is read: retry until it fits, and stop once drained.
+    // Without the slave fd the output ends with EIO instead (see above).
+    const markerWritten = slaveFd !== undefined ? writeAll(slaveFd, marker, () => drained).catch(finishDrain) : Promise.resolve();
+    // A safety net for a marker that never comes out; time spent paused for a slow reader does not
+    // count, or that reader would lose what is still queued in the terminal.
+    let limit: NodeJS.Timeout | undefined;
+    const armLimit = () => {
+      limit = setTimeout(() => (paused ? armLimit() : finishDrain()), outputDrainLimitMs * 4);
+    };
+    armLimit();
     await outputDrained;
     clearTimeout(limit);
+    // No write of the marker may still be under way when the fd is closed and its number reused.
+    await markerWritten;
     if (slaveFd !== undefined) closeSync(slaveFd);
     master.destroy();
     return exit;
@@ -146,19 +154,25 @@ export function spawnPtyChild(options: SpawnPtyOptions): SpawnedChild {
       if (!drained) native.module.resize(term.fd, cols, rows);
     },
     pauseOutput() {
+      paused = true;
       master.pause();
     },
     resumeOutput() {
+      paused = false;
       master.resume();
     },
   };
 }
 
-/** Writes all of `data` to a non-blocking fd, retrying on EAGAIN. */
-function writeAll(fd: number, data: Uint8Array): Promise<void> {
+/**
+ * Writes all of `data` to a non-blocking fd, retrying on EAGAIN. Gives up quietly (resolves) once
+ * `stopped` returns true, before the fd can be closed and its number reused.
+ */
+function writeAll(fd: number, data: Uint8Array, stopped: () => boolean = () => false): Promise<void> {
   return new Promise<void>((resolve, reject) => {
     let offset = 0;
     const step = () => {
+      if (stopped()) return resolve();
       write(fd, data, offset, data.length - offset, null, (error, written) => {
         if (error) {
           if ((error as NodeJS.ErrnoException).code === "EAGAIN") return void setTimeout(step, 5);
