@@ -57,7 +57,9 @@ describe("StreamLogs replay", () => {
 
   beforeAll(async () => {
     const { process } = await t.client.startProcess({
-      spec: { command: "cat out.bin; cat err.bin >&2; cat out.bin; cat err.bin >&2", autoCleanup: false },
+      // The pauses order the phases: the pipes are socket pairs whose buffers hold each write whole,
+      // so without them the daemon could read the phases in any order.
+      spec: { command: "cat out.bin; sleep 0.1; cat err.bin >&2; sleep 0.1; cat out.bin; sleep 0.1; cat err.bin >&2", autoCleanup: false },
     });
     processId = process!.processId;
     const exit = await waitForExit(t.client, processId);
@@ -101,7 +103,7 @@ describe("StreamLogs replay", () => {
     const events = await collectLogs(t.client, { processId });
     const chunks = outputChunks(events);
     const sequence = chunks.map((chunk) => `${chunk.stream}:${chunk.offset}+${chunk.data.length}`).join(" ");
-    // stderr is written only after the first 300 000 stdout bytes, and the second stdout part only
+    // stderr is written well after the first 300 000 stdout bytes, and the second stdout part well
     // after stderr: its first chunk comes after stdout's first and before stdout's last.
     const firstStderr = chunks.findIndex((chunk) => chunk.stream === OutputStream.STDERR);
     const lastStdout = chunks.map((chunk) => chunk.stream).lastIndexOf(OutputStream.STDOUT);
