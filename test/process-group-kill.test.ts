@@ -124,3 +124,22 @@ describe("CleanupProcesses", () => {
     expect((await t.client.cleanupProcesses({ sessionId: "cleanup" })).removedCount).toBe(1);
   });
 });
+
+describe("ListProcesses", () => {
+  it("filters by session and status, oldest first", async () => {
+    const done = await collectExec(t.client, { command: "exit 1", sessionId: "listing", autoCleanup: false });
+    const running = await startTwoSleeps({ sessionId: "listing" });
+    try {
+      const all = await t.client.listProcesses({ sessionId: "listing" });
+      expect(all.processes.map((info) => info.processId)).toEqual([done.started.processId, running.processId]);
+      const live = await t.client.listProcesses({ sessionId: "listing", statuses: [ProcessStatus.RUNNING] });
+      expect(live.processes.map((info) => info.processId)).toEqual([running.processId]);
+      const ended = await t.client.listProcesses({ sessionId: "listing", statuses: [ProcessStatus.FAILED, ProcessStatus.KILLED] });
+      expect(ended.processes.map((info) => [info.processId, info.exit?.exitCode])).toEqual([[done.started.processId, 1]]);
+      const invalid = await rpcError(t.client.listProcesses({ statuses: [ProcessStatus.UNSPECIFIED] }));
+      expect(Code[invalid.code]).toBe(Code[Code.InvalidArgument]);
+    } finally {
+      await t.client.killProcess({ processId: running.processId, signal: "SIGKILL" });
+    }
+  });
+});
