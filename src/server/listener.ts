@@ -89,11 +89,15 @@ export function createListener(handler: RequestHandler, options: ListenerOptions
   const trackHttp1Request = (request: http.IncomingMessage | http2.Http2ServerRequest, response: http.ServerResponse | http2.Http2ServerResponse) => {
     if (request.httpVersionMajor !== 1) return;
     const socket = request.socket as net.Socket;
-    http1Sockets.set(socket, (http1Sockets.get(socket) ?? 0) + 1);
+    const before = http1Sockets.get(socket);
+    // A socket already gone (closed before its request got here) is not tracked again.
+    if (before === undefined) return;
+    http1Sockets.set(socket, before + 1);
     response.once("close", () => {
-      const busy = (http1Sockets.get(socket) ?? 1) - 1;
-      http1Sockets.set(socket, busy);
-      if (ending && busy === 0) socket.end();
+      const busy = http1Sockets.get(socket);
+      if (busy === undefined) return;
+      http1Sockets.set(socket, busy - 1);
+      if (ending && busy === 1) socket.end();
     });
   };
   const serve: RequestHandler = (request, response) => {
