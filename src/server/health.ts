@@ -2,6 +2,7 @@ import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import { Health, HealthCheckResponse_ServingStatus as ServingStatus, HealthCheckResponseSchema } from "../../gen/grpc/health/v1/health_pb.js";
 
+/** The serving states of the gRPC health protocol (`grpc.health.v1.HealthCheckResponse.ServingStatus`). */
 export { ServingStatus };
 
 /**
