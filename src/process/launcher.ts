@@ -96,7 +96,13 @@ export class Launcher {
     if (limit === "cgroup-pids") {
       const cgroup = this.cgroup!;
       const { directory, procsFile } = cgroup.create(this.maxTasks);
-      argv = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', procsFile, ...argv];
+      argv =
+        argv.length === 3 && argv[0] === "/bin/sh" && argv[1] === "-c"
+          ? // A shell command line joins its cgroup itself, before any of it runs, on the same line so
+            // error messages keep their line numbers: one shell instead of a wrapper shell exec'ing a
+            // second one, which saved about a millisecond per command (issue 5).
+            ["/bin/sh", "-c", `echo $$ > ${shellQuote(procsFile)} || exit; ${argv[2]}`]
+          : ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', procsFile, ...argv];
       release = () => cgroup.remove(directory);
     }
     return { file: argv[0], args: argv.slice(1), uid, gid, release };
@@ -106,6 +112,11 @@ export class Launcher {
   close(): void {
     this.cgroup?.close();
   }
+}
+
+/** Quotes a string for a POSIX shell command line. */
+function shellQuote(text: string): string {
+  return `'${text.replaceAll("'", `'\\''`)}'`;
 }
 
 function findProgram(name: string): string | undefined {
