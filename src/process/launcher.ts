@@ -42,7 +42,7 @@ export interface LaunchPlan {
  *     setpriv --reuid U --regid G --init-groups --       when switching user as root
  *     <program> <args...>
  *
- * A shell command line run as the daemon's own user needs no wrapper: its shell joins the cgroup as
+ * A shell command line spawned as it is (no setpriv in front) needs no wrapper: its shell joins the cgroup as
  * the first thing it does (`echo $$ > cgroup.procs || exit; <command line>`), saving an exec.
  *
  * Node's spawn sets only uid and gid (and drops supplementary groups); `setpriv` from util-linux
