@@ -63,8 +63,9 @@ export interface SandboxServer {
   /** Open client connections (HTTP/2 sessions and HTTP/1.1 connections). */
   readonly connections: number;
   /**
-   * Shuts down gracefully: reports NOT_SERVING to health checks and watches, refuses new calls, ends open streams with UNAVAILABLE, kills every
-   * process group it started (SIGKILL after `gracePeriodMs`) and closes all connections.
+   * Shuts down gracefully: reports NOT_SERVING to health checks and watches, refuses new calls,
+   * ends open streams with UNAVAILABLE, kills every process group it started (SIGKILL after
+   * `gracePeriodMs`) and closes all connections.
    */
   close(gracePeriodMs?: number): Promise<void>;
 }
