@@ -5,7 +5,7 @@ import { repoRoot, type Daemon } from "../daemon.js";
 import type { Row } from "../report.js";
 import type { BenchSize } from "../size.js";
 
-/** The ghz version `npm run bench:tools` installs; pinned so numbers compare across runs. */
+/** The ghz version bench/install-ghz.sh installs; pinned so numbers compare across runs. */
 export const ghzVersion = "v0.120.0";
 /** Where the bench looks for ghz first (`GOBIN` of the install, ignored by git). */
 export const ghzPath = path.join(repoRoot, "bench/.tools/bin/ghz");
@@ -29,7 +29,7 @@ export async function measureGhz(daemon: Daemon, size: BenchSize): Promise<Row[]
     { id: "ghz", figure: `ghz Exec true, ${size.ghzConcurrency} concurrent`, unit: "rps", value: null, baseline: null, ratio: null, goal: "0 errors", verdict: "skipped", note },
   ];
   if (binary === undefined) {
-    return skipped(`ghz not found: install it with \`GOBIN=$PWD/bench/.tools/bin go install github.com/bojand/ghz/cmd/ghz@${ghzVersion}\``);
+    return skipped(`ghz not found: install it with bash bench/install-ghz.sh (go install github.com/bojand/ghz/cmd/ghz@${ghzVersion})`);
   }
   const output = await run(binary, [
     "--insecure",
