@@ -47,6 +47,9 @@ function createPipeChild(
   const streamClosed = (stream: Readable) =>
     new Promise<void>((resolve) => {
       if (stream.destroyed || stream.readableEnded) return resolve();
+      // "end" comes once the last byte was delivered, a loop turn before "close" (the handle's close):
+      // a turn that cost hundreds of milliseconds when a thousand processes exited at once.
+      stream.once("end", resolve);
       stream.once("close", resolve);
     });
   const outputClosed = Promise.all([streamClosed(stdout), streamClosed(stderr)]);
@@ -64,6 +67,7 @@ function createPipeChild(
       let timer: NodeJS.Timeout | undefined;
       await Promise.race([closing, new Promise((resolve) => (timer = setTimeout(resolve, 20)))]);
       clearTimeout(timer);
+      if (closed) break;
       // After a busy spell the timer runs before the poll phase has read what is waiting in the
       // pipes: let one poll pass before judging the output quiet.
       await new Promise((resolve) => setImmediate(resolve));
