@@ -36,6 +36,11 @@ export interface SandboxConnection {
   close(): void;
 }
 
+/** HTTP/2 receive window of each stream, in bytes. */
+const streamWindowBytes = 4 * 1024 * 1024;
+/** HTTP/2 receive window of each connection, in bytes. */
+const connectionWindowBytes = 16 * 1024 * 1024;
+
 /**
  * An Http2SessionManager that notices graceful GOAWAY frames: a daemon going away (hot reload,
  * restart behind a load balancer) sends one before it closes the connection.
@@ -43,6 +48,12 @@ export interface SandboxConnection {
 class GoAwayCountingSessionManager extends Http2SessionManager {
   goAwayCount = 0;
   private readonly watched = new WeakSet<http2.Http2Session>();
+
+  constructor(url: string) {
+    // Node's 64 KiB receive windows let the daemon send one output message per WINDOW_UPDATE round
+    // trip; wide windows let bulk output flow (256 MiB through Exec: 45 MB/s before, 113 after).
+    super(url, undefined, { settings: { initialWindowSize: streamWindowBytes } });
+  }
 
   override async request(
     method: string,
@@ -54,6 +65,7 @@ class GoAwayCountingSessionManager extends Http2SessionManager {
     const session = stream.session;
     if (session !== undefined && !this.watched.has(session)) {
       this.watched.add(session);
+      (session as http2.ClientHttp2Session).setLocalWindowSize(connectionWindowBytes);
       session.on("goaway", (errorCode: number) => {
         if (errorCode === http2.constants.NGHTTP2_NO_ERROR) this.goAwayCount++;
       });
