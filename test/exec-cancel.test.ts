@@ -58,6 +58,8 @@ describe("cancelling an Exec call", () => {
       what: "yes to be killed",
     });
     expect((await waitForExit(t.client, started.processId)).status).toBe(ProcessStatus.KILLED);
+    // The handler parked on a write that will never complete is released too.
+    await waitFor(() => t.server.activeCalls === 0, { timeoutMs: 5000, what: "the cancelled call to be released" });
   });
 
   it("kills the group when the call's deadline passes", async () => {

@@ -47,6 +47,14 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
       const signal = combinedSignal(context, options.shutdownSignal);
       const spec = fromProtoSpec(request.spec);
       const managed = await withConnectErrors(() => manager.start(spec, { pinnedReader: true }));
+      const stop = () => {
+        managed.releasePinnedReader();
+        if (managed.exit === undefined) managed.kill("SIGTERM", cancelGracePeriodMs);
+      };
+      // The generator may be parked on a `yield` whose write never completes (the caller stopped
+      // reading and then cancelled), so its `finally` cannot be relied on to run promptly: stop the
+      // command from the signal itself.
+      signal.addEventListener("abort", stop, { once: true });
       try {
         yield { event: { case: "started", value: toProtoInfo(managed) } } satisfies ExecEvent;
         for await (const item of managed.pinnedReader!.items({ follow: true, signal })) {
@@ -59,8 +67,8 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
         yield { event: { case: "exited", value: toProtoExit(exit) } } satisfies ExecEvent;
       } finally {
         // Reached on completion, cancel, deadline, disconnect and shutdown alike.
-        managed.releasePinnedReader();
-        if (managed.exit === undefined) managed.kill("SIGTERM", cancelGracePeriodMs);
+        signal.removeEventListener("abort", stop);
+        stop();
       }
     },
 
