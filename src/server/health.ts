@@ -1,6 +1,7 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import { Health, HealthCheckResponse_ServingStatus as ServingStatus, HealthCheckResponseSchema } from "../../gen/grpc/health/v1/health_pb.js";
+import { createCallSignal, throwIfShuttingDown } from "./call-signal.js";
 
 /** The serving states of the gRPC health protocol (`grpc.health.v1.HealthCheckResponse.ServingStatus`). */
 export { ServingStatus };
@@ -80,18 +81,22 @@ export function createHealthService(status: HealthStatus, options: HealthService
       return { status: current };
     },
     async *watch(request, context) {
-      const signal = shutdownSignal === undefined ? context.signal : AbortSignal.any([context.signal, shutdownSignal]);
+      const call = createCallSignal(context.signal, shutdownSignal);
       let last: ServingStatus | undefined;
-      for (;;) {
-        const current = status.get(request.service) ?? ServingStatus.SERVICE_UNKNOWN;
-        if (current !== last) {
-          last = current;
-          yield create(HealthCheckResponseSchema, { status: current });
+      try {
+        for (;;) {
+          const current = status.get(request.service) ?? ServingStatus.SERVICE_UNKNOWN;
+          if (current !== last) {
+            last = current;
+            yield create(HealthCheckResponseSchema, { status: current });
+          }
+          if (context.signal.aborted) return;
+          // The last status sent on shutdown is NOT_SERVING; then the stream ends as every stream does.
+          throwIfShuttingDown(shutdownSignal);
+          await status.changed(call.signal);
         }
-        if (context.signal.aborted) return;
-        // The last status sent on shutdown is NOT_SERVING; then the stream ends as every stream does.
-        if (shutdownSignal?.aborted) throw new ConnectError("the daemon is shutting down", Code.Unavailable);
-        await status.changed(signal);
+      } finally {
+        call.dispose();
       }
     },
     list() {

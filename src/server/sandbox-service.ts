@@ -11,6 +11,7 @@ import {
 } from "../../gen/sandbox/v1/sandbox_pb.js";
 import { parseSignal, type ManagedProcess, type ProcessManager } from "../process/index.js";
 import { fromProtoSpec, fromProtoStatus, toProtoChunk, toProtoExit, toProtoGap, toProtoInfo } from "./convert.js";
+import { createCallSignal, throwIfShuttingDown } from "./call-signal.js";
 import { toConnectError, withConnectErrors } from "./errors.js";
 
 /** Dependencies of {@link createSandboxService}. */
@@ -44,10 +45,12 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
 
   return {
     async *exec(request: ExecRequest, context: HandlerContext) {
-      const signal = combinedSignal(context, options.shutdownSignal);
       const spec = fromProtoSpec(request.spec);
       const managed = await withConnectErrors(() => manager.start(spec, { pinnedReader: true }));
+      const call = createCallSignal(context.signal, options.shutdownSignal);
+      const signal = call.signal;
       const stop = () => {
+        call.dispose();
         managed.releasePinnedReader();
         if (managed.exit === undefined) managed.kill("SIGTERM", cancelGracePeriodMs);
       };
@@ -79,7 +82,6 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
     },
 
     async *streamLogs(request: StreamLogsRequest, context: HandlerContext) {
-      const signal = combinedSignal(context, options.shutdownSignal);
       const managed = lookup(request.processId);
       const written = managed.output.offsets;
       const from = { stdout: Number(request.stdoutOffset), stderr: Number(request.stderrOffset) };
@@ -92,21 +94,27 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
           );
         }
       }
-      yield { event: { case: "process", value: toProtoInfo(managed) } } satisfies LogsEvent;
-      const reader = managed.output.createReader(from);
-      for await (const item of reader.items({ follow: request.follow, signal })) {
-        yield item.kind === "chunk"
-          ? ({ event: { case: "output", value: toProtoChunk(item) } } satisfies LogsEvent)
-          : ({ event: { case: "gap", value: toProtoGap(item) } } satisfies LogsEvent);
-      }
-      throwIfShuttingDown(options.shutdownSignal);
-      if (signal.aborted) return;
-      if (managed.output.isEnded) {
-        const exit = await managed.exited;
-        yield { event: { case: "exited", value: toProtoExit(exit) } } satisfies LogsEvent;
-      } else {
-        const { stdout, stderr } = reader.consumedOffsets;
-        yield { event: { case: "caughtUp", value: { stdoutOffset: BigInt(stdout), stderrOffset: BigInt(stderr) } } } satisfies LogsEvent;
+      const call = createCallSignal(context.signal, options.shutdownSignal);
+      const signal = call.signal;
+      try {
+        yield { event: { case: "process", value: toProtoInfo(managed) } } satisfies LogsEvent;
+        const reader = managed.output.createReader(from);
+        for await (const item of reader.items({ follow: request.follow, signal })) {
+          yield item.kind === "chunk"
+            ? ({ event: { case: "output", value: toProtoChunk(item) } } satisfies LogsEvent)
+            : ({ event: { case: "gap", value: toProtoGap(item) } } satisfies LogsEvent);
+        }
+        throwIfShuttingDown(options.shutdownSignal);
+        if (signal.aborted) return;
+        if (managed.output.isEnded) {
+          const exit = await managed.exited;
+          yield { event: { case: "exited", value: toProtoExit(exit) } } satisfies LogsEvent;
+        } else {
+          const { stdout, stderr } = reader.consumedOffsets;
+          yield { event: { case: "caughtUp", value: { stdoutOffset: BigInt(stdout), stderrOffset: BigInt(stderr) } } } satisfies LogsEvent;
+        }
+      } finally {
+        call.dispose();
       }
     },
 
@@ -223,12 +231,4 @@ function withSync<T>(operation: () => T): T {
   } catch (error) {
     throw toConnectError(error);
   }
-}
-
-function combinedSignal(context: HandlerContext, shutdownSignal: AbortSignal | undefined): AbortSignal {
-  return shutdownSignal === undefined ? context.signal : AbortSignal.any([context.signal, shutdownSignal]);
-}
-
-function throwIfShuttingDown(shutdownSignal: AbortSignal | undefined): void {
-  if (shutdownSignal?.aborted) throw new ConnectError("the daemon is shutting down", Code.Unavailable);
 }
