@@ -23,7 +23,7 @@ usage: sandboxd [options]
   --allow-sudo              let requests with sudo run as root (the daemon must be root)
   --max-tasks <n>           tasks (processes, threads) one command may have, 0 for no cap
                             (SANDBOXD_MAX_TASKS, default 1024)
-  --max-message-bytes <n>   largest request or response message (SANDBOXD_MAX_MESSAGE_BYTES, default 4 MiB)
+  --max-message-bytes <n>   largest request message (SANDBOXD_MAX_MESSAGE_BYTES, default 4 MiB)
   --max-calls <n>           calls in progress on the daemon (SANDBOXD_MAX_CALLS, default 4096)
   --max-calls-per-connection <n>
                             calls in progress on one connection (default 256)

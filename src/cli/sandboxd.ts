@@ -11,8 +11,13 @@ async function main(): Promise<void> {
     process.stderr.write(`sandboxd: ${(error as Error).message}\n\n${usage}`);
     process.exit(2);
   }
-  // The token is read; nothing else in this process (nor a child by any path) needs it any more.
+  // Children get a clean environment anyway; this only keeps the token out of anything this process
+  // passes on later. It does not scrub /proc/<pid>/environ, which a command running as the daemon's
+  // own user can read: run commands as another user (--user) where that matters.
   delete process.env.SANDBOXD_TOKEN;
+  if (process.argv.some((arg) => arg === "--token" || arg.startsWith("--token="))) {
+    process.stderr.write("sandboxd: warning: --token is visible to every local user in the process list; prefer --token-file\n");
+  }
   if (command.help) {
     process.stdout.write(usage);
     return;

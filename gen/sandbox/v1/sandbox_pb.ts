@@ -103,8 +103,8 @@ export type ProcessSpec = Message<"sandbox.v1.ProcessSpec"> & {
   timeoutMs: number;
 
   /**
-   * Client-chosen process id; a UUID is generated when empty. A duplicate of
-   * a known id is ALREADY_EXISTS.
+   * Client-chosen process id; a UUID is generated when empty. The id of a
+   * live process is ALREADY_EXISTS; an exited record with the id is replaced.
    *
    * @generated from field: string process_id = 6;
    */

@@ -234,8 +234,8 @@ type ProcessSpec struct {
 	// Time limit in milliseconds (at most 2147483647); 0 means none. On expiry the process group is
 	// killed with SIGKILL and the exit is reported as timed out.
 	TimeoutMs int32 `protobuf:"varint,5,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
-	// Client-chosen process id; a UUID is generated when empty. A duplicate of
-	// a known id is ALREADY_EXISTS.
+	// Client-chosen process id; a UUID is generated when empty. The id of a
+	// live process is ALREADY_EXISTS; an exited record with the id is replaced.
 	ProcessId string `protobuf:"bytes,6,opt,name=process_id,json=processId,proto3" json:"process_id,omitempty"`
 	// Session the process belongs to, for grouping, listing and killing.
 	SessionId string `protobuf:"bytes,7,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
