@@ -85,6 +85,8 @@ export function createListener(handler: RequestHandler, options: ListenerOptions
   const trackHttp1Socket = (socket: net.Socket) => {
     http1Sockets.set(socket, 0);
     socket.once("close", () => http1Sockets.delete(socket));
+    // HTTP/1.1 has no pings: TCP keepalive probes are what find a peer that vanished mid-stream.
+    socket.setKeepAlive(true, 30_000);
   };
   const trackHttp1Request = (request: http.IncomingMessage | http2.Http2ServerRequest, response: http.ServerResponse | http2.Http2ServerResponse) => {
     if (request.httpVersionMajor !== 1) return;
