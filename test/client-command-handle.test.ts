@@ -98,6 +98,21 @@ describe("CommandHandle (seed 001)", () => {
     expect(after).toEqual(first);
   });
 
+  it("an iterator that leaves while still replaying releases the stream: the result arrives with every byte", async () => {
+    const mib = 1024 * 1024;
+    const handle = await sandbox.run(`head -c ${mib} /dev/zero; sleep 0.3; head -c ${6 * mib} /dev/zero`, { wait: false });
+    void handle.follow();
+    await waitFor(() => handle.lastStdoutOffset >= mib, { what: "the first MiB" });
+    const iterator = handle[Symbol.asyncIterator]();
+    // The first replayed chunk subscribes the iterator; its queue then fills (4 MiB) and holds the stream back.
+    expect((await iterator.next()).done).toBe(false);
+    await waitFor(() => handle.lastStdoutOffset >= 5 * mib, { what: "the iterator's queue to fill" });
+    await iterator.return(undefined);
+    const result = await handle.wait({ timeout: 10_000 });
+    expect(result.exitCode).toBe(0);
+    expect(result.stdoutBytes().length).toBe(7 * mib);
+  });
+
   it("kill() sends SIGTERM to the process group by default; the stream ends with the exit and no process is left", async () => {
     const marker = sleepMarker();
     const handle = await sandbox.run(`sleep ${marker} & sleep ${marker}; wait`, { wait: false });

@@ -310,6 +310,9 @@ export class CommandHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
       yield* queue;
     } finally {
       this.subscribers.delete(queue);
+      // The consumer may leave while still replaying, before the queue's own iterator ran (and its
+      // finally ended it): a push parked on a full queue must be released, or deliver never returns.
+      queue.end();
     }
   }
 
