@@ -12,6 +12,7 @@ import {
   type Process,
   type Sandbox,
 } from "../src/client/index.js";
+import { InputStream } from "../src/client/input-stream.js";
 import { groupMembers, waitFor } from "./support/processes.js";
 import { sleepMarker, sleepers } from "./support/rpc.js";
 import { startTestServer, type TestServer } from "./support/server.js";
@@ -180,6 +181,38 @@ describe("background processes (seed 000)", () => {
     expect(await process.sendInput(new TextEncoder().encode("world"))).toEqual({ bytesWritten: 11, closed: false });
     expect(await process.closeInput()).toEqual({ bytesWritten: 11, closed: true });
     expect((await process.wait()).stdout()).toBe("hello world");
+  });
+
+  it("concurrent sendInput calls share one input stream in order; detach leaves no call open, even one still opening", async () => {
+    const before = t.server.activeCalls;
+    const process = await sandbox.startProcess("cat", { stdin: true });
+    const acks = await Promise.all([process.sendInput("a"), process.sendInput("b"), process.sendInput("c")]);
+    expect(acks.map((ack) => ack.bytesWritten)).toEqual([1, 2, 3]);
+    expect(t.server.activeCalls - before).toBe(1);
+    await process.closeInput();
+    expect((await process.wait()).stdout()).toBe("abc");
+    process.detach();
+    await waitFor(() => t.server.activeCalls === before, { what: "the input stream to close" });
+
+    const other = await sandbox.startProcess("cat", { stdin: true });
+    const opening = other.sendInput("x");
+    other.detach();
+    await opening.catch(() => {});
+    await expect(other.sendInput("y")).rejects.toMatchObject({ code: "DETACHED" });
+    await waitFor(() => t.server.activeCalls === before, { what: "no input stream left open" });
+    await other.kill("SIGKILL");
+  });
+
+  it("an input stream closed while still opening is ended once it opens", async () => {
+    const before = t.server.activeCalls;
+    const process = await sandbox.startProcess("cat", { stdin: true });
+    const input = new InputStream(sandbox.client, process.id);
+    const sending = input.send({ case: "data", value: new TextEncoder().encode("x") });
+    input.close();
+    await sending.catch(() => {});
+    await waitFor(() => t.server.activeCalls === before, { what: "the input stream to close" });
+    await process.kill("SIGKILL");
+    await process.wait();
   });
 
   it("a start that fails is status error with exit code 127", async () => {

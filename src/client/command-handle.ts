@@ -114,6 +114,7 @@ export class CommandHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
   private pumping?: Promise<CommandFinished>;
   private settled = false;
   private killRequested = false;
+  private detached = false;
   private input?: InputStream;
   private reconnectCount = 0;
 
@@ -380,8 +381,12 @@ export class CommandHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
     );
   }
 
-  /** Stops following the command and closes its input stream; the command keeps running. */
+  /**
+   * Stops following the command and closes its input stream (even one still opening); the command
+   * keeps running. Input sent through this handle afterwards is refused with a SandboxError DETACHED.
+   */
   detach(): void {
+    this.detached = true;
     this.input?.close();
     if (!this.stopper.signal.aborted) this.stopper.abort(new SandboxError("the handle was detached from its command", "DETACHED"));
     this.started.catch(() => {});
@@ -432,6 +437,8 @@ export class CommandHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
 
   private async sendInputMessage(input: Parameters<InputStream["send"]>[0]): Promise<InputAck> {
     await this.started;
+    // After detach() nothing would close a new input stream: it would outlive the handle.
+    if (this.detached) throw new SandboxError("the handle was detached from its command", "DETACHED");
     this.input ??= new InputStream(this.context.client, this.id);
     return this.input.send(input);
   }

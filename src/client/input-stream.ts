@@ -20,7 +20,8 @@ export interface InputAck {
  * in flight, and writing it twice would duplicate input); the next `send` opens a new call.
  */
 export class InputStream {
-  private call?: OpenCall;
+  /** The call being opened or open; kept as a promise so concurrent sends share one call, in order. */
+  private call?: Promise<OpenCall>;
 
   constructor(
     private readonly client: Client<typeof SandboxService>,
@@ -29,20 +30,50 @@ export class InputStream {
 
   /** Sends one message and resolves with its acknowledgement; rejects with a SandboxError. */
   async send(input: InputMessage["input"]): Promise<InputAck> {
-    if (this.call === undefined || this.call.failed) this.call = await this.open();
-    const call = this.call;
+    const call = await this.current();
     return call.send({ input });
   }
 
-  /** Ends the call (not the process's stdin: that is `send({ case: "close" })`). */
+  /** Ends the call, even one still opening (not the process's stdin: that is `send({ case: "close" })`). */
   close(): void {
-    this.call?.end();
+    const call = this.call;
     this.call = undefined;
+    call?.then(
+      (open) => open.end(),
+      () => {},
+    );
+  }
+
+  /** The open call, opening one when there is none or the last one failed. */
+  private async current(): Promise<OpenCall> {
+    const opening = (this.call ??= this.open());
+    let call = await this.settle(opening);
+    if (call.failed) {
+      // One new call at most; a message in flight on the failed one is never written twice.
+      if (this.call === opening) this.call = undefined;
+      call = await this.settle((this.call ??= this.open()));
+    }
+    return call;
+  }
+
+  /** Awaits `opening`; a call that failed to open is forgotten, so the next send opens another. */
+  private async settle(opening: Promise<OpenCall>): Promise<OpenCall> {
+    try {
+      return await opening;
+    } catch (error) {
+      if (this.call === opening) this.call = undefined;
+      throw error;
+    }
   }
 
   private async open(): Promise<OpenCall> {
     const call = new OpenCall(this.client, this.processId);
-    await call.send({ input: { case: "open", value: { processId: this.processId } } });
+    try {
+      await call.send({ input: { case: "open", value: { processId: this.processId } } });
+    } catch (error) {
+      call.end();
+      throw error;
+    }
     return call;
   }
 }
