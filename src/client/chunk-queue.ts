@@ -17,11 +17,6 @@ export class ChunkQueue<T> {
     private readonly sizeOf: (item: T) => number = () => 1,
   ) {}
 
-  /** Whether the consumer has gone (`return`ed) or the queue was ended. */
-  get closed(): boolean {
-    return this.ended;
-  }
-
   /** Enqueues `item`; resolves once there is room again (at once when there is). */
   push(item: T): Promise<void> {
     if (this.ended) return Promise.resolve();

@@ -57,7 +57,7 @@ export interface KillOptions {
 
 /** Where a handle starts: a fresh Exec, or a known process read from offsets. */
 type HandleStart =
-  | { kind: "exec"; request: MessageInitShape<typeof ExecRequestSchema>; callTimeoutMs?: number }
+  | { kind: "exec"; request: MessageInitShape<typeof ExecRequestSchema> }
   | { kind: "process"; details: ProcessDetails; from?: OutputOffsets; retained?: readonly OutputChunk[] };
 
 /** Queue capacity of one iterator, in bytes: beyond it the stream is held back (backpressure). */
@@ -130,7 +130,7 @@ export class CommandHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
     this.started.catch(() => {});
     if (options.onOutput !== undefined) this.decoder = new StreamDecoder(options.encoding);
     if (start.kind === "exec") {
-      this.source = createExecSource(context.client, start.request, start.callTimeoutMs);
+      this.source = createExecSource(context.client, start.request);
       this.offsets = { stdout: 0, stderr: 0 };
       this.chunks = [];
       this.carried = 0;
@@ -152,9 +152,9 @@ export class CommandHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
   static async exec(
     context: CommandContext,
     request: MessageInitShape<typeof ExecRequestSchema>,
-    options: CommandHandleOptions & { signal?: AbortSignal; callTimeoutMs?: number } = {},
+    options: CommandHandleOptions & { signal?: AbortSignal } = {},
   ): Promise<CommandHandle> {
-    const handle = new CommandHandle(context, { kind: "exec", request, callTimeoutMs: options.callTimeoutMs }, options);
+    const handle = new CommandHandle(context, { kind: "exec", request }, options);
     if (options.signal !== undefined) handle.abortWith(options.signal);
     void handle.follow();
     await handle.started;

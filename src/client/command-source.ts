@@ -35,7 +35,6 @@ export interface CommandSource {
 export function createExecSource(
   client: Client<typeof SandboxService>,
   request: MessageInitShape<typeof ExecRequestSchema>,
-  callTimeoutMs?: number,
 ): CommandSource {
   let opened = false;
   return {
@@ -43,7 +42,7 @@ export function createExecSource(
     async *open(_from, signal) {
       if (opened) throw new SandboxError("an Exec stream cannot be reopened: the daemon ends its command with the call", "NOT_RESUMABLE");
       opened = true;
-      for await (const response of client.exec(request, { signal, timeoutMs: callTimeoutMs })) {
+      for await (const response of client.exec(request, { signal })) {
         const event = response.event;
         if (event.case === "started") yield { kind: "process", info: event.value };
         else if (event.case === "output") yield { kind: "output", chunk: chunkFromProto(event.value) };

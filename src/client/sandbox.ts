@@ -22,7 +22,10 @@ export interface SandboxOptions {
   token?: string;
   /** Extra headers sent on every call. */
   headers?: Record<string, string>;
-  /** Accept gzip-compressed responses (default true); turn off for bulk binary output. */
+  /**
+   * Advertise compressed responses as accepted (default true); see SandboxConnectionOptions. The
+   * daemon never compresses its responses, so this only matters behind a proxy that does.
+   */
   acceptCompression?: boolean;
   /** Identifier of this sandbox; 12 random hex characters by default. */
   sandboxId?: string;

@@ -16,8 +16,9 @@ export interface SandboxConnectionOptions {
   /** Extra request headers sent on every call. */
   headers?: Record<string, string>;
   /**
-   * Accept gzip-compressed responses. Default true. The daemon compresses what a client accepts,
-   * which costs throughput on bulk binary output; turn it off for that.
+   * Advertise gzip and brotli in the calls' accept-encoding header. Default true. The daemon
+   * never compresses its responses (they are mostly output, often already compressed or binary),
+   * so this changes only the headers sent; it matters for a server or proxy that does compress.
    */
   acceptCompression?: boolean;
 }
