@@ -113,6 +113,57 @@ describe("CommandHandle (seed 001)", () => {
     expect(result.stdoutBytes().length).toBe(7 * mib);
   });
 
+  it("maxRetainedBytes bounds what a background handle keeps: the result holds the tail and says it was truncated", async () => {
+    const kib = 1024;
+    const limit = 64 * kib;
+    const printed = 2 * 1024 * kib;
+    const handle = await sandbox.startProcess(`head -c ${printed} /dev/zero | tr '\\0' x; echo; echo the end`, { maxRetainedBytes: limit });
+    let seen = 0;
+    for await (const chunk of handle) seen += chunk.data.length;
+    const total = printed + "\nthe end\n".length;
+    // Iterators still see every byte; only what is kept for the result is bounded.
+    expect(seen).toBe(total);
+    const result = await handle.wait();
+    expect(result.truncated).toBe(true);
+    const kept = result.stdoutBytes().length;
+    expect(kept).toBeLessThanOrEqual(limit);
+    expect(kept).toBeGreaterThan(0);
+    expect(result.droppedBytes).toEqual({ stdout: total - kept, stderr: 0 });
+    expect(result.stdout().endsWith("x\nthe end\n")).toBe(true);
+    // A late iterator replays only what is still kept, contiguous up to the end.
+    let next = total - kept;
+    for await (const chunk of handle) {
+      expect(chunk.offset).toBe(next);
+      next += chunk.data.length;
+    }
+    expect(next).toBe(total);
+
+    // Exec keeps everything by default, and a background handle within its limit is not truncated.
+    const exec = await sandbox.run(`head -c ${printed} /dev/zero`);
+    expect(exec.truncated).toBe(false);
+    expect(exec.stdoutBytes().length).toBe(printed);
+    const small = await (await sandbox.startProcess("echo small")).wait();
+    expect(small.truncated).toBe(false);
+    expect(small.stdout()).toBe("small\n");
+  });
+
+  it("reconnect() keeps the limit: the resumed result stays within maxRetainedBytes", async () => {
+    const handle = await sandbox.startProcess("for i in $(seq 1 200); do echo line $i; sleep 0.002; done", { maxRetainedBytes: 100 });
+    const iterator = handle[Symbol.asyncIterator]();
+    await waitFor(async () => {
+      await iterator.next();
+      return handle.lastStdoutOffset > 200;
+    }, { what: "some output" });
+    await iterator.return(undefined);
+    const result = await (await handle.reconnect()).wait();
+    expect(result.truncated).toBe(true);
+    expect(result.stdoutBytes().length).toBeLessThanOrEqual(100);
+    expect(result.stdout().endsWith("line 200\n")).toBe(true);
+    const printed = Array.from({ length: 200 }, (_, i) => `line ${i + 1}\n`).join("").length;
+    // What the first handle dropped is carried over: dropped + kept accounts for every byte.
+    expect(result.droppedBytes.stdout + result.stdoutBytes().length).toBe(printed);
+  });
+
   it("kill() sends SIGTERM to the process group by default; the stream ends with the exit and no process is left", async () => {
     const marker = sleepMarker();
     const handle = await sandbox.run(`sleep ${marker} & sleep ${marker}; wait`, { wait: false });

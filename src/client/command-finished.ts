@@ -1,4 +1,4 @@
-import { decodeChunks, joinBytes, type DecodedOutput, type OutputChunk } from "./output.js";
+import { decodeChunks, joinBytes, type DecodedOutput, type OutputChunk, type OutputOffsets } from "./output.js";
 import type { ProcessExit, ProcessStatus } from "./process-record.js";
 
 /**
@@ -9,6 +9,11 @@ import type { ProcessExit, ProcessStatus } from "./process-record.js";
  * signal ended it (137 for SIGKILL, as a timeout reports it), with `signal` naming the signal.
  * Text accessors decode with the handle's encoding (UTF-8 by default), each stream with its own
  * incremental decoder, so multi-byte characters are never split.
+ *
+ * The output is everything the handle received unless its `maxRetainedBytes` (by default 16 MiB
+ * for a background process, unlimited for Exec) made it drop the oldest chunks: then `truncated` is
+ * true, `droppedBytes` says how many bytes of each stream are missing from the front, and the
+ * text of a stream may begin with U+FFFD where a character was cut.
  */
 export class CommandFinished {
   private decoded?: DecodedOutput;
@@ -21,11 +26,18 @@ export class CommandFinished {
     readonly command: string,
     /** How it ended. */
     readonly exit: ProcessExit,
-    /** Every chunk received, in arrival order. */
+    /** Every chunk retained, in arrival order (see `truncated`). */
     readonly chunks: readonly OutputChunk[],
     /** Encoding of the text accessors (a WHATWG label). */
     readonly encoding = "utf-8",
+    /** Bytes of each stream dropped from the front because of the handle's `maxRetainedBytes`. */
+    readonly droppedBytes: Readonly<OutputOffsets> = { stdout: 0, stderr: 0 },
   ) {}
+
+  /** Whether older output was dropped to respect the handle's `maxRetainedBytes` (see `droppedBytes`). */
+  get truncated(): boolean {
+    return this.droppedBytes.stdout > 0 || this.droppedBytes.stderr > 0;
+  }
 
   /** The exit code; 128 + the signal number when a signal ended the process. */
   get exitCode(): number {

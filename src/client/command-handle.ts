@@ -8,6 +8,7 @@ import { ExecutionTimeoutError, OutputLostError, SandboxError, toSandboxError } 
 import { InputStream, type InputAck } from "./input-stream.js";
 import { StreamDecoder, type OutputChunk, type OutputOffsets, type OutputStreamName } from "./output.js";
 import { detailsFromProto, exitFromProto, type ProcessDetails, type ProcessExit, type ProcessStatus } from "./process-record.js";
+import { RetainedOutput } from "./retained-output.js";
 
 /** What a handle needs from the sandbox that made it. */
 export interface CommandContext {
@@ -31,7 +32,19 @@ export interface CommandCallbacks {
 export interface CommandHandleOptions extends CommandCallbacks {
   /** Encoding of the text views (`logs()`, `onOutput`, CommandFinished). Default `"utf-8"`. */
   encoding?: string;
+  /**
+   * Most output bytes (both streams together) the handle keeps for `result`. Beyond it the oldest
+   * chunks are dropped and the CommandFinished says so (`truncated`, `droppedBytes`); iterators,
+   * `logs()` and `onOutput` still see every byte as it arrives. Default: unlimited for a command
+   * run through Exec (exec, execStream, waiting run and runCommand: the result is the point),
+   * {@link DEFAULT_MAX_RETAINED_BYTES} for a background process, which may print for days.
+   * 0 keeps nothing.
+   */
+  maxRetainedBytes?: number;
 }
+
+/** Default {@link CommandHandleOptions.maxRetainedBytes} of a background process's handle: 16 MiB. */
+export const DEFAULT_MAX_RETAINED_BYTES = 16 * 1024 * 1024;
 
 /** A log line of seed 003's `command.logs()`: decoded text of one stream. */
 export interface CommandLog {
@@ -58,7 +71,7 @@ export interface KillOptions {
 /** Where a handle starts: a fresh Exec, or a known process read from offsets. */
 type HandleStart =
   | { kind: "exec"; request: MessageInitShape<typeof ExecRequestSchema> }
-  | { kind: "process"; details: ProcessDetails; from?: OutputOffsets; retained?: readonly OutputChunk[] };
+  | { kind: "process"; details: ProcessDetails; from?: OutputOffsets; retained?: RetainedOutput };
 
 /** Queue capacity of one iterator, in bytes: beyond it the stream is held back (backpressure). */
 const iteratorCapacityBytes = 4 * 1024 * 1024;
@@ -87,7 +100,12 @@ const iteratorCapacityBytes = 4 * 1024 * 1024;
  *
  * A handle of a command run through Exec (exec(), execStream(), blocking runCommand) cannot resume:
  * the daemon kills an Exec command whose call is gone, so a broken connection is a SandboxError
- * with code UNAVAILABLE. Every chunk is retained by the handle for `result`.
+ * with code UNAVAILABLE.
+ *
+ * The handle keeps the output it received for `result`: all of it for an Exec command, the newest
+ * {@link DEFAULT_MAX_RETAINED_BYTES} for a background process unless `maxRetainedBytes` says
+ * otherwise, so following a days-long log does not grow memory without bound. A late iterator
+ * replays only what is still kept.
  */
 export class CommandHandle implements AsyncIterable<OutputChunk>, AsyncDisposable {
   /** Consecutive failed reconnect attempts before the handle gives up. */
@@ -101,9 +119,8 @@ export class CommandHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
   private exitRecord?: ProcessExit;
   private failure?: Error;
   private readonly offsets: OutputOffsets;
-  private readonly chunks: OutputChunk[];
-  /** How many of `chunks` were carried over from an earlier handle: in `result`, never replayed to iterators. */
-  private readonly carried: number;
+  /** What `result` will hold; chunks carried over from an earlier handle are never replayed to iterators. */
+  private readonly output: RetainedOutput;
   private readonly source: CommandSource;
   private readonly subscribers = new Set<ChunkQueue<OutputChunk>>();
   private readonly stopper = new AbortController();
@@ -132,13 +149,11 @@ export class CommandHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
     if (start.kind === "exec") {
       this.source = createExecSource(context.client, start.request);
       this.offsets = { stdout: 0, stderr: 0 };
-      this.chunks = [];
-      this.carried = 0;
+      this.output = new RetainedOutput(options.maxRetainedBytes ?? Infinity);
     } else {
       this.source = createLogsSource(context.client, start.details.id);
       this.offsets = { ...(start.from ?? { stdout: 0, stderr: 0 }) };
-      this.chunks = [...(start.retained ?? [])];
-      this.carried = this.chunks.length;
+      this.output = new RetainedOutput(options.maxRetainedBytes ?? start.retained?.limitBytes ?? DEFAULT_MAX_RETAINED_BYTES, start.retained);
       this.adopt(start.details);
     }
   }
@@ -169,7 +184,7 @@ export class CommandHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
   static forProcess(
     context: CommandContext,
     info: ProcessInfo | ProcessDetails,
-    options: CommandHandleOptions & { from?: OutputOffsets; retained?: readonly OutputChunk[] } = {},
+    options: CommandHandleOptions & { from?: OutputOffsets; retained?: RetainedOutput } = {},
   ): CommandHandle {
     const details = "processId" in info ? detailsFromProto(info) : info;
     return new CommandHandle(context, { kind: "process", details, from: options.from, retained: options.retained }, options);
@@ -298,7 +313,7 @@ export class CommandHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
   async *[Symbol.asyncIterator](): AsyncGenerator<OutputChunk> {
     const queue = new ChunkQueue<OutputChunk>(iteratorCapacityBytes, (chunk) => chunk.data.length);
     // Subscribing and copying what was received happen in one step, so no chunk is missed or doubled.
-    const replay = this.chunks.slice(this.carried);
+    const replay = this.output.received();
     if (this.settled) {
       yield* replay;
       if (this.failure !== undefined) throw this.failure;
@@ -367,7 +382,8 @@ export class CommandHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
   /**
    * Returns a new handle that resumes this command's stream exactly at `lastStdoutOffset` and
    * `lastStderrOffset`: iterating it yields only bytes from there on, while its `result` also holds
-   * the output this handle received (so it is complete).
+   * the output this handle kept (so it is complete unless `maxRetainedBytes` dropped some), under
+   * the same limit.
    * This handle stops following: its iterators end with a SandboxError of code DETACHED.
    */
   async reconnect(): Promise<CommandHandle> {
@@ -376,7 +392,7 @@ export class CommandHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
     await this.pumping?.catch(() => {});
     return new CommandHandle(
       this.context,
-      { kind: "process", details: this.details!, from: { ...this.offsets }, retained: this.chunks },
+      { kind: "process", details: this.details!, from: { ...this.offsets }, retained: this.output },
       this.options,
     );
   }
@@ -518,7 +534,7 @@ export class CommandHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
         if (this.details !== undefined) this.details = { ...this.details, status: exit.status, exit };
         this.flushDecoder();
         this.options.onExit?.(exit.exitCode);
-        return new CommandFinished(this.id, this.command, exit, this.chunks, this.options.encoding);
+        return new CommandFinished(this.id, this.command, exit, this.output.retained(), this.options.encoding, this.output.droppedBytes);
       }
       case "caught-up":
         throw new SandboxError("the log stream stopped before the command exited", "NO_EXIT");
@@ -539,7 +555,7 @@ export class CommandHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
         ? received
         : { stream: received.stream, offset: expected, data: received.data.subarray(expected - received.offset) };
     this.offsets[chunk.stream] = end;
-    this.chunks.push(chunk);
+    this.output.push(chunk);
     const room = [...this.subscribers].map((queue) => queue.push(chunk));
     if (this.decoder !== undefined) {
       const text = this.decoder.decode(chunk.stream, chunk.data);

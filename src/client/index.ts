@@ -16,7 +16,7 @@ export type {
   SandboxDescription,
   SandboxOptions,
 } from "./sandbox.js";
-export { CommandHandle, classifyFailure } from "./command-handle.js";
+export { CommandHandle, classifyFailure, DEFAULT_MAX_RETAINED_BYTES } from "./command-handle.js";
 export type { CommandCallbacks, CommandContext, CommandHandleOptions, CommandLog, FailureKind, KillOptions, WaitOptions } from "./command-handle.js";
 export { CommandFinished } from "./command-finished.js";
 export type { BaseExecOptions, CommandOptions, PtySize } from "./command-spec.js";

@@ -9,6 +9,11 @@ import { processStatuses, type ProcessStatus } from "./process-record.js";
 export interface ProcessOptions extends CommandOptions, BaseExecOptions {
   /** Client-chosen process id for later reference; a UUID when omitted. A live duplicate is ProcessAlreadyExistsError. */
   processId?: string;
+  /**
+   * Most output bytes the handle keeps for its result: 16 MiB by default; beyond it the oldest are
+   * dropped and the result reports `truncated` (see CommandHandleOptions.maxRetainedBytes).
+   */
+  maxRetainedBytes?: number;
   /** Remove the process's record automatically once it has exited and lingered (default true). */
   autoCleanup?: boolean;
   /**

@@ -345,7 +345,7 @@ export class Sandbox implements AsyncDisposable {
         stdinOpen: options.stdin === true,
         stdinData: stdinData(options.stdin),
       },
-      { onOutput: options.onOutput, onExit: options.onExit, onError: options.onError },
+      { onOutput: options.onOutput, onExit: options.onExit, onError: options.onError, maxRetainedBytes: options.maxRetainedBytes },
     );
     options.onStart?.(handle);
     if (options.onOutput !== undefined || options.onExit !== undefined || options.onError !== undefined) void handle.follow();
@@ -475,6 +475,7 @@ export class Sandbox implements AsyncDisposable {
             onOutput: callbacks.onOutput,
             onExit: callbacks.onExit,
             onError: callbacks.onError,
+            maxRetainedBytes: callbacks.maxRetainedBytes,
           }),
         );
       } catch (error) {
