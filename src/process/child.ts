@@ -39,11 +39,21 @@ export interface SpawnedChild {
   /** OS pid and process group id. */
   readonly pid: number;
   /**
+   * Resolves as soon as the leader has exited and was reaped, before its output may have drained.
+   * From then on its pid, and the group id once the group is empty, may be reused.
+   */
+  readonly exited: Promise<ChildExit>;
+  /**
    * Resolves when the leader has exited and all of its output was delivered through `onOutput`.
-   * A grandchild that keeps the output open does not hold this back for more than about a second.
+   * A grandchild that keeps the output open holds this back at most {@link outputDrainLimitMs} on
+   * pipes and four times that in a PTY, not counting the time output is paused (by
+   * {@link pauseOutput}), which can be unbounded.
    */
   readonly finished: Promise<ChildExit>;
-  /** Writes to stdin; resolves once the bytes were handed to the OS. Rejects when stdin is closed. */
+  /**
+   * Writes to stdin; resolves once the bytes were handed to the OS. Rejects when stdin is closed,
+   * and a pending write rejects once the leader has exited, at the latest when `finished` resolves.
+   */
   write(data: Uint8Array): Promise<void>;
   /** Closes stdin (EOF); for a PTY, sends the EOF character. */
   closeInput(): void;

@@ -85,6 +85,7 @@ function createPipeChild(
 
   return {
     pid,
+    exited: leaderExited,
     finished,
     write(data) {
       const stdin = child.stdin;

@@ -114,12 +114,30 @@ export function spawnPtyChild(options: SpawnPtyOptions): SpawnedChild {
   master.on("error", finishDrain);
   master.on("close", finishDrain);
 
+  // Writes to the master still under way; each stops once the leader has exited (see finished).
+  const pendingInput = new Set<Promise<void>>();
+  const writeInput = (data: Uint8Array): Promise<void> => {
+    const written = writeAll(term.fd, data, () => exited).then((complete) => {
+      if (!complete) throw new Error("stdin is closed: the process exited");
+    });
+    const settled = written.then(
+      () => {},
+      () => {},
+    );
+    pendingInput.add(settled);
+    void settled.then(() => pendingInput.delete(settled));
+    return written;
+  };
+
   const finished = leaderExited.then(async (exit) => {
     exited = true;
     // A child that filled the terminal before exiting leaves no room for the marker until the
     // master is read: retry until it fits, and stop once drained.
     // Without the slave fd the output ends with EIO instead (see above).
     const markerWritten = slaveFd !== undefined ? writeAll(slaveFd, marker, () => drained).catch(finishDrain) : Promise.resolve();
+    // Input still being written stops at its next step; it must have settled before the master
+    // closes, or its retries would write into whatever file reuses the fd number.
+    const inputSettled = Promise.all(pendingInput);
     // A safety net for a marker that never comes out; time spent paused for a slow reader does not
     // count, or that reader would lose what is still queued in the terminal.
     let limit: NodeJS.Timeout | undefined;
@@ -131,6 +149,7 @@ export function spawnPtyChild(options: SpawnPtyOptions): SpawnedChild {
     clearTimeout(limit);
     // No write of the marker may still be under way when the fd is closed and its number reused.
     await markerWritten;
+    await inputSettled;
     if (slaveFd !== undefined) closeSync(slaveFd);
     master.destroy();
     return exit;
@@ -139,16 +158,17 @@ export function spawnPtyChild(options: SpawnPtyOptions): SpawnedChild {
   let inputClosed = false;
   return {
     pid: term.pid,
+    exited: leaderExited,
     finished,
     write(data) {
-      if (inputClosed || drained) return Promise.reject(new Error("stdin is closed"));
-      return writeAll(term.fd, data);
+      if (inputClosed || exited) return Promise.reject(new Error("stdin is closed"));
+      return writeInput(data);
     },
     closeInput() {
-      if (inputClosed || drained) return;
+      if (inputClosed || exited) return;
       inputClosed = true;
       // VEOF (^D) at the start of a line is end-of-file for a program reading the terminal.
-      void writeAll(term.fd, Buffer.from([0x04])).catch(() => {});
+      void writeInput(Buffer.from([0x04])).catch(() => {});
     },
     resize(cols, rows) {
       if (!drained) native.module.resize(term.fd, cols, rows);
@@ -165,14 +185,15 @@ export function spawnPtyChild(options: SpawnPtyOptions): SpawnedChild {
 }
 
 /**
- * Writes all of `data` to a non-blocking fd, retrying on EAGAIN. Gives up quietly (resolves) once
- * `stopped` returns true, before the fd can be closed and its number reused.
+ * Writes all of `data` to a non-blocking fd, retrying on EAGAIN. Resolves true once everything was
+ * written, or false as soon as `stopped` returns true (checked before every write), so the caller
+ * can close the fd without a retry landing in a file that reuses its number.
  */
-function writeAll(fd: number, data: Uint8Array, stopped: () => boolean = () => false): Promise<void> {
-  return new Promise<void>((resolve, reject) => {
+function writeAll(fd: number, data: Uint8Array, stopped: () => boolean): Promise<boolean> {
+  return new Promise<boolean>((resolve, reject) => {
     let offset = 0;
     const step = () => {
-      if (stopped()) return resolve();
+      if (stopped()) return resolve(false);
       write(fd, data, offset, data.length - offset, null, (error, written) => {
         if (error) {
           if ((error as NodeJS.ErrnoException).code === "EAGAIN") return void setTimeout(step, 5);
@@ -180,7 +201,7 @@ function writeAll(fd: number, data: Uint8Array, stopped: () => boolean = () => f
         }
         offset += written;
         if (offset < data.length) step();
-        else resolve();
+        else resolve(true);
       });
     };
     step();
