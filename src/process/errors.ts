@@ -9,7 +9,8 @@ export type ProcessErrorReason =
   | "failed-precondition"
   | "permission-denied"
   | "resource-exhausted"
-  | "unavailable";
+  | "unavailable"
+  | "cancelled";
 
 /** ProcessError is a refused process-manager operation, with a reason a caller can act on. */
 export class ProcessError extends Error {

@@ -2,6 +2,7 @@ export { createBaseEnvironment, inheritedVariables } from "./environment.js";
 export { ProcessError, type ProcessErrorReason } from "./errors.js";
 export {
   ManagedProcess,
+  maxPendingInputBytes,
   type ProcessDescription,
   type ProcessExit,
   type ProcessStatus,

@@ -16,7 +16,10 @@ export interface ProcessExit {
   readonly signal: string | null;
   /** Killed because its timeout expired. */
   readonly timedOut: boolean;
-  /** Killed on request (kill, cancel, shutdown). */
+  /**
+   * A signal was sent on request through {@link ManagedProcess.kill} (KillProcess, KillAllProcesses,
+   * a cancelled Exec, shutdown), whatever the signal and whether or not it ended the process.
+   */
   readonly killed: boolean;
   readonly startTime: Date;
   readonly endTime: Date;
@@ -44,6 +47,9 @@ export interface ProcessDescription {
   /** Time limit in milliseconds; 0 for none. */
   readonly timeoutMs: number;
 }
+
+/** Most stdin bytes a process may have pending (accepted, not yet handed to the OS): 8 MiB. */
+export const maxPendingInputBytes = 8 * 1024 * 1024;
 
 /** Options for creating a {@link ManagedProcess}. */
 export interface ManagedProcessOptions extends ProcessDescription {
@@ -81,10 +87,17 @@ export class ManagedProcess implements ProcessDescription {
   private exitInfo?: ProcessExit;
   private readonly startedAt = performance.now();
   private killedOnRequest = false;
+  /** A kill requested while starting, applied by {@link attach}. */
+  private pendingKill?: { signal: SignalName; gracePeriodMs: number };
+  /** The leader has exited: its group is no longer signalled, its id may be reused. */
+  private leaderExited = false;
   private timedOut = false;
   private inputClosed = false;
   private writtenBytes = 0;
-  private writeChain: Promise<void> = Promise.resolve();
+  private pendingInputBytes = 0;
+  /** Settles when the last accepted write has settled; starts settled once attached (or failed). */
+  private writeChain: Promise<void>;
+  private resolveStarted!: () => void;
   private timeoutTimer?: NodeJS.Timeout;
   private escalationTimer?: NodeJS.Timeout;
   private resolveExited!: (exit: ProcessExit) => void;
@@ -106,6 +119,7 @@ export class ManagedProcess implements ProcessDescription {
     });
     if (options.pinnedReader) this.pinnedReader = this.output.createReader({}, { pinned: true });
     this.exited = new Promise((resolve) => (this.resolveExited = resolve));
+    this.writeChain = new Promise((resolve) => (this.resolveStarted = resolve));
   }
 
   /** Current status. */
@@ -142,15 +156,26 @@ export class ManagedProcess implements ProcessDescription {
   attach(child: SpawnedChild): void {
     this.child = child;
     this.currentStatus = "running";
+    this.resolveStarted();
     if (this.timeoutMs > 0) {
       this.timeoutTimer = setTimeout(() => {
         this.timedOut = true;
         this.signalGroup("SIGKILL");
       }, this.timeoutMs);
     }
-    void child.finished.then((exit) => {
-      // Whatever the leader left behind in its group goes with it: nothing runs unaccounted.
+    if (this.pendingKill !== undefined) this.kill(this.pendingKill.signal, this.pendingKill.gracePeriodMs);
+    void child.exited.then(() => {
+      // Whatever the leader left behind in its group goes with it: nothing runs unaccounted. This
+      // is the last signal: once the group is empty its id may be reused by an unrelated process,
+      // so no timer or kill may signal it while the output drains.
       this.signalGroup("SIGKILL");
+      this.leaderExited = true;
+      clearTimeout(this.timeoutTimer);
+      clearTimeout(this.escalationTimer);
+    });
+    // A write still pending at the exit settles once the child stops it: none outlives the record.
+    void child.finished.then(async (exit) => {
+      await this.writeChain;
       this.finish({
         status: exit.signal !== null ? "killed" : exit.code === 0 ? "completed" : "failed",
         exitCode: exit.code,
@@ -161,17 +186,23 @@ export class ManagedProcess implements ProcessDescription {
 
   /** Records that the process could not start (status error, `exitCode` as a shell gives it). @internal */
   failToStart(error: string, exitCode: number): void {
+    this.resolveStarted();
     this.finish({ status: "error", exitCode, signal: null, error });
   }
 
   /**
    * Sends `signal` to the whole process group. With `gracePeriodMs` >= 0 the group is sent SIGKILL
-   * if the process is still running that many milliseconds later. Returns false when it had
-   * already exited.
+   * if the process is still running that many milliseconds later. A kill of a process still
+   * starting is sent as soon as it runs. Returns false when its leader had already exited.
    */
   kill(signal: SignalName = "SIGTERM", gracePeriodMs = 5000): boolean {
-    if (this.exitInfo !== undefined || this.child === undefined) return false;
+    if (this.exitInfo !== undefined || this.leaderExited) return false;
     this.killedOnRequest = true;
+    if (this.child === undefined) {
+      // The strongest request wins: a later SIGTERM must not soften an earlier SIGKILL.
+      if (this.pendingKill?.signal !== "SIGKILL") this.pendingKill = { signal, gracePeriodMs };
+      return true;
+    }
     this.signalGroup(signal);
     if (gracePeriodMs >= 0 && signal !== "SIGKILL" && this.escalationTimer === undefined) {
       this.escalationTimer = setTimeout(() => this.signalGroup("SIGKILL"), gracePeriodMs);
@@ -181,44 +212,76 @@ export class ManagedProcess implements ProcessDescription {
 
   /** Sends a signal to the process group without counting it as a kill (SendInput's signals). */
   signal(signal: SignalName): void {
-    if (this.exitInfo !== undefined) {
+    if (this.exitInfo !== undefined || this.leaderExited) {
       throw new ProcessError(`process has exited: ${this.id}`, "failed-precondition");
     }
     this.signalGroup(signal);
   }
 
   /**
-   * Writes bytes to stdin, in call order. Resolves with the total bytes written. Throws a
-   * ProcessError ("failed-precondition") when the process has no stdin, stdin was closed, or it
-   * has exited; a write racing the exit (EPIPE) is reported the same way, never as a crash.
+   * Writes bytes to stdin, in call order. Resolves with the total bytes written once these were
+   * handed to the OS. Throws a ProcessError: "failed-precondition" when the process has no stdin,
+   * stdin was closed, or it has exited (a write racing the exit, EPIPE, included, never a crash);
+   * "resource-exhausted" when more than {@link maxPendingInputBytes} would be pending; "cancelled"
+   * when `signal` aborts first. An aborted write that had not reached the child yet is dropped;
+   * one the child had already taken (a PTY or pipe writes what it took in order) still counts in
+   * {@link bytesWritten} once it is written, as it then reaches the process.
    */
-  async write(data: Uint8Array): Promise<number> {
+  async write(data: Uint8Array, signal?: AbortSignal): Promise<number> {
     this.assertInputOpen();
-    const child = this.child!;
-    const result = this.writeChain.then(async () => {
-      this.assertInputOpen();
-      try {
-        await child.write(data);
-      } catch (cause) {
-        throw new ProcessError(`stdin of process ${this.id} is closed`, "failed-precondition", { cause });
-      }
-      this.writtenBytes += data.length;
-      return this.writtenBytes;
-    });
-    this.writeChain = result.then(
+    throwIfAborted(this.id, signal);
+    if (this.pendingInputBytes + data.length > maxPendingInputBytes) {
+      throw new ProcessError(
+        `stdin of process ${this.id} is full: the limit of ${maxPendingInputBytes} pending bytes is reached`,
+        "resource-exhausted",
+      );
+    }
+    this.pendingInputBytes += data.length;
+    const written = this.writeChain
+      .then(() => {
+        // Skipped, not written: the caller is gone and nothing of it reached the child.
+        throwIfAborted(this.id, signal);
+        if (this.exitInfo !== undefined || this.leaderExited || this.child === undefined) {
+          throw new ProcessError(`process has exited: ${this.id}`, "failed-precondition");
+        }
+        return this.child.write(data).then(
+          () => {
+            this.writtenBytes += data.length;
+            return this.writtenBytes;
+          },
+          (cause: unknown) => {
+            throw new ProcessError(`stdin of process ${this.id} is closed`, "failed-precondition", { cause });
+          },
+        );
+      })
+      .finally(() => (this.pendingInputBytes -= data.length));
+    // The next write waits for this one to be written (or dropped): a child write settles when the
+    // bytes were taken by the OS or, at the latest, once the process has exited.
+    this.writeChain = written.then(
       () => {},
       () => {},
     );
-    return result;
+    if (signal === undefined) return written;
+    return new Promise<number>((resolve, reject) => {
+      const onAbort = () => reject(abortError(this.id, signal));
+      signal.addEventListener("abort", onAbort, { once: true });
+      written.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
+    });
   }
 
-  /** Closes stdin after pending writes. Closing twice is a no-op. */
+  /**
+   * Closes stdin: further writes are refused at once, and the end of input reaches the process
+   * after the writes already accepted, or not at all when it exits first. Resolves without
+   * waiting for those writes, which a process that does not read may hold forever. Closing twice
+   * is a no-op.
+   */
   async closeInput(): Promise<void> {
     if (!this.stdin) throw new ProcessError(`process ${this.id} has no stdin`, "failed-precondition");
     if (this.inputClosed || this.exitInfo !== undefined) return;
     this.inputClosed = true;
-    await this.writeChain;
-    this.child?.closeInput();
+    void this.writeChain.then(() => {
+      if (this.exitInfo === undefined && !this.leaderExited) this.child?.closeInput();
+    });
   }
 
   /** Resizes the PTY. Throws a ProcessError ("failed-precondition") for a process without one. */
@@ -239,6 +302,7 @@ export class ManagedProcess implements ProcessDescription {
   }
 
   private signalGroup(signal: SignalName): void {
+    if (this.leaderExited) return;
     const pid = this.child?.pid;
     if (pid === undefined || pid <= 0) return;
     try {
@@ -267,4 +331,12 @@ export class ManagedProcess implements ProcessDescription {
     this.currentStatus = end.status;
     this.resolveExited(this.exitInfo);
   }
+}
+
+function abortError(id: string, signal: AbortSignal): ProcessError {
+  return new ProcessError(`write to stdin of process ${id} was cancelled`, "cancelled", { cause: signal.reason });
+}
+
+function throwIfAborted(id: string, signal: AbortSignal | undefined): void {
+  if (signal?.aborted) throw abortError(id, signal);
 }

@@ -109,6 +109,8 @@ export class ProcessManager {
   private readonly releases = new Set<Promise<void>>();
   private liveCount = 0;
   private shuttingDown = false;
+  /** Calls of {@link start} under way, awaited by {@link shutdown}. */
+  private readonly starts = new Set<Promise<unknown>>();
 
   /** Use {@link createProcessManager}, which resolves the workspace roots. */
   constructor(
@@ -145,7 +147,18 @@ export class ProcessManager {
    * 127 for a missing program, 126 for one that cannot be executed). Throws a ProcessError for an
    * invalid spec, a duplicate live id, a bad working directory, a refused sudo or too many processes.
    */
-  async start(spec: ProcessSpec, options: StartOptions = {}): Promise<ManagedProcess> {
+  start(spec: ProcessSpec, options: StartOptions = {}): Promise<ManagedProcess> {
+    const started = this.startProcess(spec, options);
+    const settled = started.then(
+      () => {},
+      () => {},
+    );
+    this.starts.add(settled);
+    void settled.then(() => this.starts.delete(settled));
+    return started;
+  }
+
+  private async startProcess(spec: ProcessSpec, options: StartOptions): Promise<ManagedProcess> {
     if (this.shuttingDown) throw new ProcessError("the daemon is shutting down", "unavailable");
     validateSpec(spec);
     const id = spec.processId || randomUUID();
@@ -163,10 +176,15 @@ export class ProcessManager {
       throw new ProcessError("sudo needs the daemon to run as root", "permission-denied");
     }
     const cwd = await this.workspace.resolve(spec.cwd ?? "");
-    // Checked again after the await: another start may have taken the id meanwhile.
+    // Checked again after the await: shutdown may have begun, and other starts may have taken the
+    // id or the last slots meanwhile. From here to register nothing awaits.
+    if (this.shuttingDown) throw new ProcessError("the daemon is shutting down", "unavailable");
     const raced = this.processes.get(id);
     if (raced !== undefined && raced.exit === undefined) {
       throw new ProcessError(`process already exists: ${id}`, "already-exists");
+    }
+    if (this.liveCount >= this.maxProcesses) {
+      throw new ProcessError(`too many processes: the limit of ${this.maxProcesses} live processes is reached`, "resource-exhausted");
     }
     const args = spec.args ?? [];
     const useShell = args.length === 0;
@@ -279,11 +297,13 @@ export class ProcessManager {
   }
 
   /**
-   * Refuses new processes, sends SIGTERM to every process group, SIGKILL after `gracePeriodMs`,
-   * and resolves once every process has exited.
+   * Refuses new processes, waits for the starts under way, sends SIGTERM to every process group,
+   * SIGKILL after `gracePeriodMs`, and resolves once every process has exited.
    */
   async shutdown(gracePeriodMs = 2000): Promise<void> {
     this.shuttingDown = true;
+    // A start past its last check registers its record and spawns: kill that child too.
+    await Promise.all(this.starts);
     const live = [...this.processes.values()].filter((managed) => managed.exit === undefined);
     for (const managed of live) managed.kill("SIGTERM", gracePeriodMs);
     await Promise.all(live.map((managed) => managed.exited));

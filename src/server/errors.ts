@@ -9,6 +9,7 @@ const codeByReason: Record<ProcessErrorReason, Code> = {
   "permission-denied": Code.PermissionDenied,
   "resource-exhausted": Code.ResourceExhausted,
   unavailable: Code.Unavailable,
+  cancelled: Code.Canceled,
 };
 
 /**

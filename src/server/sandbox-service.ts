@@ -137,7 +137,7 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
             throw new ConnectError(`process has exited: ${managed.id}`, Code.FailedPrecondition);
           }
         } else {
-          await applyInput(managed, input);
+          await applyInput(managed, input, context.signal);
         }
         yield { bytesWritten: BigInt(managed.bytesWritten), closed: managed.isInputClosed } satisfies InputAck;
         if (context.signal.aborted) return;
@@ -193,11 +193,11 @@ type ExecEvent = MessageInitShape<typeof ExecResponseSchema>;
 type LogsEvent = MessageInitShape<typeof StreamLogsResponseSchema>;
 type InputAck = MessageInitShape<typeof SendInputResponseSchema>;
 
-async function applyInput(managed: ManagedProcess, input: SendInputRequest["input"]): Promise<void> {
+async function applyInput(managed: ManagedProcess, input: SendInputRequest["input"], signal: AbortSignal): Promise<void> {
   await withConnectErrors(async () => {
     switch (input.case) {
       case "data":
-        await managed.write(input.value);
+        await managed.write(input.value, signal);
         return;
       case "close":
         await managed.closeInput();

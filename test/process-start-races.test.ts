@@ -1,0 +1,125 @@
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { afterAll, describe, expect, it, vi } from "vitest";
+import { createProcessManager, ProcessError, type ProcessManager } from "../src/process/index.js";
+import { groupMembers, isAlive, processesWithMarker, waitFor } from "./support/processes.js";
+
+const workspace = mkdtempSync(path.join(tmpdir(), "sandboxd-start-races-"));
+const managers: ProcessManager[] = [];
+afterAll(async () => {
+  await Promise.all(managers.map((manager) => manager.shutdown(100)));
+});
+
+async function newManager(options: { maxProcesses?: number; outputCapacityBytes?: number } = {}): Promise<ProcessManager> {
+  const manager = await createProcessManager({ workspaceRoots: [workspace], ...options });
+  managers.push(manager);
+  return manager;
+}
+
+function marker(): string {
+  return `${9000 + Math.floor(Math.random() * 999)}.${Date.now() % 100000}`;
+}
+
+/**
+ * The record of `id` while its spawn is under way: a window of a few microtasks and one tick, too
+ * short for a timer-based poll, so this polls a microtask at a time (bounded).
+ */
+async function startingRecord(manager: ProcessManager, id: string) {
+  for (let turn = 0; turn < 10_000; turn++) {
+    const managed = manager.list().find((candidate) => candidate.id === id);
+    if (managed !== undefined) {
+      expect(managed.status).toBe("starting");
+      return managed;
+    }
+    await Promise.resolve();
+  }
+  throw new Error(`${id} never appeared`);
+}
+
+describe("a process killed while it is starting", () => {
+  it("is killed as soon as it runs, and KillAll counts it", async () => {
+    const manager = await newManager();
+    const seconds = marker();
+    const started = manager.start({ command: "sleep", args: [seconds], processId: "starting-kill", autoCleanup: false });
+    const record = await startingRecord(manager, "starting-kill");
+    expect(record.kill("SIGTERM", 100)).toBe(true);
+    expect(manager.killAll({ gracePeriodMs: 100 })).toBe(1);
+    const managed = await started;
+    const exit = await managed.exited;
+    expect(exit).toMatchObject({ status: "killed", signal: "SIGTERM", killed: true });
+    expect(processesWithMarker(seconds)).toEqual([]);
+  });
+
+  it("does not hold shutdown back, and nothing it started survives", async () => {
+    const manager = await newManager();
+    const seconds = marker();
+    const started = manager.start({ command: "sleep", args: [seconds], processId: "starting-shutdown" });
+    await startingRecord(manager, "starting-shutdown");
+    await manager.shutdown(100);
+    const managed = await started;
+    expect(managed.exit?.status).toBe("killed");
+    expect(processesWithMarker(seconds)).toEqual([]);
+  });
+
+  it("is refused, not spawned, when shutdown begins while its working directory resolves", async () => {
+    const manager = await newManager();
+    const seconds = marker();
+    const started = manager.start({ command: "sleep", args: [seconds] });
+    await manager.shutdown(100);
+    await expect(started).rejects.toMatchObject({ reason: "unavailable" });
+    expect(processesWithMarker(seconds)).toEqual([]);
+  });
+});
+
+describe("maxProcesses", () => {
+  it("holds against concurrent starts", async () => {
+    const manager = await newManager({ maxProcesses: 2 });
+    const results = await Promise.allSettled(Array.from({ length: 6 }, () => manager.start({ command: "sleep 30" })));
+    expect(results.filter((result) => result.status === "fulfilled")).toHaveLength(2);
+    for (const result of results) {
+      if (result.status === "rejected") {
+        expect(result.reason).toBeInstanceOf(ProcessError);
+        expect((result.reason as ProcessError).reason).toBe("resource-exhausted");
+      }
+    }
+    expect(manager.liveProcessCount).toBe(2);
+    manager.killAll({ signal: "SIGKILL" });
+  });
+});
+
+describe("after the leader exits", () => {
+  it("kills its group once and never signals it again while the output drains", async () => {
+    // A reader that does not read holds a terminal's output back (paused) after the leader exited;
+    // on pipes Node resumes the output at the exit.
+    const manager = await newManager({ outputCapacityBytes: 1024 });
+    const managed = await manager.start(
+      {
+        command: "head -c 2048 /dev/zero | tr '\\0' a; sleep 0.1; head -c 2048 /dev/zero | tr '\\0' b; exit 3",
+        pty: { cols: 80, rows: 24 },
+        timeoutMs: 300,
+        autoCleanup: false,
+      },
+      { pinnedReader: true },
+    );
+    const pid = managed.pid;
+    const kill = vi.spyOn(process, "kill");
+    try {
+      await waitFor(() => !isAlive(pid) && groupMembers(pid).length === 0, { what: "the leader to exit" });
+      expect(managed.exit).toBeUndefined();
+      expect(managed.kill("SIGTERM")).toBe(false);
+      // Past the timeout while the output is held: a timer still armed would signal a group id
+      // that may belong to an unrelated process by now.
+      await waitFor(() => Date.now() - managed.startTime.getTime() > 500, { what: "the timeout to pass" });
+      expect(managed.exit).toBeUndefined();
+      for await (const _item of managed.pinnedReader!.items({ follow: true })) {
+        // Consume everything so the output drains.
+      }
+      const exit = await managed.exited;
+      expect(exit).toMatchObject({ status: "failed", exitCode: 3, timedOut: false, killed: false, stdoutBytes: 4096 });
+      expect(kill.mock.calls.filter(([target]) => target === -pid)).toEqual([[-pid, "SIGKILL"]]);
+    } finally {
+      kill.mockRestore();
+    }
+  });
+});
