@@ -197,12 +197,12 @@ export class ManagedProcess implements ProcessDescription {
    */
   kill(signal: SignalName = "SIGTERM", gracePeriodMs = 5000): boolean {
     if (this.exitInfo !== undefined || this.leaderExited) return false;
-    this.killedOnRequest = true;
     if (this.child === undefined) {
       // The strongest request wins: a later SIGTERM must not soften an earlier SIGKILL.
       if (this.pendingKill?.signal !== "SIGKILL") this.pendingKill = { signal, gracePeriodMs };
       return true;
     }
+    this.killedOnRequest = true;
     this.signalGroup(signal);
     if (gracePeriodMs >= 0 && signal !== "SIGKILL" && this.escalationTimer === undefined) {
       this.escalationTimer = setTimeout(() => this.signalGroup("SIGKILL"), gracePeriodMs);
