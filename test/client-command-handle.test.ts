@@ -307,7 +307,14 @@ describe("CommandHandle (seed 001)", () => {
     const small = await startTestServer({ outputCapacityBytes: 64 * 1024 });
     const client = await connect({ baseUrl: small.server.url });
     try {
-      const handle = await client.startProcess("head -c 200000 /dev/zero | tr '\\0' a; echo tail", { autoCleanup: false });
+      // Started and finished before anyone follows it, so the daemon has certainly dropped the head.
+      await small.client.startProcess({
+        spec: { command: "head -c 200000 /dev/zero | tr '\\0' a; echo tail", processId: "lossy", autoCleanup: false },
+      });
+      await waitFor(async () => (await small.client.getProcess({ processId: "lossy" })).process?.exit !== undefined, {
+        what: "the printer to exit",
+      });
+      const handle = await client.attach("lossy");
       await handle.wait().catch(() => {});
       const error = await handle.result.catch((failure: unknown) => failure);
       expect(error).toBeInstanceOf(OutputLostError);
