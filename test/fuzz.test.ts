@@ -235,7 +235,7 @@ describe("fuzz: random and boundary messages to every RPC", () => {
     );
     expect((await collectExec(test.client, { command: "echo after-bytes" })).stdout.toString()).toBe("after-bytes\n");
     await waitForConnectionsToDrain(test);
-  }, 40_000);
+  }, 60_000);
 });
 
 function envelope(payload: Buffer): Buffer {
@@ -273,5 +273,6 @@ function rawCall(session: http2.ClientHttp2Session, path: string, contentType: s
 
 async function waitForConnectionsToDrain(test: TestServer): Promise<void> {
   const { waitFor } = await import("./support/processes.js");
-  await waitFor(() => test.server.connections <= 1, { what: "garbage connections to be closed" });
+  // Generous: on a loaded 2-core machine the server notices hundreds of closed sockets late.
+  await waitFor(() => test.server.connections <= 1, { timeoutMs: 20_000, what: "garbage connections to be closed" });
 }
