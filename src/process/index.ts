@@ -1,6 +1,7 @@
 export { createBaseEnvironment, inheritedVariables } from "./environment.js";
 export { ProcessError, type ProcessErrorReason } from "./errors.js";
 export {
+  defaultKillGracePeriodMs,
   ManagedProcess,
   maxPendingInputBytes,
   type ProcessDescription,

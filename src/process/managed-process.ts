@@ -6,6 +6,9 @@ import type { SignalName } from "./signals.js";
 /** Lifecycle state of a process, as in seed 000. */
 export type ProcessStatus = "starting" | "running" | "completed" | "failed" | "killed" | "error";
 
+/** Milliseconds between a kill's signal and the SIGKILL that follows when the process is still running. */
+export const defaultKillGracePeriodMs = 5000;
+
 /** How a process ended. */
 export interface ProcessExit {
   /** completed (code 0), failed (non-zero), killed (by a signal) or error (never started). */
@@ -195,7 +198,7 @@ export class ManagedProcess implements ProcessDescription {
    * if the process is still running that many milliseconds later. A kill of a process still
    * starting is sent as soon as it runs. Returns false when its leader had already exited.
    */
-  kill(signal: SignalName = "SIGTERM", gracePeriodMs = 5000): boolean {
+  kill(signal: SignalName = "SIGTERM", gracePeriodMs = defaultKillGracePeriodMs): boolean {
     if (this.exitInfo !== undefined || this.leaderExited) return false;
     if (this.child === undefined) {
       // The strongest request wins: a later SIGTERM must not soften an earlier SIGKILL.

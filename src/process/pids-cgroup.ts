@@ -71,13 +71,7 @@ export class PidsCgroup {
   async remove(directory: string): Promise<void> {
     for (let attempt = 0; attempt < 50; attempt++) {
       try {
-        for (const pid of members(directory)) {
-          try {
-            process.kill(pid, "SIGKILL");
-          } catch {
-            // Already gone.
-          }
-        }
+        killMembers(directory);
         rmdirSync(directory);
         return;
       } catch (error) {
@@ -112,14 +106,7 @@ function removeLeftovers(parent: string): void {
     const directory = path.join(parent, entry);
     try {
       for (const child of readdirSync(directory, { withFileTypes: true })) {
-        if (!child.isDirectory()) continue;
-        for (const pid of members(path.join(directory, child.name))) {
-          try {
-            process.kill(pid, "SIGKILL");
-          } catch {
-            // Gone meanwhile.
-          }
-        }
+        if (child.isDirectory()) killMembers(path.join(directory, child.name));
       }
       // The killed tasks take a moment to go: what cannot be removed now is removed at a later start.
       for (const child of readdirSync(directory, { withFileTypes: true })) {
@@ -137,6 +124,17 @@ function rmdirQuietly(directory: string): void {
     rmdirSync(directory);
   } catch {
     // Busy or gone.
+  }
+}
+
+/** Sends SIGKILL to every task of a cgroup; tasks gone meanwhile are skipped. */
+function killMembers(directory: string): void {
+  for (const pid of members(directory)) {
+    try {
+      process.kill(pid, "SIGKILL");
+    } catch {
+      // Gone meanwhile.
+    }
   }
 }
 

@@ -5,7 +5,7 @@ import { createBaseEnvironment } from "./environment.js";
 import { ProcessError } from "./errors.js";
 import { GroupLedger, type ReapReport } from "./group-ledger.js";
 import { Launcher } from "./launcher.js";
-import { ManagedProcess, type ProcessStatus } from "./managed-process.js";
+import { defaultKillGracePeriodMs, ManagedProcess, type ProcessStatus } from "./managed-process.js";
 import { spawnPipeChild } from "./pipe-child.js";
 import { spawnPtyChild } from "./pty-child.js";
 import type { SignalName } from "./signals.js";
@@ -279,7 +279,7 @@ export class ProcessManager {
   killAll(options: { sessionId?: string; signal?: SignalName; gracePeriodMs?: number } = {}): number {
     let count = 0;
     for (const managed of this.list({ sessionId: options.sessionId })) {
-      if (managed.kill(options.signal ?? "SIGTERM", options.gracePeriodMs ?? 5000)) count++;
+      if (managed.kill(options.signal ?? "SIGTERM", options.gracePeriodMs ?? defaultKillGracePeriodMs)) count++;
     }
     return count;
   }

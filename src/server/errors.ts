@@ -26,11 +26,21 @@ export function toConnectError(error: unknown): ConnectError {
   return new ConnectError(`unexpected failure: ${message}`, Code.Internal, undefined, undefined, error);
 }
 
-/** Runs `operation`, rethrowing any failure as a ConnectError (see {@link toConnectError}). */
-export async function withConnectErrors<T>(operation: () => Promise<T> | T): Promise<T> {
+/**
+ * Runs `operation`, rethrowing any failure as a ConnectError (see {@link toConnectError}): thrown
+ * synchronously, or as the rejection of the promise `operation` returns.
+ */
+export function withConnectErrors<T>(operation: () => T): T {
+  let result: T;
   try {
-    return await operation();
+    result = operation();
   } catch (error) {
     throw toConnectError(error);
   }
+  if (result instanceof Promise) {
+    return result.catch((error: unknown) => {
+      throw toConnectError(error);
+    }) as T;
+  }
+  return result;
 }

@@ -1,5 +1,6 @@
 export { createRoutes, servedServices, type RoutesOptions } from "./routes.js";
-export { createSandboxService, defaultKillGracePeriodMs, type SandboxServiceOptions } from "./sandbox-service.js";
+export { defaultKillGracePeriodMs } from "../process/index.js";
+export { createSandboxService, type SandboxServiceOptions } from "./sandbox-service.js";
 export { defaultHost, defaultPort, startServer, type SandboxServer, type SandboxServerOptions } from "./server.js";
 export { toConnectError } from "./errors.js";
 export { assertSafeBinding, createAuthInterceptor, isLoopbackHost, publicServices, resolveToken, type AuthOptions, type TokenSources } from "./auth.js";

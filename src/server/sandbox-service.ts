@@ -9,10 +9,10 @@ import {
   type StreamLogsRequest,
   type StreamLogsResponseSchema,
 } from "../../gen/sandbox/v1/sandbox_pb.js";
-import { parseSignal, type ManagedProcess, type ProcessManager } from "../process/index.js";
+import { defaultKillGracePeriodMs, parseSignal, type ManagedProcess, type ProcessManager } from "../process/index.js";
 import { fromProtoSpec, fromProtoStatus, toProtoChunk, toProtoExit, toProtoGap, toProtoInfo } from "./convert.js";
 import { createCallSignal, throwIfShuttingDown } from "./call-signal.js";
-import { toConnectError, withConnectErrors } from "./errors.js";
+import { withConnectErrors } from "./errors.js";
 
 /** Dependencies of {@link createSandboxService}. */
 export interface SandboxServiceOptions {
@@ -27,9 +27,6 @@ export interface SandboxServiceOptions {
   cancelGracePeriodMs?: number;
 }
 
-/** Default grace period for KillProcess, in milliseconds, when the request gives 0. */
-export const defaultKillGracePeriodMs = 5000;
-
 /**
  * Creates the implementation of sandbox.v1.SandboxService on top of a process manager. It holds no
  * state of its own, so tests can build it without a network.
@@ -38,7 +35,7 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
   const { manager } = options;
   const cancelGracePeriodMs = options.cancelGracePeriodMs ?? 1000;
   const lookup = (id: string): ManagedProcess =>
-    withSync(() => {
+    withConnectErrors(() => {
       if (id === "") throw new ConnectError("process_id is required", Code.InvalidArgument);
       return manager.get(id);
     });
@@ -156,13 +153,13 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
 
     async killProcess(request) {
       const managed = lookup(request.processId);
-      const signal = withSync(() => parseSignal(request.signal));
+      const signal = withConnectErrors(() => parseSignal(request.signal));
       managed.kill(signal, gracePeriod(request.gracePeriodMs));
       return { process: toProtoInfo(managed) };
     },
 
     async killAllProcesses(request) {
-      const signal = withSync(() => parseSignal(request.signal));
+      const signal = withConnectErrors(() => parseSignal(request.signal));
       const killedCount = manager.killAll({
         sessionId: request.sessionId,
         signal,
@@ -225,10 +222,3 @@ function gracePeriod(requestedMs: number): number {
   return requestedMs < 0 ? -1 : Math.min(requestedMs, 2 ** 31 - 1);
 }
 
-function withSync<T>(operation: () => T): T {
-  try {
-    return operation();
-  } catch (error) {
-    throw toConnectError(error);
-  }
-}
