@@ -68,9 +68,9 @@ describe("runCommand, blocking (seed 003)", () => {
   });
 
   it.skipIf(process.getuid?.() !== 0)("sudo runs as root where the daemon allows it", async () => {
-    const own = await startTestServer({ allowSudo: true, runAs: resolveUser("nobody") });
+    const own = await startTestServer({ allowSudo: true, runAs: resolveUser("nobody"), token: "run-command-token" });
     chmodSync(own.workspace, 0o755);
-    const client = await connect({ baseUrl: own.server.url });
+    const client = await connect({ baseUrl: own.server.url, token: "run-command-token" });
     try {
       expect((await client.runCommand("id", ["-u"], { sudo: true })).stdout()).toBe("0\n");
       expect((await client.runCommand("id", ["-u"])).stdout()).toBe(`${resolveUser("nobody").uid}\n`);

@@ -147,9 +147,9 @@ async function drainQuietly(stream: AsyncIterable<unknown>): Promise<void> {
 
 const fallback = Launcher.create({ maxTasksPerCommand: 37, cgroups: false });
 
-describe.skipIf(process.getuid?.() !== 0 || fallback.forkLimit(65534) !== "rlimit-nproc")("the prlimit fallback without cgroups", () => {
+describe.skipIf(process.getuid?.() !== 0 || fallback.forkLimit(65534) !== "rlimit-nproc")("the RLIMIT_NPROC fallback without cgroups", () => {
   it("sets RLIMIT_NPROC for a command run as another user, and nothing for root", async () => {
-    const test = await startTestServer({ launcher: fallback, runAs: resolveUser("nobody") });
+    const test = await startTestServer({ launcher: fallback, runAs: resolveUser("nobody"), token: "fallback-token" }, { sendToken: true });
     try {
       chmodSync(test.workspace, 0o755);
       const limited = await collectExec(test.client, { command: "cat /proc/self/limits | grep 'Max processes'" });

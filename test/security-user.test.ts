@@ -7,6 +7,8 @@ import { Code, collectExec, rpcError, streamError } from "./support/rpc.js";
 import { startTestServer, type TestServer } from "./support/server.js";
 
 const isRoot = process.getuid?.() === 0;
+/** A daemon that switches users needs a token (see assertSafeUserSwitch). */
+const token = "security-user-token";
 
 /** A user with a supplementary group, from the group database, or undefined. */
 function userWithSupplementaryGroup(): { name: string; groups: number[] } | undefined {
@@ -35,7 +37,7 @@ describe.skipIf(!isRoot)("--user: who runs the command", () => {
 
   it("runs as the user's uid and gid, with HOME, USER and LOGNAME of that user", async () => {
     const nobody = resolveUser("nobody");
-    test = await startTestServer({ runAs: nobody });
+    test = await startTestServer({ runAs: nobody, token }, { sendToken: true });
     openWorkspace(test);
     const result = await collectExec(test.client, { command: 'id -u; id -g; id -G; echo "$HOME|$USER|$LOGNAME"' });
     expect(result.stderr.toString()).toBe("");
@@ -50,7 +52,7 @@ describe.skipIf(!isRoot)("--user: who runs the command", () => {
   it("gives the user its supplementary groups, as initgroups does", async (context) => {
     const user = userWithSupplementaryGroup();
     if (user === undefined || !Launcher.create().initializesGroups) return context.skip();
-    test = await startTestServer({ runAs: resolveUser(user.name) });
+    test = await startTestServer({ runAs: resolveUser(user.name), token }, { sendToken: true });
     openWorkspace(test);
     const result = await collectExec(test.client, { command: "id -G", pty: {} });
     const groups = result.stdout.toString().trim().split(/\s+/).map(Number);
@@ -58,14 +60,14 @@ describe.skipIf(!isRoot)("--user: who runs the command", () => {
   });
 
   it("applies the user to PTY commands too", async () => {
-    test = await startTestServer({ runAs: resolveUser("nobody") });
+    test = await startTestServer({ runAs: resolveUser("nobody"), token }, { sendToken: true });
     openWorkspace(test);
     const result = await collectExec(test.client, { command: "id -un; echo $HOME", pty: {} });
     expect(result.stdout.toString().replaceAll("\r", "")).toBe("nobody\n/nonexistent\n");
   });
 
   it("runs sudo requests as root only when the daemon allows it", async () => {
-    test = await startTestServer({ runAs: resolveUser("nobody"), allowSudo: true });
+    test = await startTestServer({ runAs: resolveUser("nobody"), allowSudo: true, token }, { sendToken: true });
     openWorkspace(test);
     const asRoot = await collectExec(test.client, { command: 'id -u; echo "$HOME|$USER"', sudo: true });
     expect(asRoot.stdout.toString()).toBe("0\n/root|root\n");
@@ -74,7 +76,7 @@ describe.skipIf(!isRoot)("--user: who runs the command", () => {
   });
 
   it("refuses sudo with PERMISSION_DENIED without --allow-sudo, on Exec and StartProcess", async () => {
-    test = await startTestServer({ runAs: resolveUser("nobody") });
+    test = await startTestServer({ runAs: resolveUser("nobody"), token }, { sendToken: true });
     const exec = await streamError(test.client.exec({ spec: { command: "id -u", sudo: true } }));
     expect(exec.code).toBe(Code.PermissionDenied);
     expect(exec.rawMessage).toBe("sudo is not allowed by this daemon");
@@ -83,7 +85,7 @@ describe.skipIf(!isRoot)("--user: who runs the command", () => {
   });
 
   it("the user cannot write where the daemon's user can", async () => {
-    test = await startTestServer({ runAs: resolveUser("nobody") });
+    test = await startTestServer({ runAs: resolveUser("nobody"), token }, { sendToken: true });
     openWorkspace(test);
     const result = await collectExec(test.client, { command: "touch /root/sandboxd-should-not-exist" });
     expect(result.exited.exitCode).not.toBe(0);

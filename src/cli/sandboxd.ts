@@ -41,7 +41,11 @@ function securitySummary(options: SandboxServerOptions, server: SandboxServer): 
   const access = options.token !== undefined ? "bearer token required" : options.insecure ? "NO TOKEN (--insecure)" : "no token (loopback only)";
   const user = options.runAs ? `${options.runAs.name} (uid ${options.runAs.uid})` : "the daemon's user";
   const reaped = manager.reaped ? `, killed ${manager.reaped.killedGroups.length} process groups left by a previous daemon` : "";
-  return `${access}; commands run as ${user}; fork cap: ${manager.launcher.forkLimit(options.runAs?.uid)}${reaped}`;
+  const helper =
+    manager.launcher.helper === undefined
+      ? "; WARNING: the sandboxd-exec helper was not built (no C compiler at install?): fds this daemon inherited reach commands and a working directory is not re-checked as it is entered"
+      : "";
+  return `${access}; commands run as ${user}; fork cap: ${manager.launcher.forkLimit(options.runAs?.uid)}${reaped}${helper}`;
 }
 
 main().catch((error: unknown) => {

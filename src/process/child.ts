@@ -20,7 +20,7 @@ export interface SpawnChildOptions extends ChildEvents {
   file: string;
   /** Arguments, without the program name. */
   args: readonly string[];
-  /** Absolute working directory. */
+  /** Absolute working directory; "" to stay in the daemon's (the helper enters the command's). */
   cwd: string;
   /** The complete environment of the child. */
   env: Record<string, string>;
@@ -29,6 +29,8 @@ export interface SpawnChildOptions extends ChildEvents {
   /** Run as this user and group (both or neither). */
   uid?: number;
   gid?: number;
+  /** Open fd 3 for the native helper's start report (see `spawnPipeChild`); pipes only. */
+  statusFd?: boolean;
 }
 
 /**

@@ -1,4 +1,5 @@
 import { accessSync, constants as fsConstants } from "node:fs";
+import { encodeHelperEnvironment, findExecHelper } from "./exec-helper.js";
 import { PidsCgroup } from "./pids-cgroup.js";
 import type { UserIdentity } from "./user.js";
 
@@ -9,7 +10,7 @@ export const defaultMaxTasksPerCommand = 1024;
 export type ForkLimit =
   /** A cgroup per command with `pids.max`: exact, per command, works for root too. */
   | "cgroup-pids"
-  /** RLIMIT_NPROC through util-linux `prlimit`: counts every process of the command's uid, and the kernel ignores it for root. */
+  /** RLIMIT_NPROC (set by the helper, or util-linux `prlimit`): counts every process of the command's uid, and the kernel ignores it for root. */
   | "rlimit-nproc"
   /** Nothing available (or disabled). */
   | "none";
@@ -18,108 +19,144 @@ export type ForkLimit =
 export interface LauncherOptions {
   /** Most tasks one command may have at once; 0 disables the cap. Default {@link defaultMaxTasksPerCommand}. */
   maxTasksPerCommand?: number;
-  /** Look for a cgroup pids controller; false forces the prlimit fallback. Default true. */
+  /** Look for a cgroup pids controller; false forces the rlimit fallback. Default true. */
   cgroups?: boolean;
+  /** Path of the native helper; null to run without it. Default: {@link findExecHelper}. */
+  execHelper?: string | null;
 }
 
-/** How to spawn one command: the program and arguments to run, and the ids to pass to spawn. */
+/** What to launch: a command as the process manager resolved it. */
+export interface LaunchRequest {
+  /** Program, looked up in `env.PATH` when it has no slash. */
+  file: string;
+  /** Arguments, without the program name. */
+  args: readonly string[];
+  /** The command's complete environment. */
+  env: Readonly<Record<string, string>>;
+  /** Absolute, resolved working directory. */
+  cwd: string;
+  /** Whether the command runs in a PTY (the helper then reports failures on the terminal). */
+  pty: boolean;
+}
+
+/** How to spawn one command: the program, arguments, environment and ids to pass to spawn. */
 export interface LaunchPlan {
   file: string;
   args: string[];
+  /** The environment to spawn with: the helper's encoding of the command's, or the command's own. */
+  env: Record<string, string>;
+  /** Working directory to spawn in; "" when the helper enters (and verifies) it. */
+  cwd: string;
   uid?: number;
   gid?: number;
+  /** The helper reports a failed start on fd 3 (see {@link parseHelperStatus}); pipe commands only. */
+  statusFd: boolean;
   /** Releases what the plan holds (the command's cgroup) once the command's group has exited. */
   release(): Promise<void>;
 }
 
 /**
  * Launcher turns a command into what to spawn so that it runs as the right user, with that user's
- * supplementary groups, and with its fork count capped. Every step `exec`s the next, so the pid
- * spawned is the command's pid (and process group id) in the end:
+ * supplementary groups, in a working directory nobody swapped meanwhile, with its fork count capped,
+ * and with no fd the daemon inherited. All of that is the job of the native helper
+ * (`native/sandboxd-exec.c`, see {@link findExecHelper}), which execs the command in the end, so the
+ * pid spawned is the command's pid and process group id:
  *
- *     /bin/sh -c 'echo $$ > cgroup.procs && exec "$@"'   join the command's pids cgroup
- *     prlimit --nproc=N:N --                             when no cgroup is available
- *     setpriv --reuid U --regid G --init-groups --       when switching user as root
- *     <program> <args...>
+ *     sandboxd-exec --cgroup <cgroup.procs> --uid U --gid G --groups NAME --cwd DIR -- <program> <args...>
  *
- * A shell command line spawned as it is (no setpriv in front) needs no wrapper: its shell joins the cgroup as
- * the first thing it does (`echo $$ > cgroup.procs || exit; <command line>`), saving an exec.
- *
- * Node's spawn sets only uid and gid (and drops supplementary groups); `setpriv` from util-linux
- * gives initgroups(3) semantics. Without setpriv the user switch falls back to spawn's uid and gid,
- * without supplementary groups.
+ * The helper runs with an environment the daemon fixed; the client's variables reach only the
+ * command, after the switch to its user. Without the helper (no C compiler at install) commands run
+ * as the daemon's user only, joining their cgroup through a shell wrapper or capped by util-linux
+ * `prlimit`, and a user switch is refused.
  */
 export class Launcher {
   private constructor(
     private readonly maxTasks: number,
     private readonly cgroup: PidsCgroup | undefined,
     private readonly prlimit: string | undefined,
-    private readonly setpriv: string | undefined,
+    /** The native helper's path, or undefined when it is not available. */
+    readonly helper: string | undefined,
   ) {}
 
-  /** Detects cgroups, prlimit and setpriv on this machine. */
+  /** Detects cgroups, the native helper and prlimit on this machine. */
   static create(options: LauncherOptions = {}): Launcher {
     const maxTasks = options.maxTasksPerCommand ?? defaultMaxTasksPerCommand;
     const cgroup = maxTasks > 0 && options.cgroups !== false ? PidsCgroup.detect() : undefined;
-    return new Launcher(maxTasks, cgroup, findProgram("prlimit"), findProgram("setpriv"));
+    const helper = options.execHelper === null ? undefined : (options.execHelper ?? findExecHelper());
+    return new Launcher(maxTasks, cgroup, findProgram("prlimit"), helper);
   }
 
   /** How fork bombs are capped for a command run as `uid`. */
   forkLimit(uid: number = process.getuid?.() ?? 0): ForkLimit {
     if (this.maxTasks <= 0) return "none";
     if (this.cgroup !== undefined) return "cgroup-pids";
-    return this.prlimit !== undefined && uid !== 0 ? "rlimit-nproc" : "none";
+    return (this.helper !== undefined || this.prlimit !== undefined) && uid !== 0 ? "rlimit-nproc" : "none";
   }
 
-  /** Whether a user switch keeps supplementary groups (setpriv present and the daemon root). */
+  /** Whether a user switch keeps supplementary groups (the helper present and the daemon root). */
   get initializesGroups(): boolean {
-    return this.setpriv !== undefined && process.getuid?.() === 0;
+    return this.helper !== undefined && process.getuid?.() === 0;
+  }
+
+  /** Whether commands may run as a user other than the daemon's: only through the helper. */
+  get canSwitchUser(): boolean {
+    return this.helper !== undefined;
   }
 
   /**
-   * Plans the spawn of `file args` as `identity` (the daemon's own user when undefined). Throws when
-   * the command's cgroup cannot be created.
+   * Plans the spawn of a command as `identity` (the daemon's own user when undefined). Throws when
+   * the command's cgroup cannot be created, or when a user switch is asked for without the helper.
    */
-  plan(file: string, args: readonly string[], identity: UserIdentity | undefined): LaunchPlan {
-    let argv = [file, ...args];
-    let uid: number | undefined;
-    let gid: number | undefined;
+  plan(request: LaunchRequest, identity: UserIdentity | undefined): LaunchPlan {
     const daemonUid = process.getuid?.() ?? 0;
     const switching = identity !== undefined && (identity.uid !== daemonUid || identity.gid !== process.getgid?.());
-    if (switching && this.initializesGroups) {
-      const groups = identity.name === String(identity.uid) ? ["--clear-groups"] : ["--init-groups"];
-      argv = [this.setpriv!, `--reuid=${identity.uid}`, `--regid=${identity.gid}`, ...groups, "--", ...argv];
-    } else if (switching) {
-      uid = identity.uid;
-      gid = identity.gid;
-    }
     const limit = this.forkLimit(identity?.uid ?? daemonUid);
-    if (limit === "rlimit-nproc") argv = [this.prlimit!, `--nproc=${this.maxTasks}:${this.maxTasks}`, "--", ...argv];
     let release = async () => {};
+    let procsFile: string | undefined;
     if (limit === "cgroup-pids") {
       const cgroup = this.cgroup!;
-      const { directory, procsFile } = cgroup.create(this.maxTasks);
-      argv =
-        argv.length === 3 && argv[0] === "/bin/sh" && argv[1] === "-c"
-          ? // A shell command line joins its cgroup itself, before any of it runs, on the same line so
-            // error messages keep their line numbers: one shell instead of a wrapper shell exec'ing a
-            // second one, which saved about a millisecond per command (issue 5).
-            ["/bin/sh", "-c", `echo $$ > ${shellQuote(procsFile)} || exit; ${argv[2]}`]
-          : ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', procsFile, ...argv];
-      release = () => cgroup.remove(directory);
+      const created = cgroup.create(this.maxTasks);
+      procsFile = created.procsFile;
+      release = () => cgroup.remove(created.directory);
     }
-    return { file: argv[0], args: argv.slice(1), uid, gid, release };
+    if (this.helper !== undefined) {
+      const options: string[] = [];
+      if (procsFile !== undefined) options.push("--cgroup", procsFile);
+      if (limit === "rlimit-nproc") options.push("--nproc", String(this.maxTasks));
+      if (switching) {
+        options.push("--uid", String(identity.uid), "--gid", String(identity.gid));
+        // A uid without a passwd entry has no groups to look up: the switch clears them.
+        if (identity.name !== String(identity.uid)) options.push("--groups", identity.name);
+        if (request.pty) options.push("--tty-owner");
+      }
+      options.push("--cwd", request.cwd);
+      if (!request.pty) options.push("--status-fd", "3");
+      return {
+        file: this.helper,
+        args: [...options, "--", request.file, ...request.args],
+        env: encodeHelperEnvironment(request.env),
+        cwd: "",
+        statusFd: !request.pty,
+        release,
+      };
+    }
+    if (switching) {
+      void release();
+      throw new Error("running commands as another user needs the sandboxd-exec helper, which was not built");
+    }
+    let argv = [request.file, ...request.args];
+    if (limit === "rlimit-nproc") argv = [this.prlimit!, `--nproc=${this.maxTasks}:${this.maxTasks}`, "--", ...argv];
+    if (procsFile !== undefined) {
+      // Same user as the command: a wrapper shell with the client's environment gains nothing.
+      argv = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', procsFile, ...argv];
+    }
+    return { file: argv[0], args: argv.slice(1), env: { ...request.env }, cwd: request.cwd, statusFd: false, release };
   }
 
   /** Removes the daemon's cgroup directory, once every command has been released. */
   close(): void {
     this.cgroup?.close();
   }
-}
-
-/** Quotes a string for a POSIX shell command line. */
-function shellQuote(text: string): string {
-  return `'${text.replaceAll("'", `'\\''`)}'`;
 }
 
 function findProgram(name: string): string | undefined {

@@ -1,19 +1,28 @@
-import { spawn } from "node:child_process";
+import { spawn, type StdioOptions } from "node:child_process";
 import type { Readable } from "node:stream";
+import { parseHelperStatus, type HelperFailure } from "./exec-helper.js";
 import { outputDrainLimitMs, outputQuietMs, type ChildExit, type SpawnChildOptions, type SpawnedChild } from "./child.js";
 
 /**
  * Spawns a child on pipes, in a new session and process group (`detached`). Resolves once the OS
- * gave it a pid; rejects with the spawn error (ENOENT, EACCES) when it could not start.
+ * gave it a pid and, with `statusFd`, once the helper exec'd the command; rejects with the spawn
+ * error (ENOENT, EACCES) when it could not start, or a {@link HelperStartError} when the helper
+ * reported a failed step.
  */
 export function spawnPipeChild(options: SpawnChildOptions): Promise<SpawnedChild> {
+  const stdio: StdioOptions = [options.stdin ? "pipe" : "ignore", "pipe", "pipe"];
+  if (options.statusFd) stdio.push("pipe");
   const child = spawn(options.file, options.args as string[], {
-    cwd: options.cwd,
+    cwd: options.cwd || undefined,
     env: options.env,
     detached: true,
-    stdio: [options.stdin ? "pipe" : "ignore", "pipe", "pipe"],
+    stdio,
     uid: options.uid,
     gid: options.gid,
+  });
+  // Listened for at once: a command that exits fast is reaped before the helper's status fd reports.
+  const leaderExited = new Promise<ChildExit>((resolve) => {
+    child.once("exit", (code, signal) => resolve({ code, signal }));
   });
   return new Promise<SpawnedChild>((resolve, reject) => {
     child.once("error", reject);
@@ -22,14 +31,47 @@ export function spawnPipeChild(options: SpawnChildOptions): Promise<SpawnedChild
       // Errors after spawn (EPIPE on stdin, a kill of a gone process) must never crash the daemon.
       child.on("error", () => {});
       child.stdin?.on("error", () => {});
-      resolve(createPipeChild(child.pid!, child, options));
+      // Output is read from now on: Node discards what a child printed into streams nobody read yet
+      // when it exits, and a fast command can exit before the helper's status arrives.
+      const spawned = createPipeChild(child.pid!, child, leaderExited, options);
+      const status = child.stdio[3] as Readable | null | undefined;
+      if (status == null) return resolve(spawned);
+      // The helper closes fd 3 by exec'ing the command, or writes why it could not first.
+      let report = "";
+      status.setEncoding("utf8");
+      status.on("data", (text: string) => (report += text));
+      status.on("error", () => {});
+      status.once("close", () => {
+        const failure = parseHelperStatus(report);
+        if (failure === undefined) return resolve(spawned);
+        child.stdout?.destroy();
+        child.stderr?.destroy();
+        child.stdin?.destroy();
+        reject(new HelperStartError(failure));
+      });
     });
   });
+}
+
+/** A start the native helper reported as failed, with the step and the errno name as `code`. */
+export class HelperStartError extends Error {
+  /** The errno name, as on Node's own spawn errors. */
+  readonly code: string;
+  /** The helper's step that failed. */
+  readonly stage: string;
+
+  constructor(failure: HelperFailure) {
+    super(`${failure.stage}: ${failure.message}`);
+    this.name = "HelperStartError";
+    this.code = failure.code;
+    this.stage = failure.stage;
+  }
 }
 
 function createPipeChild(
   pid: number,
   child: import("node:child_process").ChildProcess,
+  leaderExited: Promise<ChildExit>,
   options: SpawnChildOptions,
 ): SpawnedChild {
   const stdout = child.stdout as Readable;
@@ -53,10 +95,6 @@ function createPipeChild(
       stream.once("close", resolve);
     });
   const outputClosed = Promise.all([streamClosed(stdout), streamClosed(stderr)]);
-  const leaderExited = new Promise<ChildExit>((resolve) => {
-    child.once("exit", (code, signal) => resolve({ code, signal }));
-  });
-
   const finished = leaderExited.then(async (exit) => {
     // A grandchild may hold the pipes open forever: read what is there, then stop waiting.
     const exitedAt = Date.now();

@@ -6,7 +6,7 @@ import { ProcessError } from "./errors.js";
 import { GroupLedger, type ReapReport } from "./group-ledger.js";
 import { Launcher } from "./launcher.js";
 import { defaultKillGracePeriodMs, ManagedProcess, type ProcessStatus } from "./managed-process.js";
-import { spawnPipeChild } from "./pipe-child.js";
+import { HelperStartError, spawnPipeChild } from "./pipe-child.js";
 import { spawnPtyChild } from "./pty-child.js";
 import type { SignalName } from "./signals.js";
 import { rootIdentity, type UserIdentity } from "./user.js";
@@ -123,6 +123,10 @@ export class ProcessManager {
     this.baseEnvironment = options.baseEnvironment ?? createBaseEnvironment();
     this.launcher = options.launcher ?? Launcher.create();
     if (options.stateDirectory !== undefined) this.ledger = new GroupLedger(options.stateDirectory);
+    const runAs = options.runAs;
+    if (runAs !== undefined && runAs.uid !== process.getuid?.() && !this.launcher.canSwitchUser) {
+      throw new Error(`cannot run commands as ${runAs.name}: the sandboxd-exec helper was not built (is a C compiler installed? run npm rebuild sandboxd)`);
+    }
   }
 
   /**
@@ -216,7 +220,7 @@ export class ProcessManager {
     }
     let plan;
     try {
-      plan = this.launcher.plan(file, argv, identity);
+      plan = this.launcher.plan({ file, args: argv, env, cwd, pty: spec.pty !== undefined }, identity);
     } catch (cause) {
       managed.failToStart(`could not limit ${file}: ${(cause as Error).message}`, 126);
       return managed;
@@ -224,11 +228,12 @@ export class ProcessManager {
     const childOptions = {
       file: plan.file,
       args: plan.args,
-      cwd,
-      env,
+      cwd: plan.cwd,
+      env: plan.env,
       stdin: wantsInput,
       uid: plan.uid,
       gid: plan.gid,
+      statusFd: plan.statusFd,
       onOutput: managed.handleOutput.bind(managed),
     };
     try {
@@ -244,9 +249,18 @@ export class ProcessManager {
       this.releases.add(released);
     } catch (cause) {
       void plan.release();
+      const refusal = cause instanceof HelperStartError ? workingDirectoryRefusal(cause, spec.cwd || cwd) : undefined;
+      if (refusal !== undefined) {
+        // Refused like a working directory found bad before the start: no record is left behind.
+        managed.failToStart(refusal.message, 126);
+        this.remove(managed);
+        throw refusal;
+      }
       const code = (cause as NodeJS.ErrnoException).code;
       const exitCode = code === "ENOENT" ? 127 : 126;
-      managed.failToStart(`could not start ${file}: ${(cause as Error).message}`, exitCode);
+      const message =
+        code === "ENOENT" ? `program not found: ${file}` : code === "EACCES" ? `permission denied: ${file}` : `could not start ${file}: ${(cause as Error).message}`;
+      managed.failToStart(message, exitCode);
       return managed;
     }
     if (spec.stdinData !== undefined && spec.stdinData.length > 0) {
@@ -341,6 +355,26 @@ export async function createProcessManager(options: ProcessManagerOptions = {}):
   const manager = new ProcessManager(workspace, options);
   manager.reapLeftovers();
   return manager;
+}
+
+/**
+ * The refusal for a working directory the helper could not enter as the command's user, or
+ * undefined when the helper failed at another step.
+ */
+function workingDirectoryRefusal(failure: HelperStartError, cwd: string): ProcessError | undefined {
+  if (failure.stage !== "cwd") return undefined;
+  switch (failure.code) {
+    case "ENOENT":
+    case "ENOTDIR":
+      return new ProcessError(`working directory not found: ${cwd}`, "failed-precondition", { cause: failure });
+    case "EXDEV":
+      // A component was swapped (for a symlink out, say) between the check and the chdir.
+      return new ProcessError(`working directory changed while the command was starting: ${cwd}`, "permission-denied", { cause: failure });
+    case "EACCES":
+      return new ProcessError(`working directory is not accessible to the command's user: ${cwd}`, "permission-denied", { cause: failure });
+    default:
+      return new ProcessError(`cannot enter working directory ${cwd}: ${failure.message}`, "failed-precondition", { cause: failure });
+  }
 }
 
 /** HOME, USER and LOGNAME of the user a command runs as; nothing when it runs as the daemon's user. */

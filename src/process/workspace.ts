@@ -43,7 +43,11 @@ export class Workspace {
       throw new ProcessError(`working directory not found: ${cwd}`, "failed-precondition", { cause });
     }
     if (!this.contains(real)) throw outside(cwd);
-    if (!(await stat(real)).isDirectory()) {
+    // Gone again since the realpath: the same answer as not found before it.
+    const found = await stat(real).catch((cause: unknown) => {
+      throw new ProcessError(`working directory not found: ${cwd}`, "failed-precondition", { cause });
+    });
+    if (!found.isDirectory()) {
       throw new ProcessError(`working directory is not a directory: ${cwd}`, "failed-precondition");
     }
     return real;

@@ -94,3 +94,18 @@ export function assertSafeBinding(options: { host: string; token?: string; insec
     `refusing to listen on ${options.host} without a token: set --token, --token-file or SANDBOXD_TOKEN, or pass --insecure`,
   );
 }
+
+/**
+ * Refuses `--user` and `--allow-sudo` without a token: commands then run as a user other than the
+ * daemon's, and without a token any of them could call the daemon back over loopback and act as a
+ * client (start processes as root with sudo, list, read, write and kill every other process), so
+ * the user switch would confine nothing. Throws an Error that says so.
+ */
+export function assertSafeUserSwitch(options: { token?: string; runAs?: { name: string }; allowSudo?: boolean }): void {
+  if (options.token !== undefined || (options.runAs === undefined && !options.allowSudo)) return;
+  const flag = options.runAs !== undefined ? `--user ${options.runAs.name}` : "--allow-sudo";
+  throw new Error(
+    `refusing ${flag} without a token: any command could call the daemon back over loopback and act as a client ` +
+      "(start sudo processes, read, write or kill every other process); set --token-file or SANDBOXD_TOKEN",
+  );
+}

@@ -1,7 +1,7 @@
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { createProcessManager, defaultOutputCapacityBytes, type ProcessManager, type ProcessManagerOptions } from "../process/index.js";
 import { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
-import { assertSafeBinding, createAuthInterceptor } from "./auth.js";
+import { assertSafeBinding, assertSafeUserSwitch, createAuthInterceptor } from "./auth.js";
 import { createHealthStatus, type HealthStatus } from "./health.js";
 import { watchSessionLiveness, type KeepaliveOptions } from "./keepalive.js";
 import {
@@ -74,6 +74,7 @@ export interface SandboxServer {
 export async function startServer(options: SandboxServerOptions = {}): Promise<SandboxServer> {
   const host = options.host ?? defaultHost;
   assertSafeBinding({ host, token: options.token, insecure: options.insecure });
+  assertSafeUserSwitch(options);
   const manager = await createProcessManager(options);
   const shutdown = new AbortController();
   const limits = createCallLimitInterceptor(options.callLimits);

@@ -1,7 +1,7 @@
 import { mkdtempSync, realpathSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { createClient, type Client } from "@connectrpc/connect";
+import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
 import { startServer, type SandboxServer, type SandboxServerOptions } from "../../src/server/index.js";
@@ -16,15 +16,20 @@ export interface TestServer {
   close(): Promise<void>;
 }
 
-/** Starts a server on port 0 with a fresh temporary workspace and a gRPC (HTTP/2) client. */
-export async function startTestServer(options: SandboxServerOptions = {}): Promise<TestServer> {
+/**
+ * Starts a server on port 0 with a fresh temporary workspace and a gRPC (HTTP/2) client, which
+ * sends `options.token` with every call when `client.sendToken` is set.
+ */
+export async function startTestServer(options: SandboxServerOptions = {}, client: { sendToken?: boolean } = {}): Promise<TestServer> {
   const workspace = realpathSync(mkdtempSync(path.join(tmpdir(), "sandboxd-test-")));
   const server = await startServer({ port: 0, workspaceRoots: [workspace], ...options });
   const sessionManager = new Http2SessionManager(server.url);
-  const client = createClient(SandboxService, createGrpcTransport({ baseUrl: server.url, sessionManager }));
+  const token = client.sendToken ? options.token : undefined;
+  const interceptors: Interceptor[] =
+    token === undefined ? [] : [(next) => (request) => (request.header.set("authorization", `Bearer ${token}`), next(request))];
   return {
     server,
-    client,
+    client: createClient(SandboxService, createGrpcTransport({ baseUrl: server.url, sessionManager, interceptors })),
     workspace,
     async close() {
       sessionManager.abort();
