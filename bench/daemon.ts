@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { createClient, type Client } from "@connectrpc/connect";
-import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { createConnectTransport, createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { SandboxService } from "../gen/sandbox/v1/sandbox_pb.js";
 
 /** Root of the repository. */
@@ -45,6 +45,8 @@ export interface Daemon {
   readonly client: Client<typeof SandboxService>;
   /** Creates another client on a connection of its own; closed with the daemon. */
   newClient(): Client<typeof SandboxService>;
+  /** A client speaking the Connect protocol over HTTP/1.1 (keep-alive connections). */
+  readonly http1Client: Client<typeof SandboxService>;
   /** Resident set size of the daemon, in bytes, from /proc. */
   rssBytes(): number;
   /** Stops the daemon (SIGTERM, then SIGKILL) and removes its workspace. */
@@ -104,6 +106,7 @@ export async function startDaemon(options: DaemonOptions = {}): Promise<Daemon> 
     probe,
     client,
     newClient,
+    http1Client: createClient(SandboxService, createConnectTransport({ baseUrl: url, httpVersion: "1.1", acceptCompression: [] })),
     rssBytes: () => readRssBytes(pid),
     async stop() {
       for (const manager of managers) manager.abort();

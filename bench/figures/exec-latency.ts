@@ -16,7 +16,7 @@ export async function execTrue(client: Client<typeof SandboxService>): Promise<v
 }
 
 /**
- * exec("true") round trips over loopback gRPC, one at a time (p50, p99) and with `concurrency`
+ * exec("true") round trips over loopback gRPC and Connect/HTTP1.1, one at a time (p50, p99) and with `concurrency`
  * callers on one connection (execs/s), beside `child_process.spawn("true")` done the same way in
  * the bench process. Baseline and sandboxd runs alternate in rounds so a burst of load from
  * elsewhere on the machine hits both.
@@ -27,12 +27,15 @@ export async function measureExecLatency(daemon: Daemon, size: BenchSize): Promi
     await execTrue(daemon.client);
     await spawnAndRead("true");
   }
+  for (let index = 0; index < warmUp; index++) await execTrue(daemon.http1Client);
   const sandboxd: number[] = [];
+  const http1: number[] = [];
   const baseline: number[] = [];
   const rounds = 5;
   const perRound = Math.ceil(size.sequentialCalls / rounds);
   for (let round = 0; round < rounds; round++) {
     for (let index = 0; index < perRound; index++) sandboxd.push(await timeMs(() => execTrue(daemon.client)));
+    for (let index = 0; index < perRound; index++) http1.push(await timeMs(() => execTrue(daemon.http1Client)));
     for (let index = 0; index < perRound; index++) baseline.push(await timeMs(() => spawnAndRead("true")));
   }
   let sandboxdMs = 0;
@@ -47,6 +50,18 @@ export async function measureExecLatency(daemon: Daemon, size: BenchSize): Promi
   const count = `${sandboxd.length} calls each`;
   return [
     ratioRow({ id: "exec-latency-p50", figure: 'exec("true") sequential p50', unit: "ms", value: percentile(sandboxd, 0.5), baseline: percentile(baseline, 0.5), note: count }, "max", 1.5),
+    ratioRow(
+      {
+        id: "exec-latency-http1-p50",
+        figure: 'exec("true") sequential p50, Connect/HTTP1.1',
+        unit: "ms",
+        value: percentile(http1, 0.5),
+        baseline: percentile(baseline, 0.5),
+        note: count,
+      },
+      "max",
+      1.5,
+    ),
     {
       id: "exec-latency-p99",
       figure: 'exec("true") sequential p99',

@@ -8,14 +8,17 @@ import { fileURLToPath } from "node:url";
  * `native/sandboxd-exec.c`): it joins the command's cgroup, drops to the command's user, enters and
  * verifies its working directory and closes inherited fds, all with an environment the daemon
  * fixed, and only then execs the command with the environment the client asked for. Looked up in
- * `SANDBOXD_EXEC_HELPER`, then `build/sandboxd-exec` of this package (built at install). Returns
- * undefined when it is missing or not executable.
+ * `SANDBOXD_EXEC_HELPER`, then in `build/sandboxd-exec` of this package (built at install), searched
+ * upwards from this module so sources, compiled output and bundles all find it. Returns undefined
+ * when it is missing or not executable.
  */
 export function findExecHelper(environment: NodeJS.ProcessEnv = process.env): string | undefined {
-  const candidates = [
-    environment.SANDBOXD_EXEC_HELPER,
-    path.resolve(path.dirname(fileURLToPath(import.meta.url)), "../../build/sandboxd-exec"),
-  ];
+  const candidates = [environment.SANDBOXD_EXEC_HELPER];
+  let directory = path.dirname(fileURLToPath(import.meta.url));
+  for (let level = 0; level < 6; level++) {
+    candidates.push(path.join(directory, "build", "sandboxd-exec"));
+    directory = path.dirname(directory);
+  }
   for (const candidate of candidates) {
     if (candidate === undefined || candidate === "") continue;
     try {

@@ -131,7 +131,8 @@ function createPipeChild(
         return Promise.reject(new Error("stdin is closed"));
       }
       return new Promise<void>((resolve, reject) => {
-        stdin.write(data, (error) => (error ? reject(error) : resolve()));
+        // Node reports a write cut short by destroy() (the drain after the exit) as a success.
+        stdin.write(data, (error) => (error || stdin.destroyed ? reject(error ?? new Error("stdin was closed before the write completed")) : resolve()));
       });
     },
     closeInput() {

@@ -47,7 +47,7 @@ export interface ListenerOptions {
  * One port for every protocol: gRPC, Connect and gRPC-Web over HTTP/2, and Connect and gRPC-Web over
  * HTTP/1.1. In cleartext a connection is handed to an HTTP/2 or an HTTP/1.1 server by its first
  * bytes, the HTTP/2 connection preface (Node's cleartext HTTP/2 server refuses HTTP/1.1); with TLS,
- * ALPN chooses.
+ * ALPN chooses. Every accepted socket has TCP_NODELAY set.
  */
 export interface Listener {
   /** The server that owns the listening socket. */
@@ -121,6 +121,7 @@ export function createListener(handler: RequestHandler, options: ListenerOptions
       serve,
     );
     secure.on("session", trackSession);
+    secure.on("connection", (socket: net.Socket) => socket.setNoDelay(true));
     secure.on("secureConnection", (socket: tls.TLSSocket) => {
       if (socket.alpnProtocol !== "h2") trackHttp1Socket(socket);
     });
@@ -131,6 +132,10 @@ export function createListener(handler: RequestHandler, options: ListenerOptions
     const http1Server = http.createServer(serve);
     const prefaceTimeoutMs = options.prefaceTimeoutMs ?? defaultPrefaceTimeoutMs;
     server = net.createServer((socket) => {
+      // Node's own HTTP servers set this on the sockets they accept; these are accepted here. Without
+      // it, Nagle's algorithm held each small response frame until the client's delayed ACK: 40 ms
+      // per streaming call on HTTP/1.1.
+      socket.setNoDelay(true);
       undecided.add(socket);
       let received = Buffer.alloc(0);
       const silent = setTimeout(() => socket.destroy(), prefaceTimeoutMs);
