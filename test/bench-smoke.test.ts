@@ -10,6 +10,7 @@ const expectedIds = [
   "daemon-start",
   "daemon-start-tsx",
   "exec-latency-p50",
+      "exec-latency-http1-p50",
   "exec-latency-p99",
   "exec-concurrent",
   "exec-throughput",

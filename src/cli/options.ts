@@ -27,6 +27,7 @@ usage: sandboxd [options]
   --max-calls <n>           calls in progress on the daemon (SANDBOXD_MAX_CALLS, default 4096)
   --max-calls-per-connection <n>
                             calls in progress on one connection (default 256)
+  --max-connections <n>     connections open at once, every protocol (SANDBOXD_MAX_CONNECTIONS, default 1024)
   --keepalive-ms <n>        ping interval that finds dead peers (SANDBOXD_KEEPALIVE_MS, default 30000)
   --state-dir <dir>         record process groups here; leftovers of a killed daemon are killed
                             at the next start (SANDBOXD_STATE_DIR)
@@ -64,6 +65,7 @@ export function parseCommandLine(argv: readonly string[], env: NodeJS.ProcessEnv
       "max-calls": { type: "string" },
       "max-calls-per-connection": { type: "string" },
       "keepalive-ms": { type: "string" },
+      "max-connections": { type: "string" },
       "state-dir": { type: "string" },
       "tls-cert": { type: "string" },
       "tls-key": { type: "string" },
@@ -118,6 +120,7 @@ function securityOptions(values: Record<string, string | boolean | string[] | un
       maxCallsPerConnection: integer("max-calls-per-connection", text("max-calls-per-connection"), undefined, 1),
     },
     keepalive: keepaliveMs === undefined ? undefined : { intervalMs: keepaliveMs, timeoutMs: keepaliveMs },
+    listener: { maxConnections: integer("max-connections", text("max-connections") ?? env.SANDBOXD_MAX_CONNECTIONS, undefined, 1) },
     stateDirectory: text("state-dir") ?? env.SANDBOXD_STATE_DIR,
   };
 }

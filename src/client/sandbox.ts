@@ -27,6 +27,8 @@ export interface SandboxOptions {
    * daemon never compresses its responses, so this only matters behind a proxy that does.
    */
   acceptCompression?: boolean;
+  /** Largest request message sent; see SandboxConnectionOptions. Default 4 MiB, as the daemon's default. */
+  maxMessageBytes?: number;
   /** Identifier of this sandbox; 12 random hex characters by default. */
   sandboxId?: string;
   /** Session of the commands this sandbox starts; the sandbox id by default. stop() kills its processes. */

@@ -21,7 +21,17 @@ export interface SandboxConnectionOptions {
    * so this changes only the headers sent; it matters for a server or proxy that does compress.
    */
   acceptCompression?: boolean;
+  /**
+   * Largest request message sent, in bytes; larger ones fail locally with RESOURCE_EXHAUSTED naming
+   * the limit. Default 4 MiB, the daemon's default `--max-message-bytes`: raise both together. Sending
+   * more than the daemon accepts would only earn its refusal, and more than about 10 MB in flight
+   * makes Node's HTTP/2 session reset the stream (ENHANCE_YOUR_CALM) before that refusal is read.
+   */
+  maxMessageBytes?: number;
 }
+
+/** Default of {@link SandboxConnectionOptions.maxMessageBytes}. */
+export const defaultClientMaxMessageBytes = 4 * 1024 * 1024;
 
 /**
  * SandboxConnection is one HTTP/2 connection to a daemon with the transport built on it. It counts
@@ -50,10 +60,14 @@ class GoAwayCountingSessionManager extends Http2SessionManager {
   goAwayCount = 0;
   private readonly watched = new WeakSet<http2.Http2Session>();
 
-  constructor(url: string) {
+  constructor(url: string, maxMessageBytes: number) {
     // Node's 64 KiB receive windows let the daemon send one output message per WINDOW_UPDATE round
     // trip; wide windows let bulk output flow (256 MiB through Exec: 45 MB/s before, 113 after).
-    super(url, undefined, { settings: { initialWindowSize: streamWindowBytes } });
+    // The session's memory must hold a message being sent when the answer arrives.
+    super(url, undefined, {
+      settings: { initialWindowSize: streamWindowBytes },
+      maxSessionMemory: Math.max(10, Math.ceil((2 * maxMessageBytes) / (1024 * 1024)) + 8),
+    });
   }
 
   override async request(
@@ -77,7 +91,8 @@ class GoAwayCountingSessionManager extends Http2SessionManager {
 
 /** Creates a connection to a daemon: the transport for the chosen protocol over one HTTP/2 session. */
 export function createSandboxConnection(options: SandboxConnectionOptions): SandboxConnection {
-  const sessionManager = new GoAwayCountingSessionManager(options.baseUrl);
+  const maxMessageBytes = options.maxMessageBytes ?? defaultClientMaxMessageBytes;
+  const sessionManager = new GoAwayCountingSessionManager(options.baseUrl, maxMessageBytes);
   const interceptors: Interceptor[] = [];
   const headers = { ...options.headers, ...(options.token !== undefined ? { authorization: `Bearer ${options.token}` } : {}) };
   if (Object.keys(headers).length > 0) {
@@ -91,6 +106,7 @@ export function createSandboxConnection(options: SandboxConnectionOptions): Sand
     httpVersion: "2" as const,
     sessionManager,
     interceptors,
+    writeMaxBytes: maxMessageBytes,
     ...(options.acceptCompression === false ? { acceptCompression: [] } : {}),
   };
   const transport = options.protocol === "connect" ? createConnectTransport(common) : createGrpcTransport(common);

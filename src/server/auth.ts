@@ -21,18 +21,29 @@ export interface AuthOptions {
  * timing. The token never appears in an error message or a log line.
  */
 export function createAuthInterceptor(options: AuthOptions): Interceptor {
-  if (options.token === "") throw new Error("the token must not be empty");
-  const expected = digest(options.token);
+  const matches = createTokenCheck(options.token);
   const open = new Set(options.publicServices ?? publicServices);
   return (next) => async (request) => {
     if (open.has(request.service.typeName)) return next(request);
     const header = request.header.get("authorization");
     if (header === null) throw new ConnectError("missing bearer token", Code.Unauthenticated);
-    const match = /^bearer\s+(.*)$/is.exec(header.trim());
-    if (match === null || !timingSafeEqual(digest(match[1]), expected)) {
-      throw new ConnectError("invalid bearer token", Code.Unauthenticated);
-    }
+    if (!matches(header)) throw new ConnectError("invalid bearer token", Code.Unauthenticated);
     return next(request);
+  };
+}
+
+/**
+ * Creates a check of an `authorization` header value against `token`: true for `Bearer <token>`
+ * (scheme case-insensitive). Compares SHA-256 digests with `timingSafeEqual`, so neither the
+ * token's content nor its length leaks through timing. Throws for an empty token.
+ */
+export function createTokenCheck(token: string): (header: string | null | undefined) => boolean {
+  if (token === "") throw new Error("the token must not be empty");
+  const expected = digest(token);
+  return (header) => {
+    if (typeof header !== "string") return false;
+    const match = /^bearer\s+(.*)$/is.exec(header.trim());
+    return match !== null && timingSafeEqual(digest(match[1]), expected);
   };
 }
 

@@ -8,6 +8,15 @@ const http2Preface = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1");
 
 /** Default time a cleartext connection may stay silent before its first bytes, in milliseconds. */
 export const defaultPrefaceTimeoutMs = 10_000;
+/**
+ * Default time an HTTP/1.1 connection with no request in progress has to send the complete headers
+ * of its next one, in milliseconds: the idle time of a kept-alive connection and a slowloris bound.
+ */
+export const defaultHeadersTimeoutMs = 10_000;
+/** Default time from an HTTP/1.1 request's headers to the end of its body, in milliseconds. */
+export const defaultRequestTimeoutMs = 60_000;
+/** Default most connections open at once; more are closed as they arrive. */
+export const defaultMaxConnections = 1024;
 
 /** A request handler for both HTTP versions, such as connectNodeAdapter's. */
 export type RequestHandler = (
@@ -41,6 +50,16 @@ export interface ListenerOptions {
    * closed. Default {@link defaultPrefaceTimeoutMs}.
    */
   prefaceTimeoutMs?: number;
+  /**
+   * Time an HTTP/1.1 connection with no request in progress has to send the complete headers of the
+   * next one (at the start, and after each response); it is closed otherwise, with 408 when nothing
+   * was answered on it yet. Default {@link defaultHeadersTimeoutMs}.
+   */
+  headersTimeoutMs?: number;
+  /** Time from an HTTP/1.1 request's headers to the end of its body. Default {@link defaultRequestTimeoutMs}. */
+  requestTimeoutMs?: number;
+  /** Most connections open at once, every protocol counted; more are closed at once. Default {@link defaultMaxConnections}. */
+  maxConnections?: number;
 }
 
 /**
@@ -82,9 +101,31 @@ export function createListener(handler: RequestHandler, options: ListenerOptions
     options.onSession?.(session);
     if (ending) session.close();
   };
+  const headersTimeoutMs = options.headersTimeoutMs ?? defaultHeadersTimeoutMs;
+  const requestTimeoutMs = options.requestTimeoutMs ?? defaultRequestTimeoutMs;
+  /** The timer of an HTTP/1.1 socket waiting for its next request's headers. */
+  const waitingForHeaders = new Map<net.Socket, NodeJS.Timeout>();
+  // Node arms its own HTTP/1.1 header and request timeouts only on a server that listens itself,
+  // which the servers here never do: these timers stand in for them, on cleartext and TLS alike.
+  const awaitHeaders = (socket: net.Socket) => {
+    clearTimeout(waitingForHeaders.get(socket));
+    waitingForHeaders.set(
+      socket,
+      setTimeout(() => {
+        waitingForHeaders.delete(socket);
+        socket.end("HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+        socket.destroySoon();
+      }, headersTimeoutMs),
+    );
+  };
   const trackHttp1Socket = (socket: net.Socket) => {
     http1Sockets.set(socket, 0);
-    socket.once("close", () => http1Sockets.delete(socket));
+    awaitHeaders(socket);
+    socket.once("close", () => {
+      http1Sockets.delete(socket);
+      clearTimeout(waitingForHeaders.get(socket));
+      waitingForHeaders.delete(socket);
+    });
     // HTTP/1.1 has no pings: TCP keepalive probes are what find a peer that vanished mid-stream.
     socket.setKeepAlive(true, 30_000);
   };
@@ -95,11 +136,17 @@ export function createListener(handler: RequestHandler, options: ListenerOptions
     // A socket already gone (closed before its request got here) is not tracked again.
     if (before === undefined) return;
     http1Sockets.set(socket, before + 1);
+    clearTimeout(waitingForHeaders.get(socket));
+    waitingForHeaders.delete(socket);
+    const bodyTimer = setTimeout(() => socket.destroy(), requestTimeoutMs);
+    (request as http.IncomingMessage).once("end", () => clearTimeout(bodyTimer));
     response.once("close", () => {
+      clearTimeout(bodyTimer);
       const busy = http1Sockets.get(socket);
       if (busy === undefined) return;
       http1Sockets.set(socket, busy - 1);
       if (ending && busy === 1) socket.end();
+      else if (busy === 1) awaitHeaders(socket);
     });
   };
   const serve: RequestHandler = (request, response) => {
@@ -116,6 +163,8 @@ export function createListener(handler: RequestHandler, options: ListenerOptions
         cert,
         key,
         allowHTTP1: true,
+        // A TLS handshake that does not finish holds a socket: not for long.
+        handshakeTimeout: options.prefaceTimeoutMs ?? defaultPrefaceTimeoutMs,
         ...(clientCa !== undefined ? { ca: clientCa, requestCert: true, rejectUnauthorized: true } : {}),
       },
       serve,
@@ -174,6 +223,8 @@ export function createListener(handler: RequestHandler, options: ListenerOptions
       if (ending) socket.destroy();
     });
   }
+
+  server.maxConnections = options.maxConnections ?? defaultMaxConnections;
 
   return {
     server,

@@ -12,7 +12,8 @@ import {
   defaultMaxMessageBytes,
   type CallLimitOptions,
 } from "./limits.js";
-import { createListener, type TlsOptions } from "./listener.js";
+import { createGate, type GateOptions } from "./gate.js";
+import { createListener, defaultPrefaceTimeoutMs, type ListenerOptions, type TlsOptions } from "./listener.js";
 import { createRoutes } from "./routes.js";
 
 /** Default port of sandboxd. */
@@ -39,6 +40,10 @@ export interface SandboxServerOptions extends ProcessManagerOptions {
   callLimits?: CallLimitOptions;
   /** Keepalive pings that find dead peers. */
   keepalive?: KeepaliveOptions;
+  /** Limits of connections: how many, and how long HTTP/1.1 requests and silent connections may take. */
+  listener?: Pick<ListenerOptions, "maxConnections" | "headersTimeoutMs" | "requestTimeoutMs" | "prefaceTimeoutMs">;
+  /** Limits of the calls answered without a token (health). */
+  gate?: Pick<GateOptions, "maxPublicCallsPerConnection" | "maxPublicCalls" | "maxWatchStreams" | "publicRequestTimeoutMs">;
   /**
    * Serve TLS: HTTP/2 and HTTP/1.1 chosen by ALPN, mutual TLS when `clientCa` is set. Cleartext
    * (HTTP/2 and HTTP/1.1 told apart by the connection preface) when undefined.
@@ -80,7 +85,7 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
   const limits = createCallLimitInterceptor(options.callLimits);
   const maxMessageBytes = options.maxMessageBytes ?? defaultMaxMessageBytes;
   const health = createHealthStatus([SandboxService.typeName]);
-  const handler = connectNodeAdapter({
+  const adapter = connectNodeAdapter({
     routes: createRoutes({ manager, shutdownSignal: shutdown.signal, health }),
     // Auth first: an unauthenticated call must not even count against the limits.
     interceptors: [
@@ -103,10 +108,22 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
   // session memory; past Node's default of 10 MB the connection refuses new streams with
   // ENHANCE_YOUR_CALM. Room for a few calls at the message limit keeps honest clients clear of it.
   const maxSessionMemoryMb = Math.max(10, Math.ceil((4 * maxMessageBytes + 16 * 1024 * 1024) / (1024 * 1024)));
-  const listener = createListener(handler, {
+  // Host and token are checked on the headers, before a byte of a body is read.
+  const gate = createGate(adapter, { token: options.token, anyHost: options.token !== undefined || options.insecure === true, ...options.gate });
+  const admissionTimeoutMs = options.listener?.prefaceTimeoutMs ?? defaultPrefaceTimeoutMs;
+  const listener = createListener(gate.serve, {
+    ...options.listener,
     tls: options.tls,
     http2: { maxSessionMemory: maxSessionMemoryMb, settings: { initialWindowSize: 4 * 1024 * 1024, maxConcurrentStreams: maxStreams } },
-    onSession: (session) => watchSessionLiveness(session, options.keepalive),
+    onSession: (session) => {
+      watchSessionLiveness(session, options.keepalive);
+      // A connection that makes no call it is allowed to make is closed: it holds a session for nothing.
+      const unadmitted = setTimeout(() => {
+        if (!gate.admitted(session)) session.destroy();
+      }, admissionTimeoutMs);
+      unadmitted.unref();
+      session.once("close", () => clearTimeout(unadmitted));
+    },
   });
   const port = await listener.listen(options.port ?? defaultPort, host);
   let closing: Promise<void> | undefined;
