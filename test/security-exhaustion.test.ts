@@ -2,6 +2,7 @@ import http2 from "node:http2";
 import net from "node:net";
 import tls from "node:tls";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { connect as connectSandbox } from "../src/client/index.js";
 import { createTestCertificates, type TestCertificates } from "./support/certificates.js";
 import { waitFor } from "./support/processes.js";
 import { Code } from "./support/rpc.js";
@@ -239,6 +240,46 @@ describe("a daemon without a token answers loopback host names only (DNS rebindi
       expect(answer).toEqual({ status: 200, grpcStatus: undefined, grpcMessage: undefined });
     } finally {
       session.destroy();
+    }
+  });
+});
+
+describe("a request message over the size limit is refused with RESOURCE_EXHAUSTED naming the limit", () => {
+  let test: TestServer;
+  beforeAll(async () => {
+    test = await startTestServer();
+  });
+  afterAll(() => test.close());
+
+  it("the daemon answers a 33 MB message with the status at once, without reading it", async () => {
+    const session = await connect(test.server.url);
+    try {
+      const stream = session.request({ ":method": "POST", ":path": "/sandbox.v1.SandboxService/StartProcess", "content-type": "application/grpc", te: "trailers" });
+      stream.on("error", () => {});
+      const prefix = Buffer.alloc(5);
+      prefix.writeUInt32BE(33 * 1024 * 1024, 1);
+      stream.write(prefix);
+      stream.write(Buffer.alloc(1024 * 1024));
+      const trailers = await new Promise<http2.IncomingHttpHeaders>((resolve) => stream.once("trailers", resolve));
+      expect(trailers["grpc-status"]).toBe(String(Code.ResourceExhausted));
+      expect(decodeURIComponent(String(trailers["grpc-message"]))).toBe(`message size ${33 * 1024 * 1024} is larger than configured readMaxBytes ${4 * 1024 * 1024}`);
+      stream.close();
+    } finally {
+      session.destroy();
+    }
+  });
+
+  it("the SDK refuses to send 33 MB and 100 MB messages with RESOURCE_EXHAUSTED naming its limit, not a stream reset", async () => {
+    const sandbox = await connectSandbox({ baseUrl: test.server.url });
+    try {
+      for (const megabytes of [33, 100]) {
+        const error = await sandbox.exec("cat", { stdin: new Uint8Array(megabytes * 1024 * 1024) }).catch((failure: unknown) => failure);
+        expect(error).toMatchObject({ code: "RESOURCE_EXHAUSTED" });
+        expect((error as Error).message).toContain(`is larger than configured writeMaxBytes ${4 * 1024 * 1024}`);
+      }
+      expect((await sandbox.exec("echo still serving")).stdout).toBe("still serving\n");
+    } finally {
+      await sandbox.close();
     }
   });
 });
