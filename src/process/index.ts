@@ -3,7 +3,6 @@ export { ProcessError, type ProcessErrorReason } from "./errors.js";
 export {
   defaultKillGracePeriodMs,
   ManagedProcess,
-  maxPendingInputBytes,
   type ProcessDescription,
   type ProcessExit,
   type ProcessStatus,
@@ -34,3 +33,4 @@ export { GroupLedger, processStartTime, type ReapReport } from "./group-ledger.j
 export { defaultMaxTasksPerCommand, Launcher, type ForkLimit, type LaunchPlan, type LauncherOptions } from "./launcher.js";
 export { PidsCgroup } from "./pids-cgroup.js";
 export { resolveUser, rootIdentity, type UserIdentity } from "./user.js";
+export * from "./limits.js";

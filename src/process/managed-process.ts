@@ -1,4 +1,5 @@
 import { ProcessError } from "./errors.js";
+import { maxPendingInputBytes } from "./limits.js";
 import type { SpawnedChild } from "./child.js";
 import { OutputBuffer, type OutputReader, type OutputStreamName } from "./output-buffer.js";
 import type { SignalName } from "./signals.js";
@@ -51,8 +52,6 @@ export interface ProcessDescription {
   readonly timeoutMs: number;
 }
 
-/** Most stdin bytes a process may have pending (accepted, not yet handed to the OS): 8 MiB. */
-export const maxPendingInputBytes = 8 * 1024 * 1024;
 
 /** Options for creating a {@link ManagedProcess}. */
 export interface ManagedProcessOptions extends ProcessDescription {

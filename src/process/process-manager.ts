@@ -10,6 +10,18 @@ import { HelperStartError, spawnPipeChild } from "./pipe-child.js";
 import { spawnPtyChild } from "./pty-child.js";
 import type { SignalName } from "./signals.js";
 import { rootIdentity, type UserIdentity } from "./user.js";
+import {
+  maxArgumentBytes,
+  maxArgumentCount,
+  maxCommandLineBytes,
+  maxEnvironmentCount,
+  maxIdLength,
+  maxPathBytes,
+  maxPendingInputBytes,
+  maxPtyDimension,
+  maxTermLength,
+  maxTimeoutMs,
+} from "./limits.js";
 import { Workspace } from "./workspace.js";
 
 /** What to run and how: the process manager's view of a request. */
@@ -44,6 +56,12 @@ export interface ProcessSpec {
 export interface StartOptions {
   /** Hold the producer back rather than drop output the caller has not read (Exec). */
   pinnedReader?: boolean;
+  /**
+   * The caller's signal: once it has fired, nothing is spawned (ProcessError "cancelled"). Checked
+   * after every await before the spawn; what happens to a process started just before it fires is
+   * the caller's business.
+   */
+  signal?: AbortSignal;
 }
 
 /** Options for {@link createProcessManager}. */
@@ -87,9 +105,6 @@ export interface ProcessFilter {
   statuses?: readonly ProcessStatus[];
 }
 
-const maxIdLength = 256;
-const maxTimeoutMs = 2 ** 31 - 1;
-const maxPtyDimension = 10_000;
 
 /**
  * ProcessManager starts processes and keeps their records: it validates specs, confines working
@@ -164,6 +179,7 @@ export class ProcessManager {
 
   private async startProcess(spec: ProcessSpec, options: StartOptions): Promise<ManagedProcess> {
     if (this.shuttingDown) throw new ProcessError("the daemon is shutting down", "unavailable");
+    throwIfCancelled(options.signal);
     validateSpec(spec);
     const id = spec.processId || randomUUID();
     const existing = this.processes.get(id);
@@ -180,9 +196,14 @@ export class ProcessManager {
       throw new ProcessError("sudo needs the daemon to run as root", "permission-denied");
     }
     const cwd = await this.workspace.resolve(spec.cwd ?? "");
-    // Checked again after the await: shutdown may have begun, and other starts may have taken the
-    // id or the last slots meanwhile. From here to register nothing awaits.
+    // Node hands a request to its handler, and runs the handler's promise chain, in the middle of
+    // reading a packet: a reset that follows the request in the same packet is read only after that.
+    // One turn of the loop lets it arrive before anything is spawned.
+    if (options.signal !== undefined) await new Promise((resolve) => setImmediate(resolve));
+    // Checked again after the await: shutdown may have begun, the caller may have gone, and other
+    // starts may have taken the id or the last slots meanwhile. From here to register nothing awaits.
     if (this.shuttingDown) throw new ProcessError("the daemon is shutting down", "unavailable");
+    throwIfCancelled(options.signal);
     const raced = this.processes.get(id);
     if (raced !== undefined && raced.exit === undefined) {
       throw new ProcessError(`process already exists: ${id}`, "already-exists");
@@ -281,6 +302,7 @@ export class ProcessManager {
 
   /** Lists records, oldest first. */
   list(filter: ProcessFilter = {}): ManagedProcess[] {
+    validateSessionId(filter.sessionId);
     const statuses = filter.statuses?.length ? new Set(filter.statuses) : undefined;
     return [...this.processes.values()].filter(
       (managed) =>
@@ -357,6 +379,10 @@ export async function createProcessManager(options: ProcessManagerOptions = {}):
   return manager;
 }
 
+function throwIfCancelled(signal: AbortSignal | undefined): void {
+  if (signal?.aborted) throw new ProcessError("the call was cancelled before the command started", "cancelled");
+}
+
 /**
  * The refusal for a working directory the helper could not enter as the command's user, or
  * undefined when the helper failed at another step.
@@ -387,20 +413,52 @@ function validateSpec(spec: ProcessSpec): void {
   const invalid = (message: string) => new ProcessError(message, "invalid-argument");
   if (spec.command.trim() === "") throw invalid("command is empty");
   if (spec.command.includes("\0")) throw invalid("command contains a NUL byte");
-  if (spec.args?.some((arg) => arg.includes("\0"))) throw invalid("an argument contains a NUL byte");
-  for (const [key, value] of Object.entries(spec.env ?? {})) {
-    if (key === "" || key.includes("=") || key.includes("\0")) throw invalid(`invalid environment variable name: ${JSON.stringify(key)}`);
+  const args = spec.args ?? [];
+  if (args.some((arg) => arg.includes("\0"))) throw invalid("an argument contains a NUL byte");
+  if (args.length > maxArgumentCount) throw invalid(`too many arguments: at most ${maxArgumentCount}, got ${args.length}`);
+  const env = Object.entries(spec.env ?? {});
+  if (env.length > maxEnvironmentCount) throw invalid(`too many environment variables: at most ${maxEnvironmentCount}, got ${env.length}`);
+  let total = 0;
+  const count = (what: string, text: string) => {
+    const bytes = Buffer.byteLength(text, "utf8");
+    if (bytes > maxArgumentBytes) throw invalid(`${what} is longer than ${maxArgumentBytes} bytes`);
+    total += bytes + 1;
+  };
+  count("command", spec.command);
+  for (const arg of args) count("an argument", arg);
+  for (const [key, value] of env) {
+    if (key === "" || key.includes("=") || key.includes("\0")) throw invalid(`invalid environment variable name: ${JSON.stringify(key.slice(0, 64))}`);
     if (value.includes("\0")) throw invalid(`environment variable ${key} contains a NUL byte`);
+    count(`environment variable ${key.slice(0, 64)}`, `${key}=${value}`);
   }
+  if (total > maxCommandLineBytes) throw invalid(`command, arguments and environment together are longer than ${maxCommandLineBytes} bytes`);
+  if (Buffer.byteLength(spec.cwd ?? "", "utf8") > maxPathBytes) throw invalid(`working directory is longer than ${maxPathBytes} bytes`);
+  if ((spec.cwd ?? "").includes("\0")) throw invalid("working directory contains a NUL byte");
   const timeoutMs = spec.timeoutMs ?? 0;
   if (!Number.isInteger(timeoutMs) || timeoutMs < 0) throw invalid(`timeout must be a non-negative number of milliseconds, got ${timeoutMs}`);
   if (timeoutMs > maxTimeoutMs) throw invalid(`timeout must be at most ${maxTimeoutMs} ms, got ${timeoutMs}`);
   const id = spec.processId ?? "";
   if (id.length > maxIdLength) throw invalid(`process id is longer than ${maxIdLength} characters`);
   if (/[\0-\x1f\x7f/]/.test(id)) throw invalid("process id contains a control character or a slash");
-  if (spec.pty && ((spec.pty.cols ?? 0) > maxPtyDimension || (spec.pty.rows ?? 0) > maxPtyDimension)) {
-    throw invalid(`pty size must be at most ${maxPtyDimension} columns and rows`);
+  validateSessionId(spec.sessionId);
+  if (spec.pty) {
+    if ((spec.pty.cols ?? 0) > maxPtyDimension || (spec.pty.rows ?? 0) > maxPtyDimension) {
+      throw invalid(`pty size must be at most ${maxPtyDimension} columns and rows`);
+    }
+    const term = spec.pty.term ?? "";
+    if (term.length > maxTermLength) throw invalid(`pty term is longer than ${maxTermLength} characters`);
+    if (/[\0-\x20\x7f]/.test(term)) throw invalid("pty term contains a control character or a space");
   }
+  if ((spec.stdinData?.length ?? 0) > maxPendingInputBytes) {
+    throw invalid(`stdin_data is larger than the ${maxPendingInputBytes} bytes a process may have pending on stdin`);
+  }
+}
+
+/** Refuses a session id over {@link maxIdLength} characters or with control characters. */
+function validateSessionId(sessionId: string | undefined): void {
+  if (sessionId === undefined) return;
+  if (sessionId.length > maxIdLength) throw new ProcessError(`session id is longer than ${maxIdLength} characters`, "invalid-argument");
+  if (/[\0-\x1f\x7f]/.test(sessionId)) throw new ProcessError("session id contains a control character", "invalid-argument");
 }
 
 /**
@@ -416,7 +474,10 @@ function findProgramProblem(file: string, searchPath: string, cwd: string): { me
   let sawUnexecutable = false;
   for (const candidate of candidates) {
     try {
-      if (!statSync(candidate, { throwIfNoEntry: false })?.isFile()) continue;
+      const found = statSync(candidate, { throwIfNoEntry: false });
+      // A path naming a directory is found but cannot run, as a shell says (126); a PATH entry is skipped.
+      if (found?.isDirectory() && file.includes("/")) return { message: `is a directory: ${file}`, exitCode: 126 };
+      if (!found?.isFile()) continue;
       accessSync(candidate, fsConstants.X_OK);
       return undefined;
     } catch (error) {

@@ -1,4 +1,4 @@
-import type http2 from "node:http2";
+import http2 from "node:http2";
 import type net from "node:net";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { createTokenCheck, isLoopbackHost, publicServices as defaultPublicServices } from "./auth.js";
@@ -13,6 +13,8 @@ export const defaultMaxPublicCalls = 256;
 export const defaultMaxWatchStreams = 64;
 /** Default time a public call may take to send its whole request, in milliseconds. */
 export const defaultPublicRequestTimeoutMs = 10_000;
+/** Default calls a client may reset on one HTTP/2 connection within a second before it is closed. */
+export const defaultMaxResetsPerSecond = 100;
 
 /** Options for {@link createGate}. */
 export interface GateOptions {
@@ -34,6 +36,12 @@ export interface GateOptions {
   maxWatchStreams?: number;
   /** Time a public call may take to send its whole request. Default {@link defaultPublicRequestTimeoutMs}. */
   publicRequestTimeoutMs?: number;
+  /**
+   * Calls a client may reset (RST_STREAM) on one HTTP/2 connection within a second; past it the
+   * connection gets GOAWAY (ENHANCE_YOUR_CALM) and is closed, as for Node's own rapid-reset defence
+   * of unauthenticated streams. Default {@link defaultMaxResetsPerSecond}.
+   */
+  maxResetsPerSecond?: number;
   /** Called with each call refused for its token, for logs and metrics. */
   onAuthFailure?: (request: AnyRequest) => void;
 }
@@ -57,6 +65,25 @@ export function createGate(handler: RequestHandler, options: GateOptions): Gate 
   let publicCalls = 0;
   let watchStreams = 0;
   const admittedConnections = new WeakSet<object>();
+  const maxResets = options.maxResetsPerSecond ?? defaultMaxResetsPerSecond;
+  const resets = new WeakMap<object, { second: number; count: number }>();
+  /** Counts a call the client reset against its connection, which is closed past the limit. */
+  const countResets = (request: AnyRequest) => {
+    if (!("stream" in request) || request.stream === undefined) return;
+    const stream = request.stream;
+    stream.once("aborted", () => {
+      const session = stream.session;
+      if (session === undefined || session.destroyed) return;
+      const second = Math.floor(performance.now() / 1000);
+      const seen = resets.get(session);
+      const count = seen !== undefined && seen.second === second ? seen.count + 1 : 1;
+      resets.set(session, { second, count });
+      if (count > maxResets) {
+        session.goaway(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
+        session.destroy();
+      }
+    });
+  };
 
   const serve: RequestHandler = (request, response) => {
     if (!options.anyHost) {
@@ -79,10 +106,14 @@ export function createGate(handler: RequestHandler, options: GateOptions): Gate 
         const missing = request.headers.authorization === undefined;
         return answerEarly(request, response, new ConnectError(missing ? "missing bearer token" : "invalid bearer token", Code.Unauthenticated));
       }
-      admittedConnections.add(connectionOf(request));
+      const connection = connectionOf(request);
+      if (connection === undefined) return; // Reset before it got here.
+      admittedConnections.add(connection);
+      countResets(request);
       return handler(request, response);
     }
     const connection = connectionOf(request);
+    if (connection === undefined) return;
     const onConnection = perConnection.get(connection) ?? 0;
     const watch = (request.url ?? "").endsWith("/Watch");
     const refusal =
@@ -140,8 +171,10 @@ function hostOf(request: AnyRequest): string | undefined {
   return colon < 0 || host.indexOf(":", colon + 1) >= 0 ? host : host.slice(0, colon);
 }
 
-function connectionOf(request: AnyRequest): object {
-  return "stream" in request && request.stream !== undefined ? (request.stream.session as http2.ServerHttp2Session) : (request.socket as net.Socket);
+/** The HTTP/2 session or HTTP/1.1 socket of a request; undefined once a reset stream has let go of its session. */
+function connectionOf(request: AnyRequest): object | undefined {
+  if ("stream" in request && request.stream !== undefined) return request.stream.session ?? undefined;
+  return (request.socket as net.Socket | null) ?? undefined;
 }
 
 function destroyCall(request: AnyRequest): void {

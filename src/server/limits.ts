@@ -32,13 +32,34 @@ export interface CallCounter {
 export const connectionKey = createContextKey<object | undefined>(undefined, { description: "sandboxd connection" });
 
 /**
+ * An AbortSignal that fires as soon as the client resets the call's HTTP/2 stream (or closes its
+ * HTTP/1.1 connection), set by {@link connectionContextValues}. It fires in the same turn as the
+ * reset is read, where the handler context's signal comes a turn later: a call reset right after
+ * its request (HEADERS, DATA, RST_STREAM in one packet) is seen as gone before it spawns anything.
+ */
+export const clientGoneKey = createContextKey<AbortSignal | undefined>(undefined, { description: "sandboxd client gone" });
+
+/**
  * Builds the context values of a request for connectNodeAdapter's `contextValues`: the connection
- * it came on, so per-connection limits can count it.
+ * it came on, so per-connection limits can count it, and a signal of the client going away.
  */
 export function connectionContextValues(request: http.IncomingMessage | http2.Http2ServerRequest): ContextValues {
   const values = createContextValues();
-  const connection = "stream" in request && request.stream !== undefined ? request.stream.session : request.socket;
+  const stream = "stream" in request ? request.stream : undefined;
+  const connection = stream !== undefined ? stream.session : request.socket;
   if (connection !== undefined && connection !== null) values.set(connectionKey, connection);
+  const gone = new AbortController();
+  if (stream !== undefined) {
+    if (stream.destroyed) gone.abort();
+    else stream.once("aborted", () => gone.abort());
+  } else if (request.socket.destroyed) {
+    gone.abort();
+  } else {
+    const onClose = () => gone.abort();
+    request.socket.once("close", onClose);
+    (request as http.IncomingMessage).once("close", () => request.socket.off("close", onClose));
+  }
+  values.set(clientGoneKey, gone.signal);
   return values;
 }
 

@@ -13,6 +13,7 @@ import { defaultKillGracePeriodMs, parseSignal, type ManagedProcess, type Proces
 import { fromProtoSpec, fromProtoStatus, toProtoChunk, toProtoExit, toProtoGap, toProtoInfo } from "./convert.js";
 import { createCallSignal, throwIfShuttingDown } from "./call-signal.js";
 import { withConnectErrors } from "./errors.js";
+import { clientGoneKey } from "./limits.js";
 
 /** Dependencies of {@link createSandboxService}. */
 export interface SandboxServiceOptions {
@@ -43,8 +44,16 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
   return {
     async *exec(request: ExecRequest, context: HandlerContext) {
       const spec = fromProtoSpec(request.spec);
-      const managed = await withConnectErrors(() => manager.start(spec, { pinnedReader: true }));
+      const gone = context.values.get(clientGoneKey) ?? context.signal;
+      const managed = await withConnectErrors(() => manager.start(spec, { pinnedReader: true, signal: gone }));
       const call = createCallSignal(context.signal, options.shutdownSignal);
+      // Cancelled while it started (a client that resets its calls at once): it must not run on.
+      if (gone.aborted || context.signal.aborted) {
+        call.dispose();
+        managed.releasePinnedReader();
+        managed.kill("SIGKILL", -1);
+        throw new ConnectError("the call was cancelled", Code.Canceled);
+      }
       const signal = call.signal;
       const stop = () => {
         call.dispose();
@@ -72,9 +81,9 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
       }
     },
 
-    async startProcess(request) {
+    async startProcess(request, context) {
       const spec = fromProtoSpec(request.spec);
-      const managed = await withConnectErrors(() => manager.start(spec));
+      const managed = await withConnectErrors(() => manager.start(spec, { signal: context.values.get(clientGoneKey) ?? context.signal }));
       return { process: toProtoInfo(managed) };
     },
 
@@ -147,7 +156,7 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
 
     async listProcesses(request) {
       const statuses = request.statuses.map(fromProtoStatus);
-      const processes = manager.list({ sessionId: request.sessionId, statuses });
+      const processes = withConnectErrors(() => manager.list({ sessionId: request.sessionId, statuses }));
       return { processes: processes.map(toProtoInfo) };
     },
 
@@ -160,16 +169,14 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
 
     async killAllProcesses(request) {
       const signal = withConnectErrors(() => parseSignal(request.signal));
-      const killedCount = manager.killAll({
-        sessionId: request.sessionId,
-        signal,
-        gracePeriodMs: gracePeriod(request.gracePeriodMs),
-      });
+      const killedCount = withConnectErrors(() =>
+        manager.killAll({ sessionId: request.sessionId, signal, gracePeriodMs: gracePeriod(request.gracePeriodMs) }),
+      );
       return { killedCount };
     },
 
     async cleanupProcesses(request) {
-      return { removedCount: manager.cleanup({ sessionId: request.sessionId }) };
+      return { removedCount: withConnectErrors(() => manager.cleanup({ sessionId: request.sessionId })) };
     },
 
     async getProcessLogs(request) {

@@ -42,8 +42,8 @@ export interface SandboxServerOptions extends ProcessManagerOptions {
   keepalive?: KeepaliveOptions;
   /** Limits of connections: how many, and how long HTTP/1.1 requests and silent connections may take. */
   listener?: Pick<ListenerOptions, "maxConnections" | "headersTimeoutMs" | "requestTimeoutMs" | "prefaceTimeoutMs">;
-  /** Limits of the calls answered without a token (health). */
-  gate?: Pick<GateOptions, "maxPublicCallsPerConnection" | "maxPublicCalls" | "maxWatchStreams" | "publicRequestTimeoutMs">;
+  /** Limits of the calls answered without a token (health), and of calls a client resets. */
+  gate?: Pick<GateOptions, "maxPublicCallsPerConnection" | "maxPublicCalls" | "maxWatchStreams" | "publicRequestTimeoutMs" | "maxResetsPerSecond">;
   /**
    * Serve TLS: HTTP/2 and HTTP/1.1 chosen by ALPN, mutual TLS when `clientCa` is set. Cleartext
    * (HTTP/2 and HTTP/1.1 told apart by the connection preface) when undefined.
@@ -98,6 +98,9 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
     // halved Exec throughput (256 MiB: 7.8 s with it, 3.5 s without). Compressed requests are accepted.
     compressMinBytes: Number.MAX_SAFE_INTEGER,
     readMaxBytes: maxMessageBytes,
+    // An unknown enum name or field in a JSON request is refused (INVALID_ARGUMENT), never dropped: a
+    // dropped status filter would match every process.
+    jsonOptions: { ignoreUnknownFields: false },
     // GetProcessLogs answers with all retained output of both streams, whatever the request limit.
     writeMaxBytes: Math.max(maxMessageBytes, 2 * (options.outputCapacityBytes ?? defaultOutputCapacityBytes) + 64 * 1024),
   });

@@ -1,0 +1,77 @@
+import { createClient } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { SandboxService } from "../gen/sandbox/v1/sandbox_pb.js";
+import { maxArgumentBytes, maxIdLength, maxPendingInputBytes, maxPathBytes } from "../src/process/index.js";
+import { Code, collectExec, rpcError, streamError } from "./support/rpc.js";
+import { startTestServer, type TestServer } from "./support/server.js";
+
+describe("free strings and sizes are bounded, each refusal INVALID_ARGUMENT naming the bound", () => {
+  let test: TestServer;
+  beforeAll(async () => {
+    test = await startTestServer({ maxMessageBytes: 16 * 1024 * 1024 });
+  });
+  afterAll(() => test.close());
+
+  it("session ids: in a spec and in every filter", async () => {
+    const long = "s".repeat(1024 * 1024);
+    for (const refused of [
+      rpcError(test.client.startProcess({ spec: { command: "true", sessionId: long } })),
+      rpcError(test.client.listProcesses({ sessionId: long })),
+      rpcError(test.client.killAllProcesses({ sessionId: long })),
+      rpcError(test.client.cleanupProcesses({ sessionId: long })),
+    ]) {
+      const error = await refused;
+      expect(error.code).toBe(Code.InvalidArgument);
+      expect(error.rawMessage).toBe(`session id is longer than ${maxIdLength} characters`);
+    }
+    expect(test.server.manager.list()).toHaveLength(0);
+  });
+
+  it("command, arguments, environment, working directory, TERM", async () => {
+    const cases: Array<[Parameters<typeof test.client.startProcess>[0]["spec"], string]> = [
+      [{ command: "x".repeat(maxArgumentBytes + 1) }, `command is longer than ${maxArgumentBytes} bytes`],
+      [{ command: "echo", args: ["y".repeat(maxArgumentBytes + 1)] }, `an argument is longer than ${maxArgumentBytes} bytes`],
+      [{ command: "true", env: { BIG: "z".repeat(maxArgumentBytes) } }, `environment variable BIG is longer than ${maxArgumentBytes} bytes`],
+      [
+        { command: "true", env: Object.fromEntries(Array.from({ length: 10 }, (_, i) => [`V${i}`, "v".repeat(120 * 1024)])) },
+        "command, arguments and environment together are longer than 1048576 bytes",
+      ],
+      [{ command: "pwd", cwd: "d".repeat(maxPathBytes + 1) }, `working directory is longer than ${maxPathBytes} bytes`],
+      [{ command: "true", pty: { term: "xterm\0evil" } }, "pty term contains a control character or a space"],
+      [{ command: "true", pty: { term: "t".repeat(65) } }, "pty term is longer than 64 characters"],
+    ];
+    for (const [spec, message] of cases) {
+      const error = await rpcError(test.client.startProcess({ spec }));
+      expect(error.code, message).toBe(Code.InvalidArgument);
+      expect(error.rawMessage).toBe(message);
+    }
+    expect(test.server.manager.list()).toHaveLength(0);
+  });
+
+  it("stdin_data over the stdin bound is refused up front, not swallowed", async () => {
+    const error = await streamError(test.client.exec({ spec: { command: "cat", stdinData: new Uint8Array(maxPendingInputBytes + 1) } }));
+    expect(error.code).toBe(Code.InvalidArgument);
+    expect(error.rawMessage).toBe(`stdin_data is larger than the ${maxPendingInputBytes} bytes a process may have pending on stdin`);
+    const fits = await collectExec(test.client, { command: "wc", args: ["-c"], stdinData: new Uint8Array(maxPendingInputBytes) });
+    expect(fits.stdout.toString().trim()).toBe(String(maxPendingInputBytes));
+  });
+
+  it("a directory given as the program exits 126, as a shell says", async () => {
+    const result = await collectExec(test.client, { command: test.workspace, args: ["x"] });
+    expect(result.exited.exitCode).toBe(126);
+    expect(result.exited.error).toBe(`is a directory: ${test.workspace}`);
+  });
+
+  it("an unknown status name in a Connect JSON filter is refused, not dropped", async () => {
+    const response = await fetch(`${test.server.url}/sandbox.v1.SandboxService/ListProcesses`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ statuses: ["PROCESS_STATUS_NOPE"] }),
+    });
+    expect(response.status).toBe(400);
+    expect(await response.json()).toMatchObject({ code: "invalid_argument" });
+    const json = createClient(SandboxService, createConnectTransport({ baseUrl: test.server.url, httpVersion: "1.1", useBinaryFormat: false }));
+    expect((await json.listProcesses({})).processes).toHaveLength(test.server.manager.list().length);
+  });
+});
