@@ -1,12 +1,11 @@
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readdirSync, realpathSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { afterEach, describe, expect, it } from "vitest";
 import { SandboxService } from "../gen/sandbox/v1/sandbox_pb.js";
-import { GroupLedger, processStartTime } from "../src/process/index.js";
 import { isAlive, waitFor } from "./support/processes.js";
 import { sleepMarker, sleepers } from "./support/rpc.js";
 
@@ -74,22 +73,4 @@ describe("unclean daemon death (SIGKILL)", () => {
     second.child.kill("SIGTERM");
     await waitFor(() => second.child.exitCode !== null || second.child.signalCode !== null, { what: "a clean shutdown" });
   }, 60_000);
-
-  it("never kills a process that merely reuses a recorded pid", () => {
-    const stateDir = mkdtempSync(path.join(tmpdir(), "sandboxd-ledger-"));
-    cleanups.push(() => rmSync(stateDir, { recursive: true, force: true }));
-    const ledger = new GroupLedger(stateDir);
-    // A record whose start time is later than the process now holding the pid: pid reuse.
-    const victim = spawn("sleep", [sleepMarker()], { detached: true, stdio: "ignore" });
-    cleanups.push(() => victim.kill("SIGKILL"));
-    ledger.record(victim.pid!, "reused");
-    const file = path.join(stateDir, `${victim.pid}.json`);
-    const record = JSON.parse(readFileSync(file, "utf8"));
-    record.startTime = processStartTime(victim.pid!)! + 1_000_000;
-    record.daemonPid = 999_999_999;
-    writeFileSync(file, JSON.stringify(record));
-    const report = ledger.reapLeftovers();
-    expect(report).toEqual({ killedGroups: [], staleRecords: 1 });
-    expect(isAlive(victim.pid!)).toBe(true);
-  });
 });

@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+import { PidsCgroup } from "../process/index.js";
 import { startServer, type SandboxServer, type SandboxServerOptions } from "../server/index.js";
 import { parseCommandLine, usage } from "./options.js";
 
@@ -22,7 +23,7 @@ async function main(): Promise<void> {
     process.stdout.write(usage);
     return;
   }
-  const server = await startServer(command.options);
+  const server = await startServer({ ...command.options, log: (message) => process.stderr.write(`sandboxd: ${message}\n`) });
   process.stderr.write(`sandboxd listening on ${server.url} (workspace ${server.manager.workspace.roots.join(":")})\n`);
   process.stderr.write(`sandboxd: ${securitySummary(command.options, server)}\n`);
   const stop = (signal: NodeJS.Signals) => {
@@ -40,7 +41,14 @@ function securitySummary(options: SandboxServerOptions, server: SandboxServer): 
   const manager = server.manager;
   const access = options.token !== undefined ? "bearer token required" : options.insecure ? "NO TOKEN (--insecure)" : "no token (loopback only)";
   const user = options.runAs ? `${options.runAs.name} (uid ${options.runAs.uid})` : "the daemon's user";
-  const reaped = manager.reaped ? `, killed ${manager.reaped.killedGroups.length} process groups left by a previous daemon` : "";
+  const leftoverTasks = PidsCgroup.leftoverTasksKilled;
+  const reaped = [
+    manager.reaped ? `killed ${manager.reaped.killedGroups.length} process groups left by a previous daemon (state directory)` : "",
+    leftoverTasks > 0 ? `killed ${leftoverTasks} tasks left in a previous daemon's cgroups` : "",
+  ]
+    .filter(Boolean)
+    .map((text) => `, ${text}`)
+    .join("");
   const helper =
     manager.launcher.helper === undefined
       ? "; WARNING: the sandboxd-exec helper was not built (no C compiler at install?): fds this daemon inherited reach commands and a working directory is not re-checked as it is entered"

@@ -9,6 +9,8 @@ import path from "node:path";
 export class PidsCgroup {
   private next = 0;
   private static created = 0;
+  /** Tasks of dead daemons' cgroups killed by {@link detect} so far, in this process. */
+  static leftoverTasksKilled = 0;
 
   private constructor(
     /** The daemon's own cgroup directory, parent of the per-command ones. */
@@ -23,7 +25,7 @@ export class PidsCgroup {
    */
   static detect(): PidsCgroup | undefined {
     for (const candidate of candidateDirectories()) {
-      removeLeftovers(candidate);
+      PidsCgroup.leftoverTasksKilled += removeLeftovers(candidate);
       const directory = path.join(candidate, `sandboxd.${process.pid}.${PidsCgroup.created++}`);
       try {
         mkdirSync(directory, { recursive: true });
@@ -92,21 +94,25 @@ export class PidsCgroup {
   }
 }
 
-/** Kills the tasks of, and removes, the cgroups of sandboxd daemons that are no longer running. */
-function removeLeftovers(parent: string): void {
+/**
+ * Kills the tasks of, and removes, the cgroups of sandboxd daemons that are no longer running.
+ * Returns how many tasks were sent SIGKILL.
+ */
+function removeLeftovers(parent: string): number {
   let entries: string[];
   try {
     entries = readdirSync(parent);
   } catch {
-    return;
+    return 0;
   }
+  let killed = 0;
   for (const entry of entries) {
     const owner = /^sandboxd\.(\d+)\.\d+$/.exec(entry);
     if (owner === null || existsSync(`/proc/${owner[1]}`)) continue;
     const directory = path.join(parent, entry);
     try {
       for (const child of readdirSync(directory, { withFileTypes: true })) {
-        if (child.isDirectory()) killMembers(path.join(directory, child.name));
+        if (child.isDirectory()) killed += killMembers(path.join(directory, child.name));
       }
       // The killed tasks take a moment to go: what cannot be removed now is removed at a later start.
       for (const child of readdirSync(directory, { withFileTypes: true })) {
@@ -117,6 +123,7 @@ function removeLeftovers(parent: string): void {
       // Gone meanwhile.
     }
   }
+  return killed;
 }
 
 function rmdirQuietly(directory: string): void {
@@ -127,15 +134,18 @@ function rmdirQuietly(directory: string): void {
   }
 }
 
-/** Sends SIGKILL to every task of a cgroup; tasks gone meanwhile are skipped. */
-function killMembers(directory: string): void {
+/** Sends SIGKILL to every task of a cgroup; tasks gone meanwhile are skipped. Returns how many were signalled. */
+function killMembers(directory: string): number {
+  let killed = 0;
   for (const pid of members(directory)) {
     try {
       process.kill(pid, "SIGKILL");
+      killed++;
     } catch {
       // Gone meanwhile.
     }
   }
+  return killed;
 }
 
 function members(directory: string): number[] {

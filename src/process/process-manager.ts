@@ -3,7 +3,7 @@ import { accessSync, constants as fsConstants, statSync } from "node:fs";
 import path from "node:path";
 import { createBaseEnvironment } from "./environment.js";
 import { ProcessError } from "./errors.js";
-import { GroupLedger, type ReapReport } from "./group-ledger.js";
+import { GroupLedger, type GroupReservation, type ReapReport } from "./group-ledger.js";
 import { Launcher } from "./launcher.js";
 import { defaultKillGracePeriodMs, ManagedProcess, type ProcessStatus } from "./managed-process.js";
 import { HelperStartError, spawnPipeChild } from "./pipe-child.js";
@@ -90,6 +90,8 @@ export interface ProcessManagerOptions {
    * daemon that died are killed when the manager is created. Default: none.
    */
   stateDirectory?: string;
+  /** Where the manager reports what an operator must know (a state directory that cannot record). Default: nothing. */
+  log?: (message: string) => void;
 }
 
 /** Default output retained per process. */
@@ -127,11 +129,22 @@ export class ProcessManager {
   /** Calls of {@link start} under way, awaited by {@link shutdown}. */
   private readonly starts = new Set<Promise<unknown>>();
 
-  /** Use {@link createProcessManager}, which resolves the workspace roots. */
+  private readonly runAs?: UserIdentity;
+  private readonly allowSudo: boolean;
+  private readonly log?: (message: string) => void;
+
+  /**
+   * Use {@link createProcessManager}, which resolves the workspace roots. Only the fields of
+   * {@link ProcessManagerOptions} are kept: a larger object passed in (the server's options, with
+   * its token and TLS key) is not held.
+   */
   constructor(
     readonly workspace: Workspace,
-    private readonly options: ProcessManagerOptions = {},
+    options: ProcessManagerOptions = {},
   ) {
+    this.runAs = options.runAs;
+    this.allowSudo = options.allowSudo ?? false;
+    this.log = options.log;
     this.outputCapacityBytes = options.outputCapacityBytes ?? defaultOutputCapacityBytes;
     this.maxProcesses = options.maxProcesses ?? defaultMaxProcesses;
     this.lingerMs = options.lingerMs ?? defaultLingerMs;
@@ -189,7 +202,7 @@ export class ProcessManager {
     if (this.liveCount >= this.maxProcesses) {
       throw new ProcessError(`too many processes: the limit of ${this.maxProcesses} live processes is reached`, "resource-exhausted");
     }
-    if (spec.sudo && !this.options.allowSudo) {
+    if (spec.sudo && !this.allowSudo) {
       throw new ProcessError("sudo is not allowed by this daemon", "permission-denied");
     }
     if (spec.sudo && process.getuid?.() !== 0) {
@@ -213,10 +226,19 @@ export class ProcessManager {
     }
     const args = spec.args ?? [];
     const useShell = args.length === 0;
-    const identity = spec.sudo ? rootIdentity : this.options.runAs;
+    const identity = spec.sudo ? rootIdentity : this.runAs;
     const env: Record<string, string> = { ...this.baseEnvironment, ...identityEnvironment(identity), ...spec.env };
     if (spec.pty) env.TERM = spec.pty.term || env.TERM || "xterm-256color";
     const wantsInput = (spec.stdin ?? false) || (spec.stdinData !== undefined && spec.stdinData.length > 0);
+    let reservation: GroupReservation | undefined;
+    try {
+      reservation = this.ledger?.reserve();
+    } catch (cause) {
+      // Better no command than one a restarted daemon cannot account for.
+      const code = (cause as NodeJS.ErrnoException).code ?? (cause as Error).message;
+      this.log?.(`state directory ${this.ledger!.directory}: could not record a process group (${code}); start refused`);
+      throw new ProcessError(`the state directory cannot record the process (${code}): not started`, "resource-exhausted", { cause });
+    }
     const managed = new ManagedProcess({
       id,
       command: spec.command,
@@ -236,6 +258,7 @@ export class ProcessManager {
     const argv = useShell ? ["-c", spec.command] : [...args];
     const missing = useShell ? undefined : findProgramProblem(file, env.PATH ?? "", cwd);
     if (missing !== undefined) {
+      reservation?.cancel();
       managed.failToStart(missing.message, missing.exitCode);
       return managed;
     }
@@ -243,6 +266,7 @@ export class ProcessManager {
     try {
       plan = this.launcher.plan({ file, args: argv, env, cwd, pty: spec.pty !== undefined }, identity);
     } catch (cause) {
+      reservation?.cancel();
       managed.failToStart(`could not limit ${file}: ${(cause as Error).message}`, 126);
       return managed;
     }
@@ -262,13 +286,20 @@ export class ProcessManager {
         ? spawnPtyChild({ ...childOptions, cols: spec.pty.cols || 80, rows: spec.pty.rows || 24 })
         : await spawnPipeChild(childOptions);
       managed.attach(child);
-      this.ledger?.record(child.pid, id);
+      try {
+        reservation?.commit(child.pid, id);
+      } catch (cause) {
+        managed.kill("SIGKILL", -1);
+        this.log?.(`state directory ${this.ledger!.directory}: could not record process group ${child.pid} (${(cause as Error).message}); killed it`);
+      }
+      reservation = undefined;
       const released: Promise<void> = managed.exited.then(() => {
         this.ledger?.forget(child.pid);
         return plan.release();
       }).finally(() => this.releases.delete(released));
       this.releases.add(released);
     } catch (cause) {
+      reservation?.cancel();
       void plan.release();
       const refusal = cause instanceof HelperStartError ? workingDirectoryRefusal(cause, spec.cwd || cwd) : undefined;
       if (refusal !== undefined) {

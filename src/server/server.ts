@@ -80,7 +80,7 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
   const host = options.host ?? defaultHost;
   assertSafeBinding({ host, token: options.token, insecure: options.insecure });
   assertSafeUserSwitch(options);
-  const manager = await createProcessManager(options);
+  const manager = await createProcessManager(managerOptions(options));
   const shutdown = new AbortController();
   const limits = createCallLimitInterceptor(options.callLimits);
   const maxMessageBytes = options.maxMessageBytes ?? defaultMaxMessageBytes;
@@ -128,7 +128,14 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
       session.once("close", () => clearTimeout(unadmitted));
     },
   });
-  const port = await listener.listen(options.port ?? defaultPort, host);
+  let port: number;
+  try {
+    port = await listener.listen(options.port ?? defaultPort, host);
+  } catch (error) {
+    // Nothing was served: give back the cgroups and the state directory's records at once.
+    await manager.shutdown(0);
+    throw error;
+  }
   let closing: Promise<void> | undefined;
   return {
     port,
@@ -155,5 +162,21 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
       })();
       return closing;
     },
+  };
+}
+
+/** The process manager's own fields of the server's options: it never holds the token or the TLS key. */
+function managerOptions(options: SandboxServerOptions): ProcessManagerOptions {
+  return {
+    workspaceRoots: options.workspaceRoots,
+    outputCapacityBytes: options.outputCapacityBytes,
+    maxProcesses: options.maxProcesses,
+    lingerMs: options.lingerMs,
+    baseEnvironment: options.baseEnvironment,
+    runAs: options.runAs,
+    allowSudo: options.allowSudo,
+    launcher: options.launcher,
+    stateDirectory: options.stateDirectory,
+    log: options.log,
   };
 }

@@ -1,0 +1,164 @@
+import { execFileSync, spawn, spawnSync } from "node:child_process";
+import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import { GroupLedger, resolveUser } from "../src/process/index.js";
+import { isAlive, waitFor } from "./support/processes.js";
+import { Code, rpcError, sleepMarker, sleepers } from "./support/rpc.js";
+import { startTestServer, type TestServer } from "./support/server.js";
+
+const isRoot = process.getuid?.() === 0;
+const root = path.resolve(import.meta.dirname, "..");
+
+/** Whether `unshare --pid --fork --mount-proc` works here (root, and a kernel that allows it). */
+const canUnsharePid = isRoot && spawnSync("unshare", ["--pid", "--fork", "--mount-proc", "true"]).status === 0;
+
+/**
+ * Runs inside a private pid namespace: starts a group and records it as a dead daemon would have,
+ * kills it, makes the kernel hand the same pid to a new, unrelated process (ns_last_pid), and
+ * reaps. Prints what happened as JSON.
+ */
+const reuseScript = `
+import { spawn } from "node:child_process";
+import { mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { GroupLedger } from ${JSON.stringify(path.join(root, "src/process/index.ts"))};
+
+const directory = mkdtempSync(path.join(tmpdir(), "ledger-reuse-"));
+const ledger = new GroupLedger(directory);
+const started = (child) => new Promise((resolve) => child.once("spawn", resolve));
+const first = spawn("sleep", ["100"], { detached: true, stdio: "ignore" });
+await started(first);
+ledger.record(first.pid, "first");
+const file = path.join(directory, first.pid + ".json");
+const record = JSON.parse(readFileSync(file, "utf8"));
+record.daemonPid = 999999; // a daemon that died
+writeFileSync(file, JSON.stringify(record));
+first.kill("SIGKILL");
+await new Promise((resolve) => first.once("exit", resolve));
+await new Promise((resolve) => setTimeout(resolve, 50));
+let second;
+for (let attempt = 0; attempt < 20; attempt++) {
+  writeFileSync("/proc/sys/kernel/ns_last_pid", String(first.pid - 1));
+  second = spawn("sleep", ["100"], { detached: true, stdio: "ignore" });
+  await started(second);
+  if (second.pid === first.pid) break;
+  second.kill("SIGKILL");
+}
+const report = ledger.reapLeftovers();
+await new Promise((resolve) => setTimeout(resolve, 100));
+const state = readFileSync("/proc/" + second.pid + "/stat", "utf8").split(") ")[1][0];
+console.log(JSON.stringify({ reused: second.pid === first.pid, report, alive: state !== "Z" && second.exitCode === null && second.signalCode === null }));
+second.kill("SIGKILL");
+`;
+
+describe("the ledger never kills what it did not start", () => {
+  const cleanups: Array<() => void> = [];
+  afterEach(() => {
+    for (const cleanup of cleanups.splice(0)) cleanup();
+  });
+  const stateDirectory = () => {
+    const directory = mkdtempSync(path.join(tmpdir(), "sandboxd-ledger-"));
+    cleanups.push(() => rmSync(directory, { recursive: true, force: true }));
+    return directory;
+  };
+
+  it.skipIf(!canUnsharePid)("a real pid reuse (a new process given a recorded leader's pid) is left alone", () => {
+    const directory = stateDirectory();
+    const script = path.join(directory, "reuse.mts");
+    writeFileSync(script, reuseScript);
+    const output = execFileSync("unshare", ["--pid", "--fork", "--mount-proc", process.execPath, "--import", "tsx", script], {
+      cwd: root,
+      encoding: "utf8",
+      timeout: 30_000,
+    });
+    const result = JSON.parse(output.trim().split("\n").at(-1)!) as { reused: boolean; report: { killedGroups: number[]; staleRecords: number }; alive: boolean };
+    expect(result.reused).toBe(true);
+    expect(result.report.killedGroups).toEqual([]);
+    expect(result.report.staleRecords).toBe(1);
+    expect(result.alive).toBe(true);
+  });
+
+  it("a record from another boot is ignored, even when its leader's pid and start time match", async () => {
+    const directory = stateDirectory();
+    const ledger = new GroupLedger(directory);
+    const live = spawn("sleep", [sleepMarker()], { detached: true, stdio: "ignore" });
+    cleanups.push(() => live.kill("SIGKILL"));
+    await new Promise((resolve) => live.once("spawn", resolve));
+    ledger.record(live.pid!, "other-boot");
+    const file = path.join(directory, `${live.pid}.json`);
+    const record = JSON.parse(readFileSync(file, "utf8"));
+    writeFileSync(file, JSON.stringify({ ...record, bootId: "00000000-0000-0000-0000-000000000000", daemonPid: 999_999_999 }));
+    expect(new GroupLedger(directory).reapLeftovers()).toEqual({ killedGroups: [], staleRecords: 1, invalidRecords: 0 });
+    expect(isAlive(live.pid!)).toBe(true);
+  });
+
+  it("planted records (init, the daemon itself, symlinks, garbage) kill nothing and are removed", () => {
+    const directory = stateDirectory();
+    const ledger = new GroupLedger(directory);
+    const planted = { startTime: 1, bootId: "x", processId: "p", daemonPid: 999_999_999, daemonStartTime: 1 };
+    writeFileSync(path.join(directory, "1.json"), JSON.stringify({ ...planted, pgid: 1 }));
+    writeFileSync(path.join(directory, `${process.pid}.json`), JSON.stringify({ ...planted, pgid: process.pid }));
+    writeFileSync(path.join(directory, "-1.json"), JSON.stringify({ ...planted, pgid: -1 }));
+    writeFileSync(path.join(directory, "77.json"), JSON.stringify({ ...planted, pgid: 78 }));
+    writeFileSync(path.join(directory, "garbage.json"), "{");
+    symlinkSync("/etc/hostname", path.join(directory, "4242.json"));
+    const hostname = readFileSync("/etc/hostname", "utf8");
+    expect(ledger.reapLeftovers()).toEqual({ killedGroups: [], staleRecords: 0, invalidRecords: 6 });
+    expect(readdirSync(directory)).toEqual([]);
+    expect(readFileSync("/etc/hostname", "utf8")).toBe(hostname);
+  });
+
+  it("a state directory writable by others, or someone else's, is refused", async () => {
+    const open = stateDirectory();
+    chmodSync(open, 0o777);
+    expect(() => new GroupLedger(open)).toThrow(/has mode 0777: it must not be writable by group or others/);
+    await expect(startTestServer({ stateDirectory: open })).rejects.toThrow(/must not be writable by group or others/);
+    if (isRoot) {
+      const foreign = stateDirectory();
+      chmodSync(foreign, 0o700);
+      const nobody = resolveUser("nobody");
+      chownSync(foreign, nobody.uid, nobody.gid);
+      expect(() => new GroupLedger(foreign)).toThrow(`belongs to uid ${nobody.uid}, not to the daemon's user`);
+    }
+  });
+});
+
+describe.skipIf(!isRoot)("a state directory that cannot record refuses starts", () => {
+  let test: TestServer | undefined;
+  let mountPoint: string | undefined;
+  afterEach(async () => {
+    await test?.close();
+    test = undefined;
+    if (mountPoint !== undefined) {
+      spawnSync("umount", [mountPoint]);
+      rmSync(mountPoint, { recursive: true, force: true });
+    }
+  });
+
+  it("a full disk: RESOURCE_EXHAUSTED, a log line, and nothing left running unrecorded", async (context) => {
+    mountPoint = mkdtempSync(path.join(tmpdir(), "sandboxd-full-"));
+    if (spawnSync("mount", ["-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", mountPoint]).status !== 0) return context.skip();
+    const state = path.join(mountPoint, "state");
+    mkdirSync(state, { mode: 0o700 });
+    // Fill it to the last block.
+    spawnSync("dd", ["if=/dev/zero", `of=${path.join(mountPoint, "fill")}`, "bs=4k"], { stdio: "ignore" });
+    const logged: string[] = [];
+    test = await startTestServer({ stateDirectory: state, log: (message) => logged.push(message) });
+    const marker = sleepMarker(30);
+    const error = await rpcError(test.client.startProcess({ spec: { command: "sleep", args: [marker] } }));
+    expect(error.code).toBe(Code.ResourceExhausted);
+    expect(error.rawMessage).toBe("the state directory cannot record the process (ENOSPC): not started");
+    expect(logged.join("\n")).toContain("could not record a process group (ENOSPC); start refused");
+    expect(sleepers(marker)).toEqual([]);
+    expect(test.server.manager.list()).toHaveLength(0);
+    // Room again: starts are recorded.
+    rmSync(path.join(mountPoint, "fill"));
+    const started = await test.client.startProcess({ spec: { command: "sleep", args: [marker] } });
+    expect(existsSync(path.join(state, `${started.process!.pid}.json`))).toBe(true);
+    await test.client.killProcess({ processId: started.process!.processId, signal: "SIGKILL" });
+    await waitFor(() => sleepers(marker).length === 0, { what: "the sleep to be gone" });
+  });
+});
