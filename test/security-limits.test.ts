@@ -135,6 +135,38 @@ describe.skipIf(launcher.forkLimit() === "none")(`a fork bomb is capped (${launc
   });
 });
 
+const sharedCap = Launcher.create({ maxTasksPerCommand: 100, maxTasksTotal: 150 });
+
+describe.skipIf(sharedCap.forkLimit() !== "cgroup-pids")("the tasks of all commands together are capped", () => {
+  let test: TestServer | undefined;
+  afterEach(async () => {
+    await test?.close();
+    test = undefined;
+  });
+
+  it("three commands of 100 tasks each hold at most 150 between them", async () => {
+    expect(sharedCap.maxTasksTotal).toBe(150);
+    test = await startTestServer({ launcher: sharedCap });
+    const marker = sleepMarker();
+    // Each forks 100 sleeps and keeps going when a fork fails (a shell would exit), then sleeps itself.
+    const forker = `for (1..100) { my $pid = fork; if (defined $pid && $pid == 0) { exec "sleep", "${marker}" } } sleep 600`;
+    for (let index = 0; index < 3; index++) {
+      await test.client.startProcess({ spec: { command: "perl", args: ["-e", forker] } });
+    }
+    // Each command alone may have 100 tasks: more than 100 together shows they ran side by side.
+    await waitFor(() => sleepers(marker).length > 100, { what: "more than 100 sleepers" });
+    let most = 0;
+    const until = Date.now() + 500;
+    while (Date.now() < until) {
+      most = Math.max(most, sleepers(marker).length);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    expect(most).toBeLessThanOrEqual(150);
+    await test.client.killAllProcesses({ signal: "SIGKILL" });
+    await waitFor(() => sleepers(marker).length === 0, { what: "the sleepers to be gone" });
+  });
+});
+
 async function drainQuietly(stream: AsyncIterable<unknown>): Promise<void> {
   try {
     for await (const _ of stream) {

@@ -23,6 +23,8 @@ usage: sandboxd [options]
   --allow-sudo              let requests with sudo run as root (the daemon must be root)
   --max-tasks <n>           tasks (processes, threads) one command may have, 0 for no cap
                             (SANDBOXD_MAX_TASKS, default 1024)
+  --max-tasks-total <n>     tasks of all commands together, 0 for no cap (SANDBOXD_MAX_TASKS_TOTAL,
+                            default a quarter of the kernel's pid_max, at most 16384)
   --max-message-bytes <n>   largest request message (SANDBOXD_MAX_MESSAGE_BYTES, default 4 MiB)
   --max-calls <n>           calls in progress on the daemon (SANDBOXD_MAX_CALLS, default 4096)
   --max-calls-per-connection <n>
@@ -61,6 +63,7 @@ export function parseCommandLine(argv: readonly string[], env: NodeJS.ProcessEnv
       user: { type: "string" },
       "allow-sudo": { type: "boolean" },
       "max-tasks": { type: "string" },
+      "max-tasks-total": { type: "string" },
       "max-message-bytes": { type: "string" },
       "max-calls": { type: "string" },
       "max-calls-per-connection": { type: "string" },
@@ -107,13 +110,14 @@ function securityOptions(values: Record<string, string | boolean | string[] | un
   const text = (name: string) => values[name] as string | undefined;
   const user = text("user") ?? env.SANDBOXD_USER;
   const maxTasks = integer("max-tasks", text("max-tasks") ?? env.SANDBOXD_MAX_TASKS, undefined, 0);
+  const maxTasksTotal = integer("max-tasks-total", text("max-tasks-total") ?? env.SANDBOXD_MAX_TASKS_TOTAL, undefined, 0);
   const keepaliveMs = integer("keepalive-ms", text("keepalive-ms") ?? env.SANDBOXD_KEEPALIVE_MS, undefined, 100);
   return {
     token: resolveToken({ token: text("token"), tokenFile: text("token-file") ?? env.SANDBOXD_TOKEN_FILE, env }),
     insecure: values.insecure === true,
     runAs: user ? resolveUser(user) : undefined,
     allowSudo: values["allow-sudo"] === true,
-    launcher: maxTasks === undefined ? undefined : Launcher.create({ maxTasksPerCommand: maxTasks }),
+    launcher: maxTasks === undefined && maxTasksTotal === undefined ? undefined : Launcher.create({ maxTasksPerCommand: maxTasks, maxTasksTotal }),
     maxMessageBytes: integer("max-message-bytes", text("max-message-bytes") ?? env.SANDBOXD_MAX_MESSAGE_BYTES, undefined, 1024),
     callLimits: {
       maxCalls: integer("max-calls", text("max-calls") ?? env.SANDBOXD_MAX_CALLS, undefined, 1),

@@ -30,7 +30,7 @@ export {
 export { parseSignal, signalName, type SignalName } from "./signals.js";
 export { Workspace } from "./workspace.js";
 export { GroupLedger, processStartTime, type ReapReport } from "./group-ledger.js";
-export { defaultMaxTasksPerCommand, Launcher, type ForkLimit, type LaunchPlan, type LauncherOptions } from "./launcher.js";
+export { defaultMaxTasksPerCommand, defaultMaxTasksTotal, Launcher, type ForkLimit, type LaunchPlan, type LauncherOptions } from "./launcher.js";
 export { PidsCgroup } from "./pids-cgroup.js";
 export { resolveUser, rootIdentity, type UserIdentity } from "./user.js";
 export * from "./limits.js";

@@ -1,10 +1,24 @@
-import { accessSync, constants as fsConstants } from "node:fs";
+import { accessSync, constants as fsConstants, readFileSync } from "node:fs";
 import { encodeHelperEnvironment, findExecHelper } from "./exec-helper.js";
 import { PidsCgroup } from "./pids-cgroup.js";
 import type { UserIdentity } from "./user.js";
 
 /** Default most tasks (processes and threads) one command may have at once. */
 export const defaultMaxTasksPerCommand = 1024;
+
+/**
+ * Default most tasks of all commands together: a quarter of the kernel's pid_max, at most 16384, so
+ * commands can never take every pid of the machine (32768 here: 8192).
+ */
+export const defaultMaxTasksTotal = Math.min(16_384, Math.floor(readPidMax() / 4));
+
+function readPidMax(): number {
+  try {
+    return Number(readFileSync("/proc/sys/kernel/pid_max", "utf8").trim()) || 32_768;
+  } catch {
+    return 32_768;
+  }
+}
 
 /** How a fork bomb inside a command is capped, as detected by {@link Launcher.create}. */
 export type ForkLimit =
@@ -19,6 +33,11 @@ export type ForkLimit =
 export interface LauncherOptions {
   /** Most tasks one command may have at once; 0 disables the cap. Default {@link defaultMaxTasksPerCommand}. */
   maxTasksPerCommand?: number;
+  /**
+   * Most tasks of all commands together (the daemon's cgroup's `pids.max`); 0 for no cap. Default
+   * {@link defaultMaxTasksTotal}. Only with cgroups: RLIMIT_NPROC has no daemon-wide form.
+   */
+  maxTasksTotal?: number;
   /** Look for a cgroup pids controller; false forces the rlimit fallback. Default true. */
   cgroups?: boolean;
   /** Path of the native helper; null to run without it. Default: {@link findExecHelper}. */
@@ -81,7 +100,7 @@ export class Launcher {
   /** Detects cgroups, the native helper and prlimit on this machine. */
   static create(options: LauncherOptions = {}): Launcher {
     const maxTasks = options.maxTasksPerCommand ?? defaultMaxTasksPerCommand;
-    const cgroup = maxTasks > 0 && options.cgroups !== false ? PidsCgroup.detect() : undefined;
+    const cgroup = maxTasks > 0 && options.cgroups !== false ? PidsCgroup.detect(options.maxTasksTotal ?? defaultMaxTasksTotal) : undefined;
     const helper = options.execHelper === null ? undefined : (options.execHelper ?? findExecHelper());
     return new Launcher(maxTasks, cgroup, findProgram("prlimit"), helper);
   }
@@ -91,6 +110,11 @@ export class Launcher {
     if (this.maxTasks <= 0) return "none";
     if (this.cgroup !== undefined) return "cgroup-pids";
     return (this.helper !== undefined || this.prlimit !== undefined) && uid !== 0 ? "rlimit-nproc" : "none";
+  }
+
+  /** Most tasks of all commands together, where a cgroup enforces it; undefined otherwise. */
+  get maxTasksTotal(): number | undefined {
+    return this.cgroup?.maxTasksTotal;
   }
 
   /** Whether a user switch keeps supplementary groups (the helper present and the daemon root). */

@@ -15,15 +15,18 @@ export class PidsCgroup {
   private constructor(
     /** The daemon's own cgroup directory, parent of the per-command ones. */
     readonly directory: string,
+    /** `pids.max` of {@link directory}: the tasks of all commands together; undefined for none. */
+    readonly maxTasksTotal: number | undefined,
   ) {}
 
   /**
    * Finds a writable pids controller for this process (cgroup v2 first, then v1) and creates
-   * `sandboxd.<pid>.<n>` under the daemon's own cgroup in it. Returns undefined when there is none
+   * `sandboxd.<pid>.<n>` under the daemon's own cgroup in it, with `pids.max` = `maxTasksTotal` (all
+   * commands together) when given. Returns undefined when there is none
    * or it is not writable (an unprivileged daemon, a read-only /sys/fs/cgroup). Directories left by
    * a daemon that died are emptied (their tasks killed) and removed on the way.
    */
-  static detect(): PidsCgroup | undefined {
+  static detect(maxTasksTotal?: number): PidsCgroup | undefined {
     for (const candidate of candidateDirectories()) {
       PidsCgroup.leftoverTasksKilled += removeLeftovers(candidate);
       const directory = path.join(candidate, `sandboxd.${process.pid}.${PidsCgroup.created++}`);
@@ -33,7 +36,9 @@ export class PidsCgroup {
         if (existsSync(path.join(directory, "cgroup.subtree_control"))) {
           writeFileSync(path.join(directory, "cgroup.subtree_control"), "+pids");
         }
-        const probe = new PidsCgroup(directory);
+        // The daemon-wide cap: every command's tasks count here too (the controller is hierarchical).
+        if (maxTasksTotal !== undefined && maxTasksTotal > 0) writeFileSync(path.join(directory, "pids.max"), String(maxTasksTotal));
+        const probe = new PidsCgroup(directory, maxTasksTotal);
         const child = probe.create(1);
         rmdirSync(child.directory);
         return probe;
@@ -55,7 +60,10 @@ export class PidsCgroup {
   create(maxTasks: number): { directory: string; procsFile: string } {
     const directory = path.join(this.directory, `p${this.next++}`);
     // Recreated if a shutdown removed it: a launcher may outlive one manager.
-    mkdirSync(this.directory, { recursive: true });
+    if (!existsSync(this.directory)) {
+      mkdirSync(this.directory, { recursive: true });
+      if (this.maxTasksTotal !== undefined && this.maxTasksTotal > 0) writeFileSync(path.join(this.directory, "pids.max"), String(this.maxTasksTotal));
+    }
     mkdirSync(directory);
     try {
       writeFileSync(path.join(directory, "pids.max"), String(maxTasks));
