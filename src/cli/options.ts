@@ -14,6 +14,8 @@ usage: sandboxd [options]
   --workspace <dir>         workspace root, repeatable; the first is the default cwd
                             (SANDBOXD_WORKSPACE, colon-separated; default: the current directory)
   --max-output-bytes <n>    output retained per process (SANDBOXD_MAX_OUTPUT_BYTES, default 8 MiB)
+  --max-retained-bytes <n>  output all exited records keep together; the oldest is dropped past it
+                            (SANDBOXD_MAX_RETAINED_BYTES, default 256 MiB)
   --max-processes <n>       live processes allowed (SANDBOXD_MAX_PROCESSES, default 1024)
   --linger-ms <n>           how long exited records stay readable (SANDBOXD_LINGER_MS, default 60000)
   --token <token>           bearer token required on every call but health (SANDBOXD_TOKEN)
@@ -56,6 +58,7 @@ export function parseCommandLine(argv: readonly string[], env: NodeJS.ProcessEnv
       workspace: { type: "string", multiple: true },
       "max-output-bytes": { type: "string" },
       "max-processes": { type: "string" },
+      "max-retained-bytes": { type: "string" },
       "linger-ms": { type: "string" },
       token: { type: "string" },
       "token-file": { type: "string" },
@@ -87,6 +90,7 @@ export function parseCommandLine(argv: readonly string[], env: NodeJS.ProcessEnv
       workspaceRoots: workspace?.length ? workspace : [process.cwd()],
       outputCapacityBytes: integer("max-output-bytes", values["max-output-bytes"] ?? env.SANDBOXD_MAX_OUTPUT_BYTES, undefined, 1024),
       maxProcesses: integer("max-processes", values["max-processes"] ?? env.SANDBOXD_MAX_PROCESSES, undefined, 1),
+      maxRetainedBytes: integer("max-retained-bytes", values["max-retained-bytes"] ?? env.SANDBOXD_MAX_RETAINED_BYTES, undefined, 0),
       lingerMs: integer("linger-ms", values["linger-ms"] ?? env.SANDBOXD_LINGER_MS, undefined, 0),
       ...securityOptions(values, env),
       tls: tlsOptions(values, env),

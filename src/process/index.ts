@@ -20,6 +20,7 @@ export {
   createProcessManager,
   defaultLingerMs,
   defaultMaxProcesses,
+  defaultMaxRetainedBytes,
   defaultOutputCapacityBytes,
   ProcessManager,
   type ProcessFilter,

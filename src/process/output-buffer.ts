@@ -77,7 +77,7 @@ export class OutputBuffer {
   private head = 0;
   /** Sequence number of `chunks[head]`; sequence numbers never repeat. */
   private headSequence = 0;
-  private retainedBytes = 0;
+  private retained = 0;
   private readonly written: StreamOffsets = { stdout: 0, stderr: 0 };
   private readonly firstRetained: StreamOffsets = { stdout: 0, stderr: 0 };
   private ended = false;
@@ -101,6 +101,22 @@ export class OutputBuffer {
     return this.firstRetained;
   }
 
+  /** Bytes retained now, both streams, with the bookkeeping charged per chunk. */
+  get retainedBytes(): number {
+    return this.retained;
+  }
+
+  /**
+   * Drops every retained byte a pinned reader has read (all of them without one), oldest first,
+   * as if the capacity were 0: readers that ask for them get an {@link OutputGap}. Returns the
+   * bytes released. Used to keep the output of all processes together within a budget.
+   */
+  discardRetained(): number {
+    const before = this.retained;
+    this.dropOldest(0, true);
+    return before - this.retained;
+  }
+
   /** Whether {@link end} was called: no more output will come. */
   get isEnded(): boolean {
     return this.ended;
@@ -110,7 +126,8 @@ export class OutputBuffer {
   append(stream: OutputStreamName, data: Uint8Array): void {
     if (this.ended) throw new Error("output buffer already ended");
     if (data.length === 0) return;
-    const last = this.chunks[this.chunks.length - 1];
+    // Only a retained chunk may grow: a dropped one (after discardRetained) keeps its empty slot.
+    const last = this.chunks.length > this.head ? this.chunks[this.chunks.length - 1] : undefined;
     if (
       last !== undefined &&
       last.stream === stream &&
@@ -118,10 +135,10 @@ export class OutputBuffer {
       last.data.length + data.length <= maxChunkBytes
     ) {
       last.data = Buffer.concat([last.data, data]);
-      this.retainedBytes += data.length;
+      this.retained += data.length;
     } else {
       this.chunks.push({ stream, offset: this.written[stream], data });
-      this.retainedBytes += data.length + chunkOverheadBytes;
+      this.retained += data.length + chunkOverheadBytes;
     }
     this.written[stream] += data.length;
     this.dropOldest();
@@ -237,13 +254,15 @@ export class OutputBuffer {
     return this.written.stdout - consumed.stdout + (this.written.stderr - consumed.stderr);
   }
 
-  private dropOldest(): void {
+  private dropOldest(capacityBytes = this.capacityBytes, includingNewest = false): void {
     const pinnedAt = this.pinned?.consumedOffsets;
     let dropCount = 0;
-    while (this.retainedBytes > this.capacityBytes && this.head + dropCount < this.chunks.length - 1) {
+    // The newest chunk stays while output is appended (it may still be coalesced into); a discard drops it too.
+    const keep = includingNewest ? 0 : 1;
+    while (this.retained > capacityBytes && this.head + dropCount < this.chunks.length - keep) {
       const chunk = this.chunks[this.head + dropCount];
       if (pinnedAt !== undefined && chunk.offset + chunk.data.length > pinnedAt[chunk.stream]) break;
-      this.retainedBytes -= chunk.data.length + chunkOverheadBytes;
+      this.retained -= chunk.data.length + chunkOverheadBytes;
       this.firstRetained[chunk.stream] = chunk.offset + chunk.data.length;
       // The slot stays until compaction; its bytes must not.
       chunk.data = droppedData;

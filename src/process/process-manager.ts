@@ -6,6 +6,7 @@ import { ProcessError } from "./errors.js";
 import { GroupLedger, type GroupReservation, type ReapReport } from "./group-ledger.js";
 import { Launcher } from "./launcher.js";
 import { defaultKillGracePeriodMs, ManagedProcess, type ProcessStatus } from "./managed-process.js";
+import { releaseOutputMemory } from "./native.js";
 import { HelperStartError, spawnPipeChild } from "./pipe-child.js";
 import { spawnPtyChild } from "./pty-child.js";
 import type { SignalName } from "./signals.js";
@@ -90,12 +91,19 @@ export interface ProcessManagerOptions {
    * daemon that died are killed when the manager is created. Default: none.
    */
   stateDirectory?: string;
+  /**
+   * Output bytes the records of exited processes may retain together; past it the oldest exited
+   * records' output is dropped (readers get a gap). Default {@link defaultMaxRetainedBytes}.
+   */
+  maxRetainedBytes?: number;
   /** Where the manager reports what an operator must know (a state directory that cannot record). Default: nothing. */
   log?: (message: string) => void;
 }
 
 /** Default output retained per process. */
 export const defaultOutputCapacityBytes = 8 * 1024 * 1024;
+/** Default output retained by all exited records together: 256 MiB. */
+export const defaultMaxRetainedBytes = 256 * 1024 * 1024;
 /** Default linger time of exited records, in milliseconds. */
 export const defaultLingerMs = 60_000;
 /** Default maximum number of live processes. */
@@ -129,6 +137,10 @@ export class ProcessManager {
   /** Calls of {@link start} under way, awaited by {@link shutdown}. */
   private readonly starts = new Set<Promise<unknown>>();
 
+  private readonly maxRetainedBytes: number;
+  /** Exited records whose output counts against {@link maxRetainedBytes}, oldest exit first, with the bytes counted. */
+  private readonly exitedOutput = new Map<ManagedProcess, number>();
+  private exitedOutputBytes = 0;
   private readonly runAs?: UserIdentity;
   private readonly allowSudo: boolean;
   private readonly log?: (message: string) => void;
@@ -142,6 +154,7 @@ export class ProcessManager {
     readonly workspace: Workspace,
     options: ProcessManagerOptions = {},
   ) {
+    this.maxRetainedBytes = options.maxRetainedBytes ?? defaultMaxRetainedBytes;
     this.runAs = options.runAs;
     this.allowSudo = options.allowSudo ?? false;
     this.log = options.log;
@@ -387,6 +400,7 @@ export class ProcessManager {
     this.liveCount++;
     void managed.exited.then(() => {
       this.liveCount--;
+      this.countExitedOutput(managed);
       if (!managed.autoCleanup || this.processes.get(managed.id) !== managed) return;
       const timer = setTimeout(() => this.remove(managed), this.lingerMs);
       timer.unref();
@@ -394,9 +408,36 @@ export class ProcessManager {
     });
   }
 
+  /** Bytes of output the exited records retain together (see {@link ProcessManagerOptions.maxRetainedBytes}). */
+  get exitedOutputRetainedBytes(): number {
+    return this.exitedOutputBytes;
+  }
+
+  /** Counts an exited record's output against the budget, dropping the oldest exited output past it. */
+  private countExitedOutput(managed: ManagedProcess): void {
+    if (this.processes.get(managed.id) !== managed) return;
+    const bytes = managed.output.retainedBytes;
+    this.exitedOutput.set(managed, bytes);
+    this.exitedOutputBytes += bytes;
+    for (const [oldest, counted] of this.exitedOutput) {
+      if (this.exitedOutputBytes <= this.maxRetainedBytes) break;
+      releaseOutputMemory(oldest.output.discardRetained());
+      this.exitedOutputBytes -= counted - oldest.output.retainedBytes;
+      this.exitedOutput.set(oldest, oldest.output.retainedBytes);
+      // What a pinned reader has not read yet stays; the record stays counted until it goes.
+      if (oldest.output.retainedBytes === 0) this.exitedOutput.delete(oldest);
+    }
+  }
+
   private remove(managed: ManagedProcess): void {
     if (this.processes.get(managed.id) !== managed) return;
+    const counted = this.exitedOutput.get(managed);
+    if (counted !== undefined) {
+      this.exitedOutputBytes -= counted;
+      this.exitedOutput.delete(managed);
+    }
     this.processes.delete(managed.id);
+    releaseOutputMemory(managed.output.retainedBytes);
     clearTimeout(this.cleanupTimers.get(managed.id));
     this.cleanupTimers.delete(managed.id);
   }

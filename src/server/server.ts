@@ -171,6 +171,7 @@ function managerOptions(options: SandboxServerOptions): ProcessManagerOptions {
     workspaceRoots: options.workspaceRoots,
     outputCapacityBytes: options.outputCapacityBytes,
     maxProcesses: options.maxProcesses,
+    maxRetainedBytes: options.maxRetainedBytes,
     lingerMs: options.lingerMs,
     baseEnvironment: options.baseEnvironment,
     runAs: options.runAs,

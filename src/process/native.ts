@@ -1,0 +1,72 @@
+import { existsSync } from "node:fs";
+import { createRequire } from "node:module";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import v8 from "node:v8";
+import { runInNewContext } from "node:vm";
+
+/** What `native/addon.c` offers. */
+interface NativeAddon {
+  trimMemory(): boolean;
+}
+
+let addon: NativeAddon | null | undefined;
+
+/**
+ * Loads `build/sandboxd.node` (built at install), searched upwards from this module like the exec
+ * helper; null when it is missing or does not load, and the daemon then does without.
+ */
+export function loadNativeAddon(): NativeAddon | null {
+  if (addon !== undefined) return addon;
+  addon = null;
+  let directory = path.dirname(fileURLToPath(import.meta.url));
+  for (let level = 0; level < 6; level++) {
+    const candidate = path.join(directory, "build", "sandboxd.node");
+    if (existsSync(candidate)) {
+      try {
+        addon = createRequire(import.meta.url)(candidate) as NativeAddon;
+      } catch {
+        // Built for another Node or machine: do without.
+      }
+      break;
+    }
+    directory = path.dirname(directory);
+  }
+  return addon;
+}
+
+let trimTimer: NodeJS.Timeout | undefined;
+let releasedSinceTrim = 0;
+let collectGarbage: (() => void) | undefined;
+
+/** Output bytes released before a collection and trim are worth their cost (a full GC takes milliseconds). */
+const trimAfterBytes = 16 * 1024 * 1024;
+
+/**
+ * Notes that `bytes` of output were released (records cleaned up, output dropped) and, once 16 MiB
+ * have been, collects garbage and asks the allocator to give the freed memory back to the system,
+ * at most once a second. Without both, the buffers wait for a collection the small JS heap does not
+ * ask for, and then stay in glibc's arenas: RSS 552 MB after cleaning up 480 MB of output. A no-op
+ * without the addon.
+ */
+export function releaseOutputMemory(bytes: number): void {
+  releasedSinceTrim += bytes;
+  if (trimTimer !== undefined || releasedSinceTrim < trimAfterBytes || loadNativeAddon() === null) return;
+  trimTimer = setTimeout(() => {
+    trimTimer = undefined;
+    releasedSinceTrim = 0;
+    garbageCollector()();
+    // Buffers' memory is freed by the collector's callbacks after it returns: trim a moment later.
+    setTimeout(() => loadNativeAddon()?.trimMemory(), 100).unref();
+  }, 1000);
+  trimTimer.unref();
+}
+
+/** V8's full collection, exposed at run time (the documented --expose-gc flag, set late). */
+function garbageCollector(): () => void {
+  if (collectGarbage === undefined) {
+    v8.setFlagsFromString("--expose-gc");
+    collectGarbage = runInNewContext("gc") as () => void;
+  }
+  return collectGarbage;
+}
