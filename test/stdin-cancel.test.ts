@@ -67,3 +67,33 @@ describe("SendInput to a process that does not read its stdin", () => {
     }
   });
 });
+
+describe("a signal never waits behind input", () => {
+  it("SIGTERM reaches a process that does not read, while megabytes of its input are still pending", async () => {
+    const { process } = await t.client.startProcess({ spec: { command: "sleep 60", stdin: true, autoCleanup: false } });
+    const processId = process!.processId;
+    const held = new AbortController();
+    const acks: bigint[] = [];
+    const call = (async () => {
+      try {
+        for await (const ack of t.client.sendInput(
+          thenHold([open(processId), data(Buffer.alloc(3 * 1024 * 1024)), data(Buffer.alloc(3 * 1024 * 1024)), { input: { case: "signal", value: "SIGTERM" } }], held.signal),
+        )) {
+          acks.push(ack.bytesWritten);
+        }
+      } catch {
+        // Ends once the process has exited and the call is let go.
+      }
+    })();
+    try {
+      const exit = await waitForExit(t.client, processId);
+      expect(exit.signal).toBe("SIGTERM");
+      // The data never reached it: only the open was answered before the exit.
+      expect(acks[0]).toBe(0n);
+    } finally {
+      held.abort();
+      await call;
+      await t.client.killProcess({ processId, signal: "SIGKILL" }).catch(() => {});
+    }
+  });
+});

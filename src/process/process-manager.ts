@@ -420,7 +420,8 @@ export class ProcessManager {
     this.exitedOutput.set(managed, bytes);
     this.exitedOutputBytes += bytes;
     for (const [oldest, counted] of this.exitedOutput) {
-      if (this.exitedOutputBytes <= this.maxRetainedBytes) break;
+      // The newest exit keeps its output even alone over the budget: its own capacity bounds it.
+      if (this.exitedOutputBytes <= this.maxRetainedBytes || oldest === managed) break;
       releaseOutputMemory(oldest.output.discardRetained());
       this.exitedOutputBytes -= counted - oldest.output.retainedBytes;
       this.exitedOutput.set(oldest, oldest.output.retainedBytes);

@@ -125,28 +125,57 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
     },
 
     async *sendInput(requests: AsyncIterable<SendInputRequest>, context: HandlerContext) {
-      let managed: ManagedProcess | undefined;
-      // One message at a time, each acknowledged before the next is read: input is applied in order
-      // and the request stream is never drained ahead of the answers.
-      for await (const message of requests) {
-        throwIfShuttingDown(options.shutdownSignal);
-        const input = message.input;
-        if (managed === undefined) {
-          if (input.case !== "open") {
-            throw new ConnectError("the first SendInput message must be open", Code.InvalidArgument);
+      const iterator = requests[Symbol.asyncIterator]();
+      const first = await iterator.next();
+      if (first.done) return;
+      throwIfShuttingDown(options.shutdownSignal);
+      if (first.value.input.case !== "open") {
+        throw new ConnectError("the first SendInput message must be open", Code.InvalidArgument);
+      }
+      const managed = lookup(first.value.input.value.processId);
+      if (!managed.stdin) {
+        throw new ConnectError(`process ${managed.id} has no stdin: start it with stdin or pty`, Code.FailedPrecondition);
+      }
+      if (managed.exit !== undefined) {
+        throw new ConnectError(`process has exited: ${managed.id}`, Code.FailedPrecondition);
+      }
+      yield { bytesWritten: BigInt(managed.bytesWritten), closed: managed.isInputClosed } satisfies InputAck;
+      // Messages are read ahead of their answers, a bounded number at a time, by a pump of their own:
+      // data, end-of-input and resizes are applied in order, but a signal is applied as it arrives,
+      // never behind a write the process does not read. Answers stay in message order.
+      const applied = createAppliedQueue(maxInputLookahead);
+      const pump = (async () => {
+        let inOrder: Promise<void> = Promise.resolve();
+        try {
+          for (let next = await iterator.next(); !next.done; next = await iterator.next()) {
+            throwIfShuttingDown(options.shutdownSignal);
+            const input = next.value.input;
+            let done: Promise<void>;
+            if (input.case === "signal") {
+              done = applyInput(managed, input, context.signal);
+            } else {
+              done = inOrder.then(() => applyInput(managed, input, context.signal));
+              inOrder = done.catch(() => {});
+            }
+            done.catch(() => {});
+            await applied.push(done, context.signal);
           }
-          managed = lookup(input.value.processId);
-          if (!managed.stdin) {
-            throw new ConnectError(`process ${managed.id} has no stdin: start it with stdin or pty`, Code.FailedPrecondition);
-          }
-          if (managed.exit !== undefined) {
-            throw new ConnectError(`process has exited: ${managed.id}`, Code.FailedPrecondition);
-          }
-        } else {
-          await applyInput(managed, input, context.signal);
+          applied.end();
+        } catch (error) {
+          applied.fail(error);
         }
-        yield { bytesWritten: BigInt(managed.bytesWritten), closed: managed.isInputClosed } satisfies InputAck;
-        if (context.signal.aborted) return;
+      })();
+      try {
+        for (;;) {
+          const next = await applied.shift(context.signal);
+          if (next === undefined) break;
+          await next.applied;
+          yield { bytesWritten: BigInt(managed.bytesWritten), closed: managed.isInputClosed } satisfies InputAck;
+          if (context.signal.aborted) return;
+        }
+      } finally {
+        applied.fail(new ConnectError("the call ended", Code.Canceled));
+        await pump.catch(() => {});
       }
     },
 
@@ -189,6 +218,69 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
         stderrOffset: BigInt(managed.output.retainedFrom.stderr),
         process: toProtoInfo(managed),
       };
+    },
+  };
+}
+
+/** Most SendInput messages read ahead of their answers. */
+const maxInputLookahead = 64;
+
+/** A queue of input messages being applied, in message order, holding at most `limit` unanswered. */
+interface AppliedQueue {
+  /** Adds one; waits while `limit` are unanswered. */
+  push(applied: Promise<void>, signal: AbortSignal): Promise<void>;
+  /** Takes the oldest (wrapped, so awaiting the take does not await the message); undefined once ended and empty. Rejects with the pump's failure. */
+  shift(signal: AbortSignal): Promise<{ applied: Promise<void> } | undefined>;
+  end(): void;
+  fail(error: unknown): void;
+}
+
+function createAppliedQueue(limit: number): AppliedQueue {
+  const items: Promise<void>[] = [];
+  let ended = false;
+  let failure: { error: unknown } | undefined;
+  let wake: (() => void) | undefined;
+  const changed = (signal: AbortSignal) =>
+    new Promise<void>((resolve, reject) => {
+      if (signal.aborted) return reject(new ConnectError("the call ended", Code.Canceled));
+      const onAbort = () => reject(new ConnectError("the call ended", Code.Canceled));
+      signal.addEventListener("abort", onAbort, { once: true });
+      wake = () => {
+        signal.removeEventListener("abort", onAbort);
+        resolve();
+      };
+    });
+  const notify = () => {
+    const waiting = wake;
+    wake = undefined;
+    waiting?.();
+  };
+  return {
+    async push(applied, signal) {
+      while (items.length >= limit && failure === undefined) await changed(signal);
+      if (failure !== undefined) throw failure.error;
+      items.push(applied);
+      notify();
+    },
+    async shift(signal) {
+      for (;;) {
+        if (items.length > 0) {
+          const applied = items.shift()!;
+          notify();
+          return { applied };
+        }
+        if (failure !== undefined) throw failure.error;
+        if (ended) return undefined;
+        await changed(signal);
+      }
+    },
+    end() {
+      ended = true;
+      notify();
+    },
+    fail(error) {
+      failure ??= { error };
+      notify();
     },
   };
 }

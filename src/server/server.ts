@@ -1,3 +1,4 @@
+import { setMaxListeners } from "node:events";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { createProcessManager, defaultOutputCapacityBytes, type ProcessManager, type ProcessManagerOptions } from "../process/index.js";
 import { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
@@ -82,6 +83,8 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
   assertSafeUserSwitch(options);
   const manager = await createProcessManager(managerOptions(options));
   const shutdown = new AbortController();
+  // Every call in progress listens to it (and lets go when it ends): many at once is the normal case.
+  setMaxListeners(0, shutdown.signal);
   const limits = createCallLimitInterceptor(options.callLimits);
   const maxMessageBytes = options.maxMessageBytes ?? defaultMaxMessageBytes;
   const health = createHealthStatus([SandboxService.typeName]);
