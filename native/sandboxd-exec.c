@@ -9,7 +9,8 @@
  *
  *   sandboxd-exec [options] -- FILE [ARGS...]
  *
- *   --cgroup PATH      join the cgroup whose cgroup.procs is PATH (before anything else)
+ *   --cgroup PATH      join the cgroup whose cgroup.procs is PATH (before anything else); repeatable,
+ *                      one per cgroup v1 hierarchy (pids, memory, cpu)
  *   --nproc N          set RLIMIT_NPROC to N
  *   --uid U --gid G    switch to this user and group (setgroups, setgid, setuid)
  *   --groups NAME      the user's supplementary groups from the group database (initgroups);
@@ -119,7 +120,8 @@ static char **command_environment(void) {
 }
 
 int main(int argc, char **argv) {
-  const char *cgroup = NULL;
+  const char *cgroups[8];
+  int cgroup_count = 0;
   const char *groups = NULL;
   const char *cwd = NULL;
   long nproc = -1;
@@ -139,7 +141,10 @@ int main(int argc, char **argv) {
     }
     if (value == NULL) fail("usage", EINVAL, 125, option);
     index++;
-    if (strcmp(option, "--cgroup") == 0) cgroup = value;
+    if (strcmp(option, "--cgroup") == 0) {
+      if (cgroup_count == (int)(sizeof cgroups / sizeof cgroups[0])) fail("usage", E2BIG, 125, option);
+      cgroups[cgroup_count++] = value;
+    }
     else if (strcmp(option, "--nproc") == 0) nproc = parse_number(value, option);
     else if (strcmp(option, "--uid") == 0) uid = parse_number(value, option);
     else if (strcmp(option, "--gid") == 0) gid = parse_number(value, option);
@@ -154,7 +159,7 @@ int main(int argc, char **argv) {
 
   close_inherited_fds();
   if (status_fd >= 0 && fcntl(status_fd, F_SETFD, FD_CLOEXEC) != 0) fail("status", errno, 125, NULL);
-  if (cgroup != NULL) join_cgroup(cgroup);
+  for (int i = 0; i < cgroup_count; i++) join_cgroup(cgroups[i]);
   if (nproc >= 0) {
     struct rlimit limit = {(rlim_t)nproc, (rlim_t)nproc};
     if (setrlimit(RLIMIT_NPROC, &limit) != 0) fail("nproc", errno, 125, NULL);

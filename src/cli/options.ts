@@ -27,6 +27,9 @@ usage: sandboxd [options]
                             (SANDBOXD_MAX_TASKS, default 1024)
   --max-tasks-total <n>     tasks of all commands together, 0 for no cap (SANDBOXD_MAX_TASKS_TOTAL,
                             default a quarter of the kernel's pid_max, at most 16384)
+  --commands-memory-bytes <n>
+                            memory of all commands together, 0 for no limit (SANDBOXD_COMMANDS_MEMORY_BYTES,
+                            default the machine's less a tenth, at least 256 MiB, kept for the daemon)
   --max-message-bytes <n>   largest request message (SANDBOXD_MAX_MESSAGE_BYTES, default 4 MiB)
   --max-calls <n>           calls in progress on the daemon (SANDBOXD_MAX_CALLS, default 4096)
   --max-calls-per-connection <n>
@@ -67,6 +70,7 @@ export function parseCommandLine(argv: readonly string[], env: NodeJS.ProcessEnv
       "allow-sudo": { type: "boolean" },
       "max-tasks": { type: "string" },
       "max-tasks-total": { type: "string" },
+      "commands-memory-bytes": { type: "string" },
       "max-message-bytes": { type: "string" },
       "max-calls": { type: "string" },
       "max-calls-per-connection": { type: "string" },
@@ -115,13 +119,17 @@ function securityOptions(values: Record<string, string | boolean | string[] | un
   const user = text("user") ?? env.SANDBOXD_USER;
   const maxTasks = integer("max-tasks", text("max-tasks") ?? env.SANDBOXD_MAX_TASKS, undefined, 0);
   const maxTasksTotal = integer("max-tasks-total", text("max-tasks-total") ?? env.SANDBOXD_MAX_TASKS_TOTAL, undefined, 0);
+  const commandsMemory = integer("commands-memory-bytes", text("commands-memory-bytes") ?? env.SANDBOXD_COMMANDS_MEMORY_BYTES, undefined, 0);
   const keepaliveMs = integer("keepalive-ms", text("keepalive-ms") ?? env.SANDBOXD_KEEPALIVE_MS, undefined, 100);
   return {
     token: resolveToken({ token: text("token"), tokenFile: text("token-file") ?? env.SANDBOXD_TOKEN_FILE, env }),
     insecure: values.insecure === true,
     runAs: user ? resolveUser(user) : undefined,
     allowSudo: values["allow-sudo"] === true,
-    launcher: maxTasks === undefined && maxTasksTotal === undefined ? undefined : Launcher.create({ maxTasksPerCommand: maxTasks, maxTasksTotal }),
+    launcher:
+      maxTasks === undefined && maxTasksTotal === undefined && commandsMemory === undefined
+        ? undefined
+        : Launcher.create({ maxTasksPerCommand: maxTasks, maxTasksTotal, resources: { memoryBytes: commandsMemory } }),
     maxMessageBytes: integer("max-message-bytes", text("max-message-bytes") ?? env.SANDBOXD_MAX_MESSAGE_BYTES, undefined, 1024),
     callLimits: {
       maxCalls: integer("max-calls", text("max-calls") ?? env.SANDBOXD_MAX_CALLS, undefined, 1),

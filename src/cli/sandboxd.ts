@@ -53,7 +53,12 @@ function securitySummary(options: SandboxServerOptions, server: SandboxServer): 
     manager.launcher.helper === undefined
       ? "; WARNING: the sandboxd-exec helper was not built (no C compiler at install?): fds this daemon inherited reach commands and a working directory is not re-checked as it is entered"
       : "";
-  return `${access}; commands run as ${user}; fork cap: ${manager.launcher.forkLimit(options.runAs?.uid)}${reaped}${helper}`;
+  const applied = manager.launcher.resources?.applied;
+  const resources =
+    applied === undefined
+      ? "; commands share the daemon's memory and CPU (no writable memory or cpu cgroup)"
+      : `; commands: ${applied.memoryBytes !== undefined ? `${Math.round(applied.memoryBytes / 1048576)} MiB of memory together` : "no memory limit"}, ${applied.cpuWeight !== undefined ? `CPU weight ${applied.cpuWeight} of the daemon's` : "no CPU weight"}`;
+  return `${access}; commands run as ${user}; fork cap: ${manager.launcher.forkLimit(options.runAs?.uid)}${resources}${reaped}${helper}`;
 }
 
 main().catch((error: unknown) => {

@@ -35,3 +35,4 @@ export { defaultMaxTasksPerCommand, defaultMaxTasksTotal, Launcher, type ForkLim
 export { PidsCgroup } from "./pids-cgroup.js";
 export { resolveUser, rootIdentity, type UserIdentity } from "./user.js";
 export * from "./limits.js";
+export { defaultCommandsMemoryBytes, ResourceCgroup, type ResourceLimits } from "./resource-cgroup.js";

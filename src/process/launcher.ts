@@ -1,6 +1,7 @@
 import { accessSync, constants as fsConstants, readFileSync } from "node:fs";
 import { encodeHelperEnvironment, findExecHelper } from "./exec-helper.js";
 import { PidsCgroup } from "./pids-cgroup.js";
+import { ResourceCgroup, type ResourceLimits } from "./resource-cgroup.js";
 import type { UserIdentity } from "./user.js";
 
 /** Default most tasks (processes and threads) one command may have at once. */
@@ -40,6 +41,11 @@ export interface LauncherOptions {
   maxTasksTotal?: number;
   /** Look for a cgroup pids controller; false forces the rlimit fallback. Default true. */
   cgroups?: boolean;
+  /**
+   * Memory and CPU of all commands together (see {@link ResourceCgroup}); false for none. Default:
+   * the defaults of {@link ResourceLimits}, where a cgroup v1 memory or cpu hierarchy is writable.
+   */
+  resources?: ResourceLimits | false;
   /** Path of the native helper; null to run without it. Default: {@link findExecHelper}. */
   execHelper?: string | null;
 }
@@ -92,6 +98,8 @@ export class Launcher {
   private constructor(
     private readonly maxTasks: number,
     private readonly cgroup: PidsCgroup | undefined,
+    /** The commands' parent in the memory and cpu controllers, when writable. */
+    readonly resources: ResourceCgroup | undefined,
     private readonly prlimit: string | undefined,
     /** The native helper's path, or undefined when it is not available. */
     readonly helper: string | undefined,
@@ -102,7 +110,8 @@ export class Launcher {
     const maxTasks = options.maxTasksPerCommand ?? defaultMaxTasksPerCommand;
     const cgroup = maxTasks > 0 && options.cgroups !== false ? PidsCgroup.detect(options.maxTasksTotal ?? defaultMaxTasksTotal) : undefined;
     const helper = options.execHelper === null ? undefined : (options.execHelper ?? findExecHelper());
-    return new Launcher(maxTasks, cgroup, findProgram("prlimit"), helper);
+    const resources = options.resources === false ? undefined : ResourceCgroup.detect(options.resources ?? {});
+    return new Launcher(maxTasks, cgroup, resources, findProgram("prlimit"), helper);
   }
 
   /** How fork bombs are capped for a command run as `uid`. */
@@ -143,9 +152,10 @@ export class Launcher {
       procsFile = created.procsFile;
       release = () => cgroup.remove(created.directory);
     }
+    const procsFiles = [...(procsFile !== undefined ? [procsFile] : []), ...(this.resources?.procsFiles ?? [])];
     if (this.helper !== undefined) {
       const options: string[] = [];
-      if (procsFile !== undefined) options.push("--cgroup", procsFile);
+      for (const file of procsFiles) options.push("--cgroup", file);
       if (limit === "rlimit-nproc") options.push("--nproc", String(this.maxTasks));
       if (switching) {
         options.push("--uid", String(identity.uid), "--gid", String(identity.gid));
@@ -170,16 +180,18 @@ export class Launcher {
     }
     let argv = [request.file, ...request.args];
     if (limit === "rlimit-nproc") argv = [this.prlimit!, `--nproc=${this.maxTasks}:${this.maxTasks}`, "--", ...argv];
-    if (procsFile !== undefined) {
+    if (procsFiles.length > 0) {
       // Same user as the command: a wrapper shell with the client's environment gains nothing.
-      argv = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', procsFile, ...argv];
+      const joins = procsFiles.map((file) => `echo $$ > '${file.replaceAll("'", `'\\''`)}'`).join(" && ");
+      argv = ["/bin/sh", "-c", `${joins} && exec "$@"`, "sandboxd-join", ...argv];
     }
     return { file: argv[0], args: argv.slice(1), env: { ...request.env }, cwd: request.cwd, statusFd: false, release };
   }
 
-  /** Removes the daemon's cgroup directory, once every command has been released. */
+  /** Removes the daemon's cgroup directories, once every command has been released. */
   close(): void {
     this.cgroup?.close();
+    this.resources?.close();
   }
 }
 

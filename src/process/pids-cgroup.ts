@@ -27,7 +27,7 @@ export class PidsCgroup {
    * a daemon that died are emptied (their tasks killed) and removed on the way.
    */
   static detect(maxTasksTotal?: number): PidsCgroup | undefined {
-    for (const candidate of candidateDirectories()) {
+    for (const candidate of ownCgroupDirectories("pids")) {
       PidsCgroup.leftoverTasksKilled += removeLeftovers(candidate);
       const directory = path.join(candidate, `sandboxd.${process.pid}.${PidsCgroup.created++}`);
       try {
@@ -164,8 +164,11 @@ function members(directory: string): number[] {
   }
 }
 
-/** Directories of this process's own cgroup in each mounted pids-capable hierarchy, v2 first. */
-function candidateDirectories(): string[] {
+/**
+ * Directories of this process's own cgroup in each mounted hierarchy that has `controller` ("pids",
+ * "memory", "cpu"), cgroup v2 first.
+ */
+export function ownCgroupDirectories(controller: string): string[] {
   let mounts: string;
   let own: string;
   try {
@@ -190,14 +193,14 @@ function candidateDirectories(): string[] {
     if (fsType === "cgroup2") {
       const relative = ownPath((controllers) => controllers === "");
       try {
-        if (relative !== undefined && readFileSync(path.join(mountPoint, relative, "cgroup.controllers"), "utf8").split(/\s+/).includes("pids")) {
+        if (relative !== undefined && readFileSync(path.join(mountPoint, relative, "cgroup.controllers"), "utf8").split(/\s+/).includes(controller)) {
           found.unshift(path.join(mountPoint, relative));
         }
       } catch {
         // Not readable: not usable.
       }
-    } else if (fsType === "cgroup" && superOptions.split(",").includes("pids")) {
-      const relative = ownPath((controllers) => controllers.split(",").includes("pids"));
+    } else if (fsType === "cgroup" && superOptions.split(",").includes(controller)) {
+      const relative = ownPath((controllers) => controllers.split(",").includes(controller));
       if (relative !== undefined) found.push(path.join(mountPoint, relative));
     }
   }

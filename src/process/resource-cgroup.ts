@@ -1,0 +1,139 @@
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
+import { totalmem } from "node:os";
+import path from "node:path";
+import { ownCgroupDirectories } from "./pids-cgroup.js";
+
+/** Options for {@link ResourceCgroup.detect}. */
+export interface ResourceLimits {
+  /** Memory all commands together may use, in bytes; 0 for no limit. Default {@link defaultCommandsMemoryBytes}. */
+  memoryBytes?: number;
+  /**
+   * CPU weight of all commands together against the daemon's own, as a fraction of the default
+   * weight (1024 shares on cgroup v1, 100 on v2). Default 0.5: under contention the daemon gets at
+   * least two thirds of a core's time when it needs it.
+   */
+  cpuWeight?: number;
+}
+
+/**
+ * Default memory of all commands together: what the machine (or the daemon's own memory cgroup)
+ * has, less a reserve for the daemon of a tenth, at least 256 MiB.
+ */
+export function defaultCommandsMemoryBytes(): number {
+  const available = Math.min(totalmem(), ownMemoryLimit() ?? Number.MAX_SAFE_INTEGER);
+  return Math.max(64 * 1024 * 1024, available - Math.max(256 * 1024 * 1024, Math.floor(available / 10)));
+}
+
+/**
+ * ResourceCgroup is the parent cgroup of all commands in the memory and cpu controllers: commands
+ * together get a memory limit below the daemon's and a CPU weight below its own, so a memory hog is
+ * killed by the kernel inside the commands' group rather than the daemon, and a CPU hog cannot starve
+ * the daemon's event loop. On cgroup v1 each controller is a hierarchy of its own, with a
+ * `sandboxd.<pid>.<n>` directory in each; a command joins them as it joins its pids cgroup (see
+ * `sandboxd-exec --cgroup`). Where no controller is writable (no root, a read-only /sys/fs/cgroup,
+ * cgroup v2 without delegation) there is none, and commands share the daemon's memory and CPU.
+ */
+export class ResourceCgroup {
+  private static created = 0;
+
+  private constructor(
+    /** The `cgroup.procs` files a command writes its pid to, one per hierarchy. */
+    readonly procsFiles: readonly string[],
+    /** The directories, for removal. */
+    private readonly directories: readonly string[],
+    /** What was applied, for the daemon's start line. */
+    readonly applied: { memoryBytes?: number; cpuWeight?: number },
+  ) {}
+
+  /**
+   * Creates the commands' parent in each writable cgroup v1 memory and cpu hierarchy; undefined
+   * when neither is writable. (On cgroup v2 the controllers belong on the pids parent: not done yet.)
+   */
+  static detect(limits: ResourceLimits = {}): ResourceCgroup | undefined {
+    const memoryBytes = limits.memoryBytes ?? defaultCommandsMemoryBytes();
+    const cpuWeight = limits.cpuWeight ?? 0.5;
+    const procsFiles: string[] = [];
+    const directories: string[] = [];
+    const applied: { memoryBytes?: number; cpuWeight?: number } = {};
+    const suffix = `sandboxd.${process.pid}.${ResourceCgroup.created++}`;
+    const create = (controller: string, settings: Record<string, string>) => {
+      for (const candidate of ownCgroupDirectories(controller)) {
+        // v1 only: a hierarchy mounted with this controller and not the unified one.
+        if (existsSync(path.join(candidate, "cgroup.controllers"))) continue;
+        removeLeftovers(candidate);
+        const directory = path.join(candidate, suffix);
+        try {
+          mkdirSync(directory);
+          for (const [file, value] of Object.entries(settings)) writeFileSync(path.join(directory, file), value);
+          procsFiles.push(path.join(directory, "cgroup.procs"));
+          directories.push(directory);
+          return true;
+        } catch {
+          try {
+            rmdirSync(directory);
+          } catch {
+            // Not created.
+          }
+        }
+      }
+      return false;
+    };
+    if (memoryBytes > 0 && create("memory", { "memory.limit_in_bytes": String(memoryBytes) })) applied.memoryBytes = memoryBytes;
+    if (cpuWeight > 0 && create("cpu", { "cpu.shares": String(Math.max(2, Math.round(1024 * cpuWeight))) })) applied.cpuWeight = cpuWeight;
+    return procsFiles.length === 0 ? undefined : new ResourceCgroup(procsFiles, directories, applied);
+  }
+
+  /** Removes the directories once every command is gone; errors are ignored. */
+  close(): void {
+    for (const directory of this.directories) {
+      try {
+        rmdirSync(directory);
+      } catch {
+        // Still busy or already gone.
+      }
+    }
+  }
+}
+
+/** Kills what is left in, and removes, the directories of sandboxd daemons no longer running. */
+function removeLeftovers(parent: string): void {
+  let entries: string[];
+  try {
+    entries = readdirSync(parent);
+  } catch {
+    return;
+  }
+  for (const entry of entries) {
+    const owner = /^sandboxd\.(\d+)\.\d+$/.exec(entry);
+    if (owner === null || existsSync(`/proc/${owner[1]}`)) continue;
+    const directory = path.join(parent, entry);
+    try {
+      for (const pid of readFileSync(path.join(directory, "cgroup.procs"), "utf8").split("\n").filter(Boolean)) {
+        try {
+          process.kill(Number(pid), "SIGKILL");
+        } catch {
+          // Gone meanwhile.
+        }
+      }
+      rmdirSync(directory);
+    } catch {
+      // Busy (its tasks are still going) or gone: a later start removes it.
+    }
+  }
+}
+
+/** The memory limit of this process's own cgroup (v1 or v2), or undefined when there is none. */
+function ownMemoryLimit(): number | undefined {
+  for (const directory of ownCgroupDirectories("memory")) {
+    for (const file of ["memory.max", "memory.limit_in_bytes"]) {
+      try {
+        const value = Number(readFileSync(path.join(directory, file), "utf8").trim());
+        // v1 reports "no limit" as a huge page-aligned number.
+        if (Number.isFinite(value) && value > 0 && value < 2 ** 60) return value;
+      } catch {
+        // Not this version's file.
+      }
+    }
+  }
+  return undefined;
+}
