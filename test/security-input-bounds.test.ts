@@ -75,3 +75,52 @@ describe("free strings and sizes are bounded, each refusal INVALID_ARGUMENT nami
     expect((await json.listProcesses({})).processes).toHaveLength(test.server.manager.list().length);
   });
 });
+
+describe("a request that is not valid protobuf is INVALID_ARGUMENT in every protocol, not INTERNAL", () => {
+  let test: TestServer;
+  beforeAll(async () => {
+    test = await startTestServer();
+  });
+  afterAll(() => test.close());
+
+  /** A GetProcessRequest whose process_id claims 16 bytes and has 1, and one whose process_id is not UTF-8. */
+  const truncated = Buffer.from([0x0a, 0x10, 0x01]);
+  const notUtf8 = Buffer.from([0x0a, 0x02, 0xff, 0xfe]);
+  const envelope = (flags: number, message: Buffer) => {
+    const prefix = Buffer.alloc(5);
+    prefix[0] = flags;
+    prefix.writeUInt32BE(message.length, 1);
+    return Buffer.concat([prefix, message]);
+  };
+
+  for (const [name, message] of [["truncated", truncated], ["invalid UTF-8", notUtf8]] as const) {
+    it(`${name}: gRPC-Web, Connect unary and Connect streaming`, async () => {
+      const grpcWeb = await fetch(`${test.server.url}/sandbox.v1.SandboxService/GetProcess`, {
+        method: "POST",
+        headers: { "content-type": "application/grpc-web+proto" },
+        body: envelope(0, message),
+      });
+      const grpcWebBody = Buffer.from(await grpcWeb.arrayBuffer());
+      const trailer = grpcWebBody.subarray(grpcWebBody.indexOf(0x80) + 5).toString();
+      expect(grpcWeb.headers.get("grpc-status") ?? /grpc-status: ?(\d+)/.exec(trailer)?.[1]).toBe(String(Code.InvalidArgument));
+
+      const unary = await fetch(`${test.server.url}/sandbox.v1.SandboxService/GetProcess`, {
+        method: "POST",
+        headers: { "content-type": "application/proto" },
+        body: message,
+      });
+      expect(unary.status).toBe(400);
+      expect(await unary.json()).toMatchObject({ code: "invalid_argument" });
+
+      const streaming = await fetch(`${test.server.url}/sandbox.v1.SandboxService/Exec`, {
+        method: "POST",
+        headers: { "content-type": "application/connect+proto" },
+        body: envelope(0, Buffer.from([0x0a, 0x03, 0x0a, 0x10, 0x01])),
+      });
+      const frames = Buffer.from(await streaming.arrayBuffer());
+      const end = JSON.parse(frames.subarray(5).toString()) as { error?: { code: string } };
+      expect(end.error?.code).toBe("invalid_argument");
+      expect(test.server.manager.list()).toHaveLength(0);
+    });
+  }
+});

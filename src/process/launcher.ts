@@ -152,6 +152,7 @@ export class Launcher {
       procsFile = created.procsFile;
       release = () => cgroup.remove(created.directory);
     }
+    this.resources?.ensure();
     const procsFiles = [...(procsFile !== undefined ? [procsFile] : []), ...(this.resources?.procsFiles ?? [])];
     if (this.helper !== undefined) {
       const options: string[] = [];

@@ -39,8 +39,8 @@ export class ResourceCgroup {
   private constructor(
     /** The `cgroup.procs` files a command writes its pid to, one per hierarchy. */
     readonly procsFiles: readonly string[],
-    /** The directories, for removal. */
-    private readonly directories: readonly string[],
+    /** The directories and the limits written into each, to recreate them after {@link close}. */
+    private readonly directories: ReadonlyMap<string, Record<string, string>>,
     /** What was applied, for the daemon's start line. */
     readonly applied: { memoryBytes?: number; cpuWeight?: number },
   ) {}
@@ -53,7 +53,7 @@ export class ResourceCgroup {
     const memoryBytes = limits.memoryBytes ?? defaultCommandsMemoryBytes();
     const cpuWeight = limits.cpuWeight ?? 0.5;
     const procsFiles: string[] = [];
-    const directories: string[] = [];
+    const directories = new Map<string, Record<string, string>>();
     const applied: { memoryBytes?: number; cpuWeight?: number } = {};
     const suffix = `sandboxd.${process.pid}.${ResourceCgroup.created++}`;
     const create = (controller: string, settings: Record<string, string>) => {
@@ -66,7 +66,7 @@ export class ResourceCgroup {
           mkdirSync(directory);
           for (const [file, value] of Object.entries(settings)) writeFileSync(path.join(directory, file), value);
           procsFiles.push(path.join(directory, "cgroup.procs"));
-          directories.push(directory);
+          directories.set(directory, settings);
           return true;
         } catch {
           try {
@@ -83,9 +83,25 @@ export class ResourceCgroup {
     return procsFiles.length === 0 ? undefined : new ResourceCgroup(procsFiles, directories, applied);
   }
 
+  /**
+   * Recreates directories a {@link close} removed (a launcher may outlive one manager); called
+   * before each command joins them. Errors are left to the join, which reports them.
+   */
+  ensure(): void {
+    for (const [directory, settings] of this.directories) {
+      if (existsSync(directory)) continue;
+      try {
+        mkdirSync(directory);
+        for (const [file, value] of Object.entries(settings)) writeFileSync(path.join(directory, file), value);
+      } catch {
+        // The join fails and says so.
+      }
+    }
+  }
+
   /** Removes the directories once every command is gone; errors are ignored. */
   close(): void {
-    for (const directory of this.directories) {
+    for (const directory of this.directories.keys()) {
       try {
         rmdirSync(directory);
       } catch {

@@ -1,5 +1,6 @@
 import type http from "node:http";
 import type http2 from "node:http2";
+import type net from "node:net";
 import { Code, ConnectError, createContextKey, createContextValues, type ContextValues, type Interceptor } from "@connectrpc/connect";
 
 /** Default largest request or response message, in bytes (4 MiB, gRPC's usual limit). */
@@ -52,12 +53,16 @@ export function connectionContextValues(request: http.IncomingMessage | http2.Ht
   if (stream !== undefined) {
     if (stream.destroyed) gone.abort();
     else stream.once("aborted", () => gone.abort());
-  } else if (request.socket.destroyed) {
-    gone.abort();
   } else {
-    const onClose = () => gone.abort();
-    request.socket.once("close", onClose);
-    (request as http.IncomingMessage).once("close", () => request.socket.off("close", onClose));
+    // Held here: Node clears request.socket once the request is done.
+    const socket = request.socket as net.Socket | null;
+    if (socket === null || socket.destroyed) {
+      gone.abort();
+    } else {
+      const onClose = () => gone.abort();
+      socket.once("close", onClose);
+      (request as http.IncomingMessage).once("close", () => socket.off("close", onClose));
+    }
   }
   values.set(clientGoneKey, gone.signal);
   return values;

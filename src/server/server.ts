@@ -15,6 +15,7 @@ import {
 } from "./limits.js";
 import { createGate, type GateOptions } from "./gate.js";
 import { createListener, defaultPrefaceTimeoutMs, type ListenerOptions, type TlsOptions } from "./listener.js";
+import { withParseErrorsAsInvalidArgument } from "./parse-errors.js";
 import { createRoutes } from "./routes.js";
 
 /** Default port of sandboxd. */
@@ -89,7 +90,7 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
   const maxMessageBytes = options.maxMessageBytes ?? defaultMaxMessageBytes;
   const health = createHealthStatus([SandboxService.typeName]);
   const adapter = connectNodeAdapter({
-    routes: createRoutes({ manager, shutdownSignal: shutdown.signal, health }),
+    routes: withParseErrorsAsInvalidArgument(createRoutes({ manager, shutdownSignal: shutdown.signal, health })),
     // Auth first: an unauthenticated call must not even count against the limits.
     interceptors: [
       createErrorMessageLimitInterceptor(),
