@@ -1,4 +1,4 @@
-import { accessSync, constants as fsConstants, readFileSync } from "node:fs";
+import { accessSync, constants as fsConstants, readdirSync, readFileSync } from "node:fs";
 import { encodeHelperEnvironment, findExecHelper } from "./exec-helper.js";
 import { PidsCgroup } from "./pids-cgroup.js";
 import { ResourceCgroup, type ResourceLimits } from "./resource-cgroup.js";
@@ -62,6 +62,11 @@ export interface LaunchRequest {
   cwd: string;
   /** Whether the command runs in a PTY (the helper then reports failures on the terminal). */
   pty: boolean;
+  /**
+   * Whether `cwd` is a workspace root itself: no component of it is the client's to swap, so it
+   * needs no check as it is entered.
+   */
+  cwdIsRoot: boolean;
 }
 
 /** How to spawn one command: the program, arguments, environment and ids to pass to spawn. */
@@ -103,6 +108,8 @@ export class Launcher {
     private readonly prlimit: string | undefined,
     /** The native helper's path, or undefined when it is not available. */
     readonly helper: string | undefined,
+    /** Whether the daemon holds fds it inherited (see hasInheritedFds): every command then goes through the helper. */
+    private readonly inheritedFds: boolean,
   ) {}
 
   /** Detects cgroups, the native helper and prlimit on this machine. */
@@ -111,7 +118,7 @@ export class Launcher {
     const cgroup = maxTasks > 0 && options.cgroups !== false ? PidsCgroup.detect(options.maxTasksTotal ?? defaultMaxTasksTotal) : undefined;
     const helper = options.execHelper === null ? undefined : (options.execHelper ?? findExecHelper());
     const resources = options.resources === false ? undefined : ResourceCgroup.detect(options.resources ?? {});
-    return new Launcher(maxTasks, cgroup, resources, findProgram("prlimit"), helper);
+    return new Launcher(maxTasks, cgroup, resources, findProgram("prlimit"), helper, hasInheritedFds());
   }
 
   /** How fork bombs are capped for a command run as `uid`. */
@@ -154,7 +161,11 @@ export class Launcher {
     }
     this.resources?.ensure();
     const procsFiles = [...(procsFile !== undefined ? [procsFile] : []), ...(this.resources?.procsFiles ?? [])];
-    if (this.helper !== undefined) {
+    // The helper costs an exec. A command it has nothing to do for (same user, a root as cwd, no fd
+    // inherited) starts without it: a shell command line joins its cgroups itself, first thing.
+    const shellLine = request.file === "/bin/sh" && request.args.length === 2 && request.args[0] === "-c";
+    const helperNeeded = switching || !request.cwdIsRoot || this.inheritedFds || (procsFiles.length > 0 && !shellLine);
+    if (this.helper !== undefined && helperNeeded) {
       const options: string[] = [];
       for (const file of procsFiles) options.push("--cgroup", file);
       if (limit === "rlimit-nproc") options.push("--nproc", String(this.maxTasks));
@@ -180,10 +191,18 @@ export class Launcher {
       throw new Error("running commands as another user needs the sandboxd-exec helper, which was not built");
     }
     let argv = [request.file, ...request.args];
+    if (limit === "rlimit-nproc" && this.prlimit === undefined) {
+      void release();
+      throw new Error("no way to cap this command's tasks: neither the sandboxd-exec helper nor prlimit is here");
+    }
     if (limit === "rlimit-nproc") argv = [this.prlimit!, `--nproc=${this.maxTasks}:${this.maxTasks}`, "--", ...argv];
-    if (procsFiles.length > 0) {
+    if (procsFiles.length > 0 && shellLine && argv[0] === "/bin/sh") {
+      // Joined on the command's own line, so error messages keep their line numbers: one shell, no wrapper.
+      const joins = procsFiles.map((file) => `echo $$ > ${shellQuote(file)}`).join(" && ");
+      argv = ["/bin/sh", "-c", `{ ${joins}; } || exit; ${request.args[1]}`];
+    } else if (procsFiles.length > 0) {
       // Same user as the command: a wrapper shell with the client's environment gains nothing.
-      const joins = procsFiles.map((file) => `echo $$ > '${file.replaceAll("'", `'\\''`)}'`).join(" && ");
+      const joins = procsFiles.map((file) => `echo $$ > ${shellQuote(file)}`).join(" && ");
       argv = ["/bin/sh", "-c", `${joins} && exec "$@"`, "sandboxd-join", ...argv];
     }
     return { file: argv[0], args: argv.slice(1), env: { ...request.env }, cwd: request.cwd, statusFd: false, release };
@@ -193,6 +212,30 @@ export class Launcher {
   close(): void {
     this.cgroup?.close();
     this.resources?.close();
+  }
+}
+
+/** Quotes a string for a POSIX shell command line. */
+function shellQuote(text: string): string {
+  return `'${text.replaceAll("'", `'\\''`)}'`;
+}
+
+/**
+ * Whether this process holds an fd above 2 that is not close-on-exec: one it inherited (Node opens
+ * everything close-on-exec). Such an fd would reach every command spawned without the helper.
+ */
+function hasInheritedFds(): boolean {
+  try {
+    for (const entry of readdirSync("/proc/self/fd")) {
+      const fd = Number(entry);
+      if (fd <= 2) continue;
+      const flags = /^flags:\s+(\d+)/m.exec(readFileSync(`/proc/self/fdinfo/${fd}`, "utf8"))?.[1];
+      // O_CLOEXEC is 02000000 (octal) in the flags fdinfo reports.
+      if (flags !== undefined && (parseInt(flags, 8) & 0o2000000) === 0) return true;
+    }
+    return false;
+  } catch {
+    return true;
   }
 }
 

@@ -277,7 +277,7 @@ export class ProcessManager {
     }
     let plan;
     try {
-      plan = this.launcher.plan({ file, args: argv, env, cwd, pty: spec.pty !== undefined }, identity);
+      plan = this.launcher.plan({ file, args: argv, env, cwd, pty: spec.pty !== undefined, cwdIsRoot: this.workspace.roots.includes(cwd) }, identity);
     } catch (cause) {
       reservation?.cancel();
       managed.failToStart(`could not limit ${file}: ${(cause as Error).message}`, 126);
