@@ -49,6 +49,8 @@ export interface Daemon {
   readonly http1Client: Client<typeof SandboxService>;
   /** Resident set size of the daemon, in bytes, from /proc. */
   rssBytes(): number;
+  /** CPU time the daemon has used, in milliseconds, from /proc. */
+  cpuMs(): number;
   /** Stops the daemon (SIGTERM, then SIGKILL) and removes its workspace. */
   stop(): Promise<void>;
 }
@@ -108,6 +110,7 @@ export async function startDaemon(options: DaemonOptions = {}): Promise<Daemon> 
     newClient,
     http1Client: createClient(SandboxService, createConnectTransport({ baseUrl: url, httpVersion: "1.1", acceptCompression: [] })),
     rssBytes: () => readRssBytes(pid),
+    cpuMs: () => readCpuMs(pid),
     async stop() {
       for (const manager of managers) manager.abort();
       child.kill("SIGTERM");
@@ -157,6 +160,18 @@ function daemonEnvironment(): NodeJS.ProcessEnv {
   const env = { ...process.env };
   for (const name of Object.keys(env)) if (name.startsWith("SANDBOXD_")) delete env[name];
   return env;
+}
+
+/** CPU time a process has used (user + system, from /proc/<pid>/stat), in milliseconds; 0 when gone. */
+export function readCpuMs(pid: number): number {
+  try {
+    const text = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const fields = text.slice(text.lastIndexOf(")") + 2).split(" ");
+    // utime and stime are fields 14 and 15, in clock ticks (100 per second on Linux).
+    return ((Number(fields[11]) + Number(fields[12])) * 1000) / 100;
+  } catch {
+    return 0;
+  }
 }
 
 /** Resident set size of a process in bytes (VmRSS of /proc/<pid>/status); 0 when gone. */

@@ -7,7 +7,7 @@
  *     npm run bench -- --quick          # tiny counts: proves the harness runs (seconds)
  *     npm run bench -- --only latency,throughput --cpu-prof .tmp-prof
  *
- * Flags: --quick; --only <figures> (start, latency, throughput, ghz, fanout, scale); --out <file>
+ * Flags: --quick; --only <figures> (start, latency, throughput, ghz, memory, fanout, scale); --out <file>
  * (default bench/results.json); --tsx (run the daemon through tsx instead of the esbuild bundle);
  * --cpu-prof <dir> (write the daemon's CPU profiles there, for `node --cpu-prof`).
  * ghz is used when installed (see bench/figures/ghz.ts); its row is skipped otherwise.
@@ -19,6 +19,7 @@ import { buildDaemon } from "./build.js";
 import { repoRoot, startDaemon, type Daemon, type DaemonOptions } from "./daemon.js";
 import { measureDaemonStart } from "./figures/daemon-start.js";
 import { measureExecLatency } from "./figures/exec-latency.js";
+import { measureExecMemory } from "./figures/exec-memory.js";
 import { measureExecThroughput } from "./figures/exec-throughput.js";
 import { measureGhz } from "./figures/ghz.js";
 import { measureLogsFanout } from "./figures/logs-fanout.js";
@@ -27,7 +28,7 @@ import { formatMarkdown, formatTable, writeResults, type BenchResults, type Row 
 import { fullSize, quickSize } from "./size.js";
 
 /** Names accepted by --only, in the order the figures run. */
-export const figureNames = ["start", "latency", "throughput", "ghz", "fanout", "scale"] as const;
+export const figureNames = ["start", "latency", "throughput", "ghz", "memory", "fanout", "scale"] as const;
 
 async function main(): Promise<void> {
   const { values } = parseArgs({
@@ -89,6 +90,10 @@ async function main(): Promise<void> {
       }
       return measured;
     });
+  }
+  if (only.has("memory")) {
+    log("daemon memory around execs");
+    await withDaemon([], (daemon) => measureExecMemory(daemon, size));
   }
   if (only.has("fanout")) {
     log("StreamLogs fan-out");

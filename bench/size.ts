@@ -14,6 +14,8 @@ export interface BenchSize {
   fanoutBytes: number;
   /** Background `sleep` processes started, listed and killed. */
   scaleProcesses: number;
+  /** Execs run before the daemon's memory is read again. */
+  memoryExecs: number;
   /** Daemon starts timed (median taken). */
   startRuns: number;
   /** Calls ghz makes. */
@@ -31,6 +33,7 @@ export const fullSize: BenchSize = {
   fanoutReaders: 32,
   fanoutBytes: 64 * 1024 ** 2,
   scaleProcesses: 1000,
+  memoryExecs: 3000,
   startRuns: 5,
   ghzCalls: 2000,
   ghzConcurrency: 50,
@@ -46,6 +49,7 @@ export const quickSize: BenchSize = {
   fanoutReaders: 4,
   fanoutBytes: 4 * 1024 ** 2,
   scaleProcesses: 20,
+  memoryExecs: 50,
   startRuns: 1,
   ghzCalls: 100,
   ghzConcurrency: 50,

@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { OutputStream } from "../gen/sandbox/v1/sandbox_pb.js";
 import { waitFor } from "./support/processes.js";
-import { collectLogs, deterministicBytesCommand } from "./support/rpc.js";
+import { collectExec, collectLogs, deterministicBytesCommand } from "./support/rpc.js";
 import { startTestServer, type TestServer } from "./support/server.js";
 
 describe("the output of exited records is bounded daemon-wide", () => {
@@ -36,5 +36,16 @@ describe("the output of exited records is bounded daemon-wide", () => {
 
     expect((await test.client.cleanupProcesses({})).removedCount).toBe(5);
     expect(manager.exitedOutputRetainedBytes).toBe(0);
+  });
+
+  it("an Exec whose caller got everything keeps its record, not its output", async () => {
+    test = await startTestServer();
+    const result = await collectExec(test.client, { command: deterministicBytesCommand(100_000) });
+    expect(result.stdout.length).toBe(100_000);
+    const logs = await test.client.getProcessLogs({ processId: result.started.processId });
+    expect(logs.process?.exit?.exitCode).toBe(0);
+    expect(logs.stdout.length).toBe(0);
+    expect(logs.stdoutOffset).toBe(100_000n);
+    expect(test.server.manager.exitedOutputRetainedBytes).toBe(0);
   });
 });

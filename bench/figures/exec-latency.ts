@@ -1,3 +1,4 @@
+import { spawn } from "node:child_process";
 import type { Client } from "@connectrpc/connect";
 import type { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
 import { spawnAndRead } from "../baseline.js";
@@ -30,11 +31,18 @@ export async function measureExecLatency(daemon: Daemon, size: BenchSize): Promi
   for (let index = 0; index < warmUp; index++) await execTrue(daemon.http1Client);
   const sandboxd: number[] = [];
   const http1: number[] = [];
+  const firstByte: number[] = [];
+  const baselineFirstByte: number[] = [];
+  let cpuMs = 0;
   const baseline: number[] = [];
   const rounds = 5;
   const perRound = Math.ceil(size.sequentialCalls / rounds);
   for (let round = 0; round < rounds; round++) {
+    const cpuBefore = daemon.cpuMs();
     for (let index = 0; index < perRound; index++) sandboxd.push(await timeMs(() => execTrue(daemon.client)));
+    cpuMs += daemon.cpuMs() - cpuBefore;
+    for (let index = 0; index < perRound; index++) firstByte.push(await firstOutputMs(daemon));
+    for (let index = 0; index < perRound; index++) baselineFirstByte.push(await baselineFirstOutputMs());
     for (let index = 0; index < perRound; index++) http1.push(await timeMs(() => execTrue(daemon.http1Client)));
     for (let index = 0; index < perRound; index++) baseline.push(await timeMs(() => spawnAndRead("true")));
   }
@@ -63,6 +71,29 @@ export async function measureExecLatency(daemon: Daemon, size: BenchSize): Promi
       1.5,
     ),
     {
+      id: "exec-cpu",
+      figure: "daemon CPU per sequential exec",
+      unit: "ms",
+      value: cpuMs / sandboxd.length,
+      baseline: null,
+      ratio: null,
+      goal: "<= 1.2 ms",
+      verdict: cpuMs / sandboxd.length <= 1.2 ? "pass" : "fail",
+      note: "user + system time of the daemon process (/proc/<pid>/stat) over the sequential gRPC calls",
+    },
+    ratioRow(
+      {
+        id: "exec-first-byte-p50",
+        figure: 'first stdout byte of "echo hi" p50',
+        unit: "ms",
+        value: percentile(firstByte, 0.5),
+        baseline: percentile(baselineFirstByte, 0.5),
+        note: count,
+      },
+      "max",
+      1.3,
+    ),
+    {
       id: "exec-latency-p99",
       figure: 'exec("true") sequential p99',
       unit: "ms",
@@ -85,4 +116,27 @@ export async function measureExecLatency(daemon: Daemon, size: BenchSize): Promi
       0.7,
     ),
   ];
+}
+
+/** Milliseconds from an Exec of `echo hi` to its first output event. */
+async function firstOutputMs(daemon: Daemon): Promise<number> {
+  const started = performance.now();
+  let first = 0;
+  for await (const event of daemon.client.exec({ spec: { command: "echo hi" } })) {
+    if (event.event.case === "output" && first === 0) first = performance.now() - started;
+  }
+  return first;
+}
+
+/** Milliseconds from `child_process.spawn("/bin/sh", ["-c", "echo hi"])` to its first stdout byte. */
+function baselineFirstOutputMs(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const started = performance.now();
+    const child = spawn("/bin/sh", ["-c", "echo hi"], { stdio: ["ignore", "pipe", "ignore"] });
+    let first = 0;
+    child.stdout.once("data", () => (first = performance.now() - started));
+    child.stdout.resume();
+    child.once("error", reject);
+    child.once("close", () => resolve(first));
+  });
 }

@@ -10,29 +10,61 @@ import { megabytesPerSecond, timeMs } from "../stats.js";
  */
 export async function measureExecThroughput(daemon: Daemon, size: BenchSize): Promise<Row[]> {
   const bytes = size.execBytes;
-  let received = 0;
-  const sandboxdMs = await timeMs(async () => {
-    for await (const event of daemon.client.exec({ spec: { command: "head", args: ["-c", String(bytes), "/dev/zero"] } })) {
-      if (event.event.case === "output") received += event.event.value.data.length;
-    }
-  });
+  const through = async (client: Daemon["client"]) => {
+    let received = 0;
+    const cpuBefore = daemon.cpuMs();
+    const elapsedMs = await timeMs(async () => {
+      for await (const event of client.exec({ spec: { command: "head", args: ["-c", String(bytes), "/dev/zero"] } })) {
+        if (event.event.case === "output") received += event.event.value.data.length;
+      }
+    });
+    return { received, elapsedMs, cpuMs: daemon.cpuMs() - cpuBefore };
+  };
+  const grpc = await through(daemon.client);
+  const http1 = await through(daemon.http1Client);
   let baselineBytes = 0;
   const baselineMs = await timeMs(async () => (baselineBytes = await spawnAndRead("head", ["-c", String(bytes), "/dev/zero"])));
-  const complete = received === bytes && baselineBytes === bytes;
+  const complete = (received: number) => received === bytes && baselineBytes === bytes;
+  const note = (received: number) => (complete(received) ? `${received} bytes each` : `short read: ${received} via Exec, ${baselineBytes} via the pipe, of ${bytes}`);
+  const cpuPerMb = grpc.cpuMs / (bytes / 1e6);
   return [
     ratioRow(
       {
         id: "exec-throughput",
         figure: `${formatBytes(bytes)} from head -c through Exec`,
         unit: "MB/s",
-        value: megabytesPerSecond(received, sandboxdMs),
+        value: megabytesPerSecond(grpc.received, grpc.elapsedMs),
         baseline: megabytesPerSecond(baselineBytes, baselineMs),
-        note: complete ? `${received} bytes each` : `short read: ${received} via Exec, ${baselineBytes} via the pipe, of ${bytes}`,
+        note: note(grpc.received),
       },
       "min",
       0.5,
-      complete,
+      complete(grpc.received),
     ),
+    ratioRow(
+      {
+        id: "exec-throughput-http1",
+        figure: `${formatBytes(bytes)} through Exec, Connect/HTTP1.1`,
+        unit: "MB/s",
+        value: megabytesPerSecond(http1.received, http1.elapsedMs),
+        baseline: megabytesPerSecond(baselineBytes, baselineMs),
+        note: note(http1.received),
+      },
+      "min",
+      0.5,
+      complete(http1.received),
+    ),
+    {
+      id: "exec-cpu-per-mb",
+      figure: "daemon CPU per MB of output (gRPC)",
+      unit: "ms",
+      value: cpuPerMb,
+      baseline: null,
+      ratio: null,
+      goal: "<= 1.5 ms",
+      verdict: cpuPerMb <= 1.5 ? "pass" : "fail",
+      note: "user + system time of the daemon process over the gRPC run",
+    },
   ];
 }
 

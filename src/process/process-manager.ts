@@ -408,6 +408,22 @@ export class ProcessManager {
     });
   }
 
+  /**
+   * Drops the retained output of an exited record whose reader has everything (an Exec that
+   * delivered its exit): its record stays, readers of its output get a gap. Without it every
+   * finished Exec kept up to its capacity for the linger time (3,000 execs: 56 to 170 MB).
+   */
+  dropOutput(managed: ManagedProcess): void {
+    if (managed.exit === undefined || this.processes.get(managed.id) !== managed) return;
+    const released = managed.output.discardRetained();
+    const counted = this.exitedOutput.get(managed);
+    if (counted !== undefined) {
+      this.exitedOutputBytes -= counted - managed.output.retainedBytes;
+      this.exitedOutput.set(managed, managed.output.retainedBytes);
+    }
+    releaseOutputMemory(released);
+  }
+
   /** Bytes of output the exited records retain together (see {@link ProcessManagerOptions.maxRetainedBytes}). */
   get exitedOutputRetainedBytes(): number {
     return this.exitedOutputBytes;

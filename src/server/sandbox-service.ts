@@ -74,6 +74,8 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
         if (signal.aborted) return;
         const exit = await managed.exited;
         yield { event: { case: "exited", value: toProtoExit(exit) } } satisfies ExecEvent;
+        // The caller has every byte and the exit: the record stays, its output is not worth keeping.
+        manager.dropOutput(managed);
       } finally {
         // Reached on completion, cancel, deadline, disconnect and shutdown alike.
         signal.removeEventListener("abort", stop);
