@@ -37,5 +37,5 @@ try {
 }
 if (headers !== undefined) {
   // Node-API symbols resolve against the node binary at load time.
-  compile("build/sandboxd.node", ["-shared", "-fPIC", "-DNAPI_VERSION=8", "-I", headers, "-o", path.join(build, "sandboxd.node"), path.join(root, "native", "addon.c")]);
+  compile("build/sandboxd.node", ["-shared", "-fPIC", "-DNAPI_VERSION=8", "-I", headers, "-o", path.join(build, "sandboxd.node"), path.join(root, "native", "addon.c"), "-lutil"]);
 }

@@ -1,5 +1,6 @@
 #!/usr/bin/env node
 import { PidsCgroup } from "../process/index.js";
+import { loadNativeAddon } from "../process/native.js";
 import { startServer, type SandboxServer, type SandboxServerOptions } from "../server/index.js";
 import { parseCommandLine, usage } from "./options.js";
 
@@ -53,12 +54,16 @@ function securitySummary(options: SandboxServerOptions, server: SandboxServer): 
     manager.launcher.helper === undefined
       ? "; WARNING: the sandboxd-exec helper was not built (no C compiler at install?): fds this daemon inherited reach commands and a working directory is not re-checked as it is entered"
       : "";
+  const addon =
+    loadNativeAddon() === null
+      ? "; WARNING: the native addon (build/sandboxd.node) is not loaded: commands start with a fork of the daemon (slower), freed memory is not trimmed"
+      : "";
   const applied = manager.launcher.resources?.applied;
   const resources =
     applied === undefined
       ? "; commands share the daemon's memory and CPU (no writable memory or cpu cgroup)"
       : `; commands: ${applied.memoryBytes !== undefined ? `${Math.round(applied.memoryBytes / 1048576)} MiB of memory together` : "no memory limit"}, ${applied.cpuWeight !== undefined ? `CPU weight ${applied.cpuWeight} of the daemon's` : "no CPU weight"}`;
-  return `${access}; commands run as ${user}; fork cap: ${manager.launcher.forkLimit(options.runAs?.uid)}${resources}${reaped}${helper}`;
+  return `${access}; commands run as ${user}; fork cap: ${manager.launcher.forkLimit(options.runAs?.uid)}${resources}${reaped}${helper}${addon}`;
 }
 
 main().catch((error: unknown) => {

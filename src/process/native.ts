@@ -5,8 +5,28 @@ import { fileURLToPath } from "node:url";
 import v8 from "node:v8";
 import { runInNewContext } from "node:vm";
 
+/** The parent-side fds of a command started by {@link NativeAddon.spawn}. */
+export interface NativeSpawned {
+  pid: number;
+  stdin?: number;
+  stdout?: number;
+  stderr?: number;
+  status?: number;
+  master?: number;
+  slave?: number;
+  ptyPath?: string;
+}
+
 /** What `native/addon.c` offers. */
-interface NativeAddon {
+export interface NativeAddon {
+  spawn(
+    file: string,
+    argv: readonly string[],
+    envp: readonly string[],
+    options: { cwd?: string; stdin: boolean; statusFd: boolean; pty?: { cols: number; rows: number } },
+  ): NativeSpawned;
+  reap(pid: number): { code: number | null; signal: number | null } | undefined;
+  resize(fd: number, cols: number, rows: number): void;
   trimMemory(): boolean;
 }
 
@@ -14,11 +34,14 @@ let addon: NativeAddon | null | undefined;
 
 /**
  * Loads `build/sandboxd.node` (built at install), searched upwards from this module like the exec
- * helper; null when it is missing or does not load, and the daemon then does without.
+ * helper; null when it is missing, does not load, or `SANDBOXD_NO_ADDON=1` says not to, and the
+ * daemon then does without: commands start through child_process and node-pty (a fork of the
+ * daemon each), and freed memory is not trimmed.
  */
 export function loadNativeAddon(): NativeAddon | null {
   if (addon !== undefined) return addon;
   addon = null;
+  if (process.env.SANDBOXD_NO_ADDON === "1") return addon;
   let directory = path.dirname(fileURLToPath(import.meta.url));
   for (let level = 0; level < 6; level++) {
     const candidate = path.join(directory, "build", "sandboxd.node");

@@ -1,6 +1,9 @@
 import { spawn, type StdioOptions } from "node:child_process";
-import type { Readable } from "node:stream";
+import net from "node:net";
+import type { Readable, Writable } from "node:stream";
 import { parseHelperStatus, type HelperFailure } from "./exec-helper.js";
+import { loadNativeAddon, type NativeAddon } from "./native.js";
+import { listenForNativeExits, watchNativeExit } from "./native-exits.js";
 import { outputDrainLimitMs, outputQuietMs, type ChildExit, type SpawnChildOptions, type SpawnedChild } from "./child.js";
 
 /**
@@ -10,6 +13,8 @@ import { outputDrainLimitMs, outputQuietMs, type ChildExit, type SpawnChildOptio
  * reported a failed step.
  */
 export function spawnPipeChild(options: SpawnChildOptions): Promise<SpawnedChild> {
+  const native = loadNativeAddon();
+  if (native !== null) return spawnWithAddon(native, options);
   const stdio: StdioOptions = [options.stdin ? "pipe" : "ignore", "pipe", "pipe"];
   if (options.statusFd) stdio.push("pipe");
   const child = spawn(options.file, options.args as string[], {
@@ -30,27 +35,81 @@ export function spawnPipeChild(options: SpawnChildOptions): Promise<SpawnedChild
       child.off("error", reject);
       // Errors after spawn (EPIPE on stdin, a kill of a gone process) must never crash the daemon.
       child.on("error", () => {});
-      child.stdin?.on("error", () => {});
+      const io: PipeIo = { stdin: child.stdin, stdout: child.stdout as Readable, stderr: child.stderr as Readable };
       // Output is read from now on: Node discards what a child printed into streams nobody read yet
       // when it exits, and a fast command can exit before the helper's status arrives.
-      const spawned = createPipeChild(child.pid!, child, leaderExited, options);
-      const status = child.stdio[3] as Readable | null | undefined;
-      if (status == null) return resolve(spawned);
-      // The helper closes fd 3 by exec'ing the command, or writes why it could not first.
-      let report = "";
-      status.setEncoding("utf8");
-      status.on("data", (text: string) => (report += text));
-      status.on("error", () => {});
-      status.once("close", () => {
-        const failure = parseHelperStatus(report);
-        if (failure === undefined) return resolve(spawned);
-        child.stdout?.destroy();
-        child.stderr?.destroy();
-        child.stdin?.destroy();
-        reject(new HelperStartError(failure));
-      });
+      const spawned = createPipeChild(child.pid!, io, leaderExited, options);
+      awaitHelperStatus(child.stdio[3] as Readable | null | undefined, io).then(() => resolve(spawned), reject);
     });
   });
+}
+
+/**
+ * Starts the child through the addon's posix_spawn (see `native/addon.c`): no fork of the daemon,
+ * whatever its size. The same streams, exit and status as the child_process path.
+ */
+function spawnWithAddon(native: NativeAddon, options: SpawnChildOptions): Promise<SpawnedChild> {
+  if (options.uid !== undefined || options.gid !== undefined) {
+    return Promise.reject(new Error("a user switch goes through sandboxd-exec, not spawn's uid and gid"));
+  }
+  listenForNativeExits(native);
+  let fds;
+  try {
+    fds = native.spawn(options.file, [options.file, ...options.args], environmentList(options.env), {
+      cwd: options.cwd || undefined,
+      stdin: options.stdin,
+      statusFd: options.statusFd ?? false,
+    });
+  } catch (error) {
+    return Promise.reject(error);
+  }
+  const leaderExited = watchNativeExit(native, fds.pid);
+  const io = {
+    stdin: fds.stdin === undefined ? null : new net.Socket({ fd: fds.stdin, readable: false, writable: true }),
+    stdout: new net.Socket({ fd: fds.stdout!, readable: true, writable: false }),
+    stderr: new net.Socket({ fd: fds.stderr!, readable: true, writable: false }),
+  };
+  io.stdin?.on("error", () => {});
+  io.stdout.on("error", () => {});
+  io.stderr.on("error", () => {});
+  const spawned = createPipeChild(fds.pid, io, leaderExited, options);
+  const status = fds.status === undefined ? undefined : new net.Socket({ fd: fds.status, readable: true, writable: false });
+  return awaitHelperStatus(status, io).then(() => spawned);
+}
+
+/** `NAME=VALUE` strings of an environment. */
+function environmentList(env: Readonly<Record<string, string>>): string[] {
+  return Object.entries(env).map(([name, value]) => `${name}=${value}`);
+}
+
+/**
+ * Resolves once the helper's status stream closes empty (it exec'd the command), or rejects with a
+ * {@link HelperStartError} for what it wrote, after closing the child's streams. Resolves at once
+ * without a status stream.
+ */
+function awaitHelperStatus(status: Readable | null | undefined, io: PipeIo): Promise<void> {
+  if (status == null) return Promise.resolve();
+  return new Promise<void>((resolve, reject) => {
+    let report = "";
+    status.setEncoding("utf8");
+    status.on("data", (text: string) => (report += text));
+    status.on("error", () => {});
+    status.once("close", () => {
+      const failure = parseHelperStatus(report);
+      if (failure === undefined) return resolve();
+      io.stdout.destroy();
+      io.stderr.destroy();
+      io.stdin?.destroy();
+      reject(new HelperStartError(failure));
+    });
+  });
+}
+
+/** The parent's ends of a child's pipes. */
+interface PipeIo {
+  stdin: Writable | null;
+  stdout: Readable;
+  stderr: Readable;
 }
 
 /** A start the native helper reported as failed, with the step and the errno name as `code`. */
@@ -68,14 +127,9 @@ export class HelperStartError extends Error {
   }
 }
 
-function createPipeChild(
-  pid: number,
-  child: import("node:child_process").ChildProcess,
-  leaderExited: Promise<ChildExit>,
-  options: SpawnChildOptions,
-): SpawnedChild {
-  const stdout = child.stdout as Readable;
-  const stderr = child.stderr as Readable;
+function createPipeChild(pid: number, io: PipeIo, leaderExited: Promise<ChildExit>, options: SpawnChildOptions): SpawnedChild {
+  const { stdout, stderr } = io;
+  io.stdin?.on("error", () => {});
   let lastDataAt = Date.now();
   let paused = false;
   stdout.on("data", (data: Buffer) => {
@@ -117,7 +171,7 @@ function createPipeChild(
     }
     stdout.destroy();
     stderr.destroy();
-    child.stdin?.destroy();
+    io.stdin?.destroy();
     return exit;
   });
 
@@ -126,7 +180,7 @@ function createPipeChild(
     exited: leaderExited,
     finished,
     write(data) {
-      const stdin = child.stdin;
+      const stdin = io.stdin;
       if (stdin === null || stdin.destroyed || stdin.writableEnded) {
         return Promise.reject(new Error("stdin is closed"));
       }
@@ -136,7 +190,7 @@ function createPipeChild(
       });
     },
     closeInput() {
-      child.stdin?.end();
+      io.stdin?.end();
     },
     resize() {},
     pauseOutput() {

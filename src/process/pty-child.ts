@@ -3,6 +3,8 @@ import { closeSync, constants as fsConstants, openSync, write } from "node:fs";
 import { createRequire } from "node:module";
 import tty from "node:tty";
 import { outputDrainLimitMs, type ChildExit, type SpawnChildOptions, type SpawnedChild } from "./child.js";
+import { loadNativeAddon } from "./native.js";
+import { listenForNativeExits, watchNativeExit } from "./native-exits.js";
 import { signalName } from "./signals.js";
 
 /** Options for {@link spawnPtyChild}. */
@@ -50,31 +52,9 @@ function loadNativePty(): { module: NativePty; dir: string } {
  * the master, everything the child wrote before it has been read.
  */
 export function spawnPtyChild(options: SpawnPtyOptions): SpawnedChild {
-  const native = loadNativePty();
-  const env = Object.entries(options.env).map(([key, value]) => `${key}=${value}`);
-  let resolveExit!: (exit: ChildExit) => void;
-  const leaderExited = new Promise<ChildExit>((resolve) => (resolveExit = resolve));
-  const term = native.module.fork(
-    options.file,
-    [...options.args],
-    env,
-    options.cwd,
-    options.cols,
-    options.rows,
-    options.uid ?? -1,
-    options.gid ?? -1,
-    false,
-    `${native.dir}/spawn-helper`,
-    (code, signal) => resolveExit(signal ? { code: null, signal: signalName(signal) } : { code, signal: null }),
-  );
-  let slaveFd: number | undefined;
-  try {
-    // Non-blocking: the marker is written from this thread, which is also the one that reads the
-    // master; a blocking write into a full terminal would wait for itself.
-    slaveFd = openSync(term.pty, fsConstants.O_RDWR | fsConstants.O_NOCTTY | fsConstants.O_NONBLOCK);
-  } catch {
-    // The child already closed the terminal: its output ends with EIO instead of the marker.
-  }
+  const term = openTerminal(options);
+  const leaderExited = term.exited;
+  const slaveFd = term.slaveFd;
   const marker = Buffer.from(`\x1b]sandboxd-drained;${randomBytes(12).toString("hex")}\x07`);
   const master = new tty.ReadStream(term.fd);
   let held = Buffer.alloc(0);
@@ -171,7 +151,7 @@ export function spawnPtyChild(options: SpawnPtyOptions): SpawnedChild {
       void writeInput(Buffer.from([0x04])).catch(() => {});
     },
     resize(cols, rows) {
-      if (!drained) native.module.resize(term.fd, cols, rows);
+      if (!drained) term.resize(cols, rows);
     },
     pauseOutput() {
       paused = true;
@@ -182,6 +162,69 @@ export function spawnPtyChild(options: SpawnPtyOptions): SpawnedChild {
       master.resume();
     },
   };
+}
+
+/** A command started in a new terminal: its pid, the master, the slave held open, its exit. */
+interface Terminal {
+  pid: number;
+  /** The master side, non-blocking. */
+  fd: number;
+  /** The slave side held by the parent (non-blocking), or undefined when the child closed it first. */
+  slaveFd: number | undefined;
+  exited: Promise<ChildExit>;
+  resize(cols: number, rows: number): void;
+}
+
+/**
+ * Starts the command in a new pseudo-terminal: through the addon's posix_spawn when it is built (no
+ * fork of the daemon), else node-pty's native fork.
+ */
+function openTerminal(options: SpawnPtyOptions): Terminal {
+  const addon = loadNativeAddon();
+  if (addon !== null && options.uid === undefined) {
+    const env = Object.entries(options.env).map(([key, value]) => `${key}=${value}`);
+    listenForNativeExits(addon);
+    const spawned = addon.spawn(options.file, [options.file, ...options.args], env, {
+      cwd: options.cwd || undefined,
+      stdin: false,
+      statusFd: false,
+      pty: { cols: options.cols, rows: options.rows },
+    });
+    const master = spawned.master!;
+    return {
+      pid: spawned.pid,
+      fd: master,
+      slaveFd: spawned.slave,
+      exited: watchNativeExit(addon, spawned.pid),
+      resize: (cols, rows) => addon.resize(master, cols, rows),
+    };
+  }
+  const native = loadNativePty();
+  const env = Object.entries(options.env).map(([key, value]) => `${key}=${value}`);
+  let resolveExit!: (exit: ChildExit) => void;
+  const exited = new Promise<ChildExit>((resolve) => (resolveExit = resolve));
+  const term = native.module.fork(
+    options.file,
+    [...options.args],
+    env,
+    options.cwd,
+    options.cols,
+    options.rows,
+    options.uid ?? -1,
+    options.gid ?? -1,
+    false,
+    `${native.dir}/spawn-helper`,
+    (code, signal) => resolveExit(signal ? { code: null, signal: signalName(signal) } : { code, signal: null }),
+  );
+  let slaveFd: number | undefined;
+  try {
+    // Non-blocking: the marker is written from this thread, which is also the one that reads the
+    // master; a blocking write into a full terminal would wait for itself.
+    slaveFd = openSync(term.pty, fsConstants.O_RDWR | fsConstants.O_NOCTTY | fsConstants.O_NONBLOCK);
+  } catch {
+    // The child already closed the terminal: its output ends with EIO instead of the marker.
+  }
+  return { pid: term.pid, fd: term.fd, slaveFd, exited, resize: (cols, rows) => native.module.resize(term.fd, cols, rows) };
 }
 
 /**
