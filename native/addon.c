@@ -9,6 +9,8 @@
  *       options: { cwd?: string, stdin: boolean, pty?: { cols, rows }, statusFd: boolean }
  *       returns { pid, stdin?, stdout, stderr?, status?, master?, slave?, ptyPath? } (parent-side
  *       fds, close-on-exec; the PTY's slave stays open in the parent, see src/process/pty-child.ts).
+ *   spawnAsync(file, argv, envp, options) does the same on a thread of libuv's pool and resolves
+ *       with the same object: the loop goes on while the child is created.
  *   reap(pid) collects a child that has exited without blocking: undefined while it runs, else
  *       { code, signal } (one of them null).
  *   resize(fd, cols, rows) sets a terminal's size.
@@ -112,46 +114,85 @@ static void close_all(int *fds, int count) {
   }
 }
 
-static napi_value spawn_command(napi_env env, napi_callback_info info) {
+/* A spawn to do: everything copied out of JS, so it can run on any thread. */
+struct spawn_request {
+  char *file, **argv, **envp, *cwd;
+  int want_stdin, want_status, use_pty;
+  struct winsize size;
+  /* Results: parent-side fds (stdin, stdout, stderr, status), the PTY, the pid, or an error. */
+  int parent[4], master, slave;
+  char pty_path[128];
+  pid_t pid;
+  int error;
+  const char *failed;
+  /* For spawnAsync. */
+  napi_async_work work;
+  napi_deferred deferred;
+};
+
+static void free_request(struct spawn_request *request) {
+  free(request->file);
+  free(request->cwd);
+  free_strings(request->argv);
+  free_strings(request->envp);
+  free(request);
+}
+
+/* Reads spawn's arguments; NULL (with an exception pending) when they are wrong. */
+static struct spawn_request *read_request(napi_env env, napi_callback_info info) {
   size_t argc = 4;
   napi_value args[4];
-  CHECK(napi_get_cb_info(env, info, &argc, args, NULL, NULL));
-  if (argc < 4) {
+  if (napi_get_cb_info(env, info, &argc, args, NULL, NULL) != napi_ok || argc < 4) {
     napi_throw_type_error(env, NULL, "usage: spawn(file, argv, envp, options)");
     return NULL;
   }
-  char *file = string_from(env, args[0]);
-  char **argv = strings_from(env, args[1]);
-  char **envp = strings_from(env, args[2]);
+  struct spawn_request *request = calloc(1, sizeof *request);
+  if (request == NULL) {
+    napi_throw_error(env, NULL, "out of memory");
+    return NULL;
+  }
+  request->file = string_from(env, args[0]);
+  request->argv = strings_from(env, args[1]);
+  request->envp = strings_from(env, args[2]);
   napi_value options = args[3], value;
-  char *cwd = has_property(env, options, "cwd", &value) ? string_from(env, value) : NULL;
-  int want_stdin = flag(env, options, "stdin");
-  int want_status = flag(env, options, "statusFd");
-  int use_pty = has_property(env, options, "pty", &value);
-  struct winsize size = {24, 80, 0, 0};
-  if (use_pty) {
+  request->cwd = has_property(env, options, "cwd", &value) ? string_from(env, value) : NULL;
+  request->want_stdin = flag(env, options, "stdin");
+  request->want_status = flag(env, options, "statusFd");
+  request->use_pty = has_property(env, options, "pty", &value);
+  request->size = (struct winsize){24, 80, 0, 0};
+  if (request->use_pty) {
     napi_value dimension;
     int32_t number;
-    if (has_property(env, value, "cols", &dimension) && napi_get_value_int32(env, dimension, &number) == napi_ok) size.ws_col = (unsigned short)number;
-    if (has_property(env, value, "rows", &dimension) && napi_get_value_int32(env, dimension, &number) == napi_ok) size.ws_row = (unsigned short)number;
+    if (has_property(env, value, "cols", &dimension) && napi_get_value_int32(env, dimension, &number) == napi_ok) request->size.ws_col = (unsigned short)number;
+    if (has_property(env, value, "rows", &dimension) && napi_get_value_int32(env, dimension, &number) == napi_ok) request->size.ws_row = (unsigned short)number;
   }
+  for (int i = 0; i < 4; i++) request->parent[i] = -1;
+  request->master = request->slave = -1;
+  request->pid = -1;
+  if (request->file == NULL || request->argv == NULL || request->envp == NULL) {
+    free_request(request);
+    napi_throw_error(env, NULL, "out of memory");
+    return NULL;
+  }
+  return request;
+}
 
-  /* Parent ends, child ends: stdin, stdout, stderr, status; the PTY's master and slave. */
-  int parent[4] = {-1, -1, -1, -1}, child[4] = {-1, -1, -1, -1}, master = -1, slave = -1;
-  char pty_path[128] = "";
+/* Creates the stdio and spawns: plain C, safe on a worker thread. Sets error and failed on failure. */
+static void run_spawn(struct spawn_request *request) {
+  int child[4] = {-1, -1, -1, -1};
   int error = 0;
   const char *failed = "socketpair";
-  if (use_pty) {
+  if (request->use_pty) {
     failed = "openpty";
-    if (openpty(&master, &slave, pty_path, NULL, &size) != 0) error = errno;
+    if (openpty(&request->master, &request->slave, request->pty_path, NULL, &request->size) != 0) error = errno;
     if (!error) {
-      fcntl(master, F_SETFD, FD_CLOEXEC);
-      fcntl(slave, F_SETFD, FD_CLOEXEC);
-      fcntl(master, F_SETFL, fcntl(master, F_GETFL) | O_NONBLOCK);
+      fcntl(request->master, F_SETFD, FD_CLOEXEC);
+      fcntl(request->slave, F_SETFD, FD_CLOEXEC);
+      fcntl(request->master, F_SETFL, fcntl(request->master, F_GETFL) | O_NONBLOCK);
     }
   } else {
     for (int stream = 0; stream < 3 && !error; stream++) {
-      if (stream == 0 && !want_stdin) continue;
+      if (stream == 0 && !request->want_stdin) continue;
       /* Socket pairs, as libuv uses for child_process: a half-close (end of input) is a shutdown. */
       int ends[2];
       if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ends) != 0) {
@@ -159,20 +200,18 @@ static napi_value spawn_command(napi_env env, napi_callback_info info) {
         break;
       }
       /* stdin: the child reads; stdout, stderr: the child writes. */
-      parent[stream] = stream == 0 ? ends[1] : ends[0];
+      request->parent[stream] = stream == 0 ? ends[1] : ends[0];
       child[stream] = stream == 0 ? ends[0] : ends[1];
     }
   }
-  if (!error && want_status) {
+  if (!error && request->want_status) {
     int ends[2];
     if (pipe2(ends, O_CLOEXEC) != 0) error = errno;
     else {
-      parent[3] = ends[0];
+      request->parent[3] = ends[0];
       child[3] = ends[1];
     }
   }
-
-  pid_t pid = -1;
   if (!error) {
     posix_spawn_file_actions_t actions;
     posix_spawnattr_t attributes;
@@ -185,10 +224,10 @@ static napi_value spawn_command(napi_env env, napi_callback_info info) {
     posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
     posix_spawnattr_setsigmask(&attributes, &none);
     posix_spawnattr_setsigdefault(&attributes, &all);
-    if (use_pty) {
-      for (int fd = 0; fd < 3; fd++) posix_spawn_file_actions_adddup2(&actions, slave, fd);
+    if (request->use_pty) {
+      for (int fd = 0; fd < 3; fd++) posix_spawn_file_actions_adddup2(&actions, request->slave, fd);
       /* Opened by path after setsid, the terminal becomes the session's controlling terminal. */
-      posix_spawn_file_actions_addopen(&actions, 3, pty_path, O_RDWR, 0);
+      posix_spawn_file_actions_addopen(&actions, 3, request->pty_path, O_RDWR, 0);
       posix_spawn_file_actions_addclose(&actions, 3);
     } else {
       if (child[0] >= 0) posix_spawn_file_actions_adddup2(&actions, child[0], 0);
@@ -197,47 +236,93 @@ static napi_value spawn_command(napi_env env, napi_callback_info info) {
       posix_spawn_file_actions_adddup2(&actions, child[2], 2);
     }
     if (child[3] >= 0) posix_spawn_file_actions_adddup2(&actions, child[3], 3);
-    if (cwd != NULL && cwd[0] != '\0') posix_spawn_file_actions_addchdir_np(&actions, cwd);
+    if (request->cwd != NULL && request->cwd[0] != '\0') posix_spawn_file_actions_addchdir_np(&actions, request->cwd);
     failed = "posix_spawn";
-    error = posix_spawnp(&pid, file, &actions, &attributes, argv, envp);
+    error = posix_spawn(&request->pid, request->file, &actions, &attributes, request->argv, request->envp);
     posix_spawn_file_actions_destroy(&actions);
     posix_spawnattr_destroy(&attributes);
   }
   close_all(child, 4);
-  free(file);
-  free(cwd);
-  free_strings(argv);
-  free_strings(envp);
-  if (error) {
-    close_all(parent, 4);
-    if (master >= 0) close(master);
-    if (slave >= 0) close(slave);
-    return throw_errno(env, error, failed);
-  }
-
-  if (use_pty) {
+  if (!error && request->use_pty) {
     /* The parent writes its end-of-output marker into the slave from the loop thread, so its own
      * slave fd is non-blocking: a description of its own, since the flag would be shared with the
      * child's stdio through dup2. */
-    int held = open(pty_path, O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
-    close(slave);
-    slave = held;
+    int held = open(request->pty_path, O_RDWR | O_NOCTTY | O_NONBLOCK | O_CLOEXEC);
+    close(request->slave);
+    request->slave = held;
   }
+  if (error) {
+    close_all(request->parent, 4);
+    if (request->master >= 0) close(request->master);
+    if (request->slave >= 0) close(request->slave);
+    request->master = request->slave = -1;
+  }
+  request->error = error;
+  request->failed = failed;
+}
+
+/* The result object of a spawn that succeeded. */
+static napi_value spawn_result(napi_env env, struct spawn_request *request) {
   napi_value result;
-  CHECK(napi_create_object(env, &result));
-  set_int(env, result, "pid", pid);
-  if (use_pty) {
-    set_int(env, result, "master", master);
-    if (slave >= 0) set_int(env, result, "slave", slave);
+  if (napi_create_object(env, &result) != napi_ok) return NULL;
+  set_int(env, result, "pid", request->pid);
+  if (request->use_pty) {
+    set_int(env, result, "master", request->master);
+    if (request->slave >= 0) set_int(env, result, "slave", request->slave);
     napi_value path;
-    napi_create_string_utf8(env, pty_path, NAPI_AUTO_LENGTH, &path);
+    napi_create_string_utf8(env, request->pty_path, NAPI_AUTO_LENGTH, &path);
     napi_set_named_property(env, result, "ptyPath", path);
   }
   static const char *names[4] = {"stdin", "stdout", "stderr", "status"};
   for (int i = 0; i < 4; i++) {
-    if (parent[i] >= 0) set_int(env, result, names[i], parent[i]);
+    if (request->parent[i] >= 0) set_int(env, result, names[i], request->parent[i]);
   }
   return result;
+}
+
+static napi_value spawn_command(napi_env env, napi_callback_info info) {
+  struct spawn_request *request = read_request(env, info);
+  if (request == NULL) return NULL;
+  run_spawn(request);
+  napi_value result = request->error ? throw_errno(env, request->error, request->failed) : spawn_result(env, request);
+  free_request(request);
+  return result;
+}
+
+static void spawn_execute(napi_env env, void *data) {
+  (void)env;
+  run_spawn(data);
+}
+
+static void spawn_complete(napi_env env, napi_status status, void *data) {
+  struct spawn_request *request = data;
+  (void)status;
+  if (request->error) {
+    throw_errno(env, request->error, request->failed);
+    napi_value exception;
+    napi_get_and_clear_last_exception(env, &exception);
+    napi_reject_deferred(env, request->deferred, exception);
+  } else {
+    napi_resolve_deferred(env, request->deferred, spawn_result(env, request));
+  }
+  napi_delete_async_work(env, request->work);
+  free_request(request);
+}
+
+/* spawn on a thread of libuv's pool: the loop is not held while the child is created. */
+static napi_value spawn_async(napi_env env, napi_callback_info info) {
+  struct spawn_request *request = read_request(env, info);
+  if (request == NULL) return NULL;
+  napi_value promise, name;
+  napi_create_promise(env, &request->deferred, &promise);
+  napi_create_string_utf8(env, "sandboxd:spawn", NAPI_AUTO_LENGTH, &name);
+  if (napi_create_async_work(env, NULL, name, spawn_execute, spawn_complete, request, &request->work) != napi_ok ||
+      napi_queue_async_work(env, request->work) != napi_ok) {
+    free_request(request);
+    napi_throw_error(env, NULL, "sandboxd addon: could not queue the spawn");
+    return NULL;
+  }
+  return promise;
 }
 
 static napi_value reap(napi_env env, napi_callback_info info) {
@@ -307,7 +392,8 @@ static int export_function(napi_env env, napi_value exports, const char *name, n
 }
 
 NAPI_MODULE_INIT() {
-  if (!export_function(env, exports, "spawn", spawn_command) || !export_function(env, exports, "reap", reap) ||
+  if (!export_function(env, exports, "spawn", spawn_command) || !export_function(env, exports, "spawnAsync", spawn_async) ||
+      !export_function(env, exports, "reap", reap) ||
       !export_function(env, exports, "resize", resize) || !export_function(env, exports, "trimMemory", trim_memory)) {
     return NULL;
   }

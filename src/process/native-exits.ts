@@ -6,9 +6,27 @@ import { signalName } from "./signals.js";
 const waiting = new Map<number, (exit: ChildExit) => void>();
 let addon: NativeAddon | undefined;
 let safetyNet: NodeJS.Timeout | undefined;
+/** Spawns on a worker thread not yet registered: a SIGCHLD meanwhile may be for one of them. */
+let spawnsInFlight = 0;
+let signalWhileSpawning = false;
+
+/** Notes that a spawn is under way on another thread; call the returned function once its pid is watched. */
+export function spawnStarting(): () => void {
+  spawnsInFlight++;
+  let done = false;
+  return () => {
+    if (done) return;
+    done = true;
+    spawnsInFlight--;
+    // Its SIGCHLD may have come before its pid was waited for: look again, once.
+    if (signalWhileSpawning) setImmediate(sweep);
+    if (spawnsInFlight === 0) signalWhileSpawning = false;
+  };
+}
 
 /** Reaps every waiting child that has exited (waitpid with WNOHANG, one pid at a time: never another's child). */
 function sweep(): void {
+  if (spawnsInFlight > 0) signalWhileSpawning = true;
   for (const [pid, resolve] of waiting) {
     let result;
     try {

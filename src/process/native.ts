@@ -1,4 +1,4 @@
-import { existsSync } from "node:fs";
+import { accessSync, constants as fsConstants, existsSync, statSync } from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -25,6 +25,12 @@ export interface NativeAddon {
     envp: readonly string[],
     options: { cwd?: string; stdin: boolean; statusFd: boolean; pty?: { cols: number; rows: number } },
   ): NativeSpawned;
+  spawnAsync(
+    file: string,
+    argv: readonly string[],
+    envp: readonly string[],
+    options: { cwd?: string; stdin: boolean; statusFd: boolean; pty?: { cols: number; rows: number } },
+  ): Promise<NativeSpawned>;
   reap(pid: number): { code: number | null; signal: number | null } | undefined;
   resize(fd: number, cols: number, rows: number): void;
   trimMemory(): boolean;
@@ -92,4 +98,23 @@ function garbageCollector(): () => void {
     collectGarbage = runInNewContext("gc") as () => void;
   }
   return collectGarbage;
+}
+
+/**
+ * The path posix_spawn needs for `file`: as it is with a slash (relative to `cwd`), else the first
+ * executable file of that name in `searchPath` (the command's PATH, as execvp would search it), else
+ * `file` itself, which then fails with ENOENT.
+ */
+export function executablePath(file: string, searchPath: string, cwd: string): string {
+  if (file.includes("/")) return path.resolve(cwd || "/", file);
+  for (const directory of searchPath.split(":")) {
+    const candidate = path.resolve(cwd || "/", directory || ".", file);
+    try {
+      accessSync(candidate, fsConstants.X_OK);
+      if (statSync(candidate).isFile()) return candidate;
+    } catch {
+      // Not here.
+    }
+  }
+  return file;
 }

@@ -2,8 +2,8 @@ import { spawn, type StdioOptions } from "node:child_process";
 import net from "node:net";
 import type { Readable, Writable } from "node:stream";
 import { parseHelperStatus, type HelperFailure } from "./exec-helper.js";
-import { loadNativeAddon, type NativeAddon } from "./native.js";
-import { listenForNativeExits, watchNativeExit } from "./native-exits.js";
+import { executablePath, loadNativeAddon, type NativeAddon, type NativeSpawned } from "./native.js";
+import { listenForNativeExits, spawnStarting, watchNativeExit } from "./native-exits.js";
 import { outputDrainLimitMs, outputQuietMs, type ChildExit, type SpawnChildOptions, type SpawnedChild } from "./child.js";
 
 /**
@@ -53,16 +53,28 @@ function spawnWithAddon(native: NativeAddon, options: SpawnChildOptions): Promis
     return Promise.reject(new Error("a user switch goes through sandboxd-exec, not spawn's uid and gid"));
   }
   listenForNativeExits(native);
-  let fds;
-  try {
-    fds = native.spawn(options.file, [options.file, ...options.args], environmentList(options.env), {
+  const file = executablePath(options.file, options.env.PATH ?? "", options.cwd);
+  const watched = spawnStarting();
+  return native
+    .spawnAsync(file, [options.file, ...options.args], environmentList(options.env), {
       cwd: options.cwd || undefined,
       stdin: options.stdin,
       statusFd: options.statusFd ?? false,
-    });
-  } catch (error) {
-    return Promise.reject(error);
-  }
+    })
+    .then(
+      (fds) => {
+        const started = startedWithAddon(native, fds, options);
+        watched();
+        return started;
+      },
+      (error: unknown) => {
+        watched();
+        throw error;
+      },
+    );
+}
+
+function startedWithAddon(native: NativeAddon, fds: NativeSpawned, options: SpawnChildOptions): Promise<SpawnedChild> {
   const leaderExited = watchNativeExit(native, fds.pid);
   const io = {
     stdin: fds.stdin === undefined ? null : new net.Socket({ fd: fds.stdin, readable: false, writable: true }),

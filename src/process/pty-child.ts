@@ -3,7 +3,7 @@ import { closeSync, constants as fsConstants, openSync, write } from "node:fs";
 import { createRequire } from "node:module";
 import tty from "node:tty";
 import { outputDrainLimitMs, type ChildExit, type SpawnChildOptions, type SpawnedChild } from "./child.js";
-import { loadNativeAddon } from "./native.js";
+import { executablePath, loadNativeAddon } from "./native.js";
 import { listenForNativeExits, watchNativeExit } from "./native-exits.js";
 import { signalName } from "./signals.js";
 
@@ -184,7 +184,7 @@ function openTerminal(options: SpawnPtyOptions): Terminal {
   if (addon !== null && options.uid === undefined) {
     const env = Object.entries(options.env).map(([key, value]) => `${key}=${value}`);
     listenForNativeExits(addon);
-    const spawned = addon.spawn(options.file, [options.file, ...options.args], env, {
+    const spawned = addon.spawn(executablePath(options.file, options.env.PATH ?? "", options.cwd), [options.file, ...options.args], env, {
       cwd: options.cwd || undefined,
       stdin: false,
       statusFd: false,
