@@ -85,6 +85,8 @@ export class ManagedProcess implements ProcessDescription {
   readonly exited: Promise<ProcessExit>;
 
   private child?: SpawnedChild;
+  /** The pid once the child is let go of at exit. */
+  private exitedPid = 0;
   private currentStatus: ProcessStatus = "starting";
   private exitInfo?: ProcessExit;
   private readonly startedAt = performance.now();
@@ -131,7 +133,7 @@ export class ManagedProcess implements ProcessDescription {
 
   /** OS pid (and process group id), or 0 when it never started. */
   get pid(): number {
-    return this.child?.pid ?? 0;
+    return this.child?.pid ?? this.exitedPid;
   }
 
   /** How it ended; undefined while running. */
@@ -331,6 +333,9 @@ export class ManagedProcess implements ProcessDescription {
       stderrBytes: offsets.stderr,
     };
     this.currentStatus = end.status;
+    // The child's streams, closures and buffers are not needed for a record that only reports now.
+    this.exitedPid = this.child?.pid ?? 0;
+    this.child = undefined;
     this.resolveExited(this.exitInfo);
   }
 }
