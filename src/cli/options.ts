@@ -38,6 +38,8 @@ usage: sandboxd [options]
   --keepalive-ms <n>        ping interval that finds dead peers (SANDBOXD_KEEPALIVE_MS, default 30000)
   --state-dir <dir>         record process groups here; leftovers of a killed daemon are killed
                             at the next start (SANDBOXD_STATE_DIR)
+  --cors-origin <origin>    let browser pages of this origin call the daemon (Connect, gRPC-Web); repeatable,
+                            * for any (SANDBOXD_CORS_ORIGINS, comma-separated)
   --tls-cert <file>         serve TLS with this PEM certificate chain; needs --tls-key (SANDBOXD_TLS_CERT)
   --tls-key <file>          the PEM private key of --tls-cert (SANDBOXD_TLS_KEY)
   --tls-client-ca <file>    require client certificates signed by these PEM CAs (mutual TLS)
@@ -77,6 +79,7 @@ export function parseCommandLine(argv: readonly string[], env: NodeJS.ProcessEnv
       "keepalive-ms": { type: "string" },
       "max-connections": { type: "string" },
       "state-dir": { type: "string" },
+      "cors-origin": { type: "string", multiple: true },
       "tls-cert": { type: "string" },
       "tls-key": { type: "string" },
       "tls-client-ca": { type: "string" },
@@ -138,6 +141,7 @@ function securityOptions(values: Record<string, string | boolean | string[] | un
     keepalive: keepaliveMs === undefined ? undefined : { intervalMs: keepaliveMs, timeoutMs: keepaliveMs },
     listener: { maxConnections: integer("max-connections", text("max-connections") ?? env.SANDBOXD_MAX_CONNECTIONS, undefined, 1) },
     stateDirectory: text("state-dir") ?? env.SANDBOXD_STATE_DIR,
+    corsOrigins: (values["cors-origin"] as string[] | undefined) ?? env.SANDBOXD_CORS_ORIGINS?.split(",").map((origin) => origin.trim()).filter(Boolean),
   };
 }
 

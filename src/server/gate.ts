@@ -3,6 +3,7 @@ import type net from "node:net";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { createTokenCheck, isLoopbackHost, publicServices as defaultPublicServices } from "./auth.js";
 import { answerEarly, type AnyRequest, type AnyResponse } from "./early-answer.js";
+import type { HttpEndpoints } from "./http-endpoints.js";
 import type { RequestHandler } from "./listener.js";
 
 /** Default calls of public services (health) in progress on one connection. */
@@ -42,6 +43,8 @@ export interface GateOptions {
    * of unauthenticated streams. Default {@link defaultMaxResetsPerSecond}.
    */
   maxResetsPerSecond?: number;
+  /** Plain-HTTP health and CORS, answered before the checks on calls (a preflight carries no token). */
+  endpoints?: HttpEndpoints;
   /** Called with each call refused for its token, for logs and metrics. */
   onAuthFailure?: (request: AnyRequest) => void;
 }
@@ -86,6 +89,8 @@ export function createGate(handler: RequestHandler, options: GateOptions): Gate 
   };
 
   const serve: RequestHandler = (request, response) => {
+    if (options.endpoints?.answer(request, response)) return;
+    options.endpoints?.decorate(request, response);
     if (!options.anyHost) {
       const host = hostOf(request);
       if (host === undefined || !isLoopbackHost(host)) {

@@ -14,6 +14,7 @@ import {
   type CallLimitOptions,
 } from "./limits.js";
 import { createGate, type GateOptions } from "./gate.js";
+import { createHttpEndpoints } from "./http-endpoints.js";
 import { createListener, defaultPrefaceTimeoutMs, type ListenerOptions, type TlsOptions } from "./listener.js";
 import { withParseErrorsAsInvalidArgument } from "./parse-errors.js";
 import { createRoutes } from "./routes.js";
@@ -42,6 +43,11 @@ export interface SandboxServerOptions extends ProcessManagerOptions {
   callLimits?: CallLimitOptions;
   /** Keepalive pings that find dead peers. */
   keepalive?: KeepaliveOptions;
+  /**
+   * Origins whose browser pages may call the daemon over Connect and gRPC-Web (CORS); `*` for any.
+   * None by default.
+   */
+  corsOrigins?: readonly string[];
   /** Limits of connections: how many, and how long HTTP/1.1 requests and silent connections may take. */
   listener?: Pick<ListenerOptions, "maxConnections" | "headersTimeoutMs" | "requestTimeoutMs" | "prefaceTimeoutMs">;
   /** Limits of the calls answered without a token (health), and of calls a client resets. */
@@ -116,7 +122,14 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
   // ENHANCE_YOUR_CALM. Room for a few calls at the message limit keeps honest clients clear of it.
   const maxSessionMemoryMb = Math.max(10, Math.ceil((4 * maxMessageBytes + 16 * 1024 * 1024) / (1024 * 1024)));
   // Host and token are checked on the headers, before a byte of a body is read.
-  const gate = createGate(adapter, { token: options.token, anyHost: options.token !== undefined || options.insecure === true, ...options.gate });
+  let ready = true;
+  const endpoints = createHttpEndpoints({ corsOrigins: options.corsOrigins, ready: () => ready });
+  const gate = createGate(adapter, {
+    token: options.token,
+    anyHost: options.token !== undefined || options.insecure === true,
+    endpoints,
+    ...options.gate,
+  });
   const admissionTimeoutMs = options.listener?.prefaceTimeoutMs ?? defaultPrefaceTimeoutMs;
   const listener = createListener(gate.serve, {
     ...options.listener,
@@ -155,6 +168,7 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
     },
     close(gracePeriodMs = 2000) {
       closing ??= (async () => {
+        ready = false;
         health.shutdown();
         const closed = listener.close();
         shutdown.abort();
