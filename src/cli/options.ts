@@ -3,6 +3,7 @@ import { readFileSync } from "node:fs";
 import type { SandboxServerOptions, TlsOptions } from "../server/index.js";
 import { Launcher, resolveUser } from "../process/index.js";
 import { defaultHost, defaultPort, resolveToken } from "../server/index.js";
+import { logLevels, type LogLevel } from "../server/observe.js";
 
 /** The daemon's command-line help. */
 export const usage = `sandboxd: run commands in this machine for clients far away (gRPC, Connect, gRPC-Web)
@@ -44,11 +45,22 @@ usage: sandboxd [options]
   --tls-key <file>          the PEM private key of --tls-cert (SANDBOXD_TLS_KEY)
   --tls-client-ca <file>    require client certificates signed by these PEM CAs (mutual TLS)
                             (SANDBOXD_TLS_CLIENT_CA)
+  --log-level <level>       trace, debug, info, warn, error, fatal or silent (SANDBOXD_LOG_LEVEL, default info)
+  --log-format <format>     json or pretty (SANDBOXD_LOG_FORMAT; default pretty on a terminal, else json)
+  --log-commands            put command lines in the process audit (they may carry secrets)
+  --metrics-public          serve GET /metrics without the token
   -h, --help                show this help
 `;
 
+/** How the daemon logs (see createLogger). */
+export interface LoggingOptions {
+  level: LogLevel;
+  /** Undefined: pretty when stderr is a terminal, else JSON. */
+  format?: "json" | "pretty";
+}
+
 /** Parsed command line: server options, or a request for help. */
-export type CliCommand = { help: true } | { help: false; options: SandboxServerOptions };
+export type CliCommand = { help: true } | { help: false; options: SandboxServerOptions; logging: LoggingOptions };
 
 /**
  * Parses the daemon's arguments, with environment variables as fallbacks. Throws an Error with a
@@ -83,11 +95,19 @@ export function parseCommandLine(argv: readonly string[], env: NodeJS.ProcessEnv
       "tls-cert": { type: "string" },
       "tls-key": { type: "string" },
       "tls-client-ca": { type: "string" },
+      "log-level": { type: "string" },
+      "log-format": { type: "string" },
+      "log-commands": { type: "boolean" },
+      "metrics-public": { type: "boolean" },
       help: { type: "boolean", short: "h" },
     },
     strict: true,
   });
   if (values.help) return { help: true };
+  const level = (values["log-level"] as string | undefined) ?? env.SANDBOXD_LOG_LEVEL ?? "info";
+  if (!(logLevels as readonly string[]).includes(level)) throw new Error(`--log-level must be one of ${logLevels.join(", ")}, got ${JSON.stringify(level)}`);
+  const format = (values["log-format"] as string | undefined) ?? env.SANDBOXD_LOG_FORMAT;
+  if (format !== undefined && format !== "json" && format !== "pretty") throw new Error(`--log-format must be json or pretty, got ${JSON.stringify(format)}`);
   const workspace = values.workspace ?? env.SANDBOXD_WORKSPACE?.split(":").filter(Boolean);
   return {
     help: false,
@@ -101,7 +121,10 @@ export function parseCommandLine(argv: readonly string[], env: NodeJS.ProcessEnv
       lingerMs: integer("linger-ms", values["linger-ms"] ?? env.SANDBOXD_LINGER_MS, undefined, 0),
       ...securityOptions(values, env),
       tls: tlsOptions(values, env),
+      logCommands: values["log-commands"] === true,
+      metricsPublic: values["metrics-public"] === true,
     },
+    logging: { level: level as LogLevel, format },
   };
 }
 

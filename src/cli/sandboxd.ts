@@ -2,6 +2,7 @@
 import { PidsCgroup } from "../process/index.js";
 import { loadNativeAddon } from "../process/native.js";
 import { startServer, type SandboxServer, type SandboxServerOptions } from "../server/index.js";
+import { createLogger } from "../server/observe.js";
 import { parseCommandLine, usage } from "./options.js";
 
 /** Starts the daemon from the command line and shuts it down gracefully on SIGTERM or SIGINT. */
@@ -24,11 +25,18 @@ async function main(): Promise<void> {
     process.stdout.write(usage);
     return;
   }
-  const server = await startServer({ ...command.options, log: (message) => process.stderr.write(`sandboxd: ${message}\n`) });
-  process.stderr.write(`sandboxd listening on ${server.url} (workspace ${server.manager.workspace.roots.join(":")})\n`);
-  process.stderr.write(`sandboxd: ${securitySummary(command.options, server)}\n`);
+  const logger = createLogger({ level: command.logging.level, format: command.logging.format });
+  let server: SandboxServer;
+  try {
+    server = await startServer({ ...command.options, logger, log: (message) => logger.warn(message) });
+  } catch (error) {
+    logger.fatal({ error: (error as Error).message }, `sandboxd: ${(error as Error).message}`);
+    process.exit(1);
+  }
+  logger.info({ url: server.url, workspace: server.manager.workspace.roots }, `sandboxd listening on ${server.url} (workspace ${server.manager.workspace.roots.join(":")})`);
+  logger.info(`sandboxd: ${securitySummary(command.options, server)}`);
   const stop = (signal: NodeJS.Signals) => {
-    process.stderr.write(`sandboxd: ${signal}, shutting down\n`);
+    logger.info({ signal }, `sandboxd: ${signal}, shutting down`);
     const forced = setTimeout(() => process.exit(1), 10_000);
     forced.unref();
     void server.close().then(() => process.exit(0));

@@ -1,5 +1,6 @@
 import { randomUUID } from "node:crypto";
 import { accessSync, constants as fsConstants, statSync } from "node:fs";
+import { userInfo } from "node:os";
 import path from "node:path";
 import { createBaseEnvironment } from "./environment.js";
 import { ProcessError } from "./errors.js";
@@ -96,6 +97,8 @@ export interface ProcessManagerOptions {
    * records' output is dropped (readers get a gap). Default {@link defaultMaxRetainedBytes}.
    */
   maxRetainedBytes?: number;
+  /** Told of every output read from a command, per stream (metrics). */
+  onOutputBytes?: (stream: "stdout" | "stderr", bytes: number) => void;
   /** Where the manager reports what an operator must know (a state directory that cannot record). Default: nothing. */
   log?: (message: string) => void;
 }
@@ -144,6 +147,7 @@ export class ProcessManager {
   private readonly runAs?: UserIdentity;
   private readonly allowSudo: boolean;
   private readonly log?: (message: string) => void;
+  private readonly onOutputBytes?: (stream: "stdout" | "stderr", bytes: number) => void;
 
   /**
    * Use {@link createProcessManager}, which resolves the workspace roots. Only the fields of
@@ -158,6 +162,7 @@ export class ProcessManager {
     this.runAs = options.runAs;
     this.allowSudo = options.allowSudo ?? false;
     this.log = options.log;
+    this.onOutputBytes = options.onOutputBytes;
     this.outputCapacityBytes = options.outputCapacityBytes ?? defaultOutputCapacityBytes;
     this.maxProcesses = options.maxProcesses ?? defaultMaxProcesses;
     this.lingerMs = options.lingerMs ?? defaultLingerMs;
@@ -292,7 +297,12 @@ export class ProcessManager {
       uid: plan.uid,
       gid: plan.gid,
       statusFd: plan.statusFd,
-      onOutput: managed.handleOutput.bind(managed),
+      onOutput: this.onOutputBytes === undefined
+        ? managed.handleOutput.bind(managed)
+        : (stream: "stdout" | "stderr", data: Uint8Array) => {
+            this.onOutputBytes!(stream, data.length);
+            managed.handleOutput(stream, data);
+          },
     };
     try {
       const child = spec.pty
@@ -335,6 +345,12 @@ export class ProcessManager {
         .catch(() => {});
     }
     return managed;
+  }
+
+  /** The name of the user a command runs as: root with sudo, the `runAs` user, or the daemon's own. */
+  commandUser(sudo: boolean): string {
+    if (sudo) return "root";
+    return this.runAs?.name ?? daemonUserName();
   }
 
   /** Returns a record, or throws a ProcessError ("not-found"). */
@@ -575,4 +591,12 @@ function findProgramProblem(file: string, searchPath: string, cwd: string): { me
   }
   if (sawUnexecutable) return { message: `permission denied: ${file}`, exitCode: 126 };
   return { message: `program not found: ${file}`, exitCode: 127 };
+}
+
+function daemonUserName(): string {
+  try {
+    return userInfo().username;
+  } catch {
+    return String(process.getuid?.() ?? "");
+  }
 }

@@ -1,4 +1,6 @@
 import { cors } from "@connectrpc/connect";
+import type { Registry } from "prom-client";
+import { createTokenCheck } from "./auth.js";
 import type { AnyRequest, AnyResponse } from "./early-answer.js";
 
 /** Options for {@link createHttpEndpoints}. */
@@ -10,13 +12,15 @@ export interface HttpEndpointsOptions {
   corsOrigins?: readonly string[];
   /** Whether the daemon takes new work: false once it shuts down (`/readyz` then answers 503). */
   ready(): boolean;
+  /** `GET /metrics` in Prometheus text format from this registry; behind `token` when one is given. */
+  metrics?: { registry: Registry; token?: string };
 }
 
 /** What {@link createHttpEndpoints} makes. */
 export interface HttpEndpoints {
   /**
    * Answers what is not an RPC: `GET /healthz` (200 while the process serves), `GET /readyz` (200, or
-   * 503 once shutting down) and CORS preflights. Returns true when it answered.
+   * 503 once shutting down), `GET /metrics` and CORS preflights. Returns true when it answered.
    */
   answer(request: AnyRequest, response: AnyResponse): boolean;
   /** Adds the CORS headers an allowed origin's actual request needs to its response. */
@@ -33,6 +37,7 @@ const extraAllowedHeaders = ["Authorization"];
  */
 export function createHttpEndpoints(options: HttpEndpointsOptions): HttpEndpoints {
   const origins = new Set(options.corsOrigins ?? []);
+  const metricsToken = options.metrics?.token === undefined ? undefined : createTokenCheck(options.metrics.token);
   const allowed = (origin: string | undefined) => origin !== undefined && (origins.has("*") || origins.has(origin));
   const originOf = (request: AnyRequest) => (typeof request.headers.origin === "string" ? request.headers.origin : undefined);
   return {
@@ -42,6 +47,26 @@ export function createHttpEndpoints(options: HttpEndpointsOptions): HttpEndpoint
         const ok = path === "/healthz" || options.ready();
         (response as import("node:http").ServerResponse).writeHead(ok ? 200 : 503, { "content-type": "text/plain; charset=utf-8", "cache-control": "no-store" });
         response.end(ok ? "ok\n" : "shutting down\n");
+        return true;
+      }
+      if (request.method === "GET" && path === "/metrics" && options.metrics !== undefined) {
+        const { registry } = options.metrics;
+        const reply = response as import("node:http").ServerResponse;
+        if (metricsToken !== undefined && !metricsToken(request.headers.authorization)) {
+          reply.writeHead(401, { "content-type": "text/plain; charset=utf-8", "www-authenticate": "Bearer" });
+          reply.end("missing or invalid bearer token\n");
+          return true;
+        }
+        registry.metrics().then(
+          (text) => {
+            reply.writeHead(200, { "content-type": registry.contentType, "cache-control": "no-store" });
+            reply.end(text);
+          },
+          () => {
+            reply.writeHead(500);
+            reply.end();
+          },
+        );
         return true;
       }
       if (request.method === "OPTIONS") {

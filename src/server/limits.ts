@@ -32,6 +32,17 @@ export interface CallCounter {
  */
 export const connectionKey = createContextKey<object | undefined>(undefined, { description: "sandboxd connection" });
 
+/** Who is calling: the peer's address and port, and with mutual TLS its certificate's subject. */
+export interface Peer {
+  /** `address:port` of the client's end of the connection. */
+  address: string;
+  /** The client certificate's subject (`CN=...`), with mutual TLS. */
+  subject?: string;
+}
+
+/** The {@link Peer} of a call, set by {@link connectionContextValues}. */
+export const peerKey = createContextKey<Peer | undefined>(undefined, { description: "sandboxd peer" });
+
 /**
  * An AbortSignal that fires as soon as the client resets the call's HTTP/2 stream (or closes its
  * HTTP/1.1 connection), set by {@link connectionContextValues}. It fires in the same turn as the
@@ -65,6 +76,7 @@ export function connectionContextValues(request: http.IncomingMessage | http2.Ht
     }
   }
   values.set(clientGoneKey, gone.signal);
+  values.set(peerKey, peerOf(request.socket as net.Socket | null));
   return values;
 }
 
@@ -157,4 +169,16 @@ export function createErrorMessageLimitInterceptor(maxLength = defaultMaxErrorMe
       })(),
     } as typeof response;
   };
+}
+
+function peerOf(socket: net.Socket | null): Peer | undefined {
+  if (socket === null) return undefined;
+  const host = socket.remoteAddress?.includes(":") ? `[${socket.remoteAddress}]` : socket.remoteAddress;
+  const peer: Peer = { address: `${host ?? "?"}:${socket.remotePort ?? 0}` };
+  const tlsSocket = socket as net.Socket & { getPeerCertificate?: () => { subject?: Record<string, string> } };
+  const subject = typeof tlsSocket.getPeerCertificate === "function" ? tlsSocket.getPeerCertificate()?.subject : undefined;
+  if (subject !== undefined && Object.keys(subject).length > 0) {
+    peer.subject = Object.entries(subject).map(([key, value]) => `${key}=${value}`).join(",");
+  }
+  return peer;
 }

@@ -13,7 +13,8 @@ import { defaultKillGracePeriodMs, parseSignal, type ManagedProcess, type Proces
 import { fromProtoSpec, fromProtoStatus, toProtoChunk, toProtoExit, toProtoGap, toProtoInfo } from "./convert.js";
 import { createCallSignal, throwIfShuttingDown } from "./call-signal.js";
 import { withConnectErrors } from "./errors.js";
-import { clientGoneKey } from "./limits.js";
+import { clientGoneKey, peerKey } from "./limits.js";
+import type { ProcessAudit } from "./observe.js";
 
 /** Dependencies of {@link createSandboxService}. */
 export interface SandboxServiceOptions {
@@ -26,6 +27,8 @@ export interface SandboxServiceOptions {
   shutdownSignal?: AbortSignal;
   /** Milliseconds between SIGTERM and SIGKILL when an Exec call is cancelled. Default 1000. */
   cancelGracePeriodMs?: number;
+  /** Told of every process started, with who asked. Default: nothing. */
+  audit?: ProcessAudit;
 }
 
 /**
@@ -46,6 +49,7 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
       const spec = fromProtoSpec(request.spec);
       const gone = context.values.get(clientGoneKey) ?? context.signal;
       const managed = await withConnectErrors(() => manager.start(spec, { pinnedReader: true, signal: gone }));
+      options.audit?.started(managed, context.values.get(peerKey), manager.commandUser(spec.sudo ?? false));
       const call = createCallSignal(context.signal, options.shutdownSignal);
       // Cancelled while it started (a client that resets its calls at once): it must not run on.
       if (gone.aborted || context.signal.aborted) {
@@ -86,6 +90,7 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
     async startProcess(request, context) {
       const spec = fromProtoSpec(request.spec);
       const managed = await withConnectErrors(() => manager.start(spec, { signal: context.values.get(clientGoneKey) ?? context.signal }));
+      options.audit?.started(managed, context.values.get(peerKey), manager.commandUser(spec.sudo ?? false));
       return { process: toProtoInfo(managed) };
     },
 

@@ -15,6 +15,8 @@ import {
 } from "./limits.js";
 import { createGate, type GateOptions } from "./gate.js";
 import { createHttpEndpoints } from "./http-endpoints.js";
+import { createDaemonMetrics, createLogger, createObserveInterceptor, createProcessAudit, type DaemonMetrics } from "./observe.js";
+import type { Logger } from "pino";
 import { createListener, defaultPrefaceTimeoutMs, type ListenerOptions, type TlsOptions } from "./listener.js";
 import { withParseErrorsAsInvalidArgument } from "./parse-errors.js";
 import { createRoutes } from "./routes.js";
@@ -48,6 +50,12 @@ export interface SandboxServerOptions extends ProcessManagerOptions {
    * None by default.
    */
   corsOrigins?: readonly string[];
+  /** Where calls, process starts and exits, and refusals are logged. Default: nowhere (a library stays quiet). */
+  logger?: Logger;
+  /** Log command lines and arguments in the process audit (they may carry secrets). Default false. */
+  logCommands?: boolean;
+  /** Serve `GET /metrics` without the token. Default false: with a token, metrics need it too. */
+  metricsPublic?: boolean;
   /** Limits of connections: how many, and how long HTTP/1.1 requests and silent connections may take. */
   listener?: Pick<ListenerOptions, "maxConnections" | "headersTimeoutMs" | "requestTimeoutMs" | "prefaceTimeoutMs">;
   /** Limits of the calls answered without a token (health), and of calls a client resets. */
@@ -88,7 +96,15 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
   const host = options.host ?? defaultHost;
   assertSafeBinding({ host, token: options.token, insecure: options.insecure });
   assertSafeUserSwitch(options);
-  const manager = await createProcessManager(managerOptions(options));
+  const logger = options.logger ?? createLogger({ level: "silent" });
+  let listenerForMetrics: { connections: number } | undefined;
+  let metrics: DaemonMetrics | undefined;
+  const manager = await createProcessManager({
+    ...managerOptions(options),
+    onOutputBytes: (stream, bytes) => metrics?.outputBytes.inc({ stream }, bytes),
+  });
+  metrics = createDaemonMetrics({ manager, connections: () => listenerForMetrics?.connections ?? 0 });
+  const audit = createProcessAudit(logger, metrics, { logCommands: options.logCommands });
   const shutdown = new AbortController();
   // Every call in progress listens to it (and lets go when it ends): many at once is the normal case.
   setMaxListeners(0, shutdown.signal);
@@ -96,9 +112,10 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
   const maxMessageBytes = options.maxMessageBytes ?? defaultMaxMessageBytes;
   const health = createHealthStatus([SandboxService.typeName]);
   const adapter = connectNodeAdapter({
-    routes: withParseErrorsAsInvalidArgument(createRoutes({ manager, shutdownSignal: shutdown.signal, health })),
+    routes: withParseErrorsAsInvalidArgument(createRoutes({ manager, shutdownSignal: shutdown.signal, health, audit })),
     // Auth first: an unauthenticated call must not even count against the limits.
     interceptors: [
+      createObserveInterceptor(logger, metrics),
       createErrorMessageLimitInterceptor(),
       ...(options.token !== undefined ? [createAuthInterceptor({ token: options.token })] : []),
       limits.interceptor,
@@ -123,11 +140,19 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
   const maxSessionMemoryMb = Math.max(10, Math.ceil((4 * maxMessageBytes + 16 * 1024 * 1024) / (1024 * 1024)));
   // Host and token are checked on the headers, before a byte of a body is read.
   let ready = true;
-  const endpoints = createHttpEndpoints({ corsOrigins: options.corsOrigins, ready: () => ready });
+  const endpoints = createHttpEndpoints({
+    corsOrigins: options.corsOrigins,
+    ready: () => ready,
+    metrics: { registry: metrics.registry, token: options.metricsPublic ? undefined : options.token },
+  });
   const gate = createGate(adapter, {
     token: options.token,
     anyHost: options.token !== undefined || options.insecure === true,
     endpoints,
+    onAuthFailure: (request) => {
+      metrics?.authFailures.inc();
+      logger.warn({ procedure: request.url?.split("?")[0].slice(1), peer: `${request.socket?.remoteAddress}:${request.socket?.remotePort}` }, "call refused: missing or wrong token");
+    },
     ...options.gate,
   });
   const admissionTimeoutMs = options.listener?.prefaceTimeoutMs ?? defaultPrefaceTimeoutMs;
@@ -145,6 +170,7 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
       session.once("close", () => clearTimeout(unadmitted));
     },
   });
+  listenerForMetrics = listener;
   let port: number;
   try {
     port = await listener.listen(options.port ?? defaultPort, host);

@@ -1,0 +1,205 @@
+import { createRequire } from "node:module";
+import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import pino, { type Logger } from "pino";
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
+import type { ManagedProcess, ProcessExit, ProcessManager } from "../process/index.js";
+import { peerKey, type Peer } from "./limits.js";
+
+/** Log levels, quietest last. */
+export const logLevels = ["trace", "debug", "info", "warn", "error", "fatal", "silent"] as const;
+/** One of {@link logLevels}. */
+export type LogLevel = (typeof logLevels)[number];
+
+/** Options for {@link createLogger}. */
+export interface LoggerOptions {
+  /** Least level written. Default "info". */
+  level?: LogLevel;
+  /** JSON lines, or colored lines for people. Default: pretty when stderr is a terminal, else JSON. */
+  format?: "json" | "pretty";
+  /** Where lines go. Default: stderr. */
+  destination?: NodeJS.WritableStream;
+}
+
+/**
+ * Creates the daemon's logger: pino, JSON lines on stderr with a time, a level name and a message;
+ * pretty lines (pino-pretty, in-process) when asked or when stderr is a terminal. pino writes a line
+ * with a few microseconds of work and no thread, which is what a line per call needs.
+ */
+export function createLogger(options: LoggerOptions = {}): Logger {
+  const pretty = options.format === "pretty" || (options.format === undefined && process.stderr.isTTY === true);
+  const base = { level: options.level ?? "info", base: { service: "sandboxd" }, formatters: { level: (label: string) => ({ level: label }) } };
+  if (pretty) {
+    // Loaded only when wanted: pino-pretty is for people at a terminal.
+    const prettyStream = (createRequire(import.meta.url)("pino-pretty") as (options: object) => NodeJS.WritableStream)({
+      destination: options.destination ?? process.stderr,
+      colorize: options.destination === undefined && process.stderr.isTTY === true,
+      sync: true,
+    });
+    return pino({ ...base, formatters: undefined }, prettyStream);
+  }
+  return pino(base, options.destination ?? pino.destination({ fd: 2, sync: true }));
+}
+
+/** The daemon's Prometheus metrics (prom-client, on a registry of its own). */
+export interface DaemonMetrics {
+  readonly registry: Registry;
+  readonly calls: Counter<"procedure" | "code">;
+  readonly callSeconds: Histogram<"procedure">;
+  readonly starts: Counter<"result">;
+  readonly outputBytes: Counter<"stream">;
+  readonly authFailures: Counter;
+}
+
+/**
+ * Creates the metrics: calls by procedure and code with latency histograms, process starts by
+ * result, output bytes per stream, auth failures, gauges read at scrape time (processes by status,
+ * output retained and dropped, connections), and Node's own process metrics.
+ */
+export function createDaemonMetrics(source: { manager: ProcessManager; connections(): number }): DaemonMetrics {
+  const registry = new Registry();
+  collectDefaultMetrics({ register: registry, prefix: "sandboxd_" });
+  const calls = new Counter({ name: "sandboxd_calls_total", help: "Calls answered, by procedure and status code.", labelNames: ["procedure", "code"], registers: [registry] });
+  const callSeconds = new Histogram({
+    name: "sandboxd_call_duration_seconds",
+    help: "Time from a call's start to its answer (unary) or end (streams).",
+    labelNames: ["procedure"],
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30, 120],
+    registers: [registry],
+  });
+  const starts = new Counter({ name: "sandboxd_process_starts_total", help: "Processes started (spawned) or that failed to start.", labelNames: ["result"], registers: [registry] });
+  const outputBytes = new Counter({ name: "sandboxd_output_bytes_total", help: "Output bytes read from commands, per stream.", labelNames: ["stream"], registers: [registry] });
+  const authFailures = new Counter({ name: "sandboxd_auth_failures_total", help: "Calls refused for a missing or wrong token.", registers: [registry] });
+  new Gauge({
+    name: "sandboxd_processes",
+    help: "Process records, by status.",
+    labelNames: ["status"],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const managed of source.manager.list()) this.inc({ status: managed.status });
+    },
+  });
+  new Gauge({
+    name: "sandboxd_output_retained_bytes",
+    help: "Output bytes the records retain.",
+    registers: [registry],
+    collect() {
+      this.set(source.manager.list().reduce((total, managed) => total + managed.output.retainedBytes, 0));
+    },
+  });
+  new Gauge({
+    name: "sandboxd_output_dropped_bytes",
+    help: "Output bytes the current records dropped to stay within their bounds (readers got a gap).",
+    registers: [registry],
+    collect() {
+      this.set(source.manager.list().reduce((total, managed) => total + managed.output.retainedFrom.stdout + managed.output.retainedFrom.stderr, 0));
+    },
+  });
+  new Gauge({
+    name: "sandboxd_connections",
+    help: "Open client connections.",
+    registers: [registry],
+    collect() {
+      this.set(source.connections());
+    },
+  });
+  return { registry, calls, callSeconds, starts, outputBytes, authFailures };
+}
+
+/**
+ * Creates an interceptor that logs one line per call (procedure, peer, status code, duration, and
+ * the process id where the call names one) and counts it in the metrics, for unary calls at their
+ * answer and for streams at their end. Never logs a header, a token or a request body.
+ */
+export function createObserveInterceptor(logger: Logger, metrics: DaemonMetrics): Interceptor {
+  return (next) => async (request) => {
+    const started = performance.now();
+    const procedure = `${request.service.typeName}/${request.method.name}`;
+    const peer = request.contextValues.get(peerKey);
+    const done = (error: unknown) => {
+      const code = error === undefined ? "ok" : codeName(ConnectError.from(error).code);
+      const seconds = (performance.now() - started) / 1000;
+      metrics.calls.inc({ procedure, code });
+      metrics.callSeconds.observe({ procedure }, seconds);
+      const line = { procedure, peer: peer?.address, subject: peer?.subject, code, durationMs: Math.round(seconds * 1e5) / 100 };
+      if (error === undefined || code === "canceled") logger.info(line, "call");
+      else logger.warn({ ...line, error: ConnectError.from(error).rawMessage }, "call");
+    };
+    let response;
+    try {
+      response = await next(request);
+    } catch (error) {
+      done(error);
+      throw error;
+    }
+    if (!response.stream) {
+      done(undefined);
+      return response;
+    }
+    const messages = response.message;
+    return {
+      ...response,
+      message: (async function* () {
+        try {
+          yield* messages;
+        } catch (error) {
+          done(error);
+          throw error;
+        }
+        done(request.signal.aborted ? new ConnectError("canceled", Code.Canceled) : undefined);
+      })(),
+    } as typeof response;
+  };
+}
+
+/** Options for {@link createProcessAudit}. */
+export interface ProcessAuditOptions {
+  /** Log command lines and arguments (they may carry secrets). Default false: the program name only. */
+  logCommands?: boolean;
+}
+
+/** Writes the audit lines of processes: who started what, and how it ended. */
+export interface ProcessAudit {
+  /** A process was started (or failed to) on behalf of `peer`. */
+  started(managed: ManagedProcess, peer: Peer | undefined, user: string): void;
+}
+
+/**
+ * Creates the process audit: a line when a process starts (who asked: peer and certificate subject;
+ * what ran: program name, cwd, user, pid) and one when it ends (status, code, signal, duration),
+ * counting starts in the metrics. Environment values never; command lines only with `logCommands`.
+ */
+export function createProcessAudit(logger: Logger, metrics: DaemonMetrics, options: ProcessAuditOptions = {}): ProcessAudit {
+  return {
+    started(managed, peer, user) {
+      const what = {
+        processId: managed.id,
+        pid: managed.pid,
+        program: programName(managed),
+        ...(options.logCommands ? { command: managed.command, args: managed.args } : {}),
+        cwd: managed.cwd,
+        user,
+        pty: managed.pty,
+        peer: peer?.address,
+        subject: peer?.subject,
+      };
+      metrics.starts.inc({ result: managed.status === "error" ? "failed" : "spawned" });
+      logger.info(what, "process started");
+      void managed.exited.then((exit: ProcessExit) => {
+        const line = { processId: managed.id, pid: managed.pid, status: exit.status, exitCode: exit.exitCode, signal: exit.signal, timedOut: exit.timedOut, durationMs: Math.round(exit.durationMs) };
+        if (exit.status === "error") logger.warn({ ...line, error: exit.error }, "process failed to start");
+        else logger.info(line, "process exited");
+      });
+    },
+  };
+}
+
+/** The program a record ran, without its arguments: the first word of a shell line, or the argv program. */
+function programName(managed: ManagedProcess): string {
+  if (managed.args.length > 0) return managed.command;
+  return managed.command.trim().split(/\s+/)[0] ?? "";
+}
+
+function codeName(code: Code): string {
+  return Code[code].replace(/([a-z])([A-Z])/g, "$1_$2").toLowerCase();
+}

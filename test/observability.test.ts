@@ -1,0 +1,81 @@
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, realpathSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { createClient, type Interceptor } from "@connectrpc/connect";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { SandboxService } from "../gen/sandbox/v1/sandbox_pb.js";
+import { waitFor } from "./support/processes.js";
+import { collectExec, rpcError, waitForExit } from "./support/rpc.js";
+
+const root = path.resolve(import.meta.dirname, "..");
+const token = "observability-token-never-logged";
+
+describe("a daemon's logs and metrics, read from a real run", () => {
+  let daemon: ChildProcess;
+  let stderr = "";
+  let url: string;
+  let session: Http2SessionManager;
+  let workspace: string;
+  const lines = () =>
+    stderr
+      .split("\n")
+      .filter(Boolean)
+      .map((line) => JSON.parse(line) as Record<string, unknown>);
+
+  beforeAll(async () => {
+    workspace = realpathSync(mkdtempSync(path.join(tmpdir(), "sandboxd-observe-")));
+    daemon = spawn(process.execPath, ["--import", "tsx", "src/cli/sandboxd.ts", "--port", "0", "--workspace", workspace, "--log-level", "info"], {
+      cwd: root,
+      env: { ...process.env, SANDBOXD_TOKEN: token },
+      stdio: ["ignore", "ignore", "pipe"],
+    });
+    daemon.stderr!.on("data", (data: Buffer) => (stderr += data.toString()));
+    url = (await waitFor(() => /listening on (http:\/\/\S+)/.exec(stderr)?.[1], { timeoutMs: 30_000, what: "the daemon to listen" })) as string;
+    session = new Http2SessionManager(url);
+  });
+  afterAll(() => {
+    session?.abort();
+    daemon?.kill("SIGKILL");
+    rmSync(workspace, { recursive: true, force: true });
+  });
+
+  it("a JSON line per call and per process start and exit, refusals logged and counted, no secret anywhere", async () => {
+    const withToken: Interceptor = (next) => (request) => (request.header.set("authorization", `Bearer ${token}`), next(request));
+    const client = createClient(SandboxService, createGrpcTransport({ baseUrl: url, sessionManager: session, interceptors: [withToken] }));
+    const anonymous = createClient(SandboxService, createGrpcTransport({ baseUrl: url, sessionManager: session }));
+    const result = await collectExec(client, { command: "printf %s \"$SECRET_VALUE\"; exit 3", env: { SECRET_VALUE: "env-value-never-logged" } });
+    expect(result.exited.exitCode).toBe(3);
+    const started = await client.startProcess({ spec: { command: "sleep", args: ["0.1"] } });
+    await waitForExit(client, started.process!.processId);
+    expect((await rpcError(anonymous.listProcesses({}))).rawMessage).toBe("missing bearer token");
+
+    const metricsUrl = `${url}/metrics`;
+    expect((await fetch(metricsUrl)).status).toBe(401);
+    const metrics = await (await fetch(metricsUrl, { headers: { authorization: `Bearer ${token}` } })).text();
+    expect(metrics).toMatch(/^sandboxd_calls_total\{procedure="sandbox\.v1\.SandboxService\/Exec",code="ok"\} 1$/m);
+    expect(metrics).toMatch(/^sandboxd_call_duration_seconds_count\{procedure="sandbox\.v1\.SandboxService\/StartProcess"\} 1$/m);
+    expect(metrics).toMatch(/^sandboxd_process_starts_total\{result="spawned"\} 2$/m);
+    expect(metrics).toMatch(/^sandboxd_output_bytes_total\{stream="stdout"\} 22$/m);
+    expect(metrics).toMatch(/^sandboxd_auth_failures_total 1$/m);
+    expect(metrics).toMatch(/^sandboxd_processes\{status="(failed|completed)"\} \d+$/m);
+    expect(metrics).toMatch(/^sandboxd_connections \d+$/m);
+    expect(metrics).toMatch(/^sandboxd_process_resident_memory_bytes \d+/m);
+
+    await waitFor(() => lines().filter((line) => line.msg === "process exited").length === 2, { what: "both exit lines" });
+    const logged = lines();
+    const calls = logged.filter((line) => line.msg === "call");
+    const exec = calls.find((line) => line.procedure === "sandbox.v1.SandboxService/Exec")!;
+    expect(exec).toMatchObject({ level: "info", code: "ok", peer: expect.stringMatching(/^127\.0\.0\.1:\d+$/) });
+    expect(typeof exec.durationMs).toBe("number");
+    const startLine = logged.find((line) => line.msg === "process started" && line.program === "printf")!;
+    expect(startLine).toMatchObject({ cwd: workspace, pid: result.started.pid, processId: result.started.processId, peer: expect.stringMatching(/^127\.0\.0\.1:/) });
+    expect(typeof startLine.user).toBe("string");
+    expect(startLine.command).toBeUndefined();
+    expect(logged.find((line) => line.msg === "process exited" && line.processId === result.started.processId)).toMatchObject({ status: "failed", exitCode: 3 });
+    expect(logged.some((line) => line.level === "warn" && String(line.msg).startsWith("call refused"))).toBe(true);
+    expect(stderr).not.toContain(token);
+    expect(stderr).not.toContain("env-value-never-logged");
+  });
+});
