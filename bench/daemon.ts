@@ -189,14 +189,19 @@ function listeningUrl(child: ChildProcess, timeoutMs: number): Promise<string> {
     let text = "";
     const timer = setTimeout(() => reject(new Error(`sandboxd did not listen within ${timeoutMs} ms: ${text}`)), timeoutMs);
     child.stderr!.setEncoding("utf8");
-    child.stderr!.on("data", (data: string) => {
+    const onData = (data: string) => {
       text += data;
       const match = /listening on (http:\/\/\S+)/.exec(text);
       if (match !== null) {
         clearTimeout(timer);
         resolve(match[1]);
+        // The daemon logs a line per call from here on: drained unread, so its stderr never fills and
+        // the bench spends nothing on it.
+        child.stderr!.off("data", onData);
+        child.stderr!.resume();
       }
-    });
+    };
+    child.stderr!.on("data", onData);
     child.once("exit", (code) => {
       clearTimeout(timer);
       reject(new Error(`sandboxd exited with ${code} before listening: ${text}`));
