@@ -135,6 +135,29 @@ describe.skipIf(launcher.forkLimit() === "none")(`a fork bomb is capped (${launc
   });
 });
 
+describe.skipIf(launcher.forkLimit() !== "cgroup-pids")("per-command cgroups are reused once empty", () => {
+  let test: TestServer | undefined;
+  afterEach(async () => {
+    await test?.close();
+    test = undefined;
+  });
+
+  it("sequential commands take turns in a few cgroups, with their cap, after what escaped in them was killed", async () => {
+    test = await startTestServer({ launcher: Launcher.create({ maxTasksPerCommand: 20 }) });
+    const marker = sleepMarker();
+    const pidsCgroup = (text: string) => /^\d+:pids:(.*)$/m.exec(text)?.[1];
+    const used = new Set<string | undefined>();
+    for (let index = 0; index < 10; index++) {
+      const result = await collectExec(test.client, { command: `setsid sleep ${marker} & cat /proc/self/cgroup; cat /sys/fs/cgroup/pids$(sed -n 's/^[0-9]*:pids://p' /proc/self/cgroup)/pids.max` });
+      used.add(pidsCgroup(result.stdout.toString()));
+      expect(result.stdout.toString().trim().split("\n").at(-1)).toBe("20");
+      await waitFor(() => sleepers(marker).length === 0, { what: "the escaped sleep to be killed with its cgroup" });
+    }
+    // Without reuse, ten commands make ten cgroups.
+    expect(used.size).toBeLessThanOrEqual(3);
+  });
+});
+
 const sharedCap = Launcher.create({ maxTasksPerCommand: 100, maxTasksTotal: 150 });
 
 describe.skipIf(sharedCap.forkLimit() !== "cgroup-pids")("the tasks of all commands together are capped", () => {

@@ -9,6 +9,10 @@ import path from "node:path";
 export class PidsCgroup {
   private next = 0;
   private static created = 0;
+  /** Empty child cgroups kept for reuse, with their pids.max. */
+  private readonly free: Array<{ directory: string; maxTasks: number }> = [];
+  /** pids.max of every child cgroup this made. */
+  private readonly caps = new Map<string, number>();
   /** Tasks of dead daemons' cgroups killed by {@link detect} so far, in this process. */
   static leftoverTasksKilled = 0;
 
@@ -41,6 +45,7 @@ export class PidsCgroup {
         const probe = new PidsCgroup(directory, maxTasksTotal);
         const child = probe.create(1);
         rmdirSync(child.directory);
+        probe.caps.delete(child.directory);
         return probe;
       } catch {
         try {
@@ -58,12 +63,19 @@ export class PidsCgroup {
    * it by writing its pid (or "0" for itself) to `procsFile` before it forks.
    */
   create(maxTasks: number): { directory: string; procsFile: string } {
-    const directory = path.join(this.directory, `p${this.next++}`);
     // Recreated if a shutdown removed it: a launcher may outlive one manager.
     if (!existsSync(this.directory)) {
+      this.free.length = 0;
       mkdirSync(this.directory, { recursive: true });
       if (this.maxTasksTotal !== undefined && this.maxTasksTotal > 0) writeFileSync(path.join(this.directory, "pids.max"), String(this.maxTasksTotal));
     }
+    // An empty cgroup of an earlier command, with the same cap: no mkdir, no pids.max write.
+    const reused = this.free.pop();
+    if (reused !== undefined && reused.maxTasks === maxTasks && existsSync(reused.directory)) {
+      return { directory: reused.directory, procsFile: path.join(reused.directory, "cgroup.procs") };
+    }
+    if (reused !== undefined) rmdirQuietly(reused.directory);
+    const directory = path.join(this.directory, `p${this.next++}`);
     mkdirSync(directory);
     try {
       writeFileSync(path.join(directory, "pids.max"), String(maxTasks));
@@ -71,29 +83,43 @@ export class PidsCgroup {
       rmdirSync(directory);
       throw error;
     }
+    this.caps.set(directory, maxTasks);
     return { directory, procsFile: path.join(directory, "cgroup.procs") };
   }
 
   /**
-   * Kills whatever is left in a child cgroup (tasks that escaped the process group with setsid) and
-   * removes it. Retries briefly while the killed tasks exit; gives up silently after about a second.
+   * Kills whatever is left in a child cgroup (tasks that escaped the process group with setsid) and,
+   * once it is empty, keeps it for the next command (up to {@link maxFreeCgroups}) or removes it.
+   * Retries briefly while the killed tasks exit; gives up silently after about a second.
    */
   async remove(directory: string): Promise<void> {
     for (let attempt = 0; attempt < 50; attempt++) {
-      try {
-        killMembers(directory);
-        rmdirSync(directory);
-        return;
-      } catch (error) {
-        const code = (error as NodeJS.ErrnoException).code;
-        if (code === "ENOENT") return;
-        await new Promise((resolve) => setTimeout(resolve, 20));
+      killMembers(directory);
+      if (!existsSync(directory)) return;
+      if (members(directory).length === 0) {
+        const maxTasks = this.caps.get(directory);
+        if (maxTasks !== undefined && this.free.length < maxFreeCgroups) {
+          this.free.push({ directory, maxTasks });
+          return;
+        }
+        try {
+          rmdirSync(directory);
+          this.caps.delete(directory);
+          return;
+        } catch {
+          // Busy after all: try again.
+        }
       }
+      await new Promise((resolve) => setTimeout(resolve, 20));
     }
   }
 
-  /** Removes the daemon's directory (once every child is gone); errors are ignored. */
+  /** Removes the kept empty cgroups and the daemon's directory (once every child is gone); errors are ignored. */
   close(): void {
+    for (const { directory } of this.free.splice(0)) {
+      rmdirQuietly(directory);
+      this.caps.delete(directory);
+    }
     try {
       rmdirSync(this.directory);
     } catch {
@@ -101,6 +127,9 @@ export class PidsCgroup {
     }
   }
 }
+
+/** Most empty per-command cgroups kept for reuse: a mkdir, a pids.max write and an rmdir saved per command. */
+const maxFreeCgroups = 64;
 
 /**
  * Kills the tasks of, and removes, the cgroups of sandboxd daemons that are no longer running.

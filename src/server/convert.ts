@@ -101,6 +101,17 @@ export function toProtoInfo(managed: ManagedProcess): MessageInitShape<typeof Pr
   };
 }
 
+/**
+ * The record as Exec's `started` event shows it: as it was when spawned, running, with no exit and
+ * no output yet, even when a fast command has already ended by the time the event is built (its end
+ * comes as `exited`, after its output). A process that never started keeps its error status.
+ */
+export function toProtoStartedInfo(managed: ManagedProcess): MessageInitShape<typeof ProcessInfoSchema> {
+  const info = toProtoInfo(managed);
+  if (managed.pid === 0 || managed.exit === undefined) return info;
+  return { ...info, status: ProtoStatus.RUNNING, exit: undefined, stdin: managed.stdin, stdoutBytes: 0n, stderrBytes: 0n };
+}
+
 /** Converts a manager stream name to the protobuf enum value. */
 export function toProtoStream(stream: "stdout" | "stderr"): OutputStream {
   return stream === "stdout" ? OutputStream.STDOUT : OutputStream.STDERR;

@@ -10,7 +10,7 @@ import {
   type StreamLogsResponseSchema,
 } from "../../gen/sandbox/v1/sandbox_pb.js";
 import { defaultKillGracePeriodMs, parseSignal, type ManagedProcess, type ProcessManager } from "../process/index.js";
-import { fromProtoSpec, fromProtoStatus, toProtoChunk, toProtoExit, toProtoGap, toProtoInfo } from "./convert.js";
+import { fromProtoSpec, fromProtoStatus, toProtoChunk, toProtoExit, toProtoGap, toProtoInfo, toProtoStartedInfo } from "./convert.js";
 import { createCallSignal, throwIfShuttingDown } from "./call-signal.js";
 import { withConnectErrors } from "./errors.js";
 import { clientGoneKey, peerKey } from "./limits.js";
@@ -69,7 +69,7 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
       // command from the signal itself.
       signal.addEventListener("abort", stop, { once: true });
       try {
-        yield { event: { case: "started", value: toProtoInfo(managed) } } satisfies ExecEvent;
+        yield { event: { case: "started", value: toProtoStartedInfo(managed) } } satisfies ExecEvent;
         for await (const item of managed.pinnedReader!.items({ follow: true, signal })) {
           // A pinned reader is never dropped from under, so only chunks come.
           if (item.kind === "chunk") yield { event: { case: "output", value: toProtoChunk(item) } } satisfies ExecEvent;
