@@ -1,6 +1,7 @@
 import type http from "node:http";
 import type http2 from "node:http2";
 import type net from "node:net";
+import { interceptOutcome } from "./call-outcome.js";
 import { Code, ConnectError, createContextKey, createContextValues, type ContextValues, type Interceptor } from "@connectrpc/connect";
 
 /** Default largest request or response message, in bytes (4 MiB, gRPC's usual limit). */
@@ -149,26 +150,7 @@ export function createErrorMessageLimitInterceptor(maxLength = defaultMaxErrorMe
     shortened.details.push(...error.details);
     return shortened;
   };
-  return (next) => async (request) => {
-    let response;
-    try {
-      response = await next(request);
-    } catch (error) {
-      throw shorten(error);
-    }
-    if (!response.stream) return response;
-    const messages = response.message;
-    return {
-      ...response,
-      message: (async function* () {
-        try {
-          yield* messages;
-        } catch (error) {
-          throw shorten(error);
-        }
-      })(),
-    } as typeof response;
-  };
+  return interceptOutcome(() => ({ mapError: shorten }));
 }
 
 function peerOf(socket: net.Socket | null): Peer | undefined {

@@ -3,6 +3,7 @@ import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import pino, { type Logger } from "pino";
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 import type { ManagedProcess, ProcessExit, ProcessManager } from "../process/index.js";
+import { interceptOutcome } from "./call-outcome.js";
 import { peerKey, type Peer } from "./limits.js";
 
 /** Log levels, quietest last. */
@@ -112,44 +113,24 @@ export function createDaemonMetrics(source: { manager: ProcessManager; connectio
  * answer and for streams at their end. Never logs a header, a token or a request body.
  */
 export function createObserveInterceptor(logger: Logger, metrics: DaemonMetrics): Interceptor {
-  return (next) => async (request) => {
+  return interceptOutcome((request) => {
     const started = performance.now();
     const procedure = `${request.service.typeName}/${request.method.name}`;
     const peer = request.contextValues.get(peerKey);
-    const done = (error: unknown) => {
-      const code = error === undefined ? "ok" : codeName(ConnectError.from(error).code);
-      const seconds = (performance.now() - started) / 1000;
-      metrics.calls.inc({ procedure, code });
-      metrics.callSeconds.observe({ procedure }, seconds);
-      const line = { procedure, peer: peer?.address, subject: peer?.subject, code, durationMs: Math.round(seconds * 1e5) / 100 };
-      if (error === undefined || code === "canceled") logger.info(line, "call");
-      else logger.warn({ ...line, error: ConnectError.from(error).rawMessage }, "call");
-    };
-    let response;
-    try {
-      response = await next(request);
-    } catch (error) {
-      done(error);
-      throw error;
-    }
-    if (!response.stream) {
-      done(undefined);
-      return response;
-    }
-    const messages = response.message;
     return {
-      ...response,
-      message: (async function* () {
-        try {
-          yield* messages;
-        } catch (error) {
-          done(error);
-          throw error;
-        }
-        done(request.signal.aborted ? new ConnectError("canceled", Code.Canceled) : undefined);
-      })(),
-    } as typeof response;
-  };
+      ended(error, streaming) {
+        // A stream that ran out because its caller went away counts as cancelled.
+        const failure = error ?? (streaming && request.signal.aborted ? new ConnectError("canceled", Code.Canceled) : undefined);
+        const code = failure === undefined ? "ok" : codeName(ConnectError.from(failure).code);
+        const seconds = (performance.now() - started) / 1000;
+        metrics.calls.inc({ procedure, code });
+        metrics.callSeconds.observe({ procedure }, seconds);
+        const line = { procedure, peer: peer?.address, subject: peer?.subject, code, durationMs: Math.round(seconds * 1e5) / 100 };
+        if (failure === undefined || code === "canceled") logger.info(line, "call");
+        else logger.warn({ ...line, error: ConnectError.from(failure).rawMessage }, "call");
+      },
+    };
+  });
 }
 
 /** Options for {@link createProcessAudit}. */
