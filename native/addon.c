@@ -24,7 +24,6 @@
 #include <fcntl.h>
 #include <malloc.h>
 #include <node_api.h>
-#include <pty.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdlib.h>
@@ -47,7 +46,11 @@ static napi_value throw_errno(napi_env env, int error, const char *syscall) {
   napi_value message, code, value, name;
   napi_create_string_utf8(env, strerror(error), NAPI_AUTO_LENGTH, &message);
   napi_create_error(env, NULL, message, &value);
+#if defined(__GLIBC__) && __GLIBC_PREREQ(2, 32)
   const char *errno_name = strerrorname_np(error);
+#else
+  const char *errno_name = error == ENOENT ? "ENOENT" : error == EACCES ? "EACCES" : error == ENOEXEC ? "ENOEXEC" : NULL;
+#endif
   napi_create_string_utf8(env, errno_name != NULL ? errno_name : "EUNKNOWN", NAPI_AUTO_LENGTH, &code);
   napi_set_named_property(env, value, "code", code);
   napi_create_string_utf8(env, syscall, NAPI_AUTO_LENGTH, &name);
@@ -183,12 +186,24 @@ static void run_spawn(struct spawn_request *request) {
   int error = 0;
   const char *failed = "socketpair";
   if (request->use_pty) {
-    failed = "openpty";
-    if (openpty(&request->master, &request->slave, request->pty_path, NULL, &request->size) != 0) error = errno;
+    /* Close-on-exec from the start: a spawn on another pool thread must not inherit this terminal. */
+    failed = "posix_openpt";
+    request->master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC | O_NONBLOCK);
+    if (request->master < 0) error = errno;
+    if (!error && (grantpt(request->master) != 0 || unlockpt(request->master) != 0 ||
+                   ptsname_r(request->master, request->pty_path, sizeof request->pty_path) != 0)) {
+      error = errno != 0 ? errno : EIO;
+      failed = "unlockpt";
+    }
     if (!error) {
-      fcntl(request->master, F_SETFD, FD_CLOEXEC);
-      fcntl(request->slave, F_SETFD, FD_CLOEXEC);
-      fcntl(request->master, F_SETFL, fcntl(request->master, F_GETFL) | O_NONBLOCK);
+      request->slave = open(request->pty_path, O_RDWR | O_NOCTTY | O_CLOEXEC);
+      if (request->slave < 0) {
+        error = errno;
+        failed = "open";
+      } else if (ioctl(request->slave, TIOCSWINSZ, &request->size) != 0) {
+        error = errno;
+        failed = "ioctl";
+      }
     }
   } else {
     for (int stream = 0; stream < 3 && !error; stream++) {
@@ -316,12 +331,18 @@ static napi_value spawn_async(napi_env env, napi_callback_info info) {
   napi_value promise, name;
   napi_create_promise(env, &request->deferred, &promise);
   napi_create_string_utf8(env, "sandboxd:spawn", NAPI_AUTO_LENGTH, &name);
-  if (napi_create_async_work(env, NULL, name, spawn_execute, spawn_complete, request, &request->work) != napi_ok ||
-      napi_queue_async_work(env, request->work) != napi_ok) {
-    free_request(request);
-    napi_throw_error(env, NULL, "sandboxd addon: could not queue the spawn");
-    return NULL;
+  if (napi_create_async_work(env, NULL, name, spawn_execute, spawn_complete, request, &request->work) != napi_ok) {
+    request->work = NULL;
+  } else if (napi_queue_async_work(env, request->work) == napi_ok) {
+    return promise;
   }
+  /* Not queued: the promise is rejected here, and nothing is left behind. */
+  napi_value message, error;
+  napi_create_string_utf8(env, "sandboxd addon: could not queue the spawn", NAPI_AUTO_LENGTH, &message);
+  napi_create_error(env, NULL, message, &error);
+  napi_reject_deferred(env, request->deferred, error);
+  if (request->work != NULL) napi_delete_async_work(env, request->work);
+  free_request(request);
   return promise;
 }
 

@@ -201,7 +201,10 @@ describe("HTTP/1.1 connections are timed out, cleartext and TLS", () => {
       const idle = await open(test);
       const idleClosed = closedByServer(idle);
       idle.write("POST /grpc.health.v1.Health/Check HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/proto\r\nContent-Length: 0\r\n\r\n");
-      expect(await idleClosed).toMatch(/^HTTP\/1\.1 200 /);
+      const idleAnswer = await idleClosed;
+      expect(idleAnswer).toMatch(/^HTTP\/1\.1 200 /);
+      // Closed silently: a 408 after an answer could be read as the answer to a pooled client's next request.
+      expect(idleAnswer).not.toContain("408");
       await waitFor(() => test!.server.connections === 0, { what: "the connections to be gone" });
     });
   }

@@ -111,6 +111,25 @@ describe("the ledger never kills what it did not start", () => {
     expect(readFileSync("/etc/hostname", "utf8")).toBe(hostname);
   });
 
+  it("reservations: a live daemon's are left to it; a dead one's record written before its rename is honoured", async () => {
+    const directory = stateDirectory();
+    const ledger = new GroupLedger(directory);
+    const live = spawn("sleep", [sleepMarker()], { detached: true, stdio: "ignore" });
+    cleanups.push(() => live.kill("SIGKILL"));
+    await new Promise((resolve) => live.once("spawn", resolve));
+    ledger.record(live.pid!, "crashed-before-rename");
+    const record = readFileSync(path.join(directory, `${live.pid}.json`), "utf8");
+    rmSync(path.join(directory, `${live.pid}.json`));
+    // Pid 1 runs: its reservation is its own business, even reserved (blank) as it is.
+    writeFileSync(path.join(directory, "pending.1.0.record"), " ".repeat(1024));
+    // A daemon that died between writing its record and renaming it.
+    writeFileSync(path.join(directory, "pending.999999999.0.record"), JSON.parse(JSON.stringify(record.replace(/"daemonPid":\d+/, '"daemonPid":999999999'))));
+    const report = new GroupLedger(directory).reapLeftovers();
+    expect(report.killedGroups).toEqual([live.pid]);
+    expect(readdirSync(directory)).toEqual(["pending.1.0.record"]);
+    await waitFor(() => live.exitCode !== null || live.signalCode !== null, { what: "the recorded group to be killed" });
+  });
+
   it("a state directory writable by others, or someone else's, is refused", async () => {
     const open = stateDirectory();
     chmodSync(open, 0o777);

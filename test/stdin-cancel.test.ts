@@ -97,3 +97,20 @@ describe("a signal never waits behind input", () => {
     }
   });
 });
+
+describe("a SendInput message that fails", () => {
+  it("ends the call with its status even while the client keeps its side open", async () => {
+    const { process } = await t.client.startProcess({ spec: { command: "cat", stdin: true, autoCleanup: false } });
+    const processId = process!.processId;
+    const held = new AbortController();
+    try {
+      // Data after end-of-input: refused. The client sends nothing more and waits for answers, as the SDK does.
+      const error = await streamError(t.client.sendInput(thenHold([open(processId), close, data("late")], held.signal), { timeoutMs: 10_000 }));
+      expect(error.code).toBe(Code.FailedPrecondition);
+      expect(error.rawMessage).toBe(`stdin of process ${processId} is closed`);
+    } finally {
+      held.abort();
+      await t.client.killProcess({ processId, signal: "SIGKILL" }).catch(() => {});
+    }
+  });
+});

@@ -53,6 +53,11 @@ export interface SpawnedChild {
    */
   readonly finished: Promise<ChildExit>;
   /**
+   * Whether the leader has exited, asked of the OS now (true once `exited` resolved). Undefined where
+   * the spawner cannot tell before its own notification.
+   */
+  hasExited?(): boolean;
+  /**
    * Writes to stdin; resolves once the bytes were handed to the OS. Rejects when stdin is closed,
    * and a pending write rejects once the leader has exited, at the latest when `finished` resolves.
    */

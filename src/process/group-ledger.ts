@@ -1,4 +1,4 @@
-import { closeSync, constants as fsConstants, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, unlinkSync, writeSync } from "node:fs";
+import { closeSync, constants as fsConstants, existsSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, unlinkSync, writeSync } from "node:fs";
 import path from "node:path";
 
 const ownStartTime = processStartTime(process.pid);
@@ -80,7 +80,8 @@ export class GroupLedger {
    * unrecorded. Throws an Error (ENOSPC, EDQUOT...) when it cannot be written.
    */
   reserve(): GroupReservation {
-    const pending = path.join(this.directory, `pending.${process.pid}.${nextReservation++}.json`);
+    // Not a .json name: a record only once renamed, read by reapLeftovers as pending until then.
+    const pending = path.join(this.directory, `pending.${process.pid}.${nextReservation++}.record`);
     const fd = openSync(pending, fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_EXCL | fsConstants.O_NOFOLLOW, 0o600);
     try {
       writeSync(fd, " ".repeat(recordBytes));
@@ -139,9 +140,17 @@ export class GroupLedger {
   reapLeftovers(): ReapReport {
     const report: ReapReport = { killedGroups: [], staleRecords: 0, invalidRecords: 0 };
     for (const entry of readdirSync(this.directory)) {
-      if (!entry.endsWith(".json")) continue;
+      const pendingOwner = /^pending\.(\d+)\.\d+\.record$/.exec(entry);
+      if (!entry.endsWith(".json") && pendingOwner === null) continue;
+      // A reservation of a daemon still running is its business; a dead one's may hold a record
+      // written just before the rename.
+      if (pendingOwner !== null && Number(pendingOwner[1]) !== process.pid && existsSync(`/proc/${pendingOwner[1]}`)) continue;
       const file = path.join(this.directory, entry);
-      const record = readRecord(file);
+      if (pendingOwner !== null && readFileSync(file, "utf8").trim() === "") {
+        removeQuietly(file);
+        continue;
+      }
+      const record = readRecord(file, pendingOwner !== null);
       if (record === undefined) {
         report.invalidRecords++;
         removeQuietly(file);
@@ -170,7 +179,7 @@ export class GroupLedger {
 }
 
 /** Reads and validates a record file (opened without following symlinks); undefined when invalid. */
-function readRecord(file: string): GroupRecord | undefined {
+function readRecord(file: string, pending = false): GroupRecord | undefined {
   let text: string;
   try {
     const fd = openSync(file, fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW | fsConstants.O_NONBLOCK);
@@ -191,7 +200,7 @@ function readRecord(file: string): GroupRecord | undefined {
   const positive = (number: unknown) => Number.isSafeInteger(number) && (number as number) > 0;
   if (!positive(value.pgid) || value.pgid! <= 1 || value.pgid === process.pid || value.pgid === ownGroup) return undefined;
   if (!positive(value.startTime) || typeof value.bootId !== "string" || !positive(value.daemonPid)) return undefined;
-  if (path.basename(file) !== `${value.pgid}.json`) return undefined;
+  if (!pending && path.basename(file) !== `${value.pgid}.json`) return undefined;
   return value as GroupRecord;
 }
 

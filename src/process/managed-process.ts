@@ -172,7 +172,7 @@ export class ManagedProcess implements ProcessDescription {
       // Whatever the leader left behind in its group goes with it: nothing runs unaccounted. This
       // is the last signal: once the group is empty its id may be reused by an unrelated process,
       // so no timer or kill may signal it while the output drains.
-      this.signalGroup("SIGKILL");
+      this.signalGroup("SIGKILL", true);
       this.leaderExited = true;
       clearTimeout(this.timeoutTimer);
       clearTimeout(this.escalationTimer);
@@ -200,7 +200,7 @@ export class ManagedProcess implements ProcessDescription {
    * starting is sent as soon as it runs. Returns false when its leader had already exited.
    */
   kill(signal: SignalName = "SIGTERM", gracePeriodMs = defaultKillGracePeriodMs): boolean {
-    if (this.exitInfo !== undefined || this.leaderExited) return false;
+    if (this.exitInfo !== undefined || this.leaderGone()) return false;
     if (this.child === undefined) {
       // The strongest request wins: a later SIGTERM must not soften an earlier SIGKILL.
       if (this.pendingKill?.signal !== "SIGKILL") this.pendingKill = { signal, gracePeriodMs };
@@ -216,7 +216,7 @@ export class ManagedProcess implements ProcessDescription {
 
   /** Sends a signal to the process group without counting it as a kill (SendInput's signals). */
   signal(signal: SignalName): void {
-    if (this.exitInfo !== undefined || this.leaderExited) {
+    if (this.exitInfo !== undefined || this.leaderGone()) {
       throw new ProcessError(`process has exited: ${this.id}`, "failed-precondition");
     }
     this.signalGroup(signal);
@@ -305,8 +305,18 @@ export class ManagedProcess implements ProcessDescription {
     if (this.inputClosed) throw new ProcessError(`stdin of process ${this.id} is closed`, "failed-precondition");
   }
 
-  private signalGroup(signal: SignalName): void {
-    if (this.leaderExited) return;
+  /**
+   * Whether the leader has exited: noticed, or, where the spawner can tell, asked of the OS now. Once
+   * the group is empty its id may be reused, so nothing is signalled on the strength of a notice still
+   * on its way.
+   */
+  private leaderGone(): boolean {
+    return this.leaderExited || (this.child?.hasExited?.() ?? false);
+  }
+
+  /** Signals the group; `atLeaderExit` is the one signal sent as the leader's exit is handled. */
+  private signalGroup(signal: SignalName, atLeaderExit = false): void {
+    if (atLeaderExit ? this.leaderExited : this.leaderGone()) return;
     const pid = this.child?.pid;
     if (pid === undefined || pid <= 0) return;
     try {

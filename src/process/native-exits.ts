@@ -24,6 +24,25 @@ export function spawnStarting(): () => void {
   };
 }
 
+/**
+ * Reaps `pid` now if it has exited (its exit is then told as usual) and says whether it has: a kill
+ * must not wait for SIGCHLD's turn of the loop to learn that the group is gone.
+ */
+export function reapNow(pid: number): boolean {
+  const resolve = waiting.get(pid);
+  if (resolve === undefined) return true;
+  let result;
+  try {
+    result = addon!.reap(pid);
+  } catch {
+    result = { code: null, signal: 9 };
+  }
+  if (result === undefined) return false;
+  waiting.delete(pid);
+  resolve(result.signal !== null ? { code: null, signal: signalName(result.signal) } : { code: result.code, signal: null });
+  return true;
+}
+
 /** Reaps every waiting child that has exited (waitpid with WNOHANG, one pid at a time: never another's child). */
 function sweep(): void {
   if (spawnsInFlight > 0) signalWhileSpawning = true;

@@ -3,7 +3,7 @@ import net from "node:net";
 import type { Readable, Writable } from "node:stream";
 import { parseHelperStatus, type HelperFailure } from "./exec-helper.js";
 import { executablePath, loadNativeAddon, type NativeAddon, type NativeSpawned } from "./native.js";
-import { listenForNativeExits, spawnStarting, watchNativeExit } from "./native-exits.js";
+import { listenForNativeExits, reapNow, spawnStarting, watchNativeExit } from "./native-exits.js";
 import { outputDrainLimitMs, outputQuietMs, type ChildExit, type SpawnChildOptions, type SpawnedChild } from "./child.js";
 
 /**
@@ -84,7 +84,7 @@ function startedWithAddon(native: NativeAddon, fds: NativeSpawned, options: Spaw
   io.stdin?.on("error", () => {});
   io.stdout.on("error", () => {});
   io.stderr.on("error", () => {});
-  const spawned = createPipeChild(fds.pid, io, leaderExited, options);
+  const spawned = createPipeChild(fds.pid, io, leaderExited, options, () => reapNow(fds.pid));
   const status = fds.status === undefined ? undefined : new net.Socket({ fd: fds.status, readable: true, writable: false });
   return awaitHelperStatus(status, io).then(() => spawned);
 }
@@ -139,7 +139,13 @@ export class HelperStartError extends Error {
   }
 }
 
-function createPipeChild(pid: number, io: PipeIo, leaderExited: Promise<ChildExit>, options: SpawnChildOptions): SpawnedChild {
+function createPipeChild(
+  pid: number,
+  io: PipeIo,
+  leaderExited: Promise<ChildExit>,
+  options: SpawnChildOptions,
+  hasExited?: () => boolean,
+): SpawnedChild {
   const { stdout, stderr } = io;
   io.stdin?.on("error", () => {});
   let lastDataAt = Date.now();
@@ -191,6 +197,7 @@ function createPipeChild(pid: number, io: PipeIo, leaderExited: Promise<ChildExi
     pid,
     exited: leaderExited,
     finished,
+    hasExited,
     write(data) {
       const stdin = io.stdin;
       if (stdin === null || stdin.destroyed || stdin.writableEnded) {

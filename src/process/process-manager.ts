@@ -148,6 +148,7 @@ export class ProcessManager {
   private readonly allowSudo: boolean;
   private readonly log?: (message: string) => void;
   private readonly onOutputBytes?: (stream: "stdout" | "stderr", bytes: number) => void;
+  private daemonUser?: string;
 
   /**
    * Use {@link createProcessManager}, which resolves the workspace roots. Only the fields of
@@ -350,7 +351,7 @@ export class ProcessManager {
   /** The name of the user a command runs as: root with sudo, the `runAs` user, or the daemon's own. */
   commandUser(sudo: boolean): string {
     if (sudo) return "root";
-    return this.runAs?.name ?? daemonUserName();
+    return this.runAs?.name ?? (this.daemonUser ??= daemonUserName());
   }
 
   /** Returns a record, or throws a ProcessError ("not-found"). */

@@ -4,7 +4,7 @@ import { createRequire } from "node:module";
 import tty from "node:tty";
 import { outputDrainLimitMs, type ChildExit, type SpawnChildOptions, type SpawnedChild } from "./child.js";
 import { executablePath, loadNativeAddon } from "./native.js";
-import { listenForNativeExits, watchNativeExit } from "./native-exits.js";
+import { listenForNativeExits, reapNow, watchNativeExit } from "./native-exits.js";
 import { signalName } from "./signals.js";
 
 /** Options for {@link spawnPtyChild}. */
@@ -139,6 +139,7 @@ export function spawnPtyChild(options: SpawnPtyOptions): SpawnedChild {
   return {
     pid: term.pid,
     exited: leaderExited,
+    hasExited: term.hasExited,
     finished,
     write(data) {
       if (inputClosed || exited) return Promise.reject(new Error("stdin is closed"));
@@ -172,6 +173,8 @@ interface Terminal {
   /** The slave side held by the parent (non-blocking), or undefined when the child closed it first. */
   slaveFd: number | undefined;
   exited: Promise<ChildExit>;
+  /** Asks the OS now whether the leader has exited, where the spawner can. */
+  hasExited?(): boolean;
   resize(cols: number, rows: number): void;
 }
 
@@ -196,6 +199,7 @@ function openTerminal(options: SpawnPtyOptions): Terminal {
       fd: master,
       slaveFd: spawned.slave,
       exited: watchNativeExit(addon, spawned.pid),
+      hasExited: () => reapNow(spawned.pid),
       resize: (cols, rows) => addon.resize(master, cols, rows),
     };
   }

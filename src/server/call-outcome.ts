@@ -34,14 +34,18 @@ export function interceptOutcome(handlersFor: (request: Parameters<Parameters<In
     return {
       ...response,
       message: (async function* () {
+        let told = false;
         try {
           yield* messages;
         } catch (error) {
           const mapped = mapError(error);
+          told = true;
           ended?.(mapped, true);
           throw mapped;
+        } finally {
+          // Also when the stream is let go of early (return(): the client reset it, a write failed).
+          if (!told) ended?.(undefined, true);
         }
-        ended?.(undefined, true);
       })(),
     } as typeof response;
   };

@@ -107,20 +107,22 @@ export function createListener(handler: RequestHandler, options: ListenerOptions
   const waitingForHeaders = new Map<net.Socket, NodeJS.Timeout>();
   // Node arms its own HTTP/1.1 header and request timeouts only on a server that listens itself,
   // which the servers here never do: these timers stand in for them, on cleartext and TLS alike.
-  const awaitHeaders = (socket: net.Socket) => {
+  const awaitHeaders = (socket: net.Socket, answeredBefore: boolean) => {
     clearTimeout(waitingForHeaders.get(socket));
     waitingForHeaders.set(
       socket,
       setTimeout(() => {
         waitingForHeaders.delete(socket);
-        socket.end("HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
-        socket.destroySoon();
+        // An idle kept-alive connection closes silently: a 408 there could be read by a pooled client
+        // as the answer to its next request.
+        if (answeredBefore) socket.destroySoon();
+        else socket.end("HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
       }, headersTimeoutMs),
     );
   };
   const trackHttp1Socket = (socket: net.Socket) => {
     http1Sockets.set(socket, 0);
-    awaitHeaders(socket);
+    awaitHeaders(socket, false);
     socket.once("close", () => {
       http1Sockets.delete(socket);
       clearTimeout(waitingForHeaders.get(socket));
@@ -146,7 +148,7 @@ export function createListener(handler: RequestHandler, options: ListenerOptions
       if (busy === undefined) return;
       http1Sockets.set(socket, busy - 1);
       if (ending && busy === 1) socket.end();
-      else if (busy === 1) awaitHeaders(socket);
+      else if (busy === 1) awaitHeaders(socket, true);
     });
   };
   const serve: RequestHandler = (request, response) => {

@@ -9,7 +9,7 @@ import {
   type StreamLogsRequest,
   type StreamLogsResponseSchema,
 } from "../../gen/sandbox/v1/sandbox_pb.js";
-import { defaultKillGracePeriodMs, parseSignal, type ManagedProcess, type ProcessManager } from "../process/index.js";
+import { defaultKillGracePeriodMs, maxPtyDimension, parseSignal, type ManagedProcess, type ProcessManager } from "../process/index.js";
 import { fromProtoSpec, fromProtoStatus, toProtoChunk, toProtoExit, toProtoGap, toProtoInfo, toProtoStartedInfo } from "./convert.js";
 import { createCallSignal, throwIfShuttingDown } from "./call-signal.js";
 import { withConnectErrors } from "./errors.js";
@@ -182,7 +182,9 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
         }
       } finally {
         applied.fail(new ConnectError("the call ended", Code.Canceled));
-        await pump.catch(() => {});
+        // Not awaited: the pump may be waiting for a message the client will only send after an
+        // answer this call no longer gives; it ends with the request stream.
+        void pump.catch(() => {});
       }
     },
 
@@ -306,8 +308,8 @@ async function applyInput(managed: ManagedProcess, input: SendInputRequest["inpu
         await managed.closeInput();
         return;
       case "resize":
-        if (input.value.cols === 0 || input.value.rows === 0 || input.value.cols > 10_000 || input.value.rows > 10_000) {
-          throw new ConnectError("resize needs cols and rows between 1 and 10000", Code.InvalidArgument);
+        if (input.value.cols === 0 || input.value.rows === 0 || input.value.cols > maxPtyDimension || input.value.rows > maxPtyDimension) {
+          throw new ConnectError(`resize needs cols and rows between 1 and ${maxPtyDimension}`, Code.InvalidArgument);
         }
         managed.resize(input.value.cols, input.value.rows);
         return;

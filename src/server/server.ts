@@ -2,7 +2,7 @@ import { setMaxListeners } from "node:events";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { createProcessManager, defaultOutputCapacityBytes, type ProcessManager, type ProcessManagerOptions } from "../process/index.js";
 import { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
-import { assertSafeBinding, assertSafeUserSwitch, createAuthInterceptor } from "./auth.js";
+import { assertSafeBinding, assertSafeUserSwitch } from "./auth.js";
 import { createHealthStatus, type HealthStatus } from "./health.js";
 import { watchSessionLiveness, type KeepaliveOptions } from "./keepalive.js";
 import {
@@ -113,11 +113,10 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
   const health = createHealthStatus([SandboxService.typeName]);
   const adapter = connectNodeAdapter({
     routes: withParseErrorsAsInvalidArgument(createRoutes({ manager, shutdownSignal: shutdown.signal, health, audit })),
-    // Auth first: an unauthenticated call must not even count against the limits.
     interceptors: [
       createObserveInterceptor(logger, metrics),
       createErrorMessageLimitInterceptor(),
-      ...(options.token !== undefined ? [createAuthInterceptor({ token: options.token })] : []),
+      // The token was checked by the gate, on the headers, before this: once is enough.
       limits.interceptor,
     ],
     contextValues: connectionContextValues,
