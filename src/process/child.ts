@@ -26,9 +26,6 @@ export interface SpawnChildOptions extends ChildEvents {
   env: Record<string, string>;
   /** Open a writable stdin; otherwise stdin is /dev/null (ignored for a PTY, which always has input). */
   stdin: boolean;
-  /** Run as this user and group (both or neither). */
-  uid?: number;
-  gid?: number;
   /** Open fd 3 for the native helper's start report (see `spawnPipeChild`); pipes only. */
   statusFd?: boolean;
 }

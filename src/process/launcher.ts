@@ -77,8 +77,6 @@ export interface LaunchPlan {
   env: Record<string, string>;
   /** Working directory to spawn in; "" when the helper enters (and verifies) it. */
   cwd: string;
-  uid?: number;
-  gid?: number;
   /** The helper reports a failed start on fd 3 (see {@link parseHelperStatus}); pipe commands only. */
   statusFd: boolean;
   /** Releases what the plan holds (the command's cgroup) once the command's group has exited. */

@@ -22,8 +22,6 @@ export function spawnPipeChild(options: SpawnChildOptions): Promise<SpawnedChild
     env: options.env,
     detached: true,
     stdio,
-    uid: options.uid,
-    gid: options.gid,
   });
   // Listened for at once: a command that exits fast is reaped before the helper's status fd reports.
   const leaderExited = new Promise<ChildExit>((resolve) => {
@@ -49,9 +47,6 @@ export function spawnPipeChild(options: SpawnChildOptions): Promise<SpawnedChild
  * whatever its size. The same streams, exit and status as the child_process path.
  */
 function spawnWithAddon(native: NativeAddon, options: SpawnChildOptions): Promise<SpawnedChild> {
-  if (options.uid !== undefined || options.gid !== undefined) {
-    return Promise.reject(new Error("a user switch goes through sandboxd-exec, not spawn's uid and gid"));
-  }
   listenForNativeExits(native);
   const file = executablePath(options.file, options.env.PATH ?? "", options.cwd);
   const watched = spawnStarting();

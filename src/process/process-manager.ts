@@ -295,8 +295,6 @@ export class ProcessManager {
       cwd: plan.cwd,
       env: plan.env,
       stdin: wantsInput,
-      uid: plan.uid,
-      gid: plan.gid,
       statusFd: plan.statusFd,
       onOutput: this.onOutputBytes === undefined
         ? managed.handleOutput.bind(managed)

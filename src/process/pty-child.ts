@@ -184,7 +184,7 @@ interface Terminal {
  */
 function openTerminal(options: SpawnPtyOptions): Terminal {
   const addon = loadNativeAddon();
-  if (addon !== null && options.uid === undefined) {
+  if (addon !== null) {
     const env = Object.entries(options.env).map(([key, value]) => `${key}=${value}`);
     listenForNativeExits(addon);
     const spawned = addon.spawn(executablePath(options.file, options.env.PATH ?? "", options.cwd), [options.file, ...options.args], env, {
@@ -214,8 +214,8 @@ function openTerminal(options: SpawnPtyOptions): Terminal {
     options.cwd,
     options.cols,
     options.rows,
-    options.uid ?? -1,
-    options.gid ?? -1,
+    -1,
+    -1,
     false,
     `${native.dir}/spawn-helper`,
     (code, signal) => resolveExit(signal ? { code: null, signal: signalName(signal) } : { code, signal: null }),
