@@ -25,7 +25,7 @@ const connectHttpStatus: Partial<Record<Code, number>> = {
 };
 
 /** The snake_case name of a code, as the Connect protocol spells it ("resource_exhausted"). */
-function connectCodeName(code: Code): string {
+export function connectCodeName(code: Code): string {
   return Code[code].replace(/([a-z])([A-Z])/g, "$1_$2").toLowerCase();
 }
 

@@ -4,6 +4,7 @@ import pino, { type Logger } from "pino";
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 import type { ManagedProcess, ProcessExit, ProcessManager } from "../process/index.js";
 import { interceptOutcome } from "./call-outcome.js";
+import { connectCodeName } from "./early-answer.js";
 import { peerKey, type Peer } from "./limits.js";
 
 /** Log levels, quietest last. */
@@ -121,7 +122,7 @@ export function createObserveInterceptor(logger: Logger, metrics: DaemonMetrics)
       ended(error, streaming) {
         // A stream that ran out because its caller went away counts as cancelled.
         const failure = error ?? (streaming && request.signal.aborted ? new ConnectError("canceled", Code.Canceled) : undefined);
-        const code = failure === undefined ? "ok" : codeName(ConnectError.from(failure).code);
+        const code = failure === undefined ? "ok" : connectCodeName(ConnectError.from(failure).code);
         const seconds = (performance.now() - started) / 1000;
         metrics.calls.inc({ procedure, code });
         metrics.callSeconds.observe({ procedure }, seconds);
@@ -179,8 +180,4 @@ export function createProcessAudit(logger: Logger, metrics: DaemonMetrics, optio
 function programName(managed: ManagedProcess): string {
   if (managed.args.length > 0) return managed.command;
   return managed.command.trim().split(/\s+/)[0] ?? "";
-}
-
-function codeName(code: Code): string {
-  return Code[code].replace(/([a-z])([A-Z])/g, "$1_$2").toLowerCase();
 }
