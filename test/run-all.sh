@@ -35,5 +35,35 @@ if [ -n "$(git status --porcelain -- examples/go/gen 2>/dev/null)" ]; then
   exit 1
 fi
 
+# Independent suites (Python SDK, browser, image, package...) are one script each in test/side/: they start
+# here, run beside vitest, and their logs are printed when they end. Any failure fails the run.
+side_pids=()
+side_names=()
+mkdir -p .side-logs
+if [ $# -eq 0 ]; then
+  for script in test/side/*.sh; do
+    [ -e "$script" ] || continue
+    name=$(basename "$script" .sh)
+    echo "== side suite $name (log: .side-logs/$name.log)"
+    bash "$script" >".side-logs/$name.log" 2>&1 &
+    side_pids+=($!)
+    side_names+=("$name")
+  done
+fi
+
 echo "== vitest"
-npx vitest run "$@"
+status=0
+npx vitest run "$@" || status=$?
+
+for i in "${!side_pids[@]}"; do
+  name=${side_names[$i]}
+  if wait "${side_pids[$i]}"; then
+    echo "== side suite $name: passed"
+    tail -n 5 ".side-logs/$name.log"
+  else
+    echo "== side suite $name: FAILED; its log:"
+    cat ".side-logs/$name.log"
+    status=1
+  fi
+done
+exit "$status"
