@@ -249,13 +249,13 @@ describe("mutual TLS", () => {
       ["--tls-cert", certificates.files.serverCert, "--tls-key", certificates.files.serverKey, "--tls-client-ca", certificates.files.ca],
       {},
     );
-    expect(command.help).toBe(false);
-    const tlsOptions = command.help ? undefined : command.options.tls;
+    expect(command.kind).toBe("serve");
+    const tlsOptions = command.kind === "serve" ? command.options.tls : undefined;
     expect(tlsOptions?.cert).toEqual(certificates.serverCert);
     expect(tlsOptions?.key).toEqual(certificates.serverKey);
     expect(tlsOptions?.clientCa).toEqual(certificates.ca);
     expect(() => parseCommandLine(["--tls-cert", certificates.files.serverCert], {})).toThrow("--tls-cert and --tls-key go together");
     const plain = parseCommandLine([], {});
-    expect(plain.help === false && plain.options.tls).toBeUndefined();
+    expect(plain.kind === "serve" && plain.options.tls).toBeUndefined();
   });
 });

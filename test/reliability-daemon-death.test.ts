@@ -1,4 +1,3 @@
-import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readdirSync, realpathSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
@@ -6,28 +5,9 @@ import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { afterEach, describe, expect, it } from "vitest";
 import { SandboxService } from "../gen/sandbox/v1/sandbox_pb.js";
+import { startDaemonProcess as startDaemon } from "./support/daemon-process.js";
 import { isAlive, waitFor } from "./support/processes.js";
 import { sleepMarker, sleepers } from "./support/rpc.js";
-
-const root = path.resolve(import.meta.dirname, "..");
-
-/** A sandboxd started as its own OS process through the CLI, as an operator runs it. */
-interface DaemonProcess {
-  child: ChildProcess;
-  url: string;
-  stderr: () => string;
-}
-
-async function startDaemon(args: string[]): Promise<DaemonProcess> {
-  const child = spawn(process.execPath, ["--import", "tsx", "src/cli/sandboxd.ts", "--port", "0", ...args], {
-    cwd: root,
-    stdio: ["ignore", "ignore", "pipe"],
-  });
-  let stderr = "";
-  child.stderr!.on("data", (data: Buffer) => (stderr += data.toString()));
-  const url = (await waitFor(() => /listening on (\S+)/.exec(stderr)?.[1], { timeoutMs: 30_000, what: "the daemon to listen" })) as string;
-  return { child, url, stderr: () => stderr };
-}
 
 describe("unclean daemon death (SIGKILL)", () => {
   const cleanups: Array<() => void> = [];

@@ -3,6 +3,7 @@ import { PidsCgroup } from "../process/index.js";
 import { loadNativeAddon } from "../process/native.js";
 import { startServer, type SandboxServer, type SandboxServerOptions } from "../server/index.js";
 import { createLogger } from "../server/observe.js";
+import { sandboxdVersion } from "../version.js";
 import { parseCommandLine, usage } from "./options.js";
 
 /** Starts the daemon from the command line and shuts it down gracefully on SIGTERM or SIGINT. */
@@ -11,7 +12,7 @@ async function main(): Promise<void> {
   try {
     command = parseCommandLine(process.argv.slice(2));
   } catch (error) {
-    process.stderr.write(`sandboxd: ${(error as Error).message}\n\n${usage}`);
+    process.stderr.write(`sandboxd: ${(error as Error).message}\n(sandboxd --help lists the flags)\n`);
     process.exit(2);
   }
   // Children get a clean environment anyway; this only keeps the token out of anything this process
@@ -21,8 +22,12 @@ async function main(): Promise<void> {
   if (process.argv.some((arg) => arg === "--token" || arg.startsWith("--token="))) {
     process.stderr.write("sandboxd: warning: --token is visible to every local user in the process list; prefer --token-file\n");
   }
-  if (command.help) {
+  if (command.kind === "help") {
     process.stdout.write(usage);
+    return;
+  }
+  if (command.kind === "version") {
+    process.stdout.write(`sandboxd ${sandboxdVersion}\n`);
     return;
   }
   const logger = createLogger({ level: command.logging.level, format: command.logging.format });

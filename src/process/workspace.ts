@@ -15,7 +15,14 @@ export class Workspace {
     if (roots.length === 0) throw new Error("at least one workspace root is required");
     const resolved: string[] = [];
     for (const root of roots) {
-      const real = await realpath(root);
+      let real: string;
+      try {
+        real = await realpath(root);
+      } catch (error) {
+        const code = (error as NodeJS.ErrnoException).code;
+        const why = code === "ENOENT" ? "does not exist" : code === "EACCES" ? "cannot be reached (permission denied)" : `cannot be resolved (${code ?? (error as Error).message})`;
+        throw new Error(`workspace root ${root} ${why}`, { cause: error });
+      }
       if (!(await stat(real)).isDirectory()) throw new Error(`workspace root is not a directory: ${root}`);
       resolved.push(real);
     }

@@ -1,5 +1,6 @@
 import { cors } from "@connectrpc/connect";
 import type { Registry } from "prom-client";
+import { sandboxdVersion } from "../version.js";
 import { createTokenCheck } from "./auth.js";
 import type { AnyRequest, AnyResponse } from "./early-answer.js";
 
@@ -20,7 +21,7 @@ export interface HttpEndpointsOptions {
 export interface HttpEndpoints {
   /**
    * Answers what is not an RPC: `GET /healthz` (200 while the process serves), `GET /readyz` (200, or
-   * 503 once shutting down), `GET /metrics` and CORS preflights. Returns true when it answered.
+   * 503 once shutting down), both with the daemon's version in a `sandboxd-version` header, `GET /metrics` and CORS preflights. Returns true when it answered.
    */
   answer(request: AnyRequest, response: AnyResponse): boolean;
   /** Adds the CORS headers an allowed origin's actual request needs to its response. */
@@ -45,7 +46,7 @@ export function createHttpEndpoints(options: HttpEndpointsOptions): HttpEndpoint
       const path = (request.url ?? "").split("?")[0];
       if (request.method === "GET" && (path === "/healthz" || path === "/readyz")) {
         const ok = path === "/healthz" || options.ready();
-        (response as import("node:http").ServerResponse).writeHead(ok ? 200 : 503, { "content-type": "text/plain; charset=utf-8", "cache-control": "no-store" });
+        (response as import("node:http").ServerResponse).writeHead(ok ? 200 : 503, { "content-type": "text/plain; charset=utf-8", "cache-control": "no-store", "sandboxd-version": sandboxdVersion });
         response.end(ok ? "ok\n" : "shutting down\n");
         return true;
       }

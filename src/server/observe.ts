@@ -1,6 +1,7 @@
 import { createRequire } from "node:module";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import pino, { type Logger } from "pino";
+import { sandboxdVersion } from "../version.js";
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 import type { ManagedProcess, ProcessExit, ProcessManager } from "../process/index.js";
 import { interceptOutcome } from "./call-outcome.js";
@@ -70,6 +71,8 @@ export function createDaemonMetrics(source: { manager: ProcessManager; connectio
   });
   const starts = new Counter({ name: "sandboxd_process_starts_total", help: "Processes started (spawned) or that failed to start.", labelNames: ["result"], registers: [registry] });
   const outputBytes = new Counter({ name: "sandboxd_output_bytes_total", help: "Output bytes read from commands, per stream.", labelNames: ["stream"], registers: [registry] });
+  const buildInfo = new Gauge({ name: "sandboxd_build_info", help: "Always 1; the labels say which sandboxd and Node run.", labelNames: ["version", "node"], registers: [registry] });
+  buildInfo.set({ version: sandboxdVersion, node: process.version }, 1);
   const authFailures = new Counter({ name: "sandboxd_auth_failures_total", help: "Calls refused for a missing or wrong token.", registers: [registry] });
   new Gauge({
     name: "sandboxd_processes",

@@ -1,0 +1,200 @@
+import { parseArgs } from "node:util";
+
+/** One daemon flag: its name, the environment variable that stands in for it, and its help. */
+export interface DaemonFlag {
+  /** The long name without dashes, e.g. `max-processes`. */
+  name: string;
+  /** The environment variable read when the flag is absent, e.g. `SANDBOXD_MAX_PROCESSES`. */
+  env: string;
+  /** `string` takes a value, `boolean` is a switch (its variable takes 1/true/yes or 0/false/no). */
+  type: "string" | "boolean";
+  /** Repeatable on the command line; its variable holds several values split by `separator`. */
+  separator?: string;
+  /** What the value is, for the help: `<n>`, `<dir>`... */
+  value?: string;
+  /** One short option letter, if any. */
+  short?: string;
+  /** The help text; the variable and the default are added from the other fields. */
+  help: string;
+  /** The default as a reader should see it, when there is one. */
+  defaultText?: string;
+}
+
+/**
+ * Every flag of the daemon, in the order of its help: the one table the parser, the help and the
+ * documentation come from. Each has a `SANDBOXD_*` variable.
+ */
+export const daemonFlags: readonly DaemonFlag[] = [
+  { name: "host", env: "SANDBOXD_HOST", type: "string", value: "<address>", help: "address to listen on", defaultText: "127.0.0.1" },
+  { name: "port", env: "SANDBOXD_PORT", type: "string", value: "<port>", help: "port to listen on, 0 for any", defaultText: "7007" },
+  {
+    name: "workspace",
+    env: "SANDBOXD_WORKSPACE",
+    type: "string",
+    separator: ":",
+    value: "<dir>",
+    help: "workspace root, repeatable; the first is the default cwd",
+    defaultText: "the current directory",
+  },
+  { name: "max-output-bytes", env: "SANDBOXD_MAX_OUTPUT_BYTES", type: "string", value: "<n>", help: "output retained per process", defaultText: "8 MiB" },
+  {
+    name: "max-retained-bytes",
+    env: "SANDBOXD_MAX_RETAINED_BYTES",
+    type: "string",
+    value: "<n>",
+    help: "output all exited records keep together; the oldest is dropped past it",
+    defaultText: "256 MiB",
+  },
+  { name: "max-processes", env: "SANDBOXD_MAX_PROCESSES", type: "string", value: "<n>", help: "live processes allowed", defaultText: "1024" },
+  { name: "linger-ms", env: "SANDBOXD_LINGER_MS", type: "string", value: "<n>", help: "how long exited records stay readable", defaultText: "60000" },
+  { name: "token", env: "SANDBOXD_TOKEN", type: "string", value: "<token>", help: "bearer token required on every call but health (visible in ps: prefer --token-file)" },
+  { name: "token-file", env: "SANDBOXD_TOKEN_FILE", type: "string", value: "<file>", help: "read the token from a file of mode 0600 or stricter" },
+  { name: "insecure", env: "SANDBOXD_INSECURE", type: "boolean", help: "allow a non-loopback --host without a token" },
+  { name: "user", env: "SANDBOXD_USER", type: "string", value: "<name|uid>", help: "run commands as this user, with its groups, HOME, USER, LOGNAME; needs a token" },
+  { name: "allow-sudo", env: "SANDBOXD_ALLOW_SUDO", type: "boolean", help: "let requests with sudo run as root (the daemon must be root); needs a token" },
+  { name: "max-tasks", env: "SANDBOXD_MAX_TASKS", type: "string", value: "<n>", help: "tasks (processes, threads) one command may have, 0 for no cap", defaultText: "1024" },
+  {
+    name: "max-tasks-total",
+    env: "SANDBOXD_MAX_TASKS_TOTAL",
+    type: "string",
+    value: "<n>",
+    help: "tasks of all commands together, 0 for no cap",
+    defaultText: "a quarter of the kernel's pid_max, at most 16384",
+  },
+  {
+    name: "commands-memory-bytes",
+    env: "SANDBOXD_COMMANDS_MEMORY_BYTES",
+    type: "string",
+    value: "<n>",
+    help: "memory of all commands together, 0 for no limit",
+    defaultText: "the machine's less a tenth, at least 256 MiB, kept for the daemon",
+  },
+  { name: "max-message-bytes", env: "SANDBOXD_MAX_MESSAGE_BYTES", type: "string", value: "<n>", help: "largest request message", defaultText: "4 MiB" },
+  { name: "max-calls", env: "SANDBOXD_MAX_CALLS", type: "string", value: "<n>", help: "calls in progress on the daemon", defaultText: "4096" },
+  { name: "max-calls-per-connection", env: "SANDBOXD_MAX_CALLS_PER_CONNECTION", type: "string", value: "<n>", help: "calls in progress on one connection", defaultText: "256" },
+  { name: "max-connections", env: "SANDBOXD_MAX_CONNECTIONS", type: "string", value: "<n>", help: "connections open at once, every protocol", defaultText: "1024" },
+  { name: "keepalive-ms", env: "SANDBOXD_KEEPALIVE_MS", type: "string", value: "<n>", help: "ping interval that finds dead peers", defaultText: "30000" },
+  {
+    name: "state-dir",
+    env: "SANDBOXD_STATE_DIR",
+    type: "string",
+    value: "<dir>",
+    help: "record process groups here; leftovers of a killed daemon are killed at the next start",
+  },
+  {
+    name: "cors-origin",
+    env: "SANDBOXD_CORS_ORIGINS",
+    type: "string",
+    separator: ",",
+    value: "<origin>",
+    help: "let browser pages of this origin call the daemon (Connect, gRPC-Web); repeatable, * for any",
+  },
+  { name: "tls-cert", env: "SANDBOXD_TLS_CERT", type: "string", value: "<file>", help: "serve TLS with this PEM certificate chain; needs --tls-key" },
+  { name: "tls-key", env: "SANDBOXD_TLS_KEY", type: "string", value: "<file>", help: "the PEM private key of --tls-cert" },
+  { name: "tls-client-ca", env: "SANDBOXD_TLS_CLIENT_CA", type: "string", value: "<file>", help: "require client certificates signed by these PEM CAs (mutual TLS)" },
+  {
+    name: "log-level",
+    env: "SANDBOXD_LOG_LEVEL",
+    type: "string",
+    value: "<level>",
+    help: "trace, debug, info, warn, error, fatal or silent",
+    defaultText: "info",
+  },
+  { name: "log-format", env: "SANDBOXD_LOG_FORMAT", type: "string", value: "<format>", help: "json or pretty", defaultText: "pretty on a terminal, else json" },
+  { name: "log-commands", env: "SANDBOXD_LOG_COMMANDS", type: "boolean", help: "put command lines in the process audit (they may carry secrets)" },
+  { name: "metrics-public", env: "SANDBOXD_METRICS_PUBLIC", type: "boolean", help: "serve GET /metrics without the token" },
+];
+
+/** The flags that only print something: they take no variable. */
+const infoFlags = {
+  help: { type: "boolean", short: "h" },
+  version: { type: "boolean", short: "v" },
+} as const;
+
+/** What {@link readDaemonFlags} found: each flag's text (or texts, or switch) by name, flag over variable. */
+export interface DaemonFlagValues {
+  /** `--help` was given. */
+  help: boolean;
+  /** `--version` was given. */
+  version: boolean;
+  /** A string flag's value, from the command line, else from its variable. */
+  text(name: string): string | undefined;
+  /** A string flag's value from the command line only. */
+  given(name: string): string | undefined;
+  /** A repeatable flag's values (the variable split by its separator), or undefined when neither is set. */
+  list(name: string): string[] | undefined;
+  /** A switch: the flag, else its variable (1/true/yes or 0/false/no; anything else throws). */
+  enabled(name: string): boolean;
+}
+
+/**
+ * Reads the daemon's arguments, each flag falling back to its `SANDBOXD_*` variable. Throws an Error
+ * whose message names the flag (or variable) and what is wrong, for one line on stderr.
+ */
+export function readDaemonFlags(argv: readonly string[], env: NodeJS.ProcessEnv): DaemonFlagValues {
+  const options: Record<string, { type: "string" | "boolean"; multiple?: boolean; short?: string }> = { ...infoFlags };
+  for (const flag of daemonFlags) {
+    options[flag.name] = { type: flag.type, ...(flag.separator === undefined ? {} : { multiple: true }), ...(flag.short === undefined ? {} : { short: flag.short }) };
+  }
+  let values: Record<string, string | boolean | (string | boolean)[] | undefined>;
+  try {
+    ({ values } = parseArgs({ args: [...argv], options, strict: true, allowPositionals: false }));
+  } catch (error) {
+    // parseArgs says "Unknown option '--x'. To specify a positional argument starting with a '-'...": keep the first sentence.
+    throw new Error(((error as Error).message.split(". ")[0] ?? "").replace(/\.$/, ""));
+  }
+  const flagNamed = (name: string) => {
+    const flag = daemonFlags.find((candidate) => candidate.name === name);
+    if (flag === undefined) throw new Error(`no daemon flag --${name}`);
+    return flag;
+  };
+  const fromEnv = (flag: DaemonFlag) => {
+    const text = env[flag.env];
+    return text === undefined || text === "" ? undefined : text;
+  };
+  return {
+    help: values.help === true,
+    version: values.version === true,
+    text(name) {
+      const flag = flagNamed(name);
+      const value = values[name];
+      return typeof value === "string" ? value : fromEnv(flag);
+    },
+    given(name) {
+      flagNamed(name);
+      const value = values[name];
+      return typeof value === "string" ? value : undefined;
+    },
+    list(name) {
+      const flag = flagNamed(name);
+      const value = values[name];
+      if (Array.isArray(value)) return value.map(String);
+      return fromEnv(flag)
+        ?.split(flag.separator ?? ",")
+        .map((item) => item.trim())
+        .filter(Boolean);
+    },
+    enabled(name) {
+      const flag = flagNamed(name);
+      if (values[name] === true) return true;
+      const text = fromEnv(flag)?.toLowerCase();
+      if (text === undefined || ["0", "false", "no"].includes(text)) return false;
+      if (["1", "true", "yes"].includes(text)) return true;
+      throw new Error(`${flag.env} must be 1, true, yes, 0, false or no, got ${JSON.stringify(env[flag.env])}`);
+    },
+  };
+}
+
+/** The daemon's help, made from {@link daemonFlags}. */
+export function daemonUsage(): string {
+  const lines = ["sandboxd: run commands in this machine for clients far away (gRPC, Connect, gRPC-Web)", "", "usage: sandboxd [options]", ""];
+  for (const flag of daemonFlags) {
+    const head = `  --${flag.name}${flag.value === undefined ? "" : ` ${flag.value}`}`;
+    const tail = `(${flag.env}${flag.separator === undefined ? "" : `, ${flag.separator === ":" ? "colon" : "comma"}-separated`}${flag.defaultText === undefined ? "" : `; default ${flag.defaultText}`})`;
+    const help = `${flag.help} ${tail}`;
+    if (head.length < 28) lines.push(`${head.padEnd(28)}${help}`);
+    else lines.push(head, `${"".padEnd(28)}${help}`);
+  }
+  lines.push(`  -v, --version             print the version and exit`, `  -h, --help                show this help`, "");
+  return lines.join("\n");
+}

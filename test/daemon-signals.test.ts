@@ -1,0 +1,44 @@
+import { mkdtempSync, realpathSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import { connect } from "../src/client/index.js";
+import { startDaemonProcess, type DaemonCommand } from "./support/daemon-process.js";
+import { isAlive, waitFor } from "./support/processes.js";
+import { sleepMarker, sleepers } from "./support/rpc.js";
+import { repositoryRoot } from "./support/tools.js";
+
+/** `npm start`, as README's first command and a Dockerfile's CMD run the daemon: npm, then sh, then node. */
+const npmStart: DaemonCommand = { file: "npm", args: ["start", "--silent", "--"], cwd: repositoryRoot };
+
+describe("a signal to the outermost process reaches the daemon", () => {
+  const cleanups: Array<() => void> = [];
+  afterEach(() => {
+    for (const cleanup of cleanups.splice(0)) cleanup();
+  });
+
+  for (const signal of ["SIGTERM", "SIGINT"] as const) {
+    it(`npm start: ${signal} to npm's pid ends open calls, kills every command and frees the port`, async () => {
+      const workspace = realpathSync(mkdtempSync(path.join(tmpdir(), "sandboxd-signals-")));
+      cleanups.push(() => rmSync(workspace, { recursive: true, force: true }));
+      const daemon = await startDaemonProcess(["--workspace", workspace, "--log-format", "json"], npmStart);
+      cleanups.push(() => daemon.child.kill("SIGKILL"));
+      const sandbox = await connect({ baseUrl: daemon.url });
+      cleanups.push(() => void sandbox.close().catch(() => {}));
+      const marker = sleepMarker();
+      cleanups.push(() => sleepers(marker).forEach((pid) => process.kill(pid, "SIGKILL")));
+      await sandbox.startProcess(`sleep ${marker}`);
+      const open = sandbox.exec(`sleep ${marker}`, { timeout: 600_000 });
+      await waitFor(() => sleepers(marker).length === 2, { what: "both commands to run" });
+      const pids = sleepers(marker);
+
+      process.kill(daemon.child.pid!, signal);
+      // The open Exec ends (the daemon says it is going away), it does not hang.
+      await expect(open).rejects.toThrow();
+      await daemon.exited();
+      await waitFor(() => pids.every((pid) => !isAlive(pid)), { timeoutMs: 10_000, what: "the commands to be killed" });
+      expect(daemon.stderr()).toContain(`"signal":"${signal}"`);
+      await expect(fetch(new URL("/healthz", daemon.url))).rejects.toThrow();
+    }, 60_000);
+  }
+});
