@@ -1,7 +1,6 @@
-import { accessSync, constants as fsConstants } from "node:fs";
 import { constants as osConstants } from "node:os";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
+import { executable, findNativeFile } from "./native-files.js";
 
 /**
  * Finds `sandboxd-exec`, the small native program every command is started through (see
@@ -9,26 +8,11 @@ import { fileURLToPath } from "node:url";
  * verifies its working directory and closes inherited fds, all with an environment the daemon
  * fixed, and only then execs the command with the environment the client asked for. Looked up in
  * `SANDBOXD_EXEC_HELPER`, then in `build/sandboxd-exec` of this package (built at install), searched
- * upwards from this module so sources, compiled output and bundles all find it. Returns undefined
+ * upwards from this module (see findNativeFile). Returns undefined
  * when it is missing or not executable.
  */
 export function findExecHelper(environment: NodeJS.ProcessEnv = process.env): string | undefined {
-  const candidates = [environment.SANDBOXD_EXEC_HELPER];
-  let directory = path.dirname(fileURLToPath(import.meta.url));
-  for (let level = 0; level < 6; level++) {
-    candidates.push(path.join(directory, "build", "sandboxd-exec"));
-    directory = path.dirname(directory);
-  }
-  for (const candidate of candidates) {
-    if (candidate === undefined || candidate === "") continue;
-    try {
-      accessSync(candidate, fsConstants.X_OK);
-      return candidate;
-    } catch {
-      // Try the next.
-    }
-  }
-  return undefined;
+  return findNativeFile("sandboxd-exec", environment.SANDBOXD_EXEC_HELPER, executable);
 }
 
 /** The prefix of the helper's variables that carry the command's environment, one `NAME=VALUE` each. */

@@ -1,9 +1,8 @@
-import { accessSync, constants as fsConstants, existsSync, statSync } from "node:fs";
-import { createRequire } from "node:module";
+import { accessSync, constants as fsConstants, statSync } from "node:fs";
 import path from "node:path";
-import { fileURLToPath } from "node:url";
 import v8 from "node:v8";
 import { runInNewContext } from "node:vm";
+import { findNativeFile, readable } from "./native-files.js";
 
 /** The parent-side fds of a command started by {@link NativeAddon.spawn}. */
 export interface NativeSpawned {
@@ -39,8 +38,8 @@ export interface NativeAddon {
 let addon: NativeAddon | null | undefined;
 
 /**
- * Loads `build/sandboxd.node` (built at install), searched upwards from this module like the exec
- * helper; null when it is missing, does not load, or `SANDBOXD_NO_ADDON=1` says not to, and the
+ * Loads `build/sandboxd.node` (built at install; `SANDBOXD_NATIVE_ADDON` names another path), found
+ * like the exec helper (see findNativeFile); null when it is missing, does not load, or `SANDBOXD_NO_ADDON=1` says not to, and the
  * daemon then does without: commands start through child_process and node-pty (a fork of the
  * daemon each), and freed memory is not trimmed.
  */
@@ -48,18 +47,14 @@ export function loadNativeAddon(): NativeAddon | null {
   if (addon !== undefined) return addon;
   addon = null;
   if (process.env.SANDBOXD_NO_ADDON === "1") return addon;
-  let directory = path.dirname(fileURLToPath(import.meta.url));
-  for (let level = 0; level < 6; level++) {
-    const candidate = path.join(directory, "build", "sandboxd.node");
-    if (existsSync(candidate)) {
-      try {
-        addon = createRequire(import.meta.url)(candidate) as NativeAddon;
-      } catch {
-        // Built for another Node or machine: do without.
-      }
-      break;
-    }
-    directory = path.dirname(directory);
+  const file = findNativeFile("sandboxd.node", process.env.SANDBOXD_NATIVE_ADDON, readable);
+  if (file === undefined) return addon;
+  try {
+    const module = { exports: {} as NativeAddon };
+    process.dlopen(module, file);
+    addon = module.exports;
+  } catch {
+    // Built for another Node or machine: do without.
   }
   return addon;
 }

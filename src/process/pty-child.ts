@@ -1,6 +1,7 @@
 import { randomBytes } from "node:crypto";
 import { closeSync, constants as fsConstants, openSync, write } from "node:fs";
 import { createRequire } from "node:module";
+import { ProcessError } from "./errors.js";
 import tty from "node:tty";
 import { outputDrainLimitMs, type ChildExit, type SpawnChildOptions, type SpawnedChild } from "./child.js";
 import { executablePath, loadNativeAddon } from "./native.js";
@@ -37,8 +38,19 @@ function loadNativePty(): { module: NativePty; dir: string } {
   // node-pty's own Terminal emits its exit only after the master closes, and gives up on the
   // output 200 ms after the child exits: the tail of a fast printer is lost. Its native fork gives
   // the exit as it happens, so the output can be drained deterministically (see below).
-  nativePty ??= (require("node-pty/lib/utils.js") as { loadNativeModule(name: string): { module: NativePty; dir: string } })
-    .loadNativeModule("pty");
+  if (nativePty !== undefined) return nativePty;
+  let utils: { loadNativeModule(name: string): { module: NativePty; dir: string } };
+  try {
+    utils = require("node-pty/lib/utils.js") as typeof utils;
+  } catch (error) {
+    // node-pty is an optional peer of the package: the addon opens terminals where it was built.
+    throw new ProcessError(
+      "terminal commands need the native addon (build/sandboxd.node, built at install with a C compiler) or the node-pty package; neither is available",
+      "failed-precondition",
+      { cause: error },
+    );
+  }
+  nativePty = utils.loadNativeModule("pty");
   return nativePty;
 }
 

@@ -1,7 +1,7 @@
-import { createRequire } from "node:module";
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import pino, { type Logger } from "pino";
 import { sandboxdVersion } from "../version.js";
+import { createPrettyStream } from "./pretty-stream.js";
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 import type { ManagedProcess, ProcessExit, ProcessManager } from "../process/index.js";
 import { interceptOutcome } from "./call-outcome.js";
@@ -32,11 +32,9 @@ export function createLogger(options: LoggerOptions = {}): Logger {
   const pretty = options.format === "pretty" || (options.format === undefined && process.stderr.isTTY === true);
   const base = { level: options.level ?? "info", base: { service: "sandboxd" }, formatters: { level: (label: string) => ({ level: label }) } };
   if (pretty) {
-    // Loaded only when wanted: pino-pretty is for people at a terminal.
-    const prettyStream = (createRequire(import.meta.url)("pino-pretty") as (options: object) => NodeJS.WritableStream)({
+    const prettyStream = createPrettyStream({
       destination: options.destination ?? process.stderr,
       colorize: options.destination === undefined && process.stderr.isTTY === true,
-      sync: true,
     });
     return pino({ ...base, formatters: undefined }, prettyStream);
   }

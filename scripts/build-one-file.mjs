@@ -1,0 +1,79 @@
+#!/usr/bin/env node
+// The one-file daemon: dist/one-file/sandboxd, one executable with Node, the daemon and its native
+// parts inside, to COPY into an image or scp onto a machine with nothing else on it.
+//   1. esbuild bundles src/cli/one-file.ts and every dependency into one CommonJS script
+//      (a single executable application runs CommonJS only);
+//   2. node --experimental-sea-config writes the script, a V8 code cache and the native files
+//      (build/sandboxd-exec, build/sandboxd.node, as assets) into a blob;
+//   3. postject injects the blob into a copy of a Node binary: this one's, or --node <path>.
+// Needs the dev dependencies and the native build (npm ci). Usage: node scripts/build-one-file.mjs [--node <path>] [--out <file>]
+import { execFileSync } from "node:child_process";
+import { copyFileSync, chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import path from "node:path";
+import { parseArgs } from "node:util";
+import { fileURLToPath } from "node:url";
+import { build } from "esbuild";
+
+const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
+const { values } = parseArgs({ options: { node: { type: "string" }, out: { type: "string" } } });
+const nodeBinary = values.node ?? process.execPath;
+const out = path.resolve(values.out ?? path.join(root, "dist/one-file/sandboxd"));
+const work = path.join(root, "dist/one-file/work");
+mkdirSync(work, { recursive: true });
+for (const file of ["build/sandboxd-exec", "build/sandboxd.node"]) {
+  if (!existsSync(path.join(root, file))) throw new Error(`${file} is missing: the native build (npm ci, needs a C compiler) comes first`);
+}
+const { version } = JSON.parse(readFileSync(path.join(root, "package.json"), "utf8"));
+
+// pino-pretty is loaded with createRequire where node_modules exist; here it must be in the bundle.
+const bundledPrettyStream = {
+  name: "bundled-pretty-stream",
+  setup(plugin) {
+    plugin.onLoad({ filter: /src[\\/]server[\\/]pretty-stream\.ts$/ }, () => ({
+      loader: "ts",
+      contents: `import pinoPretty from "pino-pretty";
+        export function createPrettyStream(options) { return pinoPretty({ ...options, sync: true }); }`,
+    }));
+  },
+};
+
+const script = path.join(work, "sandboxd.cjs");
+await build({
+  entryPoints: [path.join(root, "src/cli/one-file.ts")],
+  outfile: script,
+  bundle: true,
+  platform: "node",
+  format: "cjs",
+  target: "node20",
+  // node-pty is not needed: the addon opens terminals. It stays out of the bundle (native, optional).
+  external: ["node-pty"],
+  define: { "import.meta.url": "__sandboxdModuleUrl", __SANDBOXD_VERSION__: JSON.stringify(version) },
+  // In a single executable application __filename is the executable's path.
+  banner: { js: 'var __sandboxdModuleUrl = require("node:url").pathToFileURL(__filename).href;' },
+  plugins: [bundledPrettyStream],
+  legalComments: "none",
+  logLevel: "warning",
+});
+
+const blob = path.join(work, "sandboxd.blob");
+const config = path.join(work, "sea-config.json");
+writeFileSync(
+  config,
+  JSON.stringify({
+    main: script,
+    output: blob,
+    disableExperimentalSEAWarning: true,
+    useCodeCache: true,
+    assets: { "sandboxd-exec": path.join(root, "build/sandboxd-exec"), "sandboxd.node": path.join(root, "build/sandboxd.node") },
+  }),
+);
+execFileSync(nodeBinary, ["--experimental-sea-config", config], { stdio: "inherit" });
+mkdirSync(path.dirname(out), { recursive: true });
+copyFileSync(nodeBinary, out);
+chmodSync(out, 0o755);
+execFileSync(
+  process.execPath,
+  [path.join(root, "node_modules/postject/dist/cli.js"), out, "NODE_SEA_BLOB", blob, "--sentinel-fuse", "NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2"],
+  { stdio: ["ignore", "ignore", "inherit"] },
+);
+console.log(`sandboxd: wrote ${path.relative(process.cwd(), out)} (${Math.round(readFileSync(out).length / 1048576)} MiB, Node ${execFileSync(nodeBinary, ["--version"]).toString().trim()})`);

@@ -1,0 +1,28 @@
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import sea from "node:sea";
+
+/**
+ * The native files the one-file daemon carries as assets (see scripts/build-one-file.mjs): the
+ * sandboxd-exec helper and the Node-API addon. A process can neither exec nor dlopen a file inside
+ * its own executable, so they are written, at start, into a new directory of mode 0700 (mkdtemp:
+ * a name no other user can guess or pre-create) under `SANDBOXD_UNPACK_DIR` or the temporary
+ * directory, pointed at by the variables the daemon looks them up in, and removed at exit. That
+ * directory must allow exec (not a noexec mount).
+ */
+export function unpackNativeFiles(): void {
+  if (!sea.isSea()) return;
+  const directory = mkdtempSync(path.join(process.env.SANDBOXD_UNPACK_DIR || tmpdir(), "sandboxd-"));
+  process.once("exit", () => rmSync(directory, { recursive: true, force: true }));
+  const unpack = (name: string, variable: string, mode: number) => {
+    const file = path.join(directory, name);
+    // flag wx: created here, never through a file that appeared meanwhile.
+    writeFileSync(file, new Uint8Array(sea.getAsset(name)), { mode, flag: "wx" });
+    process.env[variable] = file;
+  };
+  unpack("sandboxd-exec", "SANDBOXD_EXEC_HELPER", 0o700);
+  unpack("sandboxd.node", "SANDBOXD_NATIVE_ADDON", 0o600);
+}
+
+unpackNativeFiles();
