@@ -15,6 +15,8 @@
  *       { code, signal } (one of them null).
  *   resize(fd, cols, rows) sets a terminal's size.
  *   trimMemory() gives the memory freed by the allocator back to the system (malloc_trim).
+ *   dieWithParent(signal) asks the kernel to send this process `signal` when its parent exits
+ *       (PR_SET_PDEATHSIG) and returns the parent's pid as it is now, to catch a parent gone before.
  *
  * Built at install by scripts/build-native.mjs against the headers of the node-api-headers package;
  * the daemon runs without it (see src/process/native.ts).
@@ -29,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -406,6 +409,20 @@ static napi_value trim_memory(napi_env env, napi_callback_info info) {
   return result;
 }
 
+static napi_value die_with_parent(napi_env env, napi_callback_info info) {
+  size_t argc = 1;
+  napi_value args[1], result;
+  int32_t signal_number;
+  CHECK(napi_get_cb_info(env, info, &argc, args, NULL, NULL));
+  if (argc < 1 || napi_get_value_int32(env, args[0], &signal_number) != napi_ok) {
+    napi_throw_type_error(env, NULL, "usage: dieWithParent(signal)");
+    return NULL;
+  }
+  if (prctl(PR_SET_PDEATHSIG, (unsigned long)signal_number) != 0) return throw_errno(env, errno, "prctl");
+  CHECK(napi_create_int32(env, (int32_t)getppid(), &result));
+  return result;
+}
+
 static int export_function(napi_env env, napi_value exports, const char *name, napi_callback callback) {
   napi_value function;
   if (napi_create_function(env, name, NAPI_AUTO_LENGTH, callback, NULL, &function) != napi_ok) return 0;
@@ -415,7 +432,8 @@ static int export_function(napi_env env, napi_value exports, const char *name, n
 NAPI_MODULE_INIT() {
   if (!export_function(env, exports, "spawn", spawn_command) || !export_function(env, exports, "spawnAsync", spawn_async) ||
       !export_function(env, exports, "reap", reap) ||
-      !export_function(env, exports, "resize", resize) || !export_function(env, exports, "trimMemory", trim_memory)) {
+      !export_function(env, exports, "resize", resize) || !export_function(env, exports, "trimMemory", trim_memory) ||
+      !export_function(env, exports, "dieWithParent", die_with_parent)) {
     return NULL;
   }
   return exports;

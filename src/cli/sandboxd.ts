@@ -5,6 +5,7 @@ import { startServer, type SandboxServer, type SandboxServerOptions } from "../s
 import { createLogger } from "../server/observe.js";
 import { sandboxdVersion } from "../version.js";
 import { parseCommandLine, usage } from "./options.js";
+import { exitWithNpmParent } from "./parent-watch.js";
 
 /** Starts the daemon from the command line and shuts it down gracefully on SIGTERM or SIGINT. */
 async function main(): Promise<void> {
@@ -48,6 +49,7 @@ async function main(): Promise<void> {
   };
   process.once("SIGTERM", stop);
   process.once("SIGINT", stop);
+  exitWithNpmParent();
 }
 
 /** One line on how the daemon is guarded; never the token itself. */

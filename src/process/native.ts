@@ -33,6 +33,8 @@ export interface NativeAddon {
   reap(pid: number): { code: number | null; signal: number | null } | undefined;
   resize(fd: number, cols: number, rows: number): void;
   trimMemory(): boolean;
+  /** Has the kernel send this process `signal` (a number) when its parent exits; returns the parent's pid now. */
+  dieWithParent(signal: number): number;
 }
 
 let addon: NativeAddon | null | undefined;
