@@ -1,6 +1,6 @@
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { daemonFlags } from "../src/cli/flags.js";
+import { daemonFlags, daemonFlagsTable } from "../src/cli/flags.js";
 import { parseCommandLine, usage } from "../src/cli/options.js";
 import { startTestServer } from "./support/server.js";
 import { repositoryRoot, runCommand } from "./support/tools.js";
@@ -21,6 +21,12 @@ describe("the daemon's flags", () => {
       expect(usage).toContain(flag.env);
     }
     expect(daemonFlags.length).toBe(29);
+  });
+
+  it("the README's Daemon flags table is the table the parser uses", () => {
+    const readme = readFileSync(`${repositoryRoot}/README.md`, "utf8");
+    const section = readme.slice(readme.indexOf("\n## Daemon flags\n"), readme.indexOf("\n## Client\n"));
+    expect(section).toContain(daemonFlagsTable());
   });
 
   it("reads every kind of flag from its variable, and a flag beats its variable", () => {

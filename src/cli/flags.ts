@@ -198,3 +198,13 @@ export function daemonUsage(): string {
   lines.push(`  -v, --version             print the version and exit`, `  -h, --help                show this help`, "");
   return lines.join("\n");
 }
+
+/** The flags as a Markdown table (flag, variable, default, meaning): the README's "Daemon flags" holds it. */
+export function daemonFlagsTable(): string {
+  const rows = daemonFlags.map((flag) => {
+    const name = `\`--${flag.name}${flag.value === undefined ? "" : ` ${flag.value}`}\``.replaceAll("|", "\\|");
+    const variable = `\`${flag.env}\`${flag.separator === undefined ? "" : ` (${flag.separator === ":" ? "colon" : "comma"}-separated)`}`;
+    return `| ${name} | ${variable} | ${flag.defaultText ?? ""} | ${flag.help.replaceAll("|", "\\|")} |`;
+  });
+  return ["| flag | variable | default | what it does |", "| --- | --- | --- | --- |", ...rows].join("\n");
+}
