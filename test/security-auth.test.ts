@@ -177,15 +177,15 @@ describe("where the token comes from", () => {
   it("the README's security example parses as written, with the token from the file", () => {
     const readme = readFileSync(path.join(import.meta.dirname, "..", "README.md"), "utf8");
     const security = readme.slice(readme.indexOf("## Security"));
-    const line = /^npm start -- (.*)$/m.exec(security)?.[1];
+    const line = /^npx sandboxd (.*)$/m.exec(security)?.[1];
     expect(line).toBeDefined();
     const file = path.join(dir, "token");
     writeFileSync(file, "readme-token\n", { mode: 0o600 });
-    const argv = line!.split(" ").map((word) => (word === "token" ? file : word));
+    const argv = line!.split(" ").map((word) => (word === "/etc/sandboxd/token" ? file : word));
     const command = parseCommandLine(argv, {});
     expect(command.kind).toBe("serve");
     if (command.kind !== "serve") return;
-    expect(command.options).toMatchObject({ host: "0.0.0.0", token: "readme-token", runAs: { name: "nobody" }, stateDirectory: "/var/lib/sandboxd" });
+    expect(command.options).toMatchObject({ host: "0.0.0.0", token: "readme-token", runAs: { name: "nobody" }, stateDirectory: "/var/lib/sandboxd", workspaceRoots: ["/srv/work"] });
   });
 
   it("the command line refuses a 0644 token file", () => {
