@@ -1,0 +1,26 @@
+import { CommanderError } from "commander";
+import { ProcessNotFoundError, SandboxError, toSandboxError } from "../client/index.js";
+import { CliError } from "./exit-codes.js";
+
+/**
+ * The one line the CLI prints for a failure (after `sandbox: `): a CliError's message, a
+ * SandboxError's message with its code when the message does not say it, commander's usage message
+ * without its `error: ` prefix. Newlines are folded, so a failure is always exactly one line.
+ */
+export function failureLine(error: unknown): string {
+  let text: string;
+  if (error instanceof CliError) text = error.message;
+  else if (error instanceof CommanderError) text = error.message.replace(/^error: /, "");
+  else if (error instanceof ProcessNotFoundError) text = `no such process: ${error.processId}`;
+  else if (error instanceof SandboxError) text = sandboxErrorText(error);
+  else if (error instanceof Error && error.name === "ConnectError") text = sandboxErrorText(toSandboxError(error));
+  else text = error instanceof Error ? error.message : String(error);
+  return text.replace(/\s*\n\s*/g, "; ").trim() || "unknown error";
+}
+
+/** A SandboxError as text: `<message> (<CODE>)`, or `<message>` when the code adds nothing. */
+function sandboxErrorText(error: SandboxError): string {
+  const message = error.message || "the daemon gave no reason";
+  if (error.code === "UNKNOWN" || error.name !== "SandboxError") return message;
+  return `${message} (${error.code})`;
+}

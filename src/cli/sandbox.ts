@@ -1,0 +1,14 @@
+#!/usr/bin/env node
+/**
+ * `sandbox`: the command-line client of sandboxd (exec, start, ps, logs, kill, attach), built on
+ * the client SDK. See `sandbox --help` and the README's "From a terminal".
+ *
+ * @module
+ */
+import { flushed } from "./local-output.js";
+import { runSandbox } from "./program.js";
+
+const code = await runSandbox(process.argv.slice(2));
+await Promise.all([flushed(process.stdout), flushed(process.stderr)]);
+// Exit now rather than when the loop empties: a paused terminal or a closing connection must not hold the exit.
+process.exit(code);

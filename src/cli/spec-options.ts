@@ -1,0 +1,42 @@
+import { InvalidArgumentError, Option, type Command } from "commander";
+import { parseDuration } from "./duration.js";
+
+/** The flags that say how a command runs, shared by exec and start. */
+export interface SpecFlags {
+  /** Environment variables (-e). */
+  env: Record<string, string>;
+  /** Working directory (-w). */
+  workdir?: string;
+  /** Time limit in milliseconds (--timeout); 0 or absent for none. */
+  timeout?: number;
+  /** Keep stdin open (-i). */
+  interactive?: boolean;
+  /** Run in a pseudo-terminal (-t). */
+  tty?: boolean;
+}
+
+/**
+ * Parses one `-e` value into the variables so far: `KEY=VALUE`, or `KEY` alone to pass this
+ * process's own value on (left out when it has none), as `docker exec -e` does.
+ */
+export function collectEnv(text: string, previous: Record<string, string>): Record<string, string> {
+  const equals = text.indexOf("=");
+  const key = equals === -1 ? text : text.slice(0, equals);
+  if (key === "" || key.includes("\0")) throw new InvalidArgumentError("write it as KEY=VALUE (or KEY to pass this shell's value on)");
+  if (equals !== -1) return { ...previous, [key]: text.slice(equals + 1) };
+  const local = process.env[key];
+  return local === undefined ? previous : { ...previous, [key]: local };
+}
+
+/** Adds -i, -t, -e, -w and --timeout to `command`. */
+export function addSpecOptions(command: Command, help: { interactive: string; tty: string }): Command {
+  return command
+    .option("-i, --interactive", help.interactive)
+    .option("-t, --tty", help.tty)
+    .addOption(new Option("-e, --env <KEY=VALUE>", "set an environment variable (repeatable; KEY alone passes this shell's value)").argParser(collectEnv).default({}, "none"))
+    .option("-w, --workdir <dir>", "working directory, inside the daemon's workspace (default: its first workspace root)")
+    .addOption(new Option("--timeout <duration>", "kill the command (SIGKILL) after this long: 30s, 5m, 1h30m (default: no limit)").argParser(parseDuration));
+}
+
+/** The argument that ends these commands' flags: the command to run and its arguments. */
+export const commandArgumentHelp = "the program and its arguments (no shell); a single argument is a shell command line, as in 'echo $HOME | wc -c'";
