@@ -1,5 +1,5 @@
 import { Command } from "commander";
-import { sandboxV1, toSandboxError, type CommandHandle, type Sandbox } from "../../client/index.js";
+import { classifyFailure, sandboxV1, toSandboxError, type CommandHandle, type Sandbox } from "../../client/index.js";
 import { addConnectionOptions, closeSandbox, openSandbox, type ConnectionFlags } from "../connection.js";
 import { CliError, exitCodes } from "../exit-codes.js";
 import { BrokenPipeError, LocalOutput } from "../local-output.js";
@@ -111,7 +111,12 @@ class ExecSession {
       if (this.state.kind === "abandoned") return signalExitCode(this.state.signal) ?? exitCodes.relayFailure;
       // The reader of our output went away (`| head`): leaving cancels the call, which kills the command.
       if (error instanceof BrokenPipeError) return sigpipeExitCode;
-      throw error instanceof CliError ? error : toSandboxError(error);
+      if (error instanceof CliError) throw error;
+      // A connection cut or reset under the call: say that, not the transport's code.
+      if (classifyFailure(error, false) !== "fatal") {
+        throw new CliError(`lost the connection to the daemon: ${toSandboxError(error).message}`, { cause: error });
+      }
+      throw toSandboxError(error);
     } finally {
       this.cleanup();
       this.call.abort();
