@@ -19,21 +19,26 @@ export function createLogsCommand(finish: (code: number) => void): Command {
     .description(
       "Print the output the daemon keeps for a process, byte for byte: its stdout on stdout and its stderr on stderr. " +
         "With -f, go on with live output until the process exits (reconnecting if the connection drops). " +
-        "--from-offset starts each stream at a byte offset, for example to resume after the bytes already saved. " +
+        "--from-offset starts at a byte offset, for example to resume after the bytes already saved: N for stdout " +
+        "(stderr from its start; a process with a terminal writes only stdout), N,M for stdout and stderr. " +
         "Output the daemon no longer keeps is reported on stderr as a gap.",
     )
     .option("-f, --follow", "go on printing live output until the process exits")
-    .option("--from-offset <offset>", "first byte of each stream (N), or of stdout and stderr apart (N,M); default 0", parseOffsets);
+    .option("--from-offset <offset>", "first byte of stdout (N), or of stdout and stderr (N,M); default 0,0", parseOffsets);
   addConnectionOptions(command);
   return command.argument("<id>", "the process id").action(async (id: string, flags: LogsFlags) => finish(await runLogs(id, flags)));
 }
 
-/** Parses --from-offset: `N` for both streams, `N,M` for stdout and stderr. */
+/**
+ * Parses --from-offset: `N` for stdout (stderr from 0), `N,M` for stdout and stderr. One number
+ * does not apply to both because the daemon refuses an offset past what a stream has written, and
+ * many processes write no stderr at all.
+ */
 export function parseOffsets(text: string): OutputOffsets {
   const match = /^\s*(\d+)\s*(?:,\s*(\d+)\s*)?$/.exec(text);
-  if (match === null) throw new InvalidArgumentError("write it as N (both streams) or N,M (stdout, stderr), in bytes");
+  if (match === null) throw new InvalidArgumentError("write it as N (stdout) or N,M (stdout, stderr), in bytes");
   const stdout = Number(match[1]);
-  const stderr = match[2] === undefined ? stdout : Number(match[2]);
+  const stderr = match[2] === undefined ? 0 : Number(match[2]);
   if (!Number.isSafeInteger(stdout) || !Number.isSafeInteger(stderr)) throw new InvalidArgumentError("offset too large");
   return { stdout, stderr };
 }

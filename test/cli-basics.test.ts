@@ -1,0 +1,162 @@
+import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import net from "node:net";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { runCli } from "./support/cli.js";
+import { waitFor } from "./support/processes.js";
+import { startTestServer, type TestServer } from "./support/server.js";
+import { repositoryRoot } from "./support/tools.js";
+
+const token = "cli-test-token-0123456789";
+let open: TestServer;
+let guarded: TestServer;
+let dir: string;
+let tokenFile: string;
+
+beforeAll(async () => {
+  [open, guarded] = await Promise.all([startTestServer(), startTestServer({ token })]);
+  dir = mkdtempSync(path.join(tmpdir(), "sandbox-cli-basics-"));
+  tokenFile = path.join(dir, "token");
+  writeFileSync(tokenFile, `${token}\n`);
+  chmodSync(tokenFile, 0o600);
+});
+afterAll(async () => {
+  await Promise.all([open.close(), guarded.close()]);
+  rmSync(dir, { recursive: true, force: true });
+});
+
+/** A port on which nothing listens. */
+async function closedPort(): Promise<number> {
+  const server = net.createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const { port } = server.address() as net.AddressInfo;
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+/** Asserts that stderr is exactly one `sandbox: ...` line matching `pattern`. */
+function expectOneLine(stderr: Buffer, pattern: RegExp): void {
+  const text = stderr.toString();
+  expect(text).toMatch(/^sandbox: [^\n]+\n$/);
+  expect(text).toMatch(pattern);
+}
+
+describe("sandbox --version and --help", () => {
+  it("--version prints the package's version", async () => {
+    const { version } = JSON.parse(readFileSync(path.join(repositoryRoot, "package.json"), "utf8")) as { version: string };
+    for (const flag of ["--version", "-V"]) {
+      const result = await runCli([flag]);
+      expect(result.code).toBe(0);
+      expect(result.stdout.toString()).toBe(`${version}\n`);
+    }
+  });
+
+  it("--help lists the commands and the exit codes; each command has its own --help", async () => {
+    const top = await runCli(["--help"]);
+    expect(top.code).toBe(0);
+    for (const name of ["exec", "start", "ps", "logs", "kill", "attach"]) expect(top.stdout.toString()).toMatch(new RegExp(`\\n  ${name} `));
+    expect(top.stdout.toString()).toContain("125");
+    const expected: Record<string, string[]> = {
+      exec: ["--interactive", "--tty", "--env", "--workdir", "--timeout", "--url", "--token-file"],
+      start: ["--interactive", "--tty", "--id", "--session"],
+      ps: ["--all", "--output", "--session"],
+      logs: ["--follow", "--from-offset"],
+      kill: ["--signal"],
+      attach: ["--interactive"],
+    };
+    for (const [name, flags] of Object.entries(expected)) {
+      const help = await runCli([name, "--help"]);
+      expect(help.code).toBe(0);
+      expect(help.stdout.toString()).toMatch(new RegExp(`^Usage: sandbox ${name} `));
+      for (const flag of flags) expect(help.stdout.toString()).toContain(flag);
+    }
+  });
+
+  it("with no command prints the help on stderr and exits 2", async () => {
+    const result = await runCli([]);
+    expect(result.code).toBe(2);
+    expect(result.stderr.toString()).toContain("Usage: sandbox");
+  });
+});
+
+describe("sandbox usage errors: one line, exit 2 (125 for exec and attach)", () => {
+  it("an unknown command", async () => {
+    const result = await runCli(["exce", "--", "true"]);
+    expect(result.code).toBe(2);
+    expectOneLine(result.stderr, /unknown command 'exce'.*Did you mean exec\?/);
+  });
+
+  it("an unknown flag", async () => {
+    const ps = await runCli(["ps", "--bogus"], { url: open.server.url });
+    expect(ps.code).toBe(2);
+    expectOneLine(ps.stderr, /unknown option '--bogus'.*sandbox ps --help/);
+    const exec = await runCli(["exec", "--bogus", "--", "true"], { url: open.server.url });
+    expect(exec.code).toBe(125);
+    expectOneLine(exec.stderr, /unknown option '--bogus'/);
+  });
+
+  it("a missing argument, a bad -e, a bad -o", async () => {
+    const noCommand = await runCli(["exec", "-it"], { url: open.server.url });
+    expect(noCommand.code).toBe(125);
+    expectOneLine(noCommand.stderr, /missing required argument 'command'/);
+    const badEnv = await runCli(["exec", "-e", "=x", "--", "true"], { url: open.server.url });
+    expect(badEnv.code).toBe(125);
+    expectOneLine(badEnv.stderr, /KEY=VALUE/);
+    const badOutput = await runCli(["ps", "-o", "yaml"], { url: open.server.url });
+    expect(badOutput.code).toBe(2);
+    expectOneLine(badOutput.stderr, /yaml.*table, json/);
+  });
+});
+
+describe("sandbox connection failures: one line, exit 1 (125 for exec)", () => {
+  it("a daemon that cannot be reached", async () => {
+    const url = `http://127.0.0.1:${await closedPort()}`;
+    const exec = await runCli(["exec", "--", "true"], { url });
+    expect(exec.code).toBe(125);
+    expectOneLine(exec.stderr, new RegExp(`cannot connect to ${url}: .*ECONNREFUSED`));
+    const ps = await runCli(["ps", "--url", url]);
+    expect(ps.code).toBe(1);
+    expectOneLine(ps.stderr, /cannot connect to/);
+  });
+
+  it("a URL that is not one", async () => {
+    const result = await runCli(["ps"], { url: "localhost:7007" });
+    expect(result.code).toBe(2);
+    expectOneLine(result.stderr, /invalid daemon URL "localhost:7007"/);
+  });
+
+  it("no token, a wrong token and an unreadable token file, against a daemon that wants one", async () => {
+    const none = await runCli(["exec", "--", "true"], { url: guarded.server.url });
+    expect(none.code).toBe(125);
+    expectOneLine(none.stderr, /wants a token \(--token-file or SANDBOX_TOKEN\)/);
+    const wrong = await runCli(["ps"], { url: guarded.server.url, env: { SANDBOX_TOKEN: "not-the-token" } });
+    expect(wrong.code).toBe(1);
+    expectOneLine(wrong.stderr, /refused the token/);
+    expect(wrong.stderr.toString()).not.toContain("not-the-token");
+    const missing = await runCli(["ps", "--token-file", path.join(dir, "absent")], { url: guarded.server.url });
+    expect(missing.code).toBe(1);
+    expectOneLine(missing.stderr, /cannot read the token file .*absent: ENOENT/);
+  });
+
+  it("the right token from --token-file or SANDBOX_TOKEN, and the URL from --url or SANDBOX_URL", async () => {
+    const fromFile = await runCli(["exec", "--url", guarded.server.url, "--token-file", tokenFile, "--", "echo", "in"]);
+    expect(fromFile.code).toBe(0);
+    expect(fromFile.stdout.toString()).toBe("in\n");
+    const fromEnv = await runCli(["exec", "--", "echo", "in"], { url: guarded.server.url, env: { SANDBOX_TOKEN: token } });
+    expect(fromEnv.stdout.toString()).toBe("in\n");
+    // --url wins over SANDBOX_URL.
+    const flagWins = await runCli(["exec", "--url", open.server.url, "--", "echo", "open"], { url: `http://127.0.0.1:${await closedPort()}` });
+    expect(flagWins.stdout.toString()).toBe("open\n");
+  });
+
+  it("a daemon that goes away under exec: one line, exit 125", async () => {
+    const doomed = await startTestServer();
+    const running = runCli(["exec", "--", "sleep", "30"], { url: doomed.server.url });
+    await waitFor(async () => (await doomed.client.listProcesses({})).processes.length > 0, { what: "the command to start", intervalMs: 50 });
+    await doomed.close();
+    const result = await running;
+    expect(result.code).toBe(125);
+    expectOneLine(result.stderr, /lost the connection to the daemon: .*shutting down/);
+  });
+});
