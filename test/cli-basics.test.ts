@@ -145,9 +145,14 @@ describe("sandbox connection failures: one line, exit 1 (125 for exec)", () => {
     expect(fromFile.stdout.toString()).toBe("in\n");
     const fromEnv = await runCli(["exec", "--", "echo", "in"], { url: guarded.server.url, env: { SANDBOX_TOKEN: token } });
     expect(fromEnv.stdout.toString()).toBe("in\n");
-    // --url wins over SANDBOX_URL.
-    const flagWins = await runCli(["exec", "--url", open.server.url, "--", "echo", "open"], { url: `http://127.0.0.1:${await closedPort()}` });
+    // --url wins over SANDBOX_URL, before the command's name or after it (where it wins over one before).
+    const elsewhere = `http://127.0.0.1:${await closedPort()}`;
+    const flagWins = await runCli(["exec", "--url", open.server.url, "--", "echo", "open"], { url: elsewhere });
     expect(flagWins.stdout.toString()).toBe("open\n");
+    const before = await runCli(["--url", open.server.url, "exec", "--", "echo", "before"], { url: elsewhere });
+    expect(before.stdout.toString()).toBe("before\n");
+    const both = await runCli(["--url", elsewhere, "--token-file", tokenFile, "exec", "--url", guarded.server.url, "--", "echo", "both"]);
+    expect(both.stdout.toString()).toBe("both\n");
   });
 
   it("a daemon that goes away under exec: one line, exit 125", async () => {

@@ -17,10 +17,17 @@ export interface ConnectionFlags {
   tokenFile?: string;
 }
 
-/** Adds --url and --token-file to `command`, with their environment variables. */
+/** Names of the connection options, as commander keys them. */
+export const connectionOptionKeys = ["url", "tokenFile"] as const;
+
+/**
+ * Adds --url and --token-file to `command`. Both the program and each command take them, so they
+ * may come before the command's name (`sandbox --url ... ps`) or after it; the environment variables
+ * are read in {@link resolveConnection}, after both.
+ */
 export function addConnectionOptions(command: Command): Command {
   return command
-    .addOption(new Option("--url <url>", `the daemon's base URL (default ${defaultUrl})`).env("SANDBOX_URL"))
+    .addOption(new Option("--url <url>", `the daemon's base URL (or set SANDBOX_URL; default ${defaultUrl})`))
     .addOption(new Option("--token-file <file>", "read the bearer token from this file (or set SANDBOX_TOKEN)"));
 }
 

@@ -6,7 +6,7 @@ import { createKillCommand } from "./commands/kill.js";
 import { createLogsCommand } from "./commands/logs.js";
 import { createPsCommand } from "./commands/ps.js";
 import { createStartCommand } from "./commands/start.js";
-import { defaultUrl } from "./connection.js";
+import { addConnectionOptions, connectionOptionKeys, defaultUrl } from "./connection.js";
 import { CliError, exitCodes, failureExitCode } from "./exit-codes.js";
 import { failureLine } from "./failure.js";
 
@@ -39,6 +39,13 @@ export function createProgram(finish: (code: number) => void): Command {
     .version(packageVersion(), "-V, --version", "print the version and exit")
     .helpOption("-h, --help", "show help for the command")
     .enablePositionalOptions();
+  addConnectionOptions(program);
+  // Connection flags given before the command's name apply unless the command has its own.
+  program.hook("preAction", (_, command) => {
+    for (const key of connectionOptionKeys) {
+      if (command.getOptionValue(key) === undefined && program.getOptionValue(key) !== undefined) command.setOptionValue(key, program.getOptionValue(key));
+    }
+  });
   for (const create of [createExecCommand, createStartCommand, createPsCommand, createLogsCommand, createKillCommand, createAttachCommand]) {
     program.addCommand(create(finish));
   }
