@@ -1,5 +1,5 @@
-import { readFileSync } from "node:fs";
 import { Command, CommanderError } from "commander";
+import { sandboxdVersion } from "../version.js";
 import { createAttachCommand } from "./commands/attach.js";
 import { createExecCommand } from "./commands/exec.js";
 import { createKillCommand } from "./commands/kill.js";
@@ -9,12 +9,6 @@ import { createStartCommand } from "./commands/start.js";
 import { addConnectionOptions, connectionOptionKeys, defaultUrl } from "./connection.js";
 import { CliError, exitCodes, failureExitCode } from "./exit-codes.js";
 import { failureLine } from "./failure.js";
-
-/** This package's version, from its package.json (two levels up from both src/cli and dist/cli). */
-export function packageVersion(): string {
-  const manifest = JSON.parse(readFileSync(new URL("../../package.json", import.meta.url), "utf8")) as { version: string };
-  return manifest.version;
-}
 
 /** A command-line error of one command, remembering which, for its exit code. */
 class UsageError extends CliError {
@@ -36,7 +30,7 @@ export function createProgram(finish: (code: number) => void): Command {
         "when sandbox itself fails (126: the command could not be run, 127: not found); the other commands exit 1 " +
         "when they fail and 2 on bad usage.",
     )
-    .version(packageVersion(), "-V, --version", "print the version and exit")
+    .version(sandboxdVersion, "-V, --version", "print the version and exit")
     .helpOption("-h, --help", "show help for the command")
     .enablePositionalOptions();
   addConnectionOptions(program);
