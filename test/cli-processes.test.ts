@@ -127,14 +127,16 @@ describe("sandbox logs", () => {
   });
 
   it("-f follows live output until the process exits, byte for byte", async () => {
-    const id = (await cli(["start", "--", "sh", "-c", "for i in 1 2 3 4; do echo out $i; echo err $i >&2; sleep 0.3; done; printf '\\377\\000end'"])).stdout.toString().trim();
+    // The rest of the output waits for the file `go-logs`, so the test sees -f print while the process runs.
+    const script = "echo out 1; echo err 1 >&2; while [ ! -e go-logs ]; do sleep 0.05; done; for i in 2 3 4; do echo out $i; echo err $i >&2; done; printf '\\377\\000end'";
+    const id = (await cli(["start", "--", "sh", "-c", script])).stdout.toString().trim();
     const child = spawnCli(["logs", "-f", id], { url: t.server.url });
     const seen: Buffer[] = [];
     child.stdout.on("data", (chunk: Buffer) => seen.push(chunk));
     const done = collect(child);
-    // Output arrives while the process runs, not only at its end.
-    await waitFor(() => Buffer.concat(seen).toString().includes("out 1"), { what: "live output" });
-    expect(Buffer.concat(seen).toString()).not.toContain("out 4");
+    await waitFor(() => Buffer.concat(seen).toString() === "out 1\n", { what: "the first line" });
+    expect(child.exitCode).toBeNull();
+    writeFileSync(path.join(t.workspace, "go-logs"), "");
     const result = await done;
     expect(result.code).toBe(0);
     expect(result.stdout.equals(Buffer.concat([Buffer.from("out 1\nout 2\nout 3\nout 4\n"), Buffer.from([0xff, 0x00]), Buffer.from("end")]))).toBe(true);
@@ -186,10 +188,18 @@ describe("sandbox kill", () => {
 
 describe("sandbox attach", () => {
   it("follows output from now on and exits with the process's exit code (128 + n for a signal)", async () => {
-    const id = (await cli(["start", "--", "sh", "-c", "echo before; sleep 1; echo after; kill -TERM $$"])).stdout.toString().trim();
-    await waitFor(async () => (await cli(["logs", id])).stdout.toString() === "before\n", { what: "the first line", intervalMs: 100 });
-    const result = await cli(["attach", id]);
-    expect(result.stdout.toString()).toBe("after\n");
+    // It prints `before`, then ticks until the file `go` appears in its working directory, then `after`, and dies of SIGTERM.
+    const script = "echo before; while [ ! -e go ]; do echo tick; sleep 0.1; done; echo after; kill -TERM $$";
+    const id = (await cli(["start", "--", "sh", "-c", script])).stdout.toString().trim();
+    await waitFor(async () => (await cli(["logs", id])).stdout.toString().startsWith("before\ntick\n"), { what: "the first lines", intervalMs: 100 });
+    const child = spawnCli(["attach", id], { url: t.server.url });
+    const seen: Buffer[] = [];
+    child.stdout.on("data", (chunk: Buffer) => seen.push(chunk));
+    const done = collect(child);
+    await waitFor(() => Buffer.concat(seen).toString().includes("tick"), { what: "attach to follow" });
+    writeFileSync(path.join(t.workspace, "go"), "");
+    const result = await done;
+    expect(result.stdout.toString()).toMatch(/^(tick\n)+after\n$/);
     expect(result.code).toBe(143);
   });
 

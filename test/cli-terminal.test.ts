@@ -86,8 +86,9 @@ describe("sandbox exec -it in a real terminal", () => {
     shell.resize(120, 40);
     at = (await typeUntil(shell, "stty size", /40 120/, at)).end;
 
-    // Ctrl-C interrupts the remote foreground command, not the CLI: the remote shell goes on.
-    shell.type("echo sle''eping; sleep 30\r");
+    // Ctrl-C interrupts the remote foreground command, not the CLI: the remote shell goes on. (The command
+    // is one process from the start, so ^C ends it with SIGINT whenever it arrives.)
+    shell.type(`sh -c 'echo sle""eping; exec sleep 30'\r`);
     at = (await shell.waitFor(/sleeping/, { from: at })).end;
     shell.type("\x03");
     shell.type("echo sta''tus=$?\r");
@@ -175,8 +176,8 @@ describe("sandbox attach -i in a real terminal", () => {
       let at = (await typeUntil(shell, "echo $((2+3))x", /\r\n5x\r\n/, 0)).end;
       shell.resize(110, 35);
       at = (await typeUntil(shell, "stty size", /35 110/, at)).end;
-      shell.type("sleep 30\r");
-      await new Promise((resolve) => setTimeout(resolve, 300));
+      shell.type(`sh -c 'echo sle""eping; exec sleep 30'\r`);
+      at = (await shell.waitFor(/sleeping/, { from: at })).end;
       shell.type("\x03");
       at = (await typeUntil(shell, "echo sta''tus=$?", /status=130/, at)).end;
 
