@@ -29,21 +29,20 @@ const maxBytesInFlight = 1024 * 1024;
 /**
  * StdinRelay passes a local input stream (this process's stdin, a pipe or a terminal) to a remote
  * command as it arrives, in order, pausing the local stream while too much is unacknowledged.
- * `done` resolves once the input ended and was passed on (or relaying stopped).
+ * It stops at the end of the input (after passing it on), at a failure, at the detach keys, or at stop().
  */
 export class StdinRelay {
-  /** Resolves when relaying is over: the input ended and was delivered, it failed, or stop() was called. */
-  readonly done: Promise<void>;
-  private finish!: () => void;
-  private state: { kind: "relaying"; inFlightBytes: number; held: number } | { kind: "stopped" } = { kind: "relaying", inFlightBytes: 0, held: 0 };
+  private state: { kind: "relaying"; inFlightBytes: number } | { kind: "stopped" } = { kind: "relaying", inFlightBytes: 0 };
+  /** Sends and the end of input in flight, chained in order. */
   private sends: Promise<void> = Promise.resolve();
+  /** How many bytes of the detach keys the last chunk ended with (held back until the next one). */
+  private heldKeys = 0;
 
   constructor(
     private readonly input: Readable,
     private readonly target: InputTarget,
     private readonly options: StdinRelayOptions,
   ) {
-    this.done = new Promise((resolve) => (this.finish = resolve));
     input.on("data", this.received);
     input.once("end", this.ended);
     input.once("error", this.failed);
@@ -58,22 +57,21 @@ export class StdinRelay {
     this.input.off("end", this.ended);
     this.input.off("error", this.failed);
     this.input.pause();
-    this.finish();
   }
 
   private readonly received = (chunk: Buffer | string) => {
     if (this.state.kind !== "relaying") return;
-    let data: Uint8Array = typeof chunk === "string" ? Buffer.from(chunk) : chunk;
-    if (this.options.detachKeys !== undefined) {
-      const scanned = this.scanForDetach(data);
-      if (scanned === "detach") {
-        this.stop();
-        this.options.onDetach?.();
-        return;
-      }
-      data = scanned;
+    const data: Uint8Array = typeof chunk === "string" ? Buffer.from(chunk) : chunk;
+    if (this.options.detachKeys === undefined) {
+      this.send(data);
+      return;
     }
-    if (data.length > 0) this.send(data);
+    const scanned = this.scanForDetach(data);
+    if (scanned.data.length > 0) this.send(scanned.data);
+    if (scanned.detach) {
+      this.stop();
+      this.options.onDetach?.();
+    }
   };
 
   private readonly ended = () => {
@@ -115,21 +113,23 @@ export class StdinRelay {
     return settled;
   }
 
-  /** Removes a complete detach sequence (reporting it) or holds back a partial one at the end of `data`. */
-  private scanForDetach(data: Uint8Array): Uint8Array | "detach" {
+  /**
+   * Splits `data` (after any held key bytes) at the detach keys: the bytes before them, and whether
+   * they were typed. A chunk that ends with the start of the keys holds those bytes back.
+   */
+  private scanForDetach(data: Uint8Array): { data: Uint8Array; detach: boolean } {
     const keys = this.options.detachKeys!;
-    const state = this.state as { held: number };
-    const combined = state.held > 0 ? Buffer.concat([keys.subarray(0, state.held), data]) : Buffer.from(data);
-    state.held = 0;
+    const combined = this.heldKeys > 0 ? Buffer.concat([keys.subarray(0, this.heldKeys), data]) : Buffer.from(data);
+    this.heldKeys = 0;
     for (let index = 0; index < combined.length; index++) {
       let matched = 0;
       while (matched < keys.length && index + matched < combined.length && combined[index + matched] === keys[matched]) matched++;
-      if (matched === keys.length) return "detach";
+      if (matched === keys.length) return { data: combined.subarray(0, index), detach: true };
       if (matched > 0 && index + matched === combined.length) {
-        state.held = matched;
-        return combined.subarray(0, index);
+        this.heldKeys = matched;
+        return { data: combined.subarray(0, index), detach: false };
       }
     }
-    return combined;
+    return { data: combined, detach: false };
   }
 }
