@@ -6,9 +6,6 @@ import { CliError } from "./exit-codes.js";
 /** Where the daemon is when neither --url nor SANDBOX_URL says: `sandboxd`'s own default address. */
 export const defaultUrl = "http://127.0.0.1:7007";
 
-/** How long connecting may take before the CLI gives up, in milliseconds. */
-const connectTimeoutMs = 10_000;
-
 /** The connection flags every command takes. */
 export interface ConnectionFlags {
   /** The daemon's base URL (--url). */
@@ -68,13 +65,14 @@ export interface OpenOptions {
 }
 
 /**
- * Connects to the daemon and checks that it answers and accepts the token. Failures become one
- * clear CliError naming the URL. Commands run without the client's default time limit (an
- * interactive shell may run for hours); `--timeout` sets one.
+ * Connects to the daemon and checks that it answers and accepts the token (the client's connect
+ * timeout applies). Failures become one clear CliError naming the URL. The client's default time
+ * limit of waiting commands does not apply: exec runs through the raw Exec call and start asks
+ * for no limit, each unless `--timeout` sets one.
  */
 export async function openSandbox(flags: ConnectionFlags, options: OpenOptions = {}): Promise<Sandbox> {
   const { baseUrl, token } = resolveConnection(flags);
-  const sandbox = new Sandbox({ baseUrl, token, timeout: 0, connectTimeout: connectTimeoutMs, sessionId: options.sessionId });
+  const sandbox = new Sandbox({ baseUrl, token, sessionId: options.sessionId });
   try {
     await sandbox.start();
   } catch (error) {
@@ -104,7 +102,7 @@ function connectionFailure(error: unknown, baseUrl: string, sentToken: boolean):
         { cause: error },
       );
     case "EXECUTION_TIMEOUT":
-      return new CliError(`cannot connect to ${baseUrl}: no answer within ${connectTimeoutMs / 1000} s`, { cause: error });
+      return new CliError(`cannot connect to ${baseUrl}: no answer in time`, { cause: error });
     default:
       return new CliError(`cannot connect to ${baseUrl}: ${error.message}`, { cause: error });
   }

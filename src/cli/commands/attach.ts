@@ -1,7 +1,8 @@
 import { Command } from "commander";
-import { SandboxError, toSandboxError, type CommandHandle, type Sandbox } from "../../client/index.js";
+import type { CommandHandle, Sandbox } from "../../client/index.js";
 import { addConnectionOptions, closeSandbox, openSandbox, type ConnectionFlags } from "../connection.js";
 import { CliError, exitCodes } from "../exit-codes.js";
+import { aboutProcess } from "../failure.js";
 import { BrokenPipeError, LocalOutput } from "../local-output.js";
 import { onSignals, signalExitCode, signalNumber } from "../signals.js";
 import { StdinRelay } from "../stdin-relay.js";
@@ -67,12 +68,14 @@ class AttachSession {
     try {
       info = (await this.sandbox.client.getProcess({ processId: this.id })).process;
     } catch (error) {
-      throw toSandboxError(error, { processId: this.id });
+      throw aboutProcess(error, this.id);
     }
     if (info === undefined) throw new CliError(`the daemon sent no record of process ${this.id}`);
     const interactive = this.flags.interactive === true;
     if (interactive && !info.pty && !info.stdin) throw new CliError(`process ${this.id} takes no input: start it with -i or -t`);
-    const handle = await this.sandbox.attach(this.id, { stdout: Number(info.stdoutBytes), stderr: Number(info.stderrBytes) });
+    const handle = await this.sandbox.attach(this.id, { stdout: Number(info.stdoutBytes), stderr: Number(info.stderrBytes) }).catch((error: unknown) => {
+      throw aboutProcess(error, this.id);
+    });
     this.handle = handle;
     const output = new LocalOutput();
     this.cleanups.push(onSignals(["SIGINT", "SIGTERM", "SIGHUP"], (signal) => this.detach({ kind: "signal", signal })));
@@ -87,7 +90,7 @@ class AttachSession {
       const detached = this.detached;
       if (detached !== undefined) return detached.kind === "keys" ? exitCodes.ok : (signalExitCode(detached.signal) ?? exitCodes.relayFailure);
       if (error instanceof BrokenPipeError) return exitCodes.signalBase + (signalNumber("SIGPIPE") ?? 13);
-      throw error instanceof SandboxError || error instanceof CliError ? error : toSandboxError(error);
+      throw aboutProcess(error, this.id);
     } finally {
       this.cleanup();
     }

@@ -1,7 +1,7 @@
 import { Command, InvalidArgumentError } from "commander";
 import { addConnectionOptions, closeSandbox, openSandbox, type ConnectionFlags } from "../connection.js";
 import { exitCodes } from "../exit-codes.js";
-import { failureLine } from "../failure.js";
+import { aboutProcess, failureLine } from "../failure.js";
 import { parseSignal } from "../signals.js";
 
 /** The flags of `sandbox kill`. */
@@ -41,7 +41,7 @@ export async function runKill(ids: string[], flags: KillFlags): Promise<number> 
       try {
         await sandbox.killProcess(id, flags.signal);
       } catch (error) {
-        process.stderr.write(`sandbox: ${failureLine(error)}\n`);
+        process.stderr.write(`sandbox: ${failureLine(aboutProcess(error, id))}\n`);
         code = exitCodes.failure;
       }
     }

@@ -1,7 +1,8 @@
 import { Command, InvalidArgumentError } from "commander";
-import { OutputLostError, sandboxV1, toSandboxError, type OutputOffsets, type Sandbox } from "../../client/index.js";
+import { OutputLostError, sandboxV1, type OutputOffsets, type Sandbox } from "../../client/index.js";
 import { addConnectionOptions, closeSandbox, openSandbox, type ConnectionFlags } from "../connection.js";
 import { exitCodes } from "../exit-codes.js";
+import { aboutProcess } from "../failure.js";
 import { BrokenPipeError, LocalOutput } from "../local-output.js";
 
 /** The flags of `sandbox logs`. */
@@ -55,7 +56,7 @@ export async function runLogs(id: string, flags: LogsFlags): Promise<number> {
   } catch (error) {
     // The reader went away (`| head`): nothing more to say.
     if (error instanceof BrokenPipeError) return exitCodes.ok;
-    throw error;
+    throw aboutProcess(error, id);
   } finally {
     await closeSandbox(sandbox);
   }
@@ -77,8 +78,6 @@ async function snapshot(sandbox: Sandbox, id: string, from: OutputOffsets, outpu
         reportGap(stream, Number(event.value.offset), Number(event.value.missedBytes));
       } else if (event.case === "exited" || event.case === "caughtUp") return;
     }
-  } catch (error) {
-    throw toSandboxError(error, { processId: id });
   } finally {
     call.abort();
   }
