@@ -33,6 +33,12 @@ export function signalExitCode(signal: string): number | undefined {
 }
 
 /**
+ * Exit code after the reader of this process's output went away: 128 + SIGPIPE, as a shell reports
+ * a command that the broken pipe killed.
+ */
+export const sigpipeExitCode: number = exitCodes.signalBase + (signalNumber("SIGPIPE") ?? 13);
+
+/**
  * Runs `handler` with the signal's name whenever this process receives one of `signals`, instead of
  * Node's default (which ends the process at once); returns the function that puts the default back.
  */

@@ -4,7 +4,7 @@ import { addConnectionOptions, closeSandbox, openSandbox, type ConnectionFlags }
 import { CliError, exitCodes } from "../exit-codes.js";
 import { aboutProcess } from "../failure.js";
 import { BrokenPipeError, LocalOutput } from "../local-output.js";
-import { onSignals, signalExitCode, signalNumber } from "../signals.js";
+import { onSignals, signalExitCode, sigpipeExitCode } from "../signals.js";
 import { StdinRelay } from "../stdin-relay.js";
 import { onTerminalResize, RawMode, terminalSize } from "../terminal.js";
 
@@ -89,7 +89,7 @@ class AttachSession {
     } catch (error) {
       const detached = this.detached;
       if (detached !== undefined) return detached.kind === "keys" ? exitCodes.ok : (signalExitCode(detached.signal) ?? exitCodes.relayFailure);
-      if (error instanceof BrokenPipeError) return exitCodes.signalBase + (signalNumber("SIGPIPE") ?? 13);
+      if (error instanceof BrokenPipeError) return sigpipeExitCode;
       throw aboutProcess(error, this.id);
     } finally {
       this.cleanup();

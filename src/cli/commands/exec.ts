@@ -3,13 +3,10 @@ import { classifyFailure, sandboxV1, toSandboxError, type CommandHandle, type Sa
 import { addConnectionOptions, closeSandbox, openSandbox, type ConnectionFlags } from "../connection.js";
 import { CliError, exitCodes } from "../exit-codes.js";
 import { BrokenPipeError, LocalOutput } from "../local-output.js";
-import { onSignals, signalExitCode, signalNumber } from "../signals.js";
+import { onSignals, signalExitCode, sigpipeExitCode } from "../signals.js";
 import { addSpecOptions, commandArgumentHelp, type SpecFlags } from "../spec-options.js";
 import { StdinRelay, type InputTarget } from "../stdin-relay.js";
 import { onTerminalResize, RawMode, terminalSize } from "../terminal.js";
-
-/** Exit code after the reader of this process's output went away: 128 + SIGPIPE, as a shell reports a command it killed. */
-const sigpipeExitCode = exitCodes.signalBase + (signalNumber("SIGPIPE") ?? 13);
 
 /** The flags of `sandbox exec`. */
 export interface ExecFlags extends SpecFlags, ConnectionFlags {}
