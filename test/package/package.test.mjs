@@ -111,6 +111,18 @@ describe("the packed package", () => {
       assert.equal(run("npx", ["--no-install", "sandboxd", "--version"], { cwd: directory }), `sandboxd ${version}\n`);
     });
 
+    it("npx sandbox (the CLI) runs a command through the daemon and exits with its code", () => {
+      assert.equal(run("npx", ["--no-install", "sandbox", "--version"], { cwd: directory }), `${version}\n`);
+      let failure;
+      try {
+        run("npx", ["--no-install", "sandbox", "exec", "--url", daemon.url, "--", "echo from the cli; exit 4"], { cwd: directory });
+      } catch (error) {
+        failure = error;
+      }
+      assert.equal(failure?.status, 4);
+      assert.equal(failure?.stdout, "from the cli\n");
+    });
+
     for (const [label, node] of [
       [`Node ${process.version}`, process.execPath],
       [`Node ${run(nodeLts, ["--version"]).trim()} (another LTS)`, nodeLts],
