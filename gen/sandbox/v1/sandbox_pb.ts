@@ -19,7 +19,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file sandbox/v1/sandbox.proto.
  */
 export const file_sandbox_v1_sandbox: GenFile = /*@__PURE__*/
-  fileDesc("ChhzYW5kYm94L3YxL3NhbmRib3gucHJvdG8SCnNhbmRib3gudjEiNgoKUHR5T3B0aW9ucxIMCgRjb2xzGAEgASgNEgwKBHJvd3MYAiABKA0SDAoEdGVybRgDIAEoCSLSAgoLUHJvY2Vzc1NwZWMSDwoHY29tbWFuZBgBIAEoCRIMCgRhcmdzGAIgAygJEi0KA2VudhgDIAMoCzIgLnNhbmRib3gudjEuUHJvY2Vzc1NwZWMuRW52RW50cnkSCwoDY3dkGAQgASgJEhIKCnRpbWVvdXRfbXMYBSABKAUSEgoKcHJvY2Vzc19pZBgGIAEoCRISCgpzZXNzaW9uX2lkGAcgASgJEiMKA3B0eRgIIAEoCzIWLnNhbmRib3gudjEuUHR5T3B0aW9ucxINCgVzdGRpbhgJIAEoCBISCgpzdGRpbl9kYXRhGAogASgMEhkKDGF1dG9fY2xlYW51cBgLIAEoCEgAiAEBEgwKBHN1ZG8YDCABKAgaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIPCg1fYXV0b19jbGVhbnVwIjQKC0V4ZWNSZXF1ZXN0EiUKBHNwZWMYASABKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NTcGVjIpsBCgxFeGVjUmVzcG9uc2USKgoHc3RhcnRlZBgBIAEoCzIXLnNhbmRib3gudjEuUHJvY2Vzc0luZm9IABIpCgZvdXRwdXQYAiABKAsyFy5zYW5kYm94LnYxLk91dHB1dENodW5rSAASKwoGZXhpdGVkGAMgASgLMhkuc2FuZGJveC52MS5Qcm9jZXNzRXhpdGVkSABCBwoFZXZlbnQiVQoLT3V0cHV0Q2h1bmsSKAoGc3RyZWFtGAEgASgOMhguc2FuZGJveC52MS5PdXRwdXRTdHJlYW0SDgoGb2Zmc2V0GAIgASgEEgwKBGRhdGEYAyABKAwiWwoJT3V0cHV0R2FwEigKBnN0cmVhbRgBIAEoDjIYLnNhbmRib3gudjEuT3V0cHV0U3RyZWFtEg4KBm9mZnNldBgCIAEoBBIUCgxtaXNzZWRfYnl0ZXMYAyABKAQi2QIKDVByb2Nlc3NFeGl0ZWQSKQoGc3RhdHVzGAEgASgOMhkuc2FuZGJveC52MS5Qcm9jZXNzU3RhdHVzEhYKCWV4aXRfY29kZRgCIAEoBUgAiAEBEg4KBnNpZ25hbBgDIAEoCRIRCgl0aW1lZF9vdXQYBCABKAgSDgoGa2lsbGVkGAUgASgIEi4KCnN0YXJ0X3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGVuZF90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIrCghkdXJhdGlvbhgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIUCgxzdGRvdXRfYnl0ZXMYCSABKAQSFAoMc3RkZXJyX2J5dGVzGAogASgEEg0KBWVycm9yGAsgASgJQgwKCl9leGl0X2NvZGUi0AIKC1Byb2Nlc3NJbmZvEhIKCnByb2Nlc3NfaWQYASABKAkSCwoDcGlkGAIgASgFEg8KB2NvbW1hbmQYAyABKAkSDAoEYXJncxgEIAMoCRIpCgZzdGF0dXMYBSABKA4yGS5zYW5kYm94LnYxLlByb2Nlc3NTdGF0dXMSEgoKc2Vzc2lvbl9pZBgGIAEoCRILCgNjd2QYByABKAkSCwoDcHR5GAggASgIEg0KBXN0ZGluGAkgASgIEi4KCnN0YXJ0X3RpbWUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEicKBGV4aXQYCyABKAsyGS5zYW5kYm94LnYxLlByb2Nlc3NFeGl0ZWQSFAoMc3Rkb3V0X2J5dGVzGAwgASgEEhQKDHN0ZGVycl9ieXRlcxgNIAEoBBIUCgxhdXRvX2NsZWFudXAYDiABKAgiPAoTU3RhcnRQcm9jZXNzUmVxdWVzdBIlCgRzcGVjGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzU3BlYyJAChRTdGFydFByb2Nlc3NSZXNwb25zZRIoCgdwcm9jZXNzGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzSW5mbyJlChFTdHJlYW1Mb2dzUmVxdWVzdBISCgpwcm9jZXNzX2lkGAEgASgJEhUKDXN0ZG91dF9vZmZzZXQYAiABKAQSFQoNc3RkZXJyX29mZnNldBgDIAEoBBIOCgZmb2xsb3cYBCABKAgi8gEKElN0cmVhbUxvZ3NSZXNwb25zZRIqCgdwcm9jZXNzGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzSW5mb0gAEikKBm91dHB1dBgCIAEoCzIXLnNhbmRib3gudjEuT3V0cHV0Q2h1bmtIABIkCgNnYXAYAyABKAsyFS5zYW5kYm94LnYxLk91dHB1dEdhcEgAEisKBmV4aXRlZBgEIAEoCzIZLnNhbmRib3gudjEuUHJvY2Vzc0V4aXRlZEgAEikKCWNhdWdodF91cBgFIAEoCzIULnNhbmRib3gudjEuQ2F1Z2h0VXBIAEIHCgVldmVudCI4CghDYXVnaHRVcBIVCg1zdGRvdXRfb2Zmc2V0GAEgASgEEhUKDXN0ZGVycl9vZmZzZXQYAiABKAQitwEKEFNlbmRJbnB1dFJlcXVlc3QSJQoEb3BlbhgBIAEoCzIVLnNhbmRib3gudjEuT3BlbklucHV0SAASDgoEZGF0YRgCIAEoDEgAEicKBWNsb3NlGAMgASgLMhYuc2FuZGJveC52MS5DbG9zZUlucHV0SAASKAoGcmVzaXplGAQgASgLMhYuc2FuZGJveC52MS5QdHlPcHRpb25zSAASEAoGc2lnbmFsGAUgASgJSABCBwoFaW5wdXQiHwoJT3BlbklucHV0EhIKCnByb2Nlc3NfaWQYASABKAkiDAoKQ2xvc2VJbnB1dCI6ChFTZW5kSW5wdXRSZXNwb25zZRIVCg1ieXRlc193cml0dGVuGAEgASgEEg4KBmNsb3NlZBgCIAEoCCInChFHZXRQcm9jZXNzUmVxdWVzdBISCgpwcm9jZXNzX2lkGAEgASgJIj4KEkdldFByb2Nlc3NSZXNwb25zZRIoCgdwcm9jZXNzGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzSW5mbyJXChRMaXN0UHJvY2Vzc2VzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEisKCHN0YXR1c2VzGAIgAygOMhkuc2FuZGJveC52MS5Qcm9jZXNzU3RhdHVzIkMKFUxpc3RQcm9jZXNzZXNSZXNwb25zZRIqCglwcm9jZXNzZXMYASADKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NJbmZvIlEKEktpbGxQcm9jZXNzUmVxdWVzdBISCgpwcm9jZXNzX2lkGAEgASgJEg4KBnNpZ25hbBgCIAEoCRIXCg9ncmFjZV9wZXJpb2RfbXMYAyABKAUiPwoTS2lsbFByb2Nlc3NSZXNwb25zZRIoCgdwcm9jZXNzGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzSW5mbyJWChdLaWxsQWxsUHJvY2Vzc2VzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg4KBnNpZ25hbBgCIAEoCRIXCg9ncmFjZV9wZXJpb2RfbXMYAyABKAUiMAoYS2lsbEFsbFByb2Nlc3Nlc1Jlc3BvbnNlEhQKDGtpbGxlZF9jb3VudBgBIAEoDSItChdDbGVhbnVwUHJvY2Vzc2VzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJIjEKGENsZWFudXBQcm9jZXNzZXNSZXNwb25zZRIVCg1yZW1vdmVkX2NvdW50GAEgASgNIisKFUdldFByb2Nlc3NMb2dzUmVxdWVzdBISCgpwcm9jZXNzX2lkGAEgASgJIqQBChZHZXRQcm9jZXNzTG9nc1Jlc3BvbnNlEhIKCnByb2Nlc3NfaWQYASABKAkSDgoGc3Rkb3V0GAIgASgMEg4KBnN0ZGVychgDIAEoDBIVCg1zdGRvdXRfb2Zmc2V0GAQgASgEEhUKDXN0ZGVycl9vZmZzZXQYBSABKAQSKAoHcHJvY2VzcxgGIAEoCzIXLnNhbmRib3gudjEuUHJvY2Vzc0luZm8q1gEKDVByb2Nlc3NTdGF0dXMSHgoaUFJPQ0VTU19TVEFUVVNfVU5TUEVDSUZJRUQQABIbChdQUk9DRVNTX1NUQVRVU19TVEFSVElORxABEhoKFlBST0NFU1NfU1RBVFVTX1JVTk5JTkcQAhIcChhQUk9DRVNTX1NUQVRVU19DT01QTEVURUQQAxIZChVQUk9DRVNTX1NUQVRVU19GQUlMRUQQBBIZChVQUk9DRVNTX1NUQVRVU19LSUxMRUQQBRIYChRQUk9DRVNTX1NUQVRVU19FUlJPUhAGKmEKDE91dHB1dFN0cmVhbRIdChlPVVRQVVRfU1RSRUFNX1VOU1BFQ0lGSUVEEAASGAoUT1VUUFVUX1NUUkVBTV9TVERPVVQQARIYChRPVVRQVVRfU1RSRUFNX1NUREVSUhACMscGCg5TYW5kYm94U2VydmljZRI7CgRFeGVjEhcuc2FuZGJveC52MS5FeGVjUmVxdWVzdBoYLnNhbmRib3gudjEuRXhlY1Jlc3BvbnNlMAESUQoMU3RhcnRQcm9jZXNzEh8uc2FuZGJveC52MS5TdGFydFByb2Nlc3NSZXF1ZXN0GiAuc2FuZGJveC52MS5TdGFydFByb2Nlc3NSZXNwb25zZRJNCgpTdHJlYW1Mb2dzEh0uc2FuZGJveC52MS5TdHJlYW1Mb2dzUmVxdWVzdBoeLnNhbmRib3gudjEuU3RyZWFtTG9nc1Jlc3BvbnNlMAESTAoJU2VuZElucHV0Ehwuc2FuZGJveC52MS5TZW5kSW5wdXRSZXF1ZXN0Gh0uc2FuZGJveC52MS5TZW5kSW5wdXRSZXNwb25zZSgBMAESSwoKR2V0UHJvY2VzcxIdLnNhbmRib3gudjEuR2V0UHJvY2Vzc1JlcXVlc3QaHi5zYW5kYm94LnYxLkdldFByb2Nlc3NSZXNwb25zZRJUCg1MaXN0UHJvY2Vzc2VzEiAuc2FuZGJveC52MS5MaXN0UHJvY2Vzc2VzUmVxdWVzdBohLnNhbmRib3gudjEuTGlzdFByb2Nlc3Nlc1Jlc3BvbnNlEk4KC0tpbGxQcm9jZXNzEh4uc2FuZGJveC52MS5LaWxsUHJvY2Vzc1JlcXVlc3QaHy5zYW5kYm94LnYxLktpbGxQcm9jZXNzUmVzcG9uc2USXQoQS2lsbEFsbFByb2Nlc3NlcxIjLnNhbmRib3gudjEuS2lsbEFsbFByb2Nlc3Nlc1JlcXVlc3QaJC5zYW5kYm94LnYxLktpbGxBbGxQcm9jZXNzZXNSZXNwb25zZRJdChBDbGVhbnVwUHJvY2Vzc2VzEiMuc2FuZGJveC52MS5DbGVhbnVwUHJvY2Vzc2VzUmVxdWVzdBokLnNhbmRib3gudjEuQ2xlYW51cFByb2Nlc3Nlc1Jlc3BvbnNlElcKDkdldFByb2Nlc3NMb2dzEiEuc2FuZGJveC52MS5HZXRQcm9jZXNzTG9nc1JlcXVlc3QaIi5zYW5kYm94LnYxLkdldFByb2Nlc3NMb2dzUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChhzYW5kYm94L3YxL3NhbmRib3gucHJvdG8SCnNhbmRib3gudjEiNgoKUHR5T3B0aW9ucxIMCgRjb2xzGAEgASgNEgwKBHJvd3MYAiABKA0SDAoEdGVybRgDIAEoCSLSAgoLUHJvY2Vzc1NwZWMSDwoHY29tbWFuZBgBIAEoCRIMCgRhcmdzGAIgAygJEi0KA2VudhgDIAMoCzIgLnNhbmRib3gudjEuUHJvY2Vzc1NwZWMuRW52RW50cnkSCwoDY3dkGAQgASgJEhIKCnRpbWVvdXRfbXMYBSABKAUSEgoKcHJvY2Vzc19pZBgGIAEoCRISCgpzZXNzaW9uX2lkGAcgASgJEiMKA3B0eRgIIAEoCzIWLnNhbmRib3gudjEuUHR5T3B0aW9ucxINCgVzdGRpbhgJIAEoCBISCgpzdGRpbl9kYXRhGAogASgMEhkKDGF1dG9fY2xlYW51cBgLIAEoCEgAiAEBEgwKBHN1ZG8YDCABKAgaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIPCg1fYXV0b19jbGVhbnVwIjQKC0V4ZWNSZXF1ZXN0EiUKBHNwZWMYASABKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NTcGVjIpsBCgxFeGVjUmVzcG9uc2USKgoHc3RhcnRlZBgBIAEoCzIXLnNhbmRib3gudjEuUHJvY2Vzc0luZm9IABIpCgZvdXRwdXQYAiABKAsyFy5zYW5kYm94LnYxLk91dHB1dENodW5rSAASKwoGZXhpdGVkGAMgASgLMhkuc2FuZGJveC52MS5Qcm9jZXNzRXhpdGVkSABCBwoFZXZlbnQiVQoLT3V0cHV0Q2h1bmsSKAoGc3RyZWFtGAEgASgOMhguc2FuZGJveC52MS5PdXRwdXRTdHJlYW0SDgoGb2Zmc2V0GAIgASgEEgwKBGRhdGEYAyABKAwiWwoJT3V0cHV0R2FwEigKBnN0cmVhbRgBIAEoDjIYLnNhbmRib3gudjEuT3V0cHV0U3RyZWFtEg4KBm9mZnNldBgCIAEoBBIUCgxtaXNzZWRfYnl0ZXMYAyABKAQi2QIKDVByb2Nlc3NFeGl0ZWQSKQoGc3RhdHVzGAEgASgOMhkuc2FuZGJveC52MS5Qcm9jZXNzU3RhdHVzEhYKCWV4aXRfY29kZRgCIAEoBUgAiAEBEg4KBnNpZ25hbBgDIAEoCRIRCgl0aW1lZF9vdXQYBCABKAgSDgoGa2lsbGVkGAUgASgIEi4KCnN0YXJ0X3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGVuZF90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIrCghkdXJhdGlvbhgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIUCgxzdGRvdXRfYnl0ZXMYCSABKAQSFAoMc3RkZXJyX2J5dGVzGAogASgEEg0KBWVycm9yGAsgASgJQgwKCl9leGl0X2NvZGUi0AIKC1Byb2Nlc3NJbmZvEhIKCnByb2Nlc3NfaWQYASABKAkSCwoDcGlkGAIgASgFEg8KB2NvbW1hbmQYAyABKAkSDAoEYXJncxgEIAMoCRIpCgZzdGF0dXMYBSABKA4yGS5zYW5kYm94LnYxLlByb2Nlc3NTdGF0dXMSEgoKc2Vzc2lvbl9pZBgGIAEoCRILCgNjd2QYByABKAkSCwoDcHR5GAggASgIEg0KBXN0ZGluGAkgASgIEi4KCnN0YXJ0X3RpbWUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEicKBGV4aXQYCyABKAsyGS5zYW5kYm94LnYxLlByb2Nlc3NFeGl0ZWQSFAoMc3Rkb3V0X2J5dGVzGAwgASgEEhQKDHN0ZGVycl9ieXRlcxgNIAEoBBIUCgxhdXRvX2NsZWFudXAYDiABKAgiPAoTU3RhcnRQcm9jZXNzUmVxdWVzdBIlCgRzcGVjGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzU3BlYyJAChRTdGFydFByb2Nlc3NSZXNwb25zZRIoCgdwcm9jZXNzGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzSW5mbyJlChFTdHJlYW1Mb2dzUmVxdWVzdBISCgpwcm9jZXNzX2lkGAEgASgJEhUKDXN0ZG91dF9vZmZzZXQYAiABKAQSFQoNc3RkZXJyX29mZnNldBgDIAEoBBIOCgZmb2xsb3cYBCABKAgi8gEKElN0cmVhbUxvZ3NSZXNwb25zZRIqCgdwcm9jZXNzGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzSW5mb0gAEikKBm91dHB1dBgCIAEoCzIXLnNhbmRib3gudjEuT3V0cHV0Q2h1bmtIABIkCgNnYXAYAyABKAsyFS5zYW5kYm94LnYxLk91dHB1dEdhcEgAEisKBmV4aXRlZBgEIAEoCzIZLnNhbmRib3gudjEuUHJvY2Vzc0V4aXRlZEgAEikKCWNhdWdodF91cBgFIAEoCzIULnNhbmRib3gudjEuQ2F1Z2h0VXBIAEIHCgVldmVudCI4CghDYXVnaHRVcBIVCg1zdGRvdXRfb2Zmc2V0GAEgASgEEhUKDXN0ZGVycl9vZmZzZXQYAiABKAQitwEKEFNlbmRJbnB1dFJlcXVlc3QSJQoEb3BlbhgBIAEoCzIVLnNhbmRib3gudjEuT3BlbklucHV0SAASDgoEZGF0YRgCIAEoDEgAEicKBWNsb3NlGAMgASgLMhYuc2FuZGJveC52MS5DbG9zZUlucHV0SAASKAoGcmVzaXplGAQgASgLMhYuc2FuZGJveC52MS5QdHlPcHRpb25zSAASEAoGc2lnbmFsGAUgASgJSABCBwoFaW5wdXQiHwoJT3BlbklucHV0EhIKCnByb2Nlc3NfaWQYASABKAkiDAoKQ2xvc2VJbnB1dCI6ChFTZW5kSW5wdXRSZXNwb25zZRIVCg1ieXRlc193cml0dGVuGAEgASgEEg4KBmNsb3NlZBgCIAEoCCInChFHZXRQcm9jZXNzUmVxdWVzdBISCgpwcm9jZXNzX2lkGAEgASgJIj4KEkdldFByb2Nlc3NSZXNwb25zZRIoCgdwcm9jZXNzGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzSW5mbyJ+ChRMaXN0UHJvY2Vzc2VzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEisKCHN0YXR1c2VzGAIgAygOMhkuc2FuZGJveC52MS5Qcm9jZXNzU3RhdHVzEhEKCXBhZ2Vfc2l6ZRgDIAEoBRISCgpwYWdlX3Rva2VuGAQgASgJIlwKFUxpc3RQcm9jZXNzZXNSZXNwb25zZRIqCglwcm9jZXNzZXMYASADKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NJbmZvEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJRChJLaWxsUHJvY2Vzc1JlcXVlc3QSEgoKcHJvY2Vzc19pZBgBIAEoCRIOCgZzaWduYWwYAiABKAkSFwoPZ3JhY2VfcGVyaW9kX21zGAMgASgFIj8KE0tpbGxQcm9jZXNzUmVzcG9uc2USKAoHcHJvY2VzcxgBIAEoCzIXLnNhbmRib3gudjEuUHJvY2Vzc0luZm8iVgoXS2lsbEFsbFByb2Nlc3Nlc1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIOCgZzaWduYWwYAiABKAkSFwoPZ3JhY2VfcGVyaW9kX21zGAMgASgFIjAKGEtpbGxBbGxQcm9jZXNzZXNSZXNwb25zZRIUCgxraWxsZWRfY291bnQYASABKA0iLQoXQ2xlYW51cFByb2Nlc3Nlc1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCSIxChhDbGVhbnVwUHJvY2Vzc2VzUmVzcG9uc2USFQoNcmVtb3ZlZF9jb3VudBgBIAEoDSIrChVHZXRQcm9jZXNzTG9nc1JlcXVlc3QSEgoKcHJvY2Vzc19pZBgBIAEoCSKkAQoWR2V0UHJvY2Vzc0xvZ3NSZXNwb25zZRISCgpwcm9jZXNzX2lkGAEgASgJEg4KBnN0ZG91dBgCIAEoDBIOCgZzdGRlcnIYAyABKAwSFQoNc3Rkb3V0X29mZnNldBgEIAEoBBIVCg1zdGRlcnJfb2Zmc2V0GAUgASgEEigKB3Byb2Nlc3MYBiABKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NJbmZvKqAGCgtFcnJvclJlYXNvbhIcChhFUlJPUl9SRUFTT05fVU5TUEVDSUZJRUQQABIiCh5FUlJPUl9SRUFTT05fUFJPQ0VTU19OT1RfRk9VTkQQARInCiNFUlJPUl9SRUFTT05fUFJPQ0VTU19BTFJFQURZX0VYSVNUUxACEh8KG0VSUk9SX1JFQVNPTl9MSU1JVF9FWENFRURFRBADEiEKHUVSUk9SX1JFQVNPTl9JTlZBTElEX0FSR1VNRU5UEAQSJgoiRVJST1JfUkVBU09OX0NXRF9PVVRTSURFX1dPUktTUEFDRRAFEiEKHUVSUk9SX1JFQVNPTl9TVURPX05PVF9BTExPV0VEEAYSJAogRVJST1JfUkVBU09OX1BST0NFU1NfTk9UX1JVTk5JTkcQBxIfChtFUlJPUl9SRUFTT05fU1RESU5fTk9UX09QRU4QCBIgChxFUlJPUl9SRUFTT05fVU5BVVRIRU5USUNBVEVEEAkSHgoaRVJST1JfUkVBU09OX1NIVVRUSU5HX0RPV04QChIdChlFUlJPUl9SRUFTT05fU1BBV05fRkFJTEVEEAsSHgoaRVJST1JfUkVBU09OX0NXRF9OT1RfRk9VTkQQDBIjCh9FUlJPUl9SRUFTT05fQ1dEX05PVF9BQ0NFU1NJQkxFEA0SHQoZRVJST1JfUkVBU09OX1BUWV9OT1RfT1BFThAOEiQKIEVSUk9SX1JFQVNPTl9PRkZTRVRfT1VUX09GX1JBTkdFEA8SIQodRVJST1JfUkVBU09OX0hPU1RfTk9UX0FMTE9XRUQQEBIjCh9FUlJPUl9SRUFTT05fU1RBVEVfTk9UX1JFQ09SREVEEBESGQoVRVJST1JfUkVBU09OX0NBTkNFTEVEEBISIgoeRVJST1JfUkVBU09OX1NFUlZJQ0VfTk9UX0ZPVU5EEBMSGQoVRVJST1JfUkVBU09OX0lOVEVSTkFMEBQSIgoeRVJST1JfUkVBU09OX0RFQURMSU5FX0VYQ0VFREVEEBUSHwobRVJST1JfUkVBU09OX1BST1RPQ09MX0VSUk9SEBYq1gEKDVByb2Nlc3NTdGF0dXMSHgoaUFJPQ0VTU19TVEFUVVNfVU5TUEVDSUZJRUQQABIbChdQUk9DRVNTX1NUQVRVU19TVEFSVElORxABEhoKFlBST0NFU1NfU1RBVFVTX1JVTk5JTkcQAhIcChhQUk9DRVNTX1NUQVRVU19DT01QTEVURUQQAxIZChVQUk9DRVNTX1NUQVRVU19GQUlMRUQQBBIZChVQUk9DRVNTX1NUQVRVU19LSUxMRUQQBRIYChRQUk9DRVNTX1NUQVRVU19FUlJPUhAGKmEKDE91dHB1dFN0cmVhbRIdChlPVVRQVVRfU1RSRUFNX1VOU1BFQ0lGSUVEEAASGAoUT1VUUFVUX1NUUkVBTV9TVERPVVQQARIYChRPVVRQVVRfU1RSRUFNX1NUREVSUhACMscGCg5TYW5kYm94U2VydmljZRI7CgRFeGVjEhcuc2FuZGJveC52MS5FeGVjUmVxdWVzdBoYLnNhbmRib3gudjEuRXhlY1Jlc3BvbnNlMAESUQoMU3RhcnRQcm9jZXNzEh8uc2FuZGJveC52MS5TdGFydFByb2Nlc3NSZXF1ZXN0GiAuc2FuZGJveC52MS5TdGFydFByb2Nlc3NSZXNwb25zZRJNCgpTdHJlYW1Mb2dzEh0uc2FuZGJveC52MS5TdHJlYW1Mb2dzUmVxdWVzdBoeLnNhbmRib3gudjEuU3RyZWFtTG9nc1Jlc3BvbnNlMAESTAoJU2VuZElucHV0Ehwuc2FuZGJveC52MS5TZW5kSW5wdXRSZXF1ZXN0Gh0uc2FuZGJveC52MS5TZW5kSW5wdXRSZXNwb25zZSgBMAESSwoKR2V0UHJvY2VzcxIdLnNhbmRib3gudjEuR2V0UHJvY2Vzc1JlcXVlc3QaHi5zYW5kYm94LnYxLkdldFByb2Nlc3NSZXNwb25zZRJUCg1MaXN0UHJvY2Vzc2VzEiAuc2FuZGJveC52MS5MaXN0UHJvY2Vzc2VzUmVxdWVzdBohLnNhbmRib3gudjEuTGlzdFByb2Nlc3Nlc1Jlc3BvbnNlEk4KC0tpbGxQcm9jZXNzEh4uc2FuZGJveC52MS5LaWxsUHJvY2Vzc1JlcXVlc3QaHy5zYW5kYm94LnYxLktpbGxQcm9jZXNzUmVzcG9uc2USXQoQS2lsbEFsbFByb2Nlc3NlcxIjLnNhbmRib3gudjEuS2lsbEFsbFByb2Nlc3Nlc1JlcXVlc3QaJC5zYW5kYm94LnYxLktpbGxBbGxQcm9jZXNzZXNSZXNwb25zZRJdChBDbGVhbnVwUHJvY2Vzc2VzEiMuc2FuZGJveC52MS5DbGVhbnVwUHJvY2Vzc2VzUmVxdWVzdBokLnNhbmRib3gudjEuQ2xlYW51cFByb2Nlc3Nlc1Jlc3BvbnNlElcKDkdldFByb2Nlc3NMb2dzEiEuc2FuZGJveC52MS5HZXRQcm9jZXNzTG9nc1JlcXVlc3QaIi5zYW5kYm94LnYxLkdldFByb2Nlc3NMb2dzUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * PtyOptions asks for a pseudo-terminal; stdout and stderr are then merged
@@ -846,7 +846,9 @@ export const GetProcessResponseSchema: GenMessage<GetProcessResponse> = /*@__PUR
   messageDesc(file_sandbox_v1_sandbox, 18);
 
 /**
- * ListProcessesRequest filters the process list; empty fields match all.
+ * ListProcessesRequest filters the process list; empty fields match all. The
+ * list comes in pages, oldest record first (the order in which records were
+ * created: a record replaced by a new process with the same id counts as new).
  *
  * @generated from message sandbox.v1.ListProcessesRequest
  */
@@ -864,6 +866,26 @@ export type ListProcessesRequest = Message<"sandbox.v1.ListProcessesRequest"> & 
    * @generated from field: repeated sandbox.v1.ProcessStatus statuses = 2;
    */
   statuses: ProcessStatus[];
+
+  /**
+   * Most records in one page: 1000 when 0 (the default), and at most 1000
+   * (larger values are taken as 1000). Negative values are INVALID_ARGUMENT.
+   *
+   * @generated from field: int32 page_size = 3;
+   */
+  pageSize: number;
+
+  /**
+   * The `next_page_token` of the previous page, to continue from there; empty
+   * for the first page. The token is opaque and valid only with the same
+   * `session_id` and `statuses`: a token that is malformed, or was issued for
+   * another filter, is INVALID_ARGUMENT (reason INVALID_ARGUMENT, field
+   * page_token). Records created after the first page come on later pages;
+   * the status filter is applied when each page is read.
+   *
+   * @generated from field: string page_token = 4;
+   */
+  pageToken: string;
 };
 
 /**
@@ -874,7 +896,7 @@ export const ListProcessesRequestSchema: GenMessage<ListProcessesRequest> = /*@_
   messageDesc(file_sandbox_v1_sandbox, 19);
 
 /**
- * ListProcessesResponse lists process records, oldest first.
+ * ListProcessesResponse is one page of process records, oldest first.
  *
  * @generated from message sandbox.v1.ListProcessesResponse
  */
@@ -885,6 +907,13 @@ export type ListProcessesResponse = Message<"sandbox.v1.ListProcessesResponse"> 
    * @generated from field: repeated sandbox.v1.ProcessInfo processes = 1;
    */
   processes: ProcessInfo[];
+
+  /**
+   * Token for the next page; empty when this page is the last.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
 };
 
 /**
@@ -1127,6 +1156,215 @@ export const GetProcessLogsResponseSchema: GenMessage<GetProcessLogsResponse> = 
   messageDesc(file_sandbox_v1_sandbox, 28);
 
 /**
+ * ErrorReason lists why a call of sandbox.v1 fails. Every failure the daemon
+ * sends carries a `google.rpc.ErrorInfo` error detail (gRPC: the
+ * `grpc-status-details-bin` trailer; Connect: the error's `details`) whose
+ * `domain` is "sandbox.v1" and whose `reason` is one of these names without
+ * the `ERROR_REASON_` prefix ("PROCESS_NOT_FOUND"), with string `metadata` as
+ * each value says. Clients branch on the reason, never on the message text.
+ * This enum is never sent as a field: it documents the reason strings. New
+ * reasons may be added; a client treats one it does not know by its status
+ * code alone.
+ *
+ * @generated from enum sandbox.v1.ErrorReason
+ */
+export enum ErrorReason {
+  /**
+   * Never sent.
+   *
+   * @generated from enum value: ERROR_REASON_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * NOT_FOUND: no record of the process (never started, or removed after
+   * exit). Metadata: `process_id`.
+   *
+   * @generated from enum value: ERROR_REASON_PROCESS_NOT_FOUND = 1;
+   */
+  PROCESS_NOT_FOUND = 1,
+
+  /**
+   * ALREADY_EXISTS: a live process already has the requested id. Metadata:
+   * `process_id`.
+   *
+   * @generated from enum value: ERROR_REASON_PROCESS_ALREADY_EXISTS = 2;
+   */
+  PROCESS_ALREADY_EXISTS = 2,
+
+  /**
+   * RESOURCE_EXHAUSTED: a limit of the daemon is reached. Metadata: `limit`,
+   * the daemon flag that sets it ("max-processes", "max-calls",
+   * "max-calls-per-connection", "max-message-bytes") or, for a fixed limit,
+   * its name ("max-pending-input-bytes", "max-public-calls"); `value`, the
+   * limit.
+   *
+   * @generated from enum value: ERROR_REASON_LIMIT_EXCEEDED = 3;
+   */
+  LIMIT_EXCEEDED = 3,
+
+  /**
+   * INVALID_ARGUMENT: the request is malformed or a field is out of bounds.
+   * Metadata: `field`, the request field at fault, where one is.
+   *
+   * @generated from enum value: ERROR_REASON_INVALID_ARGUMENT = 4;
+   */
+  INVALID_ARGUMENT = 4,
+
+  /**
+   * PERMISSION_DENIED: the working directory resolves (symlinks included)
+   * outside every workspace root. Metadata: `cwd`, as requested.
+   *
+   * @generated from enum value: ERROR_REASON_CWD_OUTSIDE_WORKSPACE = 5;
+   */
+  CWD_OUTSIDE_WORKSPACE = 5,
+
+  /**
+   * PERMISSION_DENIED: `sudo` was asked of a daemon that does not allow it
+   * (or does not run as root).
+   *
+   * @generated from enum value: ERROR_REASON_SUDO_NOT_ALLOWED = 6;
+   */
+  SUDO_NOT_ALLOWED = 6,
+
+  /**
+   * FAILED_PRECONDITION: the process has exited, so input, resizes and
+   * signals are refused. Metadata: `process_id`.
+   *
+   * @generated from enum value: ERROR_REASON_PROCESS_NOT_RUNNING = 7;
+   */
+  PROCESS_NOT_RUNNING = 7,
+
+  /**
+   * FAILED_PRECONDITION: the process has no stdin (it was started without
+   * `stdin`, `stdin_data` or `pty`), or its stdin was closed. Metadata:
+   * `process_id`.
+   *
+   * @generated from enum value: ERROR_REASON_STDIN_NOT_OPEN = 8;
+   */
+  STDIN_NOT_OPEN = 8,
+
+  /**
+   * UNAUTHENTICATED: the bearer token is missing or wrong.
+   *
+   * @generated from enum value: ERROR_REASON_UNAUTHENTICATED = 9;
+   */
+  UNAUTHENTICATED = 9,
+
+  /**
+   * UNAVAILABLE: the daemon is shutting down; calls in progress end with it
+   * and new ones are refused. Retry against the restarted daemon.
+   *
+   * @generated from enum value: ERROR_REASON_SHUTTING_DOWN = 10;
+   */
+  SHUTTING_DOWN = 10,
+
+  /**
+   * FAILED_PRECONDITION: the command could not be started in its working
+   * directory for a reason other than the ones below. Metadata: `errno`
+   * ("EIO"), `cwd`. A program that is missing or not executable is not an
+   * error: the process ends with status ERROR and exit code 127 or 126.
+   *
+   * @generated from enum value: ERROR_REASON_SPAWN_FAILED = 11;
+   */
+  SPAWN_FAILED = 11,
+
+  /**
+   * FAILED_PRECONDITION: the working directory does not exist or is not a
+   * directory. Metadata: `cwd`, as requested.
+   *
+   * @generated from enum value: ERROR_REASON_CWD_NOT_FOUND = 12;
+   */
+  CWD_NOT_FOUND = 12,
+
+  /**
+   * PERMISSION_DENIED: the command's user may not enter the working
+   * directory. Metadata: `cwd`.
+   *
+   * @generated from enum value: ERROR_REASON_CWD_NOT_ACCESSIBLE = 13;
+   */
+  CWD_NOT_ACCESSIBLE = 13,
+
+  /**
+   * FAILED_PRECONDITION: a resize for a process that has no PTY. Metadata:
+   * `process_id`.
+   *
+   * @generated from enum value: ERROR_REASON_PTY_NOT_OPEN = 14;
+   */
+  PTY_NOT_OPEN = 14,
+
+  /**
+   * OUT_OF_RANGE: StreamLogs asked for an offset beyond the bytes written so
+   * far. Metadata: `field` ("stdout_offset" or "stderr_offset"), `offset`,
+   * `written`.
+   *
+   * @generated from enum value: ERROR_REASON_OFFSET_OUT_OF_RANGE = 15;
+   */
+  OFFSET_OUT_OF_RANGE = 15,
+
+  /**
+   * PERMISSION_DENIED: a daemon without a token answers loopback host names
+   * only (a defence against DNS rebinding). Metadata: `host`.
+   *
+   * @generated from enum value: ERROR_REASON_HOST_NOT_ALLOWED = 16;
+   */
+  HOST_NOT_ALLOWED = 16,
+
+  /**
+   * RESOURCE_EXHAUSTED: the state directory could not record the process
+   * group, so the command was not started. Metadata: `errno`.
+   *
+   * @generated from enum value: ERROR_REASON_STATE_NOT_RECORDED = 17;
+   */
+  STATE_NOT_RECORDED = 17,
+
+  /**
+   * CANCELED: the call was cancelled before the command started, or while
+   * its input was being written.
+   *
+   * @generated from enum value: ERROR_REASON_CANCELED = 18;
+   */
+  CANCELED = 18,
+
+  /**
+   * NOT_FOUND: grpc.health.v1.Health/Check for a service the daemon does not
+   * check. Metadata: `service`.
+   *
+   * @generated from enum value: ERROR_REASON_SERVICE_NOT_FOUND = 19;
+   */
+  SERVICE_NOT_FOUND = 19,
+
+  /**
+   * INTERNAL: a failure of the daemon's own (a bug); the message says what.
+   *
+   * @generated from enum value: ERROR_REASON_INTERNAL = 20;
+   */
+  INTERNAL = 20,
+
+  /**
+   * DEADLINE_EXCEEDED: the call's deadline passed before it completed.
+   *
+   * @generated from enum value: ERROR_REASON_DEADLINE_EXCEEDED = 21;
+   */
+  DEADLINE_EXCEEDED = 21,
+
+  /**
+   * The protocol layer refused the call before it reached the service: an
+   * unsupported compression (UNIMPLEMENTED), a malformed header, a method
+   * that does not exist. The status code says which.
+   *
+   * @generated from enum value: ERROR_REASON_PROTOCOL_ERROR = 22;
+   */
+  PROTOCOL_ERROR = 22,
+}
+
+/**
+ * Describes the enum sandbox.v1.ErrorReason.
+ */
+export const ErrorReasonSchema: GenEnum<ErrorReason> = /*@__PURE__*/
+  enumDesc(file_sandbox_v1_sandbox, 0);
+
+/**
  * ProcessStatus is the lifecycle state of a process.
  *
  * @generated from enum sandbox.v1.ProcessStatus
@@ -1186,7 +1424,7 @@ export enum ProcessStatus {
  * Describes the enum sandbox.v1.ProcessStatus.
  */
 export const ProcessStatusSchema: GenEnum<ProcessStatus> = /*@__PURE__*/
-  enumDesc(file_sandbox_v1_sandbox, 0);
+  enumDesc(file_sandbox_v1_sandbox, 1);
 
 /**
  * OutputStream names one of a process's output streams.
@@ -1220,7 +1458,7 @@ export enum OutputStream {
  * Describes the enum sandbox.v1.OutputStream.
  */
 export const OutputStreamSchema: GenEnum<OutputStream> = /*@__PURE__*/
-  enumDesc(file_sandbox_v1_sandbox, 1);
+  enumDesc(file_sandbox_v1_sandbox, 2);
 
 /**
  * SandboxService runs commands and manages the processes they start.

@@ -30,6 +30,174 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ErrorReason lists why a call of sandbox.v1 fails. Every failure the daemon
+// sends carries a `google.rpc.ErrorInfo` error detail (gRPC: the
+// `grpc-status-details-bin` trailer; Connect: the error's `details`) whose
+// `domain` is "sandbox.v1" and whose `reason` is one of these names without
+// the `ERROR_REASON_` prefix ("PROCESS_NOT_FOUND"), with string `metadata` as
+// each value says. Clients branch on the reason, never on the message text.
+// This enum is never sent as a field: it documents the reason strings. New
+// reasons may be added; a client treats one it does not know by its status
+// code alone.
+type ErrorReason int32
+
+const (
+	// Never sent.
+	ErrorReason_ERROR_REASON_UNSPECIFIED ErrorReason = 0
+	// NOT_FOUND: no record of the process (never started, or removed after
+	// exit). Metadata: `process_id`.
+	ErrorReason_ERROR_REASON_PROCESS_NOT_FOUND ErrorReason = 1
+	// ALREADY_EXISTS: a live process already has the requested id. Metadata:
+	// `process_id`.
+	ErrorReason_ERROR_REASON_PROCESS_ALREADY_EXISTS ErrorReason = 2
+	// RESOURCE_EXHAUSTED: a limit of the daemon is reached. Metadata: `limit`,
+	// the daemon flag that sets it ("max-processes", "max-calls",
+	// "max-calls-per-connection", "max-message-bytes") or, for a fixed limit,
+	// its name ("max-pending-input-bytes", "max-public-calls"); `value`, the
+	// limit.
+	ErrorReason_ERROR_REASON_LIMIT_EXCEEDED ErrorReason = 3
+	// INVALID_ARGUMENT: the request is malformed or a field is out of bounds.
+	// Metadata: `field`, the request field at fault, where one is.
+	ErrorReason_ERROR_REASON_INVALID_ARGUMENT ErrorReason = 4
+	// PERMISSION_DENIED: the working directory resolves (symlinks included)
+	// outside every workspace root. Metadata: `cwd`, as requested.
+	ErrorReason_ERROR_REASON_CWD_OUTSIDE_WORKSPACE ErrorReason = 5
+	// PERMISSION_DENIED: `sudo` was asked of a daemon that does not allow it
+	// (or does not run as root).
+	ErrorReason_ERROR_REASON_SUDO_NOT_ALLOWED ErrorReason = 6
+	// FAILED_PRECONDITION: the process has exited, so input, resizes and
+	// signals are refused. Metadata: `process_id`.
+	ErrorReason_ERROR_REASON_PROCESS_NOT_RUNNING ErrorReason = 7
+	// FAILED_PRECONDITION: the process has no stdin (it was started without
+	// `stdin`, `stdin_data` or `pty`), or its stdin was closed. Metadata:
+	// `process_id`.
+	ErrorReason_ERROR_REASON_STDIN_NOT_OPEN ErrorReason = 8
+	// UNAUTHENTICATED: the bearer token is missing or wrong.
+	ErrorReason_ERROR_REASON_UNAUTHENTICATED ErrorReason = 9
+	// UNAVAILABLE: the daemon is shutting down; calls in progress end with it
+	// and new ones are refused. Retry against the restarted daemon.
+	ErrorReason_ERROR_REASON_SHUTTING_DOWN ErrorReason = 10
+	// FAILED_PRECONDITION: the command could not be started in its working
+	// directory for a reason other than the ones below. Metadata: `errno`
+	// ("EIO"), `cwd`. A program that is missing or not executable is not an
+	// error: the process ends with status ERROR and exit code 127 or 126.
+	ErrorReason_ERROR_REASON_SPAWN_FAILED ErrorReason = 11
+	// FAILED_PRECONDITION: the working directory does not exist or is not a
+	// directory. Metadata: `cwd`, as requested.
+	ErrorReason_ERROR_REASON_CWD_NOT_FOUND ErrorReason = 12
+	// PERMISSION_DENIED: the command's user may not enter the working
+	// directory. Metadata: `cwd`.
+	ErrorReason_ERROR_REASON_CWD_NOT_ACCESSIBLE ErrorReason = 13
+	// FAILED_PRECONDITION: a resize for a process that has no PTY. Metadata:
+	// `process_id`.
+	ErrorReason_ERROR_REASON_PTY_NOT_OPEN ErrorReason = 14
+	// OUT_OF_RANGE: StreamLogs asked for an offset beyond the bytes written so
+	// far. Metadata: `field` ("stdout_offset" or "stderr_offset"), `offset`,
+	// `written`.
+	ErrorReason_ERROR_REASON_OFFSET_OUT_OF_RANGE ErrorReason = 15
+	// PERMISSION_DENIED: a daemon without a token answers loopback host names
+	// only (a defence against DNS rebinding). Metadata: `host`.
+	ErrorReason_ERROR_REASON_HOST_NOT_ALLOWED ErrorReason = 16
+	// RESOURCE_EXHAUSTED: the state directory could not record the process
+	// group, so the command was not started. Metadata: `errno`.
+	ErrorReason_ERROR_REASON_STATE_NOT_RECORDED ErrorReason = 17
+	// CANCELED: the call was cancelled before the command started, or while
+	// its input was being written.
+	ErrorReason_ERROR_REASON_CANCELED ErrorReason = 18
+	// NOT_FOUND: grpc.health.v1.Health/Check for a service the daemon does not
+	// check. Metadata: `service`.
+	ErrorReason_ERROR_REASON_SERVICE_NOT_FOUND ErrorReason = 19
+	// INTERNAL: a failure of the daemon's own (a bug); the message says what.
+	ErrorReason_ERROR_REASON_INTERNAL ErrorReason = 20
+	// DEADLINE_EXCEEDED: the call's deadline passed before it completed.
+	ErrorReason_ERROR_REASON_DEADLINE_EXCEEDED ErrorReason = 21
+	// The protocol layer refused the call before it reached the service: an
+	// unsupported compression (UNIMPLEMENTED), a malformed header, a method
+	// that does not exist. The status code says which.
+	ErrorReason_ERROR_REASON_PROTOCOL_ERROR ErrorReason = 22
+)
+
+// Enum value maps for ErrorReason.
+var (
+	ErrorReason_name = map[int32]string{
+		0:  "ERROR_REASON_UNSPECIFIED",
+		1:  "ERROR_REASON_PROCESS_NOT_FOUND",
+		2:  "ERROR_REASON_PROCESS_ALREADY_EXISTS",
+		3:  "ERROR_REASON_LIMIT_EXCEEDED",
+		4:  "ERROR_REASON_INVALID_ARGUMENT",
+		5:  "ERROR_REASON_CWD_OUTSIDE_WORKSPACE",
+		6:  "ERROR_REASON_SUDO_NOT_ALLOWED",
+		7:  "ERROR_REASON_PROCESS_NOT_RUNNING",
+		8:  "ERROR_REASON_STDIN_NOT_OPEN",
+		9:  "ERROR_REASON_UNAUTHENTICATED",
+		10: "ERROR_REASON_SHUTTING_DOWN",
+		11: "ERROR_REASON_SPAWN_FAILED",
+		12: "ERROR_REASON_CWD_NOT_FOUND",
+		13: "ERROR_REASON_CWD_NOT_ACCESSIBLE",
+		14: "ERROR_REASON_PTY_NOT_OPEN",
+		15: "ERROR_REASON_OFFSET_OUT_OF_RANGE",
+		16: "ERROR_REASON_HOST_NOT_ALLOWED",
+		17: "ERROR_REASON_STATE_NOT_RECORDED",
+		18: "ERROR_REASON_CANCELED",
+		19: "ERROR_REASON_SERVICE_NOT_FOUND",
+		20: "ERROR_REASON_INTERNAL",
+		21: "ERROR_REASON_DEADLINE_EXCEEDED",
+		22: "ERROR_REASON_PROTOCOL_ERROR",
+	}
+	ErrorReason_value = map[string]int32{
+		"ERROR_REASON_UNSPECIFIED":            0,
+		"ERROR_REASON_PROCESS_NOT_FOUND":      1,
+		"ERROR_REASON_PROCESS_ALREADY_EXISTS": 2,
+		"ERROR_REASON_LIMIT_EXCEEDED":         3,
+		"ERROR_REASON_INVALID_ARGUMENT":       4,
+		"ERROR_REASON_CWD_OUTSIDE_WORKSPACE":  5,
+		"ERROR_REASON_SUDO_NOT_ALLOWED":       6,
+		"ERROR_REASON_PROCESS_NOT_RUNNING":    7,
+		"ERROR_REASON_STDIN_NOT_OPEN":         8,
+		"ERROR_REASON_UNAUTHENTICATED":        9,
+		"ERROR_REASON_SHUTTING_DOWN":          10,
+		"ERROR_REASON_SPAWN_FAILED":           11,
+		"ERROR_REASON_CWD_NOT_FOUND":          12,
+		"ERROR_REASON_CWD_NOT_ACCESSIBLE":     13,
+		"ERROR_REASON_PTY_NOT_OPEN":           14,
+		"ERROR_REASON_OFFSET_OUT_OF_RANGE":    15,
+		"ERROR_REASON_HOST_NOT_ALLOWED":       16,
+		"ERROR_REASON_STATE_NOT_RECORDED":     17,
+		"ERROR_REASON_CANCELED":               18,
+		"ERROR_REASON_SERVICE_NOT_FOUND":      19,
+		"ERROR_REASON_INTERNAL":               20,
+		"ERROR_REASON_DEADLINE_EXCEEDED":      21,
+		"ERROR_REASON_PROTOCOL_ERROR":         22,
+	}
+)
+
+func (x ErrorReason) Enum() *ErrorReason {
+	p := new(ErrorReason)
+	*p = x
+	return p
+}
+
+func (x ErrorReason) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ErrorReason) Descriptor() protoreflect.EnumDescriptor {
+	return file_sandbox_v1_sandbox_proto_enumTypes[0].Descriptor()
+}
+
+func (ErrorReason) Type() protoreflect.EnumType {
+	return &file_sandbox_v1_sandbox_proto_enumTypes[0]
+}
+
+func (x ErrorReason) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ErrorReason.Descriptor instead.
+func (ErrorReason) EnumDescriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{0}
+}
+
 // ProcessStatus is the lifecycle state of a process.
 type ProcessStatus int32
 
@@ -83,11 +251,11 @@ func (x ProcessStatus) String() string {
 }
 
 func (ProcessStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_sandbox_v1_sandbox_proto_enumTypes[0].Descriptor()
+	return file_sandbox_v1_sandbox_proto_enumTypes[1].Descriptor()
 }
 
 func (ProcessStatus) Type() protoreflect.EnumType {
-	return &file_sandbox_v1_sandbox_proto_enumTypes[0]
+	return &file_sandbox_v1_sandbox_proto_enumTypes[1]
 }
 
 func (x ProcessStatus) Number() protoreflect.EnumNumber {
@@ -96,7 +264,7 @@ func (x ProcessStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ProcessStatus.Descriptor instead.
 func (ProcessStatus) EnumDescriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{0}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{1}
 }
 
 // OutputStream names one of a process's output streams.
@@ -136,11 +304,11 @@ func (x OutputStream) String() string {
 }
 
 func (OutputStream) Descriptor() protoreflect.EnumDescriptor {
-	return file_sandbox_v1_sandbox_proto_enumTypes[1].Descriptor()
+	return file_sandbox_v1_sandbox_proto_enumTypes[2].Descriptor()
 }
 
 func (OutputStream) Type() protoreflect.EnumType {
-	return &file_sandbox_v1_sandbox_proto_enumTypes[1]
+	return &file_sandbox_v1_sandbox_proto_enumTypes[2]
 }
 
 func (x OutputStream) Number() protoreflect.EnumNumber {
@@ -149,7 +317,7 @@ func (x OutputStream) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OutputStream.Descriptor instead.
 func (OutputStream) EnumDescriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{1}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{2}
 }
 
 // PtyOptions asks for a pseudo-terminal; stdout and stderr are then merged
@@ -1676,13 +1844,25 @@ func (x *GetProcessResponse) GetProcess() *ProcessInfo {
 	return nil
 }
 
-// ListProcessesRequest filters the process list; empty fields match all.
+// ListProcessesRequest filters the process list; empty fields match all. The
+// list comes in pages, oldest record first (the order in which records were
+// created: a record replaced by a new process with the same id counts as new).
 type ListProcessesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only processes of this session.
 	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// Only processes in one of these statuses.
-	Statuses      []ProcessStatus `protobuf:"varint,2,rep,packed,name=statuses,proto3,enum=sandbox.v1.ProcessStatus" json:"statuses,omitempty"`
+	Statuses []ProcessStatus `protobuf:"varint,2,rep,packed,name=statuses,proto3,enum=sandbox.v1.ProcessStatus" json:"statuses,omitempty"`
+	// Most records in one page: 1000 when 0 (the default), and at most 1000
+	// (larger values are taken as 1000). Negative values are INVALID_ARGUMENT.
+	PageSize int32 `protobuf:"varint,3,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// The `next_page_token` of the previous page, to continue from there; empty
+	// for the first page. The token is opaque and valid only with the same
+	// `session_id` and `statuses`: a token that is malformed, or was issued for
+	// another filter, is INVALID_ARGUMENT (reason INVALID_ARGUMENT, field
+	// page_token). Records created after the first page come on later pages;
+	// the status filter is applied when each page is read.
+	PageToken     string `protobuf:"bytes,4,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1731,11 +1911,27 @@ func (x *ListProcessesRequest) GetStatuses() []ProcessStatus {
 	return nil
 }
 
-// ListProcessesResponse lists process records, oldest first.
+func (x *ListProcessesRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListProcessesRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
+}
+
+// ListProcessesResponse is one page of process records, oldest first.
 type ListProcessesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The records.
-	Processes     []*ProcessInfo `protobuf:"bytes,1,rep,name=processes,proto3" json:"processes,omitempty"`
+	Processes []*ProcessInfo `protobuf:"bytes,1,rep,name=processes,proto3" json:"processes,omitempty"`
+	// Token for the next page; empty when this page is the last.
+	NextPageToken string `protobuf:"bytes,2,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1775,6 +1971,13 @@ func (x *ListProcessesResponse) GetProcesses() []*ProcessInfo {
 		return x.Processes
 	}
 	return nil
+}
+
+func (x *ListProcessesResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 // KillProcessRequest asks to signal a process group.
@@ -2349,13 +2552,17 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
 	"process_id\x18\x01 \x01(\tR\tprocessId\"G\n" +
 	"\x12GetProcessResponse\x121\n" +
-	"\aprocess\x18\x01 \x01(\v2\x17.sandbox.v1.ProcessInfoR\aprocess\"l\n" +
+	"\aprocess\x18\x01 \x01(\v2\x17.sandbox.v1.ProcessInfoR\aprocess\"\xa8\x01\n" +
 	"\x14ListProcessesRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x125\n" +
-	"\bstatuses\x18\x02 \x03(\x0e2\x19.sandbox.v1.ProcessStatusR\bstatuses\"N\n" +
+	"\bstatuses\x18\x02 \x03(\x0e2\x19.sandbox.v1.ProcessStatusR\bstatuses\x12\x1b\n" +
+	"\tpage_size\x18\x03 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x04 \x01(\tR\tpageToken\"v\n" +
 	"\x15ListProcessesResponse\x125\n" +
-	"\tprocesses\x18\x01 \x03(\v2\x17.sandbox.v1.ProcessInfoR\tprocesses\"s\n" +
+	"\tprocesses\x18\x01 \x03(\v2\x17.sandbox.v1.ProcessInfoR\tprocesses\x12&\n" +
+	"\x0fnext_page_token\x18\x02 \x01(\tR\rnextPageToken\"s\n" +
 	"\x12KillProcessRequest\x12\x1d\n" +
 	"\n" +
 	"process_id\x18\x01 \x01(\tR\tprocessId\x12\x16\n" +
@@ -2385,7 +2592,32 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x06stderr\x18\x03 \x01(\fR\x06stderr\x12#\n" +
 	"\rstdout_offset\x18\x04 \x01(\x04R\fstdoutOffset\x12#\n" +
 	"\rstderr_offset\x18\x05 \x01(\x04R\fstderrOffset\x121\n" +
-	"\aprocess\x18\x06 \x01(\v2\x17.sandbox.v1.ProcessInfoR\aprocess*\xd6\x01\n" +
+	"\aprocess\x18\x06 \x01(\v2\x17.sandbox.v1.ProcessInfoR\aprocess*\xa0\x06\n" +
+	"\vErrorReason\x12\x1c\n" +
+	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\"\n" +
+	"\x1eERROR_REASON_PROCESS_NOT_FOUND\x10\x01\x12'\n" +
+	"#ERROR_REASON_PROCESS_ALREADY_EXISTS\x10\x02\x12\x1f\n" +
+	"\x1bERROR_REASON_LIMIT_EXCEEDED\x10\x03\x12!\n" +
+	"\x1dERROR_REASON_INVALID_ARGUMENT\x10\x04\x12&\n" +
+	"\"ERROR_REASON_CWD_OUTSIDE_WORKSPACE\x10\x05\x12!\n" +
+	"\x1dERROR_REASON_SUDO_NOT_ALLOWED\x10\x06\x12$\n" +
+	" ERROR_REASON_PROCESS_NOT_RUNNING\x10\a\x12\x1f\n" +
+	"\x1bERROR_REASON_STDIN_NOT_OPEN\x10\b\x12 \n" +
+	"\x1cERROR_REASON_UNAUTHENTICATED\x10\t\x12\x1e\n" +
+	"\x1aERROR_REASON_SHUTTING_DOWN\x10\n" +
+	"\x12\x1d\n" +
+	"\x19ERROR_REASON_SPAWN_FAILED\x10\v\x12\x1e\n" +
+	"\x1aERROR_REASON_CWD_NOT_FOUND\x10\f\x12#\n" +
+	"\x1fERROR_REASON_CWD_NOT_ACCESSIBLE\x10\r\x12\x1d\n" +
+	"\x19ERROR_REASON_PTY_NOT_OPEN\x10\x0e\x12$\n" +
+	" ERROR_REASON_OFFSET_OUT_OF_RANGE\x10\x0f\x12!\n" +
+	"\x1dERROR_REASON_HOST_NOT_ALLOWED\x10\x10\x12#\n" +
+	"\x1fERROR_REASON_STATE_NOT_RECORDED\x10\x11\x12\x19\n" +
+	"\x15ERROR_REASON_CANCELED\x10\x12\x12\"\n" +
+	"\x1eERROR_REASON_SERVICE_NOT_FOUND\x10\x13\x12\x19\n" +
+	"\x15ERROR_REASON_INTERNAL\x10\x14\x12\"\n" +
+	"\x1eERROR_REASON_DEADLINE_EXCEEDED\x10\x15\x12\x1f\n" +
+	"\x1bERROR_REASON_PROTOCOL_ERROR\x10\x16*\xd6\x01\n" +
 	"\rProcessStatus\x12\x1e\n" +
 	"\x1aPROCESS_STATUS_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17PROCESS_STATUS_STARTING\x10\x01\x12\x1a\n" +
@@ -2427,95 +2659,96 @@ func file_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 	return file_sandbox_v1_sandbox_proto_rawDescData
 }
 
-var file_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
 var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_sandbox_v1_sandbox_proto_goTypes = []any{
-	(ProcessStatus)(0),               // 0: sandbox.v1.ProcessStatus
-	(OutputStream)(0),                // 1: sandbox.v1.OutputStream
-	(*PtyOptions)(nil),               // 2: sandbox.v1.PtyOptions
-	(*ProcessSpec)(nil),              // 3: sandbox.v1.ProcessSpec
-	(*ExecRequest)(nil),              // 4: sandbox.v1.ExecRequest
-	(*ExecResponse)(nil),             // 5: sandbox.v1.ExecResponse
-	(*OutputChunk)(nil),              // 6: sandbox.v1.OutputChunk
-	(*OutputGap)(nil),                // 7: sandbox.v1.OutputGap
-	(*ProcessExited)(nil),            // 8: sandbox.v1.ProcessExited
-	(*ProcessInfo)(nil),              // 9: sandbox.v1.ProcessInfo
-	(*StartProcessRequest)(nil),      // 10: sandbox.v1.StartProcessRequest
-	(*StartProcessResponse)(nil),     // 11: sandbox.v1.StartProcessResponse
-	(*StreamLogsRequest)(nil),        // 12: sandbox.v1.StreamLogsRequest
-	(*StreamLogsResponse)(nil),       // 13: sandbox.v1.StreamLogsResponse
-	(*CaughtUp)(nil),                 // 14: sandbox.v1.CaughtUp
-	(*SendInputRequest)(nil),         // 15: sandbox.v1.SendInputRequest
-	(*OpenInput)(nil),                // 16: sandbox.v1.OpenInput
-	(*CloseInput)(nil),               // 17: sandbox.v1.CloseInput
-	(*SendInputResponse)(nil),        // 18: sandbox.v1.SendInputResponse
-	(*GetProcessRequest)(nil),        // 19: sandbox.v1.GetProcessRequest
-	(*GetProcessResponse)(nil),       // 20: sandbox.v1.GetProcessResponse
-	(*ListProcessesRequest)(nil),     // 21: sandbox.v1.ListProcessesRequest
-	(*ListProcessesResponse)(nil),    // 22: sandbox.v1.ListProcessesResponse
-	(*KillProcessRequest)(nil),       // 23: sandbox.v1.KillProcessRequest
-	(*KillProcessResponse)(nil),      // 24: sandbox.v1.KillProcessResponse
-	(*KillAllProcessesRequest)(nil),  // 25: sandbox.v1.KillAllProcessesRequest
-	(*KillAllProcessesResponse)(nil), // 26: sandbox.v1.KillAllProcessesResponse
-	(*CleanupProcessesRequest)(nil),  // 27: sandbox.v1.CleanupProcessesRequest
-	(*CleanupProcessesResponse)(nil), // 28: sandbox.v1.CleanupProcessesResponse
-	(*GetProcessLogsRequest)(nil),    // 29: sandbox.v1.GetProcessLogsRequest
-	(*GetProcessLogsResponse)(nil),   // 30: sandbox.v1.GetProcessLogsResponse
-	nil,                              // 31: sandbox.v1.ProcessSpec.EnvEntry
-	(*timestamppb.Timestamp)(nil),    // 32: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 33: google.protobuf.Duration
+	(ErrorReason)(0),                 // 0: sandbox.v1.ErrorReason
+	(ProcessStatus)(0),               // 1: sandbox.v1.ProcessStatus
+	(OutputStream)(0),                // 2: sandbox.v1.OutputStream
+	(*PtyOptions)(nil),               // 3: sandbox.v1.PtyOptions
+	(*ProcessSpec)(nil),              // 4: sandbox.v1.ProcessSpec
+	(*ExecRequest)(nil),              // 5: sandbox.v1.ExecRequest
+	(*ExecResponse)(nil),             // 6: sandbox.v1.ExecResponse
+	(*OutputChunk)(nil),              // 7: sandbox.v1.OutputChunk
+	(*OutputGap)(nil),                // 8: sandbox.v1.OutputGap
+	(*ProcessExited)(nil),            // 9: sandbox.v1.ProcessExited
+	(*ProcessInfo)(nil),              // 10: sandbox.v1.ProcessInfo
+	(*StartProcessRequest)(nil),      // 11: sandbox.v1.StartProcessRequest
+	(*StartProcessResponse)(nil),     // 12: sandbox.v1.StartProcessResponse
+	(*StreamLogsRequest)(nil),        // 13: sandbox.v1.StreamLogsRequest
+	(*StreamLogsResponse)(nil),       // 14: sandbox.v1.StreamLogsResponse
+	(*CaughtUp)(nil),                 // 15: sandbox.v1.CaughtUp
+	(*SendInputRequest)(nil),         // 16: sandbox.v1.SendInputRequest
+	(*OpenInput)(nil),                // 17: sandbox.v1.OpenInput
+	(*CloseInput)(nil),               // 18: sandbox.v1.CloseInput
+	(*SendInputResponse)(nil),        // 19: sandbox.v1.SendInputResponse
+	(*GetProcessRequest)(nil),        // 20: sandbox.v1.GetProcessRequest
+	(*GetProcessResponse)(nil),       // 21: sandbox.v1.GetProcessResponse
+	(*ListProcessesRequest)(nil),     // 22: sandbox.v1.ListProcessesRequest
+	(*ListProcessesResponse)(nil),    // 23: sandbox.v1.ListProcessesResponse
+	(*KillProcessRequest)(nil),       // 24: sandbox.v1.KillProcessRequest
+	(*KillProcessResponse)(nil),      // 25: sandbox.v1.KillProcessResponse
+	(*KillAllProcessesRequest)(nil),  // 26: sandbox.v1.KillAllProcessesRequest
+	(*KillAllProcessesResponse)(nil), // 27: sandbox.v1.KillAllProcessesResponse
+	(*CleanupProcessesRequest)(nil),  // 28: sandbox.v1.CleanupProcessesRequest
+	(*CleanupProcessesResponse)(nil), // 29: sandbox.v1.CleanupProcessesResponse
+	(*GetProcessLogsRequest)(nil),    // 30: sandbox.v1.GetProcessLogsRequest
+	(*GetProcessLogsResponse)(nil),   // 31: sandbox.v1.GetProcessLogsResponse
+	nil,                              // 32: sandbox.v1.ProcessSpec.EnvEntry
+	(*timestamppb.Timestamp)(nil),    // 33: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 34: google.protobuf.Duration
 }
 var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
-	31, // 0: sandbox.v1.ProcessSpec.env:type_name -> sandbox.v1.ProcessSpec.EnvEntry
-	2,  // 1: sandbox.v1.ProcessSpec.pty:type_name -> sandbox.v1.PtyOptions
-	3,  // 2: sandbox.v1.ExecRequest.spec:type_name -> sandbox.v1.ProcessSpec
-	9,  // 3: sandbox.v1.ExecResponse.started:type_name -> sandbox.v1.ProcessInfo
-	6,  // 4: sandbox.v1.ExecResponse.output:type_name -> sandbox.v1.OutputChunk
-	8,  // 5: sandbox.v1.ExecResponse.exited:type_name -> sandbox.v1.ProcessExited
-	1,  // 6: sandbox.v1.OutputChunk.stream:type_name -> sandbox.v1.OutputStream
-	1,  // 7: sandbox.v1.OutputGap.stream:type_name -> sandbox.v1.OutputStream
-	0,  // 8: sandbox.v1.ProcessExited.status:type_name -> sandbox.v1.ProcessStatus
-	32, // 9: sandbox.v1.ProcessExited.start_time:type_name -> google.protobuf.Timestamp
-	32, // 10: sandbox.v1.ProcessExited.end_time:type_name -> google.protobuf.Timestamp
-	33, // 11: sandbox.v1.ProcessExited.duration:type_name -> google.protobuf.Duration
-	0,  // 12: sandbox.v1.ProcessInfo.status:type_name -> sandbox.v1.ProcessStatus
-	32, // 13: sandbox.v1.ProcessInfo.start_time:type_name -> google.protobuf.Timestamp
-	8,  // 14: sandbox.v1.ProcessInfo.exit:type_name -> sandbox.v1.ProcessExited
-	3,  // 15: sandbox.v1.StartProcessRequest.spec:type_name -> sandbox.v1.ProcessSpec
-	9,  // 16: sandbox.v1.StartProcessResponse.process:type_name -> sandbox.v1.ProcessInfo
-	9,  // 17: sandbox.v1.StreamLogsResponse.process:type_name -> sandbox.v1.ProcessInfo
-	6,  // 18: sandbox.v1.StreamLogsResponse.output:type_name -> sandbox.v1.OutputChunk
-	7,  // 19: sandbox.v1.StreamLogsResponse.gap:type_name -> sandbox.v1.OutputGap
-	8,  // 20: sandbox.v1.StreamLogsResponse.exited:type_name -> sandbox.v1.ProcessExited
-	14, // 21: sandbox.v1.StreamLogsResponse.caught_up:type_name -> sandbox.v1.CaughtUp
-	16, // 22: sandbox.v1.SendInputRequest.open:type_name -> sandbox.v1.OpenInput
-	17, // 23: sandbox.v1.SendInputRequest.close:type_name -> sandbox.v1.CloseInput
-	2,  // 24: sandbox.v1.SendInputRequest.resize:type_name -> sandbox.v1.PtyOptions
-	9,  // 25: sandbox.v1.GetProcessResponse.process:type_name -> sandbox.v1.ProcessInfo
-	0,  // 26: sandbox.v1.ListProcessesRequest.statuses:type_name -> sandbox.v1.ProcessStatus
-	9,  // 27: sandbox.v1.ListProcessesResponse.processes:type_name -> sandbox.v1.ProcessInfo
-	9,  // 28: sandbox.v1.KillProcessResponse.process:type_name -> sandbox.v1.ProcessInfo
-	9,  // 29: sandbox.v1.GetProcessLogsResponse.process:type_name -> sandbox.v1.ProcessInfo
-	4,  // 30: sandbox.v1.SandboxService.Exec:input_type -> sandbox.v1.ExecRequest
-	10, // 31: sandbox.v1.SandboxService.StartProcess:input_type -> sandbox.v1.StartProcessRequest
-	12, // 32: sandbox.v1.SandboxService.StreamLogs:input_type -> sandbox.v1.StreamLogsRequest
-	15, // 33: sandbox.v1.SandboxService.SendInput:input_type -> sandbox.v1.SendInputRequest
-	19, // 34: sandbox.v1.SandboxService.GetProcess:input_type -> sandbox.v1.GetProcessRequest
-	21, // 35: sandbox.v1.SandboxService.ListProcesses:input_type -> sandbox.v1.ListProcessesRequest
-	23, // 36: sandbox.v1.SandboxService.KillProcess:input_type -> sandbox.v1.KillProcessRequest
-	25, // 37: sandbox.v1.SandboxService.KillAllProcesses:input_type -> sandbox.v1.KillAllProcessesRequest
-	27, // 38: sandbox.v1.SandboxService.CleanupProcesses:input_type -> sandbox.v1.CleanupProcessesRequest
-	29, // 39: sandbox.v1.SandboxService.GetProcessLogs:input_type -> sandbox.v1.GetProcessLogsRequest
-	5,  // 40: sandbox.v1.SandboxService.Exec:output_type -> sandbox.v1.ExecResponse
-	11, // 41: sandbox.v1.SandboxService.StartProcess:output_type -> sandbox.v1.StartProcessResponse
-	13, // 42: sandbox.v1.SandboxService.StreamLogs:output_type -> sandbox.v1.StreamLogsResponse
-	18, // 43: sandbox.v1.SandboxService.SendInput:output_type -> sandbox.v1.SendInputResponse
-	20, // 44: sandbox.v1.SandboxService.GetProcess:output_type -> sandbox.v1.GetProcessResponse
-	22, // 45: sandbox.v1.SandboxService.ListProcesses:output_type -> sandbox.v1.ListProcessesResponse
-	24, // 46: sandbox.v1.SandboxService.KillProcess:output_type -> sandbox.v1.KillProcessResponse
-	26, // 47: sandbox.v1.SandboxService.KillAllProcesses:output_type -> sandbox.v1.KillAllProcessesResponse
-	28, // 48: sandbox.v1.SandboxService.CleanupProcesses:output_type -> sandbox.v1.CleanupProcessesResponse
-	30, // 49: sandbox.v1.SandboxService.GetProcessLogs:output_type -> sandbox.v1.GetProcessLogsResponse
+	32, // 0: sandbox.v1.ProcessSpec.env:type_name -> sandbox.v1.ProcessSpec.EnvEntry
+	3,  // 1: sandbox.v1.ProcessSpec.pty:type_name -> sandbox.v1.PtyOptions
+	4,  // 2: sandbox.v1.ExecRequest.spec:type_name -> sandbox.v1.ProcessSpec
+	10, // 3: sandbox.v1.ExecResponse.started:type_name -> sandbox.v1.ProcessInfo
+	7,  // 4: sandbox.v1.ExecResponse.output:type_name -> sandbox.v1.OutputChunk
+	9,  // 5: sandbox.v1.ExecResponse.exited:type_name -> sandbox.v1.ProcessExited
+	2,  // 6: sandbox.v1.OutputChunk.stream:type_name -> sandbox.v1.OutputStream
+	2,  // 7: sandbox.v1.OutputGap.stream:type_name -> sandbox.v1.OutputStream
+	1,  // 8: sandbox.v1.ProcessExited.status:type_name -> sandbox.v1.ProcessStatus
+	33, // 9: sandbox.v1.ProcessExited.start_time:type_name -> google.protobuf.Timestamp
+	33, // 10: sandbox.v1.ProcessExited.end_time:type_name -> google.protobuf.Timestamp
+	34, // 11: sandbox.v1.ProcessExited.duration:type_name -> google.protobuf.Duration
+	1,  // 12: sandbox.v1.ProcessInfo.status:type_name -> sandbox.v1.ProcessStatus
+	33, // 13: sandbox.v1.ProcessInfo.start_time:type_name -> google.protobuf.Timestamp
+	9,  // 14: sandbox.v1.ProcessInfo.exit:type_name -> sandbox.v1.ProcessExited
+	4,  // 15: sandbox.v1.StartProcessRequest.spec:type_name -> sandbox.v1.ProcessSpec
+	10, // 16: sandbox.v1.StartProcessResponse.process:type_name -> sandbox.v1.ProcessInfo
+	10, // 17: sandbox.v1.StreamLogsResponse.process:type_name -> sandbox.v1.ProcessInfo
+	7,  // 18: sandbox.v1.StreamLogsResponse.output:type_name -> sandbox.v1.OutputChunk
+	8,  // 19: sandbox.v1.StreamLogsResponse.gap:type_name -> sandbox.v1.OutputGap
+	9,  // 20: sandbox.v1.StreamLogsResponse.exited:type_name -> sandbox.v1.ProcessExited
+	15, // 21: sandbox.v1.StreamLogsResponse.caught_up:type_name -> sandbox.v1.CaughtUp
+	17, // 22: sandbox.v1.SendInputRequest.open:type_name -> sandbox.v1.OpenInput
+	18, // 23: sandbox.v1.SendInputRequest.close:type_name -> sandbox.v1.CloseInput
+	3,  // 24: sandbox.v1.SendInputRequest.resize:type_name -> sandbox.v1.PtyOptions
+	10, // 25: sandbox.v1.GetProcessResponse.process:type_name -> sandbox.v1.ProcessInfo
+	1,  // 26: sandbox.v1.ListProcessesRequest.statuses:type_name -> sandbox.v1.ProcessStatus
+	10, // 27: sandbox.v1.ListProcessesResponse.processes:type_name -> sandbox.v1.ProcessInfo
+	10, // 28: sandbox.v1.KillProcessResponse.process:type_name -> sandbox.v1.ProcessInfo
+	10, // 29: sandbox.v1.GetProcessLogsResponse.process:type_name -> sandbox.v1.ProcessInfo
+	5,  // 30: sandbox.v1.SandboxService.Exec:input_type -> sandbox.v1.ExecRequest
+	11, // 31: sandbox.v1.SandboxService.StartProcess:input_type -> sandbox.v1.StartProcessRequest
+	13, // 32: sandbox.v1.SandboxService.StreamLogs:input_type -> sandbox.v1.StreamLogsRequest
+	16, // 33: sandbox.v1.SandboxService.SendInput:input_type -> sandbox.v1.SendInputRequest
+	20, // 34: sandbox.v1.SandboxService.GetProcess:input_type -> sandbox.v1.GetProcessRequest
+	22, // 35: sandbox.v1.SandboxService.ListProcesses:input_type -> sandbox.v1.ListProcessesRequest
+	24, // 36: sandbox.v1.SandboxService.KillProcess:input_type -> sandbox.v1.KillProcessRequest
+	26, // 37: sandbox.v1.SandboxService.KillAllProcesses:input_type -> sandbox.v1.KillAllProcessesRequest
+	28, // 38: sandbox.v1.SandboxService.CleanupProcesses:input_type -> sandbox.v1.CleanupProcessesRequest
+	30, // 39: sandbox.v1.SandboxService.GetProcessLogs:input_type -> sandbox.v1.GetProcessLogsRequest
+	6,  // 40: sandbox.v1.SandboxService.Exec:output_type -> sandbox.v1.ExecResponse
+	12, // 41: sandbox.v1.SandboxService.StartProcess:output_type -> sandbox.v1.StartProcessResponse
+	14, // 42: sandbox.v1.SandboxService.StreamLogs:output_type -> sandbox.v1.StreamLogsResponse
+	19, // 43: sandbox.v1.SandboxService.SendInput:output_type -> sandbox.v1.SendInputResponse
+	21, // 44: sandbox.v1.SandboxService.GetProcess:output_type -> sandbox.v1.GetProcessResponse
+	23, // 45: sandbox.v1.SandboxService.ListProcesses:output_type -> sandbox.v1.ListProcessesResponse
+	25, // 46: sandbox.v1.SandboxService.KillProcess:output_type -> sandbox.v1.KillProcessResponse
+	27, // 47: sandbox.v1.SandboxService.KillAllProcesses:output_type -> sandbox.v1.KillAllProcessesResponse
+	29, // 48: sandbox.v1.SandboxService.CleanupProcesses:output_type -> sandbox.v1.CleanupProcessesResponse
+	31, // 49: sandbox.v1.SandboxService.GetProcessLogs:output_type -> sandbox.v1.GetProcessLogsResponse
 	40, // [40:50] is the sub-list for method output_type
 	30, // [30:40] is the sub-list for method input_type
 	30, // [30:30] is the sub-list for extension type_name
@@ -2554,7 +2787,7 @@ func file_sandbox_v1_sandbox_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandbox_v1_sandbox_proto_rawDesc), len(file_sandbox_v1_sandbox_proto_rawDesc)),
-			NumEnums:      2,
+			NumEnums:      3,
 			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   1,
