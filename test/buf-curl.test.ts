@@ -59,7 +59,18 @@ describe("buf curl with no proto file, through server reflection", () => {
     expect(started.process.processId).toBe("buf-curl");
     const missing = await bufCurl(["-d", '{"processId":"no-such-process"}', `${test.server.url}/sandbox.v1.SandboxService/GetProcess`]);
     expect(missing.code).not.toBe(0);
-    expect(JSON.parse(missing.stderr)).toEqual({ code: "not_found", message: "process not found: no-such-process" });
+    expect(JSON.parse(missing.stderr)).toEqual({
+      code: "not_found",
+      message: "process not found: no-such-process",
+      // The reason every language can branch on: a google.rpc.ErrorInfo, with its JSON form under debug.
+      details: [
+        {
+          type: "google.rpc.ErrorInfo",
+          value: expect.any(String),
+          debug: { reason: "PROCESS_NOT_FOUND", domain: "sandbox.v1", metadata: { process_id: "no-such-process" } },
+        },
+      ],
+    });
   });
 
   it("checks health with gRPC", async () => {

@@ -109,9 +109,12 @@ describe("@grpc/grpc-js with @grpc/proto-loader loading sandbox.proto as it is",
   it("gets NOT_FOUND with the server's message for an unknown process", async () => {
     const error = (await unary(client, "GetProcess", { processId: "no-such-process" }).catch((caught: unknown) => caught)) as grpc.ServiceError;
     expect(error.code).toBe(grpc.status.NOT_FOUND);
-    // connect-es percent-encodes grpc-message with encodeURIComponent and grpc-js decodes it with
-    // decodeURI, which leaves reserved characters (":") encoded: the text is right once fully decoded.
-    expect(error.details).toBe("process not found%3A no-such-process");
-    expect(decodeURIComponent(error.details)).toBe("process not found: no-such-process");
+    // grpc-js decodes grpc-message with decodeURI, which leaves reserved characters (":") encoded:
+    // the daemon escapes only what the gRPC spec asks, so the text reads as sent.
+    expect(error.details).toBe("process not found: no-such-process");
+    expect(error.message).toBe("5 NOT_FOUND: process not found: no-such-process");
+    // Non-ASCII text is escaped (as UTF-8 bytes) and comes back whole.
+    const unicode = (await unary(client, "GetProcess", { processId: "prozeß-ü" }).catch((caught: unknown) => caught)) as grpc.ServiceError;
+    expect(unicode.details).toBe("process not found: prozeß-ü");
   });
 });

@@ -53,7 +53,18 @@ describe("plain curl over HTTP/1.1 with JSON (the Connect protocol)", () => {
   it("gets a Connect error as JSON with the matching HTTP status", async () => {
     const missing = await curl(["-H", "Content-Type: application/json", "-d", '{"processId":"no-such-process"}', url("GetProcess")]);
     expect(missing.status).toBe(404);
-    expect(JSON.parse(missing.body)).toEqual({ code: "not_found", message: "process not found: no-such-process" });
+    expect(JSON.parse(missing.body)).toEqual({
+      code: "not_found",
+      message: "process not found: no-such-process",
+      // The reason every language can branch on: a google.rpc.ErrorInfo, with its JSON form under debug.
+      details: [
+        {
+          type: "google.rpc.ErrorInfo",
+          value: expect.any(String),
+          debug: { reason: "PROCESS_NOT_FOUND", domain: "sandbox.v1", metadata: { process_id: "no-such-process" } },
+        },
+      ],
+    });
   });
 
   it("streams Exec events (server streaming) over HTTP/1.1, each framed, with an end-of-stream message last", async () => {

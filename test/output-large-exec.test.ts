@@ -70,9 +70,9 @@ describe("Exec output", () => {
       received.push(event.value.data);
       receivedBytes += event.value.data.length;
       // What the daemon has read from the command but this caller has not yet received, and what it retains.
-      const output = t.server.manager.get(processId).output;
-      maxLead = Math.max(maxLead, output.offsets.stdout - receivedBytes);
-      maxRetained = Math.max(maxRetained, output.offsets.stdout - output.retainedFrom.stdout);
+      const managed = t.server.manager.get(processId);
+      maxLead = Math.max(maxLead, managed.outputOffsets.stdout - receivedBytes);
+      maxRetained = Math.max(maxRetained, managed.outputOffsets.stdout - managed.retainedFrom.stdout);
       // A slow caller: a pause every few chunks.
       if (received.length % 8 === 0) await new Promise((resolve) => setTimeout(resolve, 5));
     }

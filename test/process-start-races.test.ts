@@ -67,7 +67,7 @@ describe("a process killed while it is starting", () => {
     const seconds = marker();
     const started = manager.start({ command: "sleep", args: [seconds] });
     await manager.shutdown(100);
-    await expect(started).rejects.toMatchObject({ reason: "unavailable" });
+    await expect(started).rejects.toMatchObject({ reason: "SHUTTING_DOWN" });
     expect(processesWithMarker(seconds)).toEqual([]);
   });
 });
@@ -80,7 +80,8 @@ describe("maxProcesses", () => {
     for (const result of results) {
       if (result.status === "rejected") {
         expect(result.reason).toBeInstanceOf(ProcessError);
-        expect((result.reason as ProcessError).reason).toBe("resource-exhausted");
+        expect((result.reason as ProcessError).reason).toBe("LIMIT_EXCEEDED");
+        expect((result.reason as ProcessError).metadata).toEqual({ limit: "max-processes", value: "2" });
       }
     }
     expect(manager.liveProcessCount).toBe(2);
@@ -93,14 +94,13 @@ describe("after the leader exits", () => {
     // A reader that does not read holds a terminal's output back (paused) after the leader exited;
     // on pipes Node resumes the output at the exit.
     const manager = await newManager({ outputCapacityBytes: 1024 });
-    const managed = await manager.start(
+    const { process: managed, reader } = await manager.startPinned(
       {
         command: "head -c 2048 /dev/zero | tr '\\0' a; sleep 0.1; head -c 2048 /dev/zero | tr '\\0' b; exit 3",
         pty: { cols: 80, rows: 24 },
         timeoutMs: 300,
         autoCleanup: false,
       },
-      { pinnedReader: true },
     );
     const pid = managed.pid;
     const kill = vi.spyOn(process, "kill");
@@ -112,7 +112,7 @@ describe("after the leader exits", () => {
       // that may belong to an unrelated process by now.
       await waitFor(() => Date.now() - managed.startTime.getTime() > 500, { what: "the timeout to pass" });
       expect(managed.exit).toBeUndefined();
-      for await (const _item of managed.pinnedReader!.items({ follow: true })) {
+      for await (const _item of reader.items({ follow: true })) {
         // Consume everything so the output drains.
       }
       const exit = await managed.exited;

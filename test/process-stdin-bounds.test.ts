@@ -38,7 +38,7 @@ describe("stdin of a PTY process that exits without reading it", () => {
     await managed.exited;
     expect(write.state).toBe("rejected");
     expect(write.error).toBeInstanceOf(ProcessError);
-    expect((write.error as ProcessError).reason).toBe("failed-precondition");
+    expect((write.error as ProcessError).reason).toBe("PROCESS_NOT_RUNNING");
   });
 });
 
@@ -65,7 +65,7 @@ describe("ManagedProcess.write with a signal", () => {
     await waitFor(() => writes[0].state !== "pending" && writes[1].state !== "pending", { what: "the aborted writes to reject" });
     for (const write of writes.slice(0, 2)) {
       expect(write.state).toBe("rejected");
-      expect((write.error as ProcessError).reason).toBe("cancelled");
+      expect((write.error as ProcessError).reason).toBe("CANCELED");
     }
     expect(writes[2].state).toBe("pending");
     // The process reads nothing yet: closing must not wait for the pending writes.
@@ -77,21 +77,22 @@ describe("ManagedProcess.write with a signal", () => {
     expect(writes[2].state).toBe("resolved");
     // The first write had reached the child before its caller left: its bytes arrive and count.
     // The second had not and is gone; EOF follows the rest.
-    expect(Buffer.from(managed.output.snapshot("stdout")).toString().trim()).toBe(String(big.length + 5));
+    expect(Buffer.from(managed.snapshotOutput("stdout")).toString().trim()).toBe(String(big.length + 5));
     expect(managed.bytesWritten).toBe(big.length + 5);
     expect(existsSync(flag)).toBe(true);
   });
 
-  it("refuses input beyond the pending limit with resource-exhausted, and settles pending writes at exit", async () => {
+  it("refuses input beyond the pending limit with LIMIT_EXCEEDED, and settles pending writes at exit", async () => {
     const managed = await manager.start({ command: "sleep 60", stdin: true });
     const pending = track(managed.write(Buffer.alloc(maxPendingInputBytes)));
     const error = await managed.write(Buffer.from("x")).catch((caught: unknown) => caught);
     expect(error).toBeInstanceOf(ProcessError);
-    expect((error as ProcessError).reason).toBe("resource-exhausted");
+    expect((error as ProcessError).reason).toBe("LIMIT_EXCEEDED");
+    expect((error as ProcessError).metadata).toMatchObject({ limit: "max-pending-input-bytes", value: String(maxPendingInputBytes) });
     expect((error as ProcessError).message).toContain(String(maxPendingInputBytes));
     const aborted = new AbortController();
     aborted.abort();
-    await expect(managed.write(Buffer.from("y"), aborted.signal)).rejects.toMatchObject({ reason: "cancelled" });
+    await expect(managed.write(Buffer.from("y"), aborted.signal)).rejects.toMatchObject({ reason: "CANCELED" });
     managed.kill("SIGKILL");
     await managed.exited;
     await waitFor(() => pending.state === "rejected", { what: "the pending write to reject" });

@@ -38,7 +38,7 @@ describe("a consumer that stops reading a huge stream", () => {
     let sameSince = Date.now();
     await waitFor(
       () => {
-        const now = managed.output.offsets.stdout;
+        const now = managed.outputOffsets.stdout;
         if (now !== last) [last, sameSince] = [now, Date.now()];
         return Date.now() - sameSince > 500;
       },
@@ -46,7 +46,7 @@ describe("a consumer that stops reading a huge stream", () => {
     );
     global.gc?.();
     const rssBefore = process.memoryUsage().rss;
-    const producedBefore = managed.output.offsets.stdout;
+    const producedBefore = managed.outputOffsets.stdout;
 
     // While it is stalled, others are served: on another connection and on the same one.
     const started = Date.now();
@@ -57,7 +57,7 @@ describe("a consumer that stops reading a huge stream", () => {
     const othersMs = Date.now() - started;
     await waitFor(() => Date.now() - started > 2000, { intervalMs: 100, what: "two seconds of stall" });
 
-    const produced = managed.output.offsets.stdout - producedBefore;
+    const produced = managed.outputOffsets.stdout - producedBefore;
     const rssGrowth = process.memoryUsage().rss - rssBefore;
     console.log(
       `slow Exec consumer: ${(producedBefore / mib).toFixed(1)} MiB produced before the stall, ${(produced / mib).toFixed(1)} MiB during ` +
@@ -69,7 +69,7 @@ describe("a consumer that stops reading a huge stream", () => {
 
     // Reading again resumes the command.
     for (let read = 0; read < 50; read++) await stream.next();
-    await waitFor(() => managed.output.offsets.stdout > producedBefore + produced, { what: "the command to resume" });
+    await waitFor(() => managed.outputOffsets.stdout > producedBefore + produced, { what: "the command to resume" });
     abort.abort();
     await waitFor(() => managed.exit !== undefined, { what: "the cancelled Exec to be killed" });
   });
@@ -81,12 +81,12 @@ describe("a consumer that stops reading a huge stream", () => {
     const abort = new AbortController();
     const stream = slow.streamLogs({ processId: info!.processId, follow: true }, { signal: abort.signal })[Symbol.asyncIterator]();
     expect((await stream.next()).value?.event.case).toBe("process");
-    await waitFor(() => managed.output.offsets.stdout > 8 * mib, { what: "output to flow" });
+    await waitFor(() => managed.outputOffsets.stdout > 8 * mib, { what: "output to flow" });
     const rssBefore = process.memoryUsage().rss;
-    const before = managed.output.offsets.stdout;
-    await waitFor(() => managed.output.offsets.stdout > before + 256 * mib, { timeoutMs: 30_000, what: "256 MiB more output" });
+    const before = managed.outputOffsets.stdout;
+    await waitFor(() => managed.outputOffsets.stdout > before + 256 * mib, { timeoutMs: 30_000, what: "256 MiB more output" });
     const rssGrowth = process.memoryUsage().rss - rssBefore;
-    console.log(`slow StreamLogs consumer: ${((managed.output.offsets.stdout - before) / mib).toFixed(0)} MiB produced unread, RSS growth ${(rssGrowth / mib).toFixed(1)} MiB`);
+    console.log(`slow StreamLogs consumer: ${((managed.outputOffsets.stdout - before) / mib).toFixed(0)} MiB produced unread, RSS growth ${(rssGrowth / mib).toFixed(1)} MiB`);
     expect(rssGrowth).toBeLessThan(128 * mib);
     // The reader that comes back is told what it missed, then continues.
     let sawGap = false;

@@ -52,7 +52,7 @@ describe("limits answer RESOURCE_EXHAUSTED naming the limit", () => {
     // A message under the limit still goes through on the same server.
     const ok = await collectExec(test.client, { command: "wc -c", stdinData: new Uint8Array(1000) });
     expect(ok.stdout.toString().trim()).toBe("1000");
-    expect(test.server.manager.list().filter((managed) => managed.command === "cat")).toHaveLength(0);
+    expect(test.server.manager.list().filter((managed) => managed.description.command === "cat")).toHaveLength(0);
   });
 
   it("concurrent calls on one connection, counted back down when calls end", async () => {

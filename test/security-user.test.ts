@@ -100,7 +100,7 @@ describe("sudo needs a root daemon", () => {
     const manager = await createProcessManager({ allowSudo: true });
     vi.spyOn(process, "getuid").mockReturnValue(1000);
     await expect(manager.start({ command: "id -u", sudo: true })).rejects.toMatchObject({
-      reason: "permission-denied",
+      reason: "SUDO_NOT_ALLOWED",
       message: "sudo needs the daemon to run as root",
     });
   });

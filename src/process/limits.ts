@@ -1,8 +1,15 @@
 /**
- * The bounds of what a request may ask of the process manager, in one place: the manager enforces
- * them, and the RPC layer and clients may quote them.
+ * The bounds of what a request may ask of the process manager, and the rules of a command's stdin,
+ * in one place: the manager enforces them, the RPC layer reuses them, and a client may check them
+ * before it sends anything. The checks return the problem as a sentence (or undefined when there is
+ * none) so each caller throws its own error type.
+ *
+ * This module imports nothing, so a client loads it without loading the process manager (no
+ * node-pty, no native addon).
  */
 
+/** Largest value of a protobuf int32 field (`timeout_ms`, `grace_period_ms`, `page_size`): 2^31 - 1. */
+export const maxInt32 = 2 ** 31 - 1;
 /** Longest process id and session id, in characters. */
 export const maxIdLength = 256;
 /** Longest command, argument or environment entry (`NAME=VALUE`), in UTF-8 bytes: Linux's MAX_ARG_STRLEN. */
@@ -19,7 +26,75 @@ export const maxPathBytes = 4096;
 export const maxTermLength = 64;
 /** Largest PTY width and height, in cells. */
 export const maxPtyDimension = 10_000;
-/** Longest timeout, in milliseconds: what a Node timer can wait. */
-export const maxTimeoutMs = 2 ** 31 - 1;
+/** PTY width, in columns, of a command that asks for a PTY without a size. */
+export const defaultPtyCols = 80;
+/** PTY height, in rows, of a command that asks for a PTY without a size. */
+export const defaultPtyRows = 24;
+/** Longest timeout, in milliseconds: what a Node timer can wait, and the largest int32. */
+export const maxTimeoutMs = maxInt32;
+/** Records in a page of ListProcesses that asks for no size (`page_size` 0). */
+export const defaultListPageSize = 1000;
+/** Most records in a page of ListProcesses; a larger `page_size` is taken as this. */
+export const maxListPageSize = 1000;
 /** Most stdin bytes a process may have pending (accepted, not yet handed to the OS), `stdin_data` included: 8 MiB. */
 export const maxPendingInputBytes = 8 * 1024 * 1024;
+
+/**
+ * Why a PTY size cannot be used, or undefined when it can. Each side is at most
+ * {@link maxPtyDimension}; a start may leave a side 0 (the default, {@link defaultPtyCols} by
+ * {@link defaultPtyRows}), a resize may not.
+ */
+export function ptySizeProblem(cols: number, rows: number, use: "start" | "resize"): string | undefined {
+  const least = use === "start" ? 0 : 1;
+  const valid = (side: number) => Number.isInteger(side) && side >= least && side <= maxPtyDimension;
+  if (valid(cols) && valid(rows)) return undefined;
+  return use === "start"
+    ? `pty size must be at most ${maxPtyDimension} columns and rows`
+    : `resize needs cols and rows between 1 and ${maxPtyDimension}, got ${cols}x${rows}`;
+}
+
+/** Why a timeout in milliseconds cannot be used, or undefined when it can: 0 (none) to {@link maxTimeoutMs}. */
+export function timeoutProblem(timeoutMs: number): string | undefined {
+  if (!Number.isInteger(timeoutMs) || timeoutMs < 0) return `timeout must be a non-negative number of milliseconds, got ${timeoutMs}`;
+  if (timeoutMs > maxTimeoutMs) return `timeout must be at most ${maxTimeoutMs} ms, got ${timeoutMs}`;
+  return undefined;
+}
+
+/** What a command asks of its stdin (the `stdin`, `stdin_data` and `pty` fields of a spec). */
+export interface StdinRequest {
+  /** Keep a stdin open for input after start (`stdin`). */
+  stdin?: boolean;
+  /** Bytes written to stdin at start (`stdin_data`). */
+  stdinDataBytes?: number;
+  /** Run in a PTY, whose input is always open. */
+  pty?: boolean;
+}
+
+/** How a command's stdin is set up: see {@link planStdin}. */
+export interface StdinPlan {
+  /**
+   * The process reads a pipe (or its PTY) the daemon writes to, rather than /dev/null: input may be
+   * written to it until it is closed.
+   */
+  readonly acceptsInput: boolean;
+  /** Stdin is closed once `stdin_data` is written: it was asked for without `stdin`. */
+  readonly closeAfterData: boolean;
+}
+
+/**
+ * The rules of a command's stdin. Without `stdin`, `stdin_data` or a PTY it reads /dev/null and never
+ * waits for input. `stdin_data` is written at start, then stdin is closed unless `stdin` keeps it
+ * open. A PTY always accepts input (its end-of-input is ^D).
+ */
+export function planStdin(request: StdinRequest): StdinPlan {
+  const data = (request.stdinDataBytes ?? 0) > 0;
+  const stdin = request.stdin ?? false;
+  const pty = request.pty ?? false;
+  return { acceptsInput: stdin || data || pty, closeAfterData: data && !stdin };
+}
+
+/** Why `stdin_data` of this many bytes cannot be used, or undefined: at most {@link maxPendingInputBytes}. */
+export function stdinDataProblem(bytes: number): string | undefined {
+  if (bytes <= maxPendingInputBytes) return undefined;
+  return `stdin_data is larger than the ${maxPendingInputBytes} bytes a process may have pending on stdin`;
+}

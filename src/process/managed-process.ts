@@ -1,7 +1,8 @@
+import { raceSignal } from "./abort.js";
 import { ProcessError } from "./errors.js";
-import { maxPendingInputBytes } from "./limits.js";
+import { maxPendingInputBytes, ptySizeProblem } from "./limits.js";
 import type { SpawnedChild } from "./child.js";
-import { OutputBuffer, type OutputReader, type OutputStreamName } from "./output-buffer.js";
+import { OutputBuffer, type OutputReader, type OutputStreamName, type StreamOffsets } from "./output-buffer.js";
 import type { SignalName } from "./signals.js";
 
 /** Lifecycle state of a process, as in seed 000. */
@@ -39,51 +40,57 @@ export interface ProcessExit {
 
 /** The fixed facts about a process, known when it is created. */
 export interface ProcessDescription {
+  /** The process id: client-chosen or a UUID. */
   readonly id: string;
+  /** The command as given: a shell command line, or the program when `args` is not empty. */
   readonly command: string;
+  /** The program's arguments (argv form); empty for a shell command line. */
   readonly args: readonly string[];
+  /** The resolved working directory. */
   readonly cwd: string;
+  /** The session it belongs to; empty for none. */
   readonly sessionId: string;
+  /** Whether it runs in a PTY. */
   readonly pty: boolean;
-  /** Whether stdin is open for {@link ManagedProcess.write}. */
-  readonly stdin: boolean;
+  /** Whether it was given a stdin to write to (see `planStdin`): a pipe or its PTY, not /dev/null. */
+  readonly acceptsInput: boolean;
+  /** Whether the record is removed automatically, a linger time after the exit. */
   readonly autoCleanup: boolean;
   /** Time limit in milliseconds; 0 for none. */
   readonly timeoutMs: number;
 }
 
-
 /** Options for creating a {@link ManagedProcess}. */
-export interface ManagedProcessOptions extends ProcessDescription {
+export interface ManagedProcessOptions {
+  /** What the process is. */
+  description: ProcessDescription;
   /** Bytes of output retained. */
   outputCapacityBytes: number;
-  /** Give the output buffer a pinned reader ({@link ManagedProcess.pinnedReader}), as Exec does. */
-  pinnedReader: boolean;
+  /** Its place in the order records were created in (see {@link ManagedProcess.sequence}). */
+  sequence: number;
 }
 
 /**
  * ManagedProcess is the daemon's record of one process: its description, status, retained output,
  * stdin and exit. It owns the child's process group: kill, timeout and exit all signal the group.
  */
-export class ManagedProcess implements ProcessDescription {
-  readonly id: string;
-  readonly command: string;
-  readonly args: readonly string[];
-  readonly cwd: string;
-  readonly sessionId: string;
-  readonly pty: boolean;
-  readonly stdin: boolean;
-  readonly autoCleanup: boolean;
-  readonly timeoutMs: number;
-  /** Retained output of both streams. */
-  readonly output: OutputBuffer;
-  /** The Exec caller's reader, whose unread output is never dropped; undefined for others. */
-  readonly pinnedReader?: OutputReader;
+export class ManagedProcess {
+  /** The fixed facts: id, command, working directory, session, PTY, stdin, cleanup, timeout. */
+  readonly description: ProcessDescription;
+  /**
+   * Its place in the order records were created in, unique within a manager: lists come in this
+   * order, and a page of a list ends at one.
+   */
+  readonly sequence: number;
   /** When the record was created (the spawn time, to the millisecond). */
   readonly startTime = new Date();
-  /** Resolves with the exit once the process has exited and all of its output is in {@link output}. */
+  /** Resolves with the exit once the process has exited and all of its output is in. */
   readonly exited: Promise<ProcessExit>;
 
+  /** Retained output of both streams. */
+  private readonly output: OutputBuffer;
+  /** The reader of the one caller who reads every byte (Exec); see {@link pinReader}. */
+  private pinned?: OutputReader;
   private child?: SpawnedChild;
   /** The pid once the child is let go of at exit. */
   private exitedPid = 0;
@@ -108,22 +115,19 @@ export class ManagedProcess implements ProcessDescription {
 
   /** Creates a record in status starting; {@link attach} or {@link failToStart} follows. */
   constructor(options: ManagedProcessOptions) {
-    this.id = options.id;
-    this.command = options.command;
-    this.args = options.args;
-    this.cwd = options.cwd;
-    this.sessionId = options.sessionId;
-    this.pty = options.pty;
-    this.stdin = options.stdin;
-    this.autoCleanup = options.autoCleanup;
-    this.timeoutMs = options.timeoutMs;
+    this.description = options.description;
+    this.sequence = options.sequence;
     this.output = new OutputBuffer({
       capacityBytes: options.outputCapacityBytes,
       onBackpressure: (paused) => (paused ? this.child?.pauseOutput() : this.child?.resumeOutput()),
     });
-    if (options.pinnedReader) this.pinnedReader = this.output.createReader({}, { pinned: true });
     this.exited = new Promise((resolve) => (this.resolveExited = resolve));
     this.writeChain = new Promise((resolve) => (this.resolveStarted = resolve));
+  }
+
+  /** The process id (its description's). */
+  get id(): string {
+    return this.description.id;
   }
 
   /** Current status. */
@@ -148,7 +152,72 @@ export class ManagedProcess implements ProcessDescription {
 
   /** Whether stdin has been closed (or was never open). */
   get isInputClosed(): boolean {
-    return !this.stdin || this.inputClosed || this.exitInfo !== undefined;
+    return !this.description.acceptsInput || this.inputClosed || this.exitInfo !== undefined;
+  }
+
+  /** Bytes written so far per stream: the offset the next byte of each will have. */
+  get outputOffsets(): Readonly<StreamOffsets> {
+    return this.output.offsets;
+  }
+
+  /** Offset of the first output byte still retained, per stream (bytes before it were dropped). */
+  get retainedFrom(): Readonly<StreamOffsets> {
+    return this.output.retainedFrom;
+  }
+
+  /** Bytes of output retained now, both streams. */
+  get retainedBytes(): number {
+    return this.output.retainedBytes;
+  }
+
+  /** Whether all of the output is in: the process has exited and its streams are drained. */
+  get outputEnded(): boolean {
+    return this.output.isEnded;
+  }
+
+  /**
+   * Creates a reader of the output from the given offsets (0 for everything retained); output it
+   * asks for that was dropped comes as a gap. Throws a ProcessError (OFFSET_OUT_OF_RANGE) for an
+   * offset beyond the bytes written so far.
+   */
+  readOutput(from: Partial<StreamOffsets> = {}): OutputReader {
+    for (const stream of ["stdout", "stderr"] as const) {
+      const offset = from[stream] ?? 0;
+      const written = this.output.offsets[stream];
+      if (offset > written) {
+        throw new ProcessError(`${stream}_offset ${offset} is beyond the ${written} bytes written so far`, "OFFSET_OUT_OF_RANGE", {
+          metadata: { field: `${stream}_offset`, offset: String(offset), written: String(written) },
+        });
+      }
+    }
+    return this.output.createReader(from);
+  }
+
+  /** Copies the retained output of one stream. */
+  snapshotOutput(stream: OutputStreamName): Uint8Array {
+    return this.output.snapshot(stream);
+  }
+
+  /**
+   * Creates the reader of the one caller who reads every byte (Exec): its unread output is never
+   * dropped, the process is paused instead. Called before the spawn, so it misses nothing. @internal
+   */
+  pinReader(): OutputReader {
+    this.pinned = this.output.createReader({}, { pinned: true });
+    return this.pinned;
+  }
+
+  /** Lets go of the pinned reader (its caller left): output is dropped, not held, from now on. @internal */
+  unpinReader(): void {
+    if (this.pinned !== undefined) this.output.unpin(this.pinned);
+  }
+
+  /**
+   * Drops every retained output byte the pinned reader has read (all of them without one); readers
+   * that ask for them get a gap. Returns the bytes released. @internal
+   */
+  discardRetainedOutput(): number {
+    return this.output.discardRetained();
   }
 
   /** Delivers output from the child into the buffer. @internal */
@@ -161,11 +230,11 @@ export class ManagedProcess implements ProcessDescription {
     this.child = child;
     this.currentStatus = "running";
     this.resolveStarted();
-    if (this.timeoutMs > 0) {
+    if (this.description.timeoutMs > 0) {
       this.timeoutTimer = setTimeout(() => {
         this.timedOut = true;
         this.signalGroup("SIGKILL");
-      }, this.timeoutMs);
+      }, this.description.timeoutMs);
     }
     if (this.pendingKill !== undefined) this.kill(this.pendingKill.signal, this.pendingKill.gracePeriodMs);
     void child.exited.then(() => {
@@ -214,47 +283,61 @@ export class ManagedProcess implements ProcessDescription {
     return true;
   }
 
-  /** Sends a signal to the process group without counting it as a kill (SendInput's signals). */
+  /**
+   * Sends a signal to the process group without counting it as a kill (SendInput's signals). Throws
+   * a ProcessError (PROCESS_NOT_RUNNING) once the process has exited.
+   */
   signal(signal: SignalName): void {
-    if (this.exitInfo !== undefined || this.leaderGone()) {
-      throw new ProcessError(`process has exited: ${this.id}`, "failed-precondition");
-    }
+    if (this.exitInfo !== undefined || this.leaderGone()) throw this.notRunning();
     this.signalGroup(signal);
   }
 
   /**
+   * Checks that input may be sent to the process at all, as SendInput does when it opens: throws a
+   * ProcessError, STDIN_NOT_OPEN when it was started without a stdin to write to, PROCESS_NOT_RUNNING
+   * once it has exited. A closed stdin passes: signals and resizes still go through.
+   */
+  assertAcceptsInput(): void {
+    if (!this.description.acceptsInput) throw this.noStdin();
+    if (this.exitInfo !== undefined) throw this.notRunning();
+  }
+
+  /**
    * Writes bytes to stdin, in call order. Resolves with the total bytes written once these were
-   * handed to the OS. Throws a ProcessError: "failed-precondition" when the process has no stdin,
-   * stdin was closed, or it has exited (a write racing the exit, EPIPE, included, never a crash);
-   * "resource-exhausted" when more than {@link maxPendingInputBytes} would be pending; "cancelled"
-   * when `signal` aborts first. An aborted write that had not reached the child yet is dropped;
-   * one the child had already taken (a PTY or pipe writes what it took in order) still counts in
-   * {@link bytesWritten} once it is written, as it then reaches the process.
+   * handed to the OS. Throws a ProcessError: STDIN_NOT_OPEN when the process has no stdin or stdin
+   * was closed, PROCESS_NOT_RUNNING when it has exited (a write racing the exit, EPIPE, included,
+   * never a crash); LIMIT_EXCEEDED when more than {@link maxPendingInputBytes} would be pending;
+   * CANCELED when `signal` aborts first. An aborted write that had not reached the child yet is
+   * dropped; one the child had already taken (a PTY or pipe writes what it took in order) still
+   * counts in {@link bytesWritten} once it is written, as it then reaches the process.
    */
   async write(data: Uint8Array, signal?: AbortSignal): Promise<number> {
-    this.assertInputOpen();
-    throwIfAborted(this.id, signal);
+    this.assertAcceptsInput();
+    if (this.inputClosed) throw this.stdinClosed();
+    const cancelled = (reason: unknown) =>
+      new ProcessError(`write to stdin of process ${this.id} was cancelled`, "CANCELED", { metadata: { process_id: this.id }, cause: reason });
+    if (signal?.aborted) throw cancelled(signal.reason);
     if (this.pendingInputBytes + data.length > maxPendingInputBytes) {
       throw new ProcessError(
         `stdin of process ${this.id} is full: the limit of ${maxPendingInputBytes} pending bytes is reached`,
-        "resource-exhausted",
+        "LIMIT_EXCEEDED",
+        { metadata: { limit: "max-pending-input-bytes", value: String(maxPendingInputBytes), process_id: this.id } },
       );
     }
     this.pendingInputBytes += data.length;
     const written = this.writeChain
       .then(() => {
         // Skipped, not written: the caller is gone and nothing of it reached the child.
-        throwIfAborted(this.id, signal);
-        if (this.exitInfo !== undefined || this.leaderExited || this.child === undefined) {
-          throw new ProcessError(`process has exited: ${this.id}`, "failed-precondition");
-        }
+        if (signal?.aborted) throw cancelled(signal.reason);
+        if (this.exitInfo !== undefined || this.leaderExited || this.child === undefined) throw this.notRunning();
         return this.child.write(data).then(
           () => {
             this.writtenBytes += data.length;
             return this.writtenBytes;
           },
           (cause: unknown) => {
-            throw new ProcessError(`stdin of process ${this.id} is closed`, "failed-precondition", { cause });
+            // The child refuses writes once its stdin is closed, which its exit does.
+            throw this.leaderGone() ? this.notRunning(cause) : this.stdinClosed(cause);
           },
         );
       })
@@ -265,22 +348,17 @@ export class ManagedProcess implements ProcessDescription {
       () => {},
       () => {},
     );
-    if (signal === undefined) return written;
-    return new Promise<number>((resolve, reject) => {
-      const onAbort = () => reject(abortError(this.id, signal));
-      signal.addEventListener("abort", onAbort, { once: true });
-      written.then(resolve, reject).finally(() => signal.removeEventListener("abort", onAbort));
-    });
+    return raceSignal(written, signal, cancelled);
   }
 
   /**
    * Closes stdin: further writes are refused at once, and the end of input reaches the process
    * after the writes already accepted, or not at all when it exits first. Resolves without
    * waiting for those writes, which a process that does not read may hold forever. Closing twice
-   * is a no-op.
+   * is a no-op; a process without stdin is a ProcessError (STDIN_NOT_OPEN).
    */
   async closeInput(): Promise<void> {
-    if (!this.stdin) throw new ProcessError(`process ${this.id} has no stdin`, "failed-precondition");
+    if (!this.description.acceptsInput) throw this.noStdin();
     if (this.inputClosed || this.exitInfo !== undefined) return;
     this.inputClosed = true;
     void this.writeChain.then(() => {
@@ -288,21 +366,30 @@ export class ManagedProcess implements ProcessDescription {
     });
   }
 
-  /** Resizes the PTY. Throws a ProcessError ("failed-precondition") for a process without one. */
+  /**
+   * Resizes the PTY. Throws a ProcessError: INVALID_ARGUMENT (field `resize`) for a size outside
+   * {@link ptySizeProblem}'s bounds, PTY_NOT_OPEN for a process without a PTY. A resize after the
+   * exit is a no-op.
+   */
   resize(cols: number, rows: number): void {
-    if (!this.pty) throw new ProcessError(`process ${this.id} has no pty`, "failed-precondition");
+    const problem = ptySizeProblem(cols, rows, "resize");
+    if (problem !== undefined) throw new ProcessError(problem, "INVALID_ARGUMENT", { metadata: { field: "resize" } });
+    if (!this.description.pty) throw new ProcessError(`process ${this.id} has no pty`, "PTY_NOT_OPEN", { metadata: { process_id: this.id } });
     if (this.exitInfo === undefined) this.child?.resize(cols, rows);
   }
 
-  /** Releases the pinned reader (the Exec caller left): output is dropped, not held, from now on. */
-  releasePinnedReader(): void {
-    if (this.pinnedReader !== undefined) this.output.unpin(this.pinnedReader);
+  private notRunning(cause?: unknown): ProcessError {
+    return new ProcessError(`process has exited: ${this.id}`, "PROCESS_NOT_RUNNING", { metadata: { process_id: this.id }, cause });
   }
 
-  private assertInputOpen(): void {
-    if (!this.stdin) throw new ProcessError(`process ${this.id} has no stdin`, "failed-precondition");
-    if (this.exitInfo !== undefined) throw new ProcessError(`process has exited: ${this.id}`, "failed-precondition");
-    if (this.inputClosed) throw new ProcessError(`stdin of process ${this.id} is closed`, "failed-precondition");
+  private noStdin(): ProcessError {
+    return new ProcessError(`process ${this.id} has no stdin: start it with stdin, stdin_data or pty`, "STDIN_NOT_OPEN", {
+      metadata: { process_id: this.id },
+    });
+  }
+
+  private stdinClosed(cause?: unknown): ProcessError {
+    return new ProcessError(`stdin of process ${this.id} is closed`, "STDIN_NOT_OPEN", { metadata: { process_id: this.id }, cause });
   }
 
   /**
@@ -348,12 +435,4 @@ export class ManagedProcess implements ProcessDescription {
     this.child = undefined;
     this.resolveExited(this.exitInfo);
   }
-}
-
-function abortError(id: string, signal: AbortSignal): ProcessError {
-  return new ProcessError(`write to stdin of process ${id} was cancelled`, "cancelled", { cause: signal.reason });
-}
-
-function throwIfAborted(id: string, signal: AbortSignal | undefined): void {
-  if (signal?.aborted) throw abortError(id, signal);
 }

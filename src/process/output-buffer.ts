@@ -1,3 +1,5 @@
+import { raceSignal } from "./abort.js";
+
 /** One of a process's two output streams. */
 export type OutputStreamName = "stdout" | "stderr";
 
@@ -225,17 +227,7 @@ export class OutputBuffer {
       const promise = new Promise<void>((r) => (resolve = r));
       this.changed = { promise, resolve };
     }
-    const changed = this.changed.promise;
-    if (signal === undefined) return changed;
-    if (signal.aborted) return Promise.reject(signal.reason);
-    return new Promise<void>((resolve, reject) => {
-      const onAbort = () => reject(signal.reason);
-      signal.addEventListener("abort", onAbort, { once: true });
-      void changed.then(() => {
-        signal.removeEventListener("abort", onAbort);
-        resolve();
-      });
-    });
+    return raceSignal(this.changed.promise, signal);
   }
 
   /**

@@ -7,22 +7,26 @@ import { ProcessError } from "./errors.js";
 import { GroupLedger, type GroupReservation, type ReapReport } from "./group-ledger.js";
 import { Launcher } from "./launcher.js";
 import { defaultKillGracePeriodMs, ManagedProcess, type ProcessStatus } from "./managed-process.js";
+import type { OutputReader } from "./output-buffer.js";
 import { releaseOutputMemory } from "./native.js";
 import { HelperStartError, spawnPipeChild } from "./pipe-child.js";
 import { spawnPtyChild } from "./pty-child.js";
 import type { SignalName } from "./signals.js";
 import { rootIdentity, type UserIdentity } from "./user.js";
 import {
+  defaultPtyCols,
+  defaultPtyRows,
   maxArgumentBytes,
   maxArgumentCount,
   maxCommandLineBytes,
   maxEnvironmentCount,
   maxIdLength,
   maxPathBytes,
-  maxPendingInputBytes,
-  maxPtyDimension,
   maxTermLength,
-  maxTimeoutMs,
+  planStdin,
+  ptySizeProblem,
+  stdinDataProblem,
+  timeoutProblem,
 } from "./limits.js";
 import { Workspace } from "./workspace.js";
 
@@ -54,16 +58,51 @@ export interface ProcessSpec {
   sudo?: boolean;
 }
 
-/** Options for {@link ProcessManager.start}. */
+/** Options for {@link ProcessManager.start} and {@link ProcessManager.startPinned}. */
 export interface StartOptions {
-  /** Hold the producer back rather than drop output the caller has not read (Exec). */
-  pinnedReader?: boolean;
   /**
-   * The caller's signal: once it has fired, nothing is spawned (ProcessError "cancelled"). Checked
+   * The caller's signal: once it has fired, nothing is spawned (ProcessError CANCELED). Checked
    * after every await before the spawn; what happens to a process started just before it fires is
    * the caller's business.
    */
   signal?: AbortSignal;
+}
+
+/**
+ * A process started by {@link ProcessManager.startPinned} for one caller who reads all of its
+ * output (Exec), with the reader that does.
+ */
+export interface PinnedProcess {
+  /** The record. */
+  readonly process: ManagedProcess;
+  /**
+   * Reads every output byte from the first, in order: output this reader has not taken is never
+   * dropped; past the record's capacity the process is paused instead.
+   */
+  readonly reader: OutputReader;
+  /** Lets go of the reader (the caller left): from now on output is dropped, not held. Idempotent. */
+  release(): void;
+  /**
+   * The caller has every byte and the exit: releases the reader and drops the retained output,
+   * which nobody needs any more (the record stays, and later readers get a gap).
+   */
+  delivered(): void;
+}
+
+/** Where a page of {@link ProcessManager.listPage} starts and how long it is. */
+export interface PageRequest {
+  /** Only records created after the one with this {@link ManagedProcess.sequence}; all from the first when undefined. */
+  afterSequence?: number;
+  /** Most records in the page, at least 1. */
+  size: number;
+}
+
+/** A page of records, oldest first. */
+export interface ProcessPage {
+  /** The records. */
+  readonly processes: readonly ManagedProcess[];
+  /** Whether more records match after the last of this page. */
+  readonly more: boolean;
 }
 
 /** Options for {@link createProcessManager}. */
@@ -114,7 +153,9 @@ export const defaultMaxProcesses = 1024;
 
 /** Filter for {@link ProcessManager.list}; empty fields match everything. */
 export interface ProcessFilter {
+  /** Only records of this session. */
   sessionId?: string;
+  /** Only records in one of these statuses. */
   statuses?: readonly ProcessStatus[];
 }
 
@@ -136,6 +177,8 @@ export class ProcessManager {
   private readonly ledger?: GroupLedger;
   private readonly releases = new Set<Promise<void>>();
   private liveCount = 0;
+  /** The {@link ManagedProcess.sequence} of the last record created. */
+  private lastSequence = 0;
   private shuttingDown = false;
   /** Calls of {@link start} under way, awaited by {@link shutdown}. */
   private readonly starts = new Set<Promise<unknown>>();
@@ -194,12 +237,26 @@ export class ProcessManager {
   }
 
   /**
-   * Starts a process. Resolves once it runs, or once it failed to start (status error, exit code
-   * 127 for a missing program, 126 for one that cannot be executed). Throws a ProcessError for an
-   * invalid spec, a duplicate live id, a bad working directory, a refused sudo or too many processes.
+   * Starts a background process, whose oldest output is dropped once more than its capacity is
+   * retained. Resolves once it runs, or once it failed to start (status error, exit code 127 for a
+   * missing program, 126 for one that cannot be executed). Throws a ProcessError for an invalid
+   * spec, a duplicate live id, a bad working directory, a refused sudo or too many processes.
    */
-  start(spec: ProcessSpec, options: StartOptions = {}): Promise<ManagedProcess> {
-    const started = this.startProcess(spec, options);
+  async start(spec: ProcessSpec, options: StartOptions = {}): Promise<ManagedProcess> {
+    return (await this.track(this.startProcess(spec, options, false))).process;
+  }
+
+  /**
+   * Starts a process for one caller who reads all of its output (Exec), as {@link start} does, and
+   * gives it the reader that does: output it has not read is never dropped, and the process is
+   * paused while it lags by more than the capacity.
+   */
+  startPinned(spec: ProcessSpec, options: StartOptions = {}): Promise<PinnedProcess> {
+    return this.track(this.startProcess(spec, options, true)) as Promise<PinnedProcess>;
+  }
+
+  /** Counts a start under way until it settles, for {@link shutdown}. */
+  private track<T>(started: Promise<T>): Promise<T> {
     const settled = started.then(
       () => {},
       () => {},
@@ -209,24 +266,13 @@ export class ProcessManager {
     return started;
   }
 
-  private async startProcess(spec: ProcessSpec, options: StartOptions): Promise<ManagedProcess> {
-    if (this.shuttingDown) throw new ProcessError("the daemon is shutting down", "unavailable");
-    throwIfCancelled(options.signal);
+  private async startProcess(spec: ProcessSpec, options: StartOptions, pinned: boolean): Promise<{ process: ManagedProcess } | PinnedProcess> {
+    this.checkAdmission(options.signal);
     validateSpec(spec);
     const id = spec.processId || randomUUID();
-    const existing = this.processes.get(id);
-    if (existing !== undefined && existing.exit === undefined) {
-      throw new ProcessError(`process already exists: ${id}`, "already-exists");
-    }
-    if (this.liveCount >= this.maxProcesses) {
-      throw new ProcessError(`too many processes: the limit of ${this.maxProcesses} live processes is reached`, "resource-exhausted");
-    }
-    if (spec.sudo && !this.allowSudo) {
-      throw new ProcessError("sudo is not allowed by this daemon", "permission-denied");
-    }
-    if (spec.sudo && process.getuid?.() !== 0) {
-      throw new ProcessError("sudo needs the daemon to run as root", "permission-denied");
-    }
+    this.checkRoom(id);
+    if (spec.sudo && !this.allowSudo) throw new ProcessError("sudo is not allowed by this daemon", "SUDO_NOT_ALLOWED");
+    if (spec.sudo && process.getuid?.() !== 0) throw new ProcessError("sudo needs the daemon to run as root", "SUDO_NOT_ALLOWED");
     const cwd = await this.workspace.resolve(spec.cwd ?? "");
     // Node hands a request to its handler, and runs the handler's promise chain, in the middle of
     // reading a packet: a reset that follows the request in the same packet is read only after that.
@@ -234,21 +280,14 @@ export class ProcessManager {
     if (options.signal !== undefined) await new Promise((resolve) => setImmediate(resolve));
     // Checked again after the await: shutdown may have begun, the caller may have gone, and other
     // starts may have taken the id or the last slots meanwhile. From here to register nothing awaits.
-    if (this.shuttingDown) throw new ProcessError("the daemon is shutting down", "unavailable");
-    throwIfCancelled(options.signal);
-    const raced = this.processes.get(id);
-    if (raced !== undefined && raced.exit === undefined) {
-      throw new ProcessError(`process already exists: ${id}`, "already-exists");
-    }
-    if (this.liveCount >= this.maxProcesses) {
-      throw new ProcessError(`too many processes: the limit of ${this.maxProcesses} live processes is reached`, "resource-exhausted");
-    }
+    this.checkAdmission(options.signal);
+    this.checkRoom(id);
     const args = spec.args ?? [];
     const useShell = args.length === 0;
     const identity = spec.sudo ? rootIdentity : this.runAs;
     const env: Record<string, string> = { ...this.baseEnvironment, ...identityEnvironment(identity), ...spec.env };
     if (spec.pty) env.TERM = spec.pty.term || env.TERM || "xterm-256color";
-    const wantsInput = (spec.stdin ?? false) || (spec.stdinData !== undefined && spec.stdinData.length > 0);
+    const stdin = planStdin({ stdin: spec.stdin, stdinDataBytes: spec.stdinData?.length, pty: spec.pty !== undefined });
     let reservation: GroupReservation | undefined;
     try {
       reservation = this.ledger?.reserve();
@@ -256,21 +295,28 @@ export class ProcessManager {
       // Better no command than one a restarted daemon cannot account for.
       const code = (cause as NodeJS.ErrnoException).code ?? (cause as Error).message;
       this.log?.(`state directory ${this.ledger!.directory}: could not record a process group (${code}); start refused`);
-      throw new ProcessError(`the state directory cannot record the process (${code}): not started`, "resource-exhausted", { cause });
+      throw new ProcessError(`the state directory cannot record the process (${code}): not started`, "STATE_NOT_RECORDED", {
+        metadata: { errno: code },
+        cause,
+      });
     }
     const managed = new ManagedProcess({
-      id,
-      command: spec.command,
-      args,
-      cwd,
-      sessionId: spec.sessionId ?? "",
-      pty: spec.pty !== undefined,
-      stdin: wantsInput || spec.pty !== undefined,
-      autoCleanup: spec.autoCleanup ?? true,
-      timeoutMs: spec.timeoutMs ?? 0,
+      description: {
+        id,
+        command: spec.command,
+        args,
+        cwd,
+        sessionId: spec.sessionId ?? "",
+        pty: spec.pty !== undefined,
+        acceptsInput: stdin.acceptsInput,
+        autoCleanup: spec.autoCleanup ?? true,
+        timeoutMs: spec.timeoutMs ?? 0,
+      },
       outputCapacityBytes: this.outputCapacityBytes,
-      pinnedReader: options.pinnedReader ?? false,
+      sequence: ++this.lastSequence,
     });
+    // Before the spawn: the reader misses nothing.
+    const started = pinned ? this.pinned(managed) : { process: managed };
     this.register(managed);
 
     const file = useShell ? "/bin/sh" : spec.command;
@@ -279,7 +325,7 @@ export class ProcessManager {
     if (missing !== undefined) {
       reservation?.cancel();
       managed.failToStart(missing.message, missing.exitCode);
-      return managed;
+      return started;
     }
     let plan;
     try {
@@ -287,14 +333,14 @@ export class ProcessManager {
     } catch (cause) {
       reservation?.cancel();
       managed.failToStart(`could not limit ${file}: ${(cause as Error).message}`, 126);
-      return managed;
+      return started;
     }
     const childOptions = {
       file: plan.file,
       args: plan.args,
       cwd: plan.cwd,
       env: plan.env,
-      stdin: wantsInput,
+      stdin: stdin.acceptsInput,
       statusFd: plan.statusFd,
       onOutput: this.onOutputBytes === undefined
         ? managed.handleOutput.bind(managed)
@@ -305,7 +351,7 @@ export class ProcessManager {
     };
     try {
       const child = spec.pty
-        ? spawnPtyChild({ ...childOptions, cols: spec.pty.cols || 80, rows: spec.pty.rows || 24 })
+        ? spawnPtyChild({ ...childOptions, cols: spec.pty.cols || defaultPtyCols, rows: spec.pty.rows || defaultPtyRows })
         : await spawnPipeChild(childOptions);
       managed.attach(child);
       try {
@@ -335,15 +381,15 @@ export class ProcessManager {
       const message =
         code === "ENOENT" ? `program not found: ${file}` : code === "EACCES" ? `permission denied: ${file}` : `could not start ${file}: ${(cause as Error).message}`;
       managed.failToStart(message, exitCode);
-      return managed;
+      return started;
     }
     if (spec.stdinData !== undefined && spec.stdinData.length > 0) {
       void managed
         .write(spec.stdinData)
-        .then(() => (spec.stdin ? undefined : managed.closeInput()))
+        .then(() => (stdin.closeAfterData ? managed.closeInput() : undefined))
         .catch(() => {});
     }
-    return managed;
+    return started;
   }
 
   /** The name of the user a command runs as: root with sudo, the `runAs` user, or the daemon's own. */
@@ -352,22 +398,36 @@ export class ProcessManager {
     return this.runAs?.name ?? (this.daemonUser ??= daemonUserName());
   }
 
-  /** Returns a record, or throws a ProcessError ("not-found"). */
+  /** Returns a record, or throws a ProcessError (PROCESS_NOT_FOUND). */
   get(id: string): ManagedProcess {
     const managed = this.processes.get(id);
-    if (managed === undefined) throw new ProcessError(`process not found: ${id}`, "not-found");
+    if (managed === undefined) throw new ProcessError(`process not found: ${id}`, "PROCESS_NOT_FOUND", { metadata: { process_id: id } });
     return managed;
   }
 
-  /** Lists records, oldest first. */
+  /** Lists records, oldest first (in the order they were created: see {@link ManagedProcess.sequence}). */
   list(filter: ProcessFilter = {}): ManagedProcess[] {
+    return this.listPage(filter, { size: Number.MAX_SAFE_INTEGER }).processes as ManagedProcess[];
+  }
+
+  /**
+   * Lists one page of records, oldest first: at most `page.size` of those created after
+   * `page.afterSequence` that match the filter, and whether more follow.
+   */
+  listPage(filter: ProcessFilter, page: PageRequest): ProcessPage {
     validateSessionId(filter.sessionId);
     const statuses = filter.statuses?.length ? new Set(filter.statuses) : undefined;
-    return [...this.processes.values()].filter(
-      (managed) =>
-        (!filter.sessionId || managed.sessionId === filter.sessionId) &&
-        (statuses === undefined || statuses.has(managed.status)),
-    );
+    const after = page.afterSequence ?? 0;
+    const processes: ManagedProcess[] = [];
+    // Records are kept in creation order (a replaced id is deleted, then added anew).
+    for (const managed of this.processes.values()) {
+      if (managed.sequence <= after) continue;
+      if (filter.sessionId && managed.description.sessionId !== filter.sessionId) continue;
+      if (statuses !== undefined && !statuses.has(managed.status)) continue;
+      if (processes.length === page.size) return { processes, more: true };
+      processes.push(managed);
+    }
+    return { processes, more: false };
   }
 
   /** Signals every live process (of one session, when given); returns how many were signalled. */
@@ -408,6 +468,42 @@ export class ProcessManager {
     this.cleanupTimers.clear();
   }
 
+  /**
+   * Refuses a start the daemon cannot take now: SHUTTING_DOWN once shutdown began, CANCELED once the
+   * caller's signal fired. Checked before the start's first await and again after its last.
+   */
+  private checkAdmission(signal: AbortSignal | undefined): void {
+    if (this.shuttingDown) throw new ProcessError("the daemon is shutting down", "SHUTTING_DOWN");
+    if (signal?.aborted) throw new ProcessError("the call was cancelled before the command started", "CANCELED", { cause: signal.reason });
+  }
+
+  /** Refuses an id a live process has (PROCESS_ALREADY_EXISTS) and a process past the limit (LIMIT_EXCEEDED). */
+  private checkRoom(id: string): void {
+    const existing = this.processes.get(id);
+    if (existing !== undefined && existing.exit === undefined) {
+      throw new ProcessError(`process already exists: ${id}`, "PROCESS_ALREADY_EXISTS", { metadata: { process_id: id } });
+    }
+    if (this.liveCount >= this.maxProcesses) {
+      throw new ProcessError(`too many processes: the limit of ${this.maxProcesses} live processes is reached`, "LIMIT_EXCEEDED", {
+        metadata: { limit: "max-processes", value: String(this.maxProcesses) },
+      });
+    }
+  }
+
+  /** Pins a reader on a new record's output, with the ways to let go of it. */
+  private pinned(managed: ManagedProcess): PinnedProcess {
+    const reader = managed.pinReader();
+    return {
+      process: managed,
+      reader,
+      release: () => managed.unpinReader(),
+      delivered: () => {
+        managed.unpinReader();
+        this.dropOutput(managed);
+      },
+    };
+  }
+
   private register(managed: ManagedProcess): void {
     const previous = this.processes.get(managed.id);
     if (previous !== undefined) this.remove(previous);
@@ -416,7 +512,7 @@ export class ProcessManager {
     void managed.exited.then(() => {
       this.liveCount--;
       this.countExitedOutput(managed);
-      if (!managed.autoCleanup || this.processes.get(managed.id) !== managed) return;
+      if (!managed.description.autoCleanup || this.processes.get(managed.id) !== managed) return;
       const timer = setTimeout(() => this.remove(managed), this.lingerMs);
       timer.unref();
       this.cleanupTimers.set(managed.id, timer);
@@ -428,13 +524,13 @@ export class ProcessManager {
    * delivered its exit): its record stays, readers of its output get a gap. Without it every
    * finished Exec kept up to its capacity for the linger time (3,000 execs: 56 to 170 MB).
    */
-  dropOutput(managed: ManagedProcess): void {
+  private dropOutput(managed: ManagedProcess): void {
     if (managed.exit === undefined || this.processes.get(managed.id) !== managed) return;
-    const released = managed.output.discardRetained();
+    const released = managed.discardRetainedOutput();
     const counted = this.exitedOutput.get(managed);
     if (counted !== undefined) {
-      this.exitedOutputBytes -= counted - managed.output.retainedBytes;
-      this.exitedOutput.set(managed, managed.output.retainedBytes);
+      this.exitedOutputBytes -= counted - managed.retainedBytes;
+      this.exitedOutput.set(managed, managed.retainedBytes);
     }
     releaseOutputMemory(released);
   }
@@ -447,17 +543,17 @@ export class ProcessManager {
   /** Counts an exited record's output against the budget, dropping the oldest exited output past it. */
   private countExitedOutput(managed: ManagedProcess): void {
     if (this.processes.get(managed.id) !== managed) return;
-    const bytes = managed.output.retainedBytes;
+    const bytes = managed.retainedBytes;
     this.exitedOutput.set(managed, bytes);
     this.exitedOutputBytes += bytes;
     for (const [oldest, counted] of this.exitedOutput) {
       // The newest exit keeps its output even alone over the budget: its own capacity bounds it.
       if (this.exitedOutputBytes <= this.maxRetainedBytes || oldest === managed) break;
-      releaseOutputMemory(oldest.output.discardRetained());
-      this.exitedOutputBytes -= counted - oldest.output.retainedBytes;
-      this.exitedOutput.set(oldest, oldest.output.retainedBytes);
+      releaseOutputMemory(oldest.discardRetainedOutput());
+      this.exitedOutputBytes -= counted - oldest.retainedBytes;
+      this.exitedOutput.set(oldest, oldest.retainedBytes);
       // What a pinned reader has not read yet stays; the record stays counted until it goes.
-      if (oldest.output.retainedBytes === 0) this.exitedOutput.delete(oldest);
+      if (oldest.retainedBytes === 0) this.exitedOutput.delete(oldest);
     }
   }
 
@@ -469,7 +565,7 @@ export class ProcessManager {
       this.exitedOutput.delete(managed);
     }
     this.processes.delete(managed.id);
-    releaseOutputMemory(managed.output.retainedBytes);
+    releaseOutputMemory(managed.retainedBytes);
     clearTimeout(this.cleanupTimers.get(managed.id));
     this.cleanupTimers.delete(managed.id);
   }
@@ -483,9 +579,6 @@ export async function createProcessManager(options: ProcessManagerOptions = {}):
   return manager;
 }
 
-function throwIfCancelled(signal: AbortSignal | undefined): void {
-  if (signal?.aborted) throw new ProcessError("the call was cancelled before the command started", "cancelled");
-}
 
 /**
  * The refusal for a working directory the helper could not enter as the command's user, or
@@ -496,14 +589,17 @@ function workingDirectoryRefusal(failure: HelperStartError, cwd: string): Proces
   switch (failure.code) {
     case "ENOENT":
     case "ENOTDIR":
-      return new ProcessError(`working directory not found: ${cwd}`, "failed-precondition", { cause: failure });
+      return new ProcessError(`working directory not found: ${cwd}`, "CWD_NOT_FOUND", { metadata: { cwd }, cause: failure });
     case "EXDEV":
       // A component was swapped (for a symlink out, say) between the check and the chdir.
-      return new ProcessError(`working directory changed while the command was starting: ${cwd}`, "permission-denied", { cause: failure });
+      return new ProcessError(`working directory changed while the command was starting: ${cwd}`, "CWD_OUTSIDE_WORKSPACE", { metadata: { cwd }, cause: failure });
     case "EACCES":
-      return new ProcessError(`working directory is not accessible to the command's user: ${cwd}`, "permission-denied", { cause: failure });
+      return new ProcessError(`working directory is not accessible to the command's user: ${cwd}`, "CWD_NOT_ACCESSIBLE", { metadata: { cwd }, cause: failure });
     default:
-      return new ProcessError(`cannot enter working directory ${cwd}: ${failure.message}`, "failed-precondition", { cause: failure });
+      return new ProcessError(`cannot enter working directory ${cwd}: ${failure.message}`, "SPAWN_FAILED", {
+        metadata: { cwd, errno: failure.code },
+        cause: failure,
+      });
   }
 }
 
@@ -513,56 +609,55 @@ function identityEnvironment(identity: UserIdentity | undefined): Record<string,
   return { HOME: identity.home, USER: identity.name, LOGNAME: identity.name };
 }
 
+/** Refuses a spec outside the bounds of limits.ts with a ProcessError (INVALID_ARGUMENT, naming the field). */
 function validateSpec(spec: ProcessSpec): void {
-  const invalid = (message: string) => new ProcessError(message, "invalid-argument");
-  if (spec.command.trim() === "") throw invalid("command is empty");
-  if (spec.command.includes("\0")) throw invalid("command contains a NUL byte");
+  const invalid = (field: string, message: string) => new ProcessError(message, "INVALID_ARGUMENT", { metadata: { field } });
+  if (spec.command.trim() === "") throw invalid("command", "command is empty");
+  if (spec.command.includes("\0")) throw invalid("command", "command contains a NUL byte");
   const args = spec.args ?? [];
-  if (args.some((arg) => arg.includes("\0"))) throw invalid("an argument contains a NUL byte");
-  if (args.length > maxArgumentCount) throw invalid(`too many arguments: at most ${maxArgumentCount}, got ${args.length}`);
+  if (args.some((arg) => arg.includes("\0"))) throw invalid("args", "an argument contains a NUL byte");
+  if (args.length > maxArgumentCount) throw invalid("args", `too many arguments: at most ${maxArgumentCount}, got ${args.length}`);
   const env = Object.entries(spec.env ?? {});
-  if (env.length > maxEnvironmentCount) throw invalid(`too many environment variables: at most ${maxEnvironmentCount}, got ${env.length}`);
+  if (env.length > maxEnvironmentCount) throw invalid("env", `too many environment variables: at most ${maxEnvironmentCount}, got ${env.length}`);
   let total = 0;
-  const count = (what: string, text: string) => {
+  const count = (field: string, what: string, text: string) => {
     const bytes = Buffer.byteLength(text, "utf8");
-    if (bytes > maxArgumentBytes) throw invalid(`${what} is longer than ${maxArgumentBytes} bytes`);
+    if (bytes > maxArgumentBytes) throw invalid(field, `${what} is longer than ${maxArgumentBytes} bytes`);
     total += bytes + 1;
   };
-  count("command", spec.command);
-  for (const arg of args) count("an argument", arg);
+  count("command", "command", spec.command);
+  for (const arg of args) count("args", "an argument", arg);
   for (const [key, value] of env) {
-    if (key === "" || key.includes("=") || key.includes("\0")) throw invalid(`invalid environment variable name: ${JSON.stringify(key.slice(0, 64))}`);
-    if (value.includes("\0")) throw invalid(`environment variable ${key} contains a NUL byte`);
-    count(`environment variable ${key.slice(0, 64)}`, `${key}=${value}`);
+    if (key === "" || key.includes("=") || key.includes("\0")) throw invalid("env", `invalid environment variable name: ${JSON.stringify(key.slice(0, 64))}`);
+    if (value.includes("\0")) throw invalid("env", `environment variable ${key} contains a NUL byte`);
+    count("env", `environment variable ${key.slice(0, 64)}`, `${key}=${value}`);
   }
-  if (total > maxCommandLineBytes) throw invalid(`command, arguments and environment together are longer than ${maxCommandLineBytes} bytes`);
-  if (Buffer.byteLength(spec.cwd ?? "", "utf8") > maxPathBytes) throw invalid(`working directory is longer than ${maxPathBytes} bytes`);
-  if ((spec.cwd ?? "").includes("\0")) throw invalid("working directory contains a NUL byte");
-  const timeoutMs = spec.timeoutMs ?? 0;
-  if (!Number.isInteger(timeoutMs) || timeoutMs < 0) throw invalid(`timeout must be a non-negative number of milliseconds, got ${timeoutMs}`);
-  if (timeoutMs > maxTimeoutMs) throw invalid(`timeout must be at most ${maxTimeoutMs} ms, got ${timeoutMs}`);
+  if (total > maxCommandLineBytes) throw invalid("command", `command, arguments and environment together are longer than ${maxCommandLineBytes} bytes`);
+  if (Buffer.byteLength(spec.cwd ?? "", "utf8") > maxPathBytes) throw invalid("cwd", `working directory is longer than ${maxPathBytes} bytes`);
+  if ((spec.cwd ?? "").includes("\0")) throw invalid("cwd", "working directory contains a NUL byte");
+  const timeout = timeoutProblem(spec.timeoutMs ?? 0);
+  if (timeout !== undefined) throw invalid("timeout_ms", timeout);
   const id = spec.processId ?? "";
-  if (id.length > maxIdLength) throw invalid(`process id is longer than ${maxIdLength} characters`);
-  if (/[\0-\x1f\x7f/]/.test(id)) throw invalid("process id contains a control character or a slash");
+  if (id.length > maxIdLength) throw invalid("process_id", `process id is longer than ${maxIdLength} characters`);
+  if (/[\0-\x1f\x7f/]/.test(id)) throw invalid("process_id", "process id contains a control character or a slash");
   validateSessionId(spec.sessionId);
   if (spec.pty) {
-    if ((spec.pty.cols ?? 0) > maxPtyDimension || (spec.pty.rows ?? 0) > maxPtyDimension) {
-      throw invalid(`pty size must be at most ${maxPtyDimension} columns and rows`);
-    }
+    const size = ptySizeProblem(spec.pty.cols ?? 0, spec.pty.rows ?? 0, "start");
+    if (size !== undefined) throw invalid("pty", size);
     const term = spec.pty.term ?? "";
-    if (term.length > maxTermLength) throw invalid(`pty term is longer than ${maxTermLength} characters`);
-    if (/[\0-\x20\x7f]/.test(term)) throw invalid("pty term contains a control character or a space");
+    if (term.length > maxTermLength) throw invalid("pty", `pty term is longer than ${maxTermLength} characters`);
+    if (/[\0-\x20\x7f]/.test(term)) throw invalid("pty", "pty term contains a control character or a space");
   }
-  if ((spec.stdinData?.length ?? 0) > maxPendingInputBytes) {
-    throw invalid(`stdin_data is larger than the ${maxPendingInputBytes} bytes a process may have pending on stdin`);
-  }
+  const stdinData = stdinDataProblem(spec.stdinData?.length ?? 0);
+  if (stdinData !== undefined) throw invalid("stdin_data", stdinData);
 }
 
 /** Refuses a session id over {@link maxIdLength} characters or with control characters. */
 function validateSessionId(sessionId: string | undefined): void {
   if (sessionId === undefined) return;
-  if (sessionId.length > maxIdLength) throw new ProcessError(`session id is longer than ${maxIdLength} characters`, "invalid-argument");
-  if (/[\0-\x1f\x7f]/.test(sessionId)) throw new ProcessError("session id contains a control character", "invalid-argument");
+  const invalid = (message: string) => new ProcessError(message, "INVALID_ARGUMENT", { metadata: { field: "session_id" } });
+  if (sessionId.length > maxIdLength) throw invalid(`session id is longer than ${maxIdLength} characters`);
+  if (/[\0-\x1f\x7f]/.test(sessionId)) throw invalid("session id contains a control character");
 }
 
 /**

@@ -46,7 +46,7 @@ function loadNativePty(): { module: NativePty; dir: string } {
     // node-pty is an optional peer of the package: the addon opens terminals where it was built.
     throw new ProcessError(
       "terminal commands need the native addon (build/sandboxd.node, built at install with a C compiler) or the node-pty package; neither is available",
-      "failed-precondition",
+      "SPAWN_FAILED",
       { cause: error },
     );
   }

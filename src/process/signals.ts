@@ -8,7 +8,7 @@ const signalNumbers = constants.signals as Record<string, number>;
 
 /**
  * Parses a signal given as "SIGTERM", "TERM", "sigterm" or "15" into its canonical name.
- * An empty string gives `fallback`. Throws a ProcessError ("invalid-argument") for anything else.
+ * An empty string gives `fallback`. Throws a ProcessError (INVALID_ARGUMENT, field `signal`) for anything else.
  */
 export function parseSignal(input: string, fallback: SignalName = "SIGTERM"): SignalName {
   const text = input.trim();
@@ -22,7 +22,7 @@ export function parseSignal(input: string, fallback: SignalName = "SIGTERM"): Si
     const name = upper.startsWith("SIG") ? upper : `SIG${upper}`;
     if (name in signalNumbers) return name as SignalName;
   }
-  throw new ProcessError(`unknown signal: ${JSON.stringify(input)}`, "invalid-argument");
+  throw new ProcessError(`unknown signal: ${JSON.stringify(input)}`, "INVALID_ARGUMENT", { metadata: { field: "signal" } });
 }
 
 /** Returns the canonical name of a signal number, or `SIG<n>` when Node has no name for it. */

@@ -36,8 +36,8 @@ export class Workspace {
 
   /**
    * Resolves a requested working directory. Relative paths start at the first root. Throws a
-   * ProcessError: "failed-precondition" when it does not exist or is not a directory,
-   * "permission-denied" when it resolves outside every root.
+   * ProcessError: CWD_NOT_FOUND when it does not exist or is not a directory,
+   * CWD_OUTSIDE_WORKSPACE when it resolves outside every root.
    */
   async resolve(cwd: string): Promise<string> {
     if (cwd === "") return this.defaultDirectory;
@@ -47,15 +47,15 @@ export class Workspace {
       real = await realpath(requested);
     } catch (cause) {
       if (!this.contains(requested)) throw outside(cwd);
-      throw new ProcessError(`working directory not found: ${cwd}`, "failed-precondition", { cause });
+      throw notFound(cwd, cause);
     }
     if (!this.contains(real)) throw outside(cwd);
     // Gone again since the realpath: the same answer as not found before it.
     const found = await stat(real).catch((cause: unknown) => {
-      throw new ProcessError(`working directory not found: ${cwd}`, "failed-precondition", { cause });
+      throw notFound(cwd, cause);
     });
     if (!found.isDirectory()) {
-      throw new ProcessError(`working directory is not a directory: ${cwd}`, "failed-precondition");
+      throw new ProcessError(`working directory is not a directory: ${cwd}`, "CWD_NOT_FOUND", { metadata: { cwd } });
     }
     return real;
   }
@@ -66,5 +66,9 @@ export class Workspace {
 }
 
 function outside(cwd: string): ProcessError {
-  return new ProcessError(`working directory is outside the workspace roots: ${cwd}`, "permission-denied");
+  return new ProcessError(`working directory is outside the workspace roots: ${cwd}`, "CWD_OUTSIDE_WORKSPACE", { metadata: { cwd } });
+}
+
+function notFound(cwd: string, cause: unknown): ProcessError {
+  return new ProcessError(`working directory not found: ${cwd}`, "CWD_NOT_FOUND", { metadata: { cwd }, cause });
 }

@@ -1,7 +1,8 @@
 import { createHash, timingSafeEqual } from "node:crypto";
 import { readFileSync, statSync } from "node:fs";
 import { isIP } from "node:net";
-import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import type { Interceptor } from "@connectrpc/connect";
+import { sandboxError } from "./errors.js";
 
 /** Services that answer without a token: the gRPC health check, for load balancers and probes. */
 export const publicServices: readonly string[] = ["grpc.health.v1.Health"];
@@ -26,8 +27,8 @@ export function createAuthInterceptor(options: AuthOptions): Interceptor {
   return (next) => async (request) => {
     if (open.has(request.service.typeName)) return next(request);
     const header = request.header.get("authorization");
-    if (header === null) throw new ConnectError("missing bearer token", Code.Unauthenticated);
-    if (!matches(header)) throw new ConnectError("invalid bearer token", Code.Unauthenticated);
+    if (header === null) throw sandboxError("UNAUTHENTICATED", "missing bearer token");
+    if (!matches(header)) throw sandboxError("UNAUTHENTICATED", "invalid bearer token");
     return next(request);
   };
 }

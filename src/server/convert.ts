@@ -1,6 +1,5 @@
 import { create, type MessageInitShape } from "@bufbuild/protobuf";
-import { timestampFromDate, type Timestamp } from "@bufbuild/protobuf/wkt";
-import { Code, ConnectError } from "@connectrpc/connect";
+import { DurationSchema, timestampFromDate, type Timestamp } from "@bufbuild/protobuf/wkt";
 import {
   OutputStream,
   ProcessStatus as ProtoStatus,
@@ -11,7 +10,7 @@ import {
   type ProcessSpec as ProtoSpec,
 } from "../../gen/sandbox/v1/sandbox_pb.js";
 import type { ManagedProcess, OutputChunk, OutputGap, ProcessExit, ProcessSpec, ProcessStatus } from "../process/index.js";
-import { DurationSchema } from "@bufbuild/protobuf/wkt";
+import { sandboxError } from "./errors.js";
 
 const statusToProto: Record<ProcessStatus, ProtoStatus> = {
   starting: ProtoStatus.STARTING,
@@ -31,14 +30,14 @@ export function toProtoStatus(status: ProcessStatus): ProtoStatus {
 export function fromProtoStatus(status: ProtoStatus): ProcessStatus {
   const entry = Object.entries(statusToProto).find(([, value]) => value === status);
   if (entry === undefined) {
-    throw new ConnectError(`invalid process status: ${status}`, Code.InvalidArgument);
+    throw sandboxError("INVALID_ARGUMENT", `invalid process status: ${status}`, { metadata: { field: "statuses" } });
   }
   return entry[0] as ProcessStatus;
 }
 
 /** Converts a request's ProcessSpec; INVALID_ARGUMENT when it is missing. */
 export function fromProtoSpec(spec: ProtoSpec | undefined): ProcessSpec {
-  if (spec === undefined) throw new ConnectError("spec is required", Code.InvalidArgument);
+  if (spec === undefined) throw sandboxError("INVALID_ARGUMENT", "spec is required", { metadata: { field: "spec" } });
   return {
     command: spec.command,
     args: spec.args,
@@ -82,22 +81,22 @@ export function toProtoExit(exit: ProcessExit): MessageInitShape<typeof ProcessE
 
 /** Converts a process record to a ProcessInfo message. */
 export function toProtoInfo(managed: ManagedProcess): MessageInitShape<typeof ProcessInfoSchema> {
-  const exit = managed.exit;
+  const { description, exit } = managed;
   return {
-    processId: managed.id,
+    processId: description.id,
     pid: managed.pid,
-    command: managed.command,
-    args: [...managed.args],
+    command: description.command,
+    args: [...description.args],
     status: toProtoStatus(managed.status),
-    sessionId: managed.sessionId,
-    cwd: managed.cwd,
-    pty: managed.pty,
+    sessionId: description.sessionId,
+    cwd: description.cwd,
+    pty: description.pty,
     stdin: !managed.isInputClosed,
     startTime: timestamp(managed.startTime),
     exit: exit && toProtoExit(exit),
-    stdoutBytes: BigInt(managed.output.offsets.stdout),
-    stderrBytes: BigInt(managed.output.offsets.stderr),
-    autoCleanup: managed.autoCleanup,
+    stdoutBytes: BigInt(managed.outputOffsets.stdout),
+    stderrBytes: BigInt(managed.outputOffsets.stderr),
+    autoCleanup: description.autoCleanup,
   };
 }
 
@@ -109,7 +108,7 @@ export function toProtoInfo(managed: ManagedProcess): MessageInitShape<typeof Pr
 export function toProtoStartedInfo(managed: ManagedProcess): MessageInitShape<typeof ProcessInfoSchema> {
   const info = toProtoInfo(managed);
   if (managed.pid === 0 || managed.exit === undefined) return info;
-  return { ...info, status: ProtoStatus.RUNNING, exit: undefined, stdin: managed.stdin, stdoutBytes: 0n, stderrBytes: 0n };
+  return { ...info, status: ProtoStatus.RUNNING, exit: undefined, stdin: managed.description.acceptsInput, stdoutBytes: 0n, stderrBytes: 0n };
 }
 
 /** Converts a manager stream name to the protobuf enum value. */

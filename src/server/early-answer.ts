@@ -1,33 +1,13 @@
 import type http from "node:http";
 import http2 from "node:http2";
-import { Code, ConnectError } from "@connectrpc/connect";
+import type { ConnectError } from "@connectrpc/connect";
+import { codeToHttpStatus, errorToJson } from "@connectrpc/connect/protocol-connect";
+import { grpcStatusDetails, withErrorInfo } from "./errors.js";
 
 /** A request of either HTTP version, as the listener hands it over. */
 export type AnyRequest = http.IncomingMessage | http2.Http2ServerRequest;
 /** A response of either HTTP version. */
 export type AnyResponse = http.ServerResponse | http2.Http2ServerResponse;
-
-/** The HTTP status of a Connect unary error, by code (connect protocol's table). */
-const connectHttpStatus: Partial<Record<Code, number>> = {
-  [Code.Canceled]: 499,
-  [Code.InvalidArgument]: 400,
-  [Code.DeadlineExceeded]: 504,
-  [Code.NotFound]: 404,
-  [Code.AlreadyExists]: 409,
-  [Code.PermissionDenied]: 403,
-  [Code.ResourceExhausted]: 429,
-  [Code.FailedPrecondition]: 400,
-  [Code.Aborted]: 409,
-  [Code.OutOfRange]: 400,
-  [Code.Unimplemented]: 501,
-  [Code.Unavailable]: 503,
-  [Code.Unauthenticated]: 401,
-};
-
-/** The snake_case name of a code, as the Connect protocol spells it ("resource_exhausted"). */
-export function connectCodeName(code: Code): string {
-  return Code[code].replace(/([a-z])([A-Z])/g, "$1_$2").toLowerCase();
-}
 
 /**
  * Percent-encodes a `grpc-message` as the gRPC spec asks: every byte of the UTF-8 encoding outside
@@ -43,12 +23,14 @@ export function encodeGrpcMessage(message: string): string {
 
 /**
  * Answers a call with an error before its request body is read, in the protocol its content type
- * names: gRPC and gRPC-Web get a trailers-only response, a Connect stream its end-of-stream message,
- * a Connect unary call (or anything else) the JSON error with the code's HTTP status. The request
- * body is never read: an HTTP/2 stream is reset once the answer is out, an HTTP/1.1 connection
- * closed.
+ * names: gRPC and gRPC-Web get a trailers-only response (with `grpc-status-details-bin`), a Connect
+ * stream its end-of-stream message, a Connect unary call (or anything else) the JSON error with the
+ * code's HTTP status; each carries the error's details, a `google.rpc.ErrorInfo` among them (one by
+ * its code is added when it has none). The request body is never read: an HTTP/2 stream is reset
+ * once the answer is out, an HTTP/1.1 connection closed.
  */
-export function answerEarly(request: AnyRequest, response: AnyResponse, error: ConnectError): void {
+export function answerEarly(request: AnyRequest, response: AnyResponse, refusal: ConnectError): void {
+  const error = withErrorInfo(refusal);
   const contentType = String(request.headers["content-type"] ?? "");
   const headers: Record<string, string> = {};
   let status = 200;
@@ -58,18 +40,19 @@ export function answerEarly(request: AnyRequest, response: AnyResponse, error: C
     headers["content-type"] = contentType.startsWith("application/grpc-web") ? contentType : "application/grpc+proto";
     headers["grpc-status"] = String(error.code);
     headers["grpc-message"] = encodeGrpcMessage(error.rawMessage);
+    headers["grpc-status-details-bin"] = grpcStatusDetails(error);
     body = Buffer.alloc(0);
   } else if (contentType.startsWith("application/connect+")) {
-    const endStream = Buffer.from(JSON.stringify({ error: { code: connectCodeName(error.code), message: error.rawMessage } }));
+    const endStream = Buffer.from(JSON.stringify({ error: errorToJson(error, undefined) }));
     const prefix = Buffer.alloc(5);
     prefix[0] = 0b10;
     prefix.writeUInt32BE(endStream.length, 1);
     headers["content-type"] = contentType;
     body = Buffer.concat([prefix, endStream]);
   } else {
-    status = connectHttpStatus[error.code] ?? 500;
+    status = codeToHttpStatus(error.code);
     headers["content-type"] = "application/json";
-    body = Buffer.from(JSON.stringify({ code: connectCodeName(error.code), message: error.rawMessage }));
+    body = Buffer.from(JSON.stringify(errorToJson(error, undefined)));
   }
   const stream = "stream" in request ? request.stream : undefined;
   if (stream === undefined) {

@@ -1,8 +1,8 @@
 import http2 from "node:http2";
 import type net from "node:net";
-import { Code, ConnectError } from "@connectrpc/connect";
 import { createTokenCheck, isLoopbackHost, publicServices as defaultPublicServices } from "./auth.js";
 import { answerEarly, type AnyRequest, type AnyResponse } from "./early-answer.js";
+import { sandboxError } from "./errors.js";
 import type { HttpEndpoints } from "./http-endpoints.js";
 import type { RequestHandler } from "./listener.js";
 
@@ -97,9 +97,10 @@ export function createGate(handler: RequestHandler, options: GateOptions): Gate 
         return answerEarly(
           request,
           response,
-          new ConnectError(
+          sandboxError(
+            "HOST_NOT_ALLOWED",
             `host not allowed: ${JSON.stringify(host ?? "")}: a daemon without a token answers loopback names only (set a token to serve others)`,
-            Code.PermissionDenied,
+            { metadata: { host: host ?? "" } },
           ),
         );
       }
@@ -109,7 +110,7 @@ export function createGate(handler: RequestHandler, options: GateOptions): Gate 
       if (hasToken !== undefined && !hasToken(request.headers.authorization)) {
         options.onAuthFailure?.(request);
         const missing = request.headers.authorization === undefined;
-        return answerEarly(request, response, new ConnectError(missing ? "missing bearer token" : "invalid bearer token", Code.Unauthenticated));
+        return answerEarly(request, response, sandboxError("UNAUTHENTICATED", missing ? "missing bearer token" : "invalid bearer token"));
       }
       const connection = connectionOf(request);
       if (connection === undefined) return; // Reset before it got here.
@@ -121,15 +122,13 @@ export function createGate(handler: RequestHandler, options: GateOptions): Gate 
     if (connection === undefined) return;
     const onConnection = perConnection.get(connection) ?? 0;
     const watch = (request.url ?? "").endsWith("/Watch");
-    const refusal =
-      onConnection >= maxPerConnection
-        ? `too many health calls on this connection: the limit of ${maxPerConnection} is reached`
-        : publicCalls >= maxPublic
-          ? `too many health calls: the limit of ${maxPublic} is reached`
-          : watch && watchStreams >= maxWatch
-            ? `too many health watches: the limit of ${maxWatch} is reached`
-            : undefined;
-    if (refusal !== undefined) return answerEarly(request, response, new ConnectError(refusal, Code.ResourceExhausted));
+    const refuse = (message: string, limit: string, value: number) =>
+      answerEarly(request, response, sandboxError("LIMIT_EXCEEDED", message, { metadata: { limit, value: String(value) } }));
+    if (onConnection >= maxPerConnection) {
+      return refuse(`too many health calls on this connection: the limit of ${maxPerConnection} is reached`, "max-public-calls-per-connection", maxPerConnection);
+    }
+    if (publicCalls >= maxPublic) return refuse(`too many health calls: the limit of ${maxPublic} is reached`, "max-public-calls", maxPublic);
+    if (watch && watchStreams >= maxWatch) return refuse(`too many health watches: the limit of ${maxWatch} is reached`, "max-watch-streams", maxWatch);
     admittedConnections.add(connection);
     perConnection.set(connection, onConnection + 1);
     publicCalls++;

@@ -1,7 +1,8 @@
 import { create } from "@bufbuild/protobuf";
-import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
+import type { ServiceImpl } from "@connectrpc/connect";
 import { Health, HealthCheckResponse_ServingStatus as ServingStatus, HealthCheckResponseSchema } from "../../gen/grpc/health/v1/health_pb.js";
-import { createCallSignal, throwIfShuttingDown } from "./call-signal.js";
+import { raceSignal } from "../process/abort.js";
+import { sandboxError, throwIfShuttingDown } from "./errors.js";
 
 /** The serving states of the gRPC health protocol (`grpc.health.v1.HealthCheckResponse.ServingStatus`). */
 export { ServingStatus };
@@ -29,9 +30,12 @@ export interface HealthStatus {
 /** Creates a {@link HealthStatus} with the server (`""`) and each of `services` SERVING. */
 export function createHealthStatus(services: readonly string[]): HealthStatus {
   const statuses = new Map<string, ServingStatus>([["", ServingStatus.SERVING], ...services.map((name) => [name, ServingStatus.SERVING] as const)]);
-  const waiting = new Set<() => void>();
+  // One promise per change, settled and replaced by notify: every waiter wakes.
+  let wake!: () => void;
+  let next = new Promise<void>((resolve) => (wake = resolve));
   const notify = () => {
-    for (const wake of [...waiting]) wake();
+    wake();
+    next = new Promise<void>((resolve) => (wake = resolve));
   };
   return {
     get: (service) => statuses.get(service),
@@ -46,57 +50,39 @@ export function createHealthStatus(services: readonly string[]): HealthStatus {
     },
     entries: () => [...statuses],
     changed(signal) {
-      if (signal.aborted) return Promise.resolve();
-      return new Promise<void>((resolve) => {
-        const done = () => {
-          waiting.delete(done);
-          signal.removeEventListener("abort", done);
-          resolve();
-        };
-        waiting.add(done);
-        signal.addEventListener("abort", done, { once: true });
-      });
+      return raceSignal(next, signal).catch(() => {});
     },
   };
 }
 
-/** Options for {@link createHealthService}. */
-export interface HealthServiceOptions {
-  /** Aborted when the server shuts down: Watch streams then send NOT_SERVING and end with UNAVAILABLE. */
-  shutdownSignal?: AbortSignal;
-}
-
 /**
- * Creates `grpc.health.v1.Health` over `status`. Check answers the current status, NOT_FOUND for a
- * service that is not health-checked. Watch sends the current status at once (SERVICE_UNKNOWN for
- * an unknown service, as the protocol asks, rather than an error) and then each change, until the
- * client goes or the server shuts down. List answers every known service.
+ * Creates `grpc.health.v1.Health` over `status`. Check answers the current status, NOT_FOUND
+ * (SERVICE_NOT_FOUND) for a service that is not health-checked. Watch sends the current status at
+ * once (SERVICE_UNKNOWN for an unknown service, as the protocol asks, rather than an error) and then
+ * each change, until the client goes or the server shuts down: the router's `shutdownSignal` ends it
+ * with UNAVAILABLE, after the NOT_SERVING that `status.shutdown()` sends first.
  */
-export function createHealthService(status: HealthStatus, options: HealthServiceOptions = {}): ServiceImpl<typeof Health> {
-  const shutdownSignal = options.shutdownSignal;
+export function createHealthService(status: HealthStatus): ServiceImpl<typeof Health> {
   return {
     check(request) {
       const current = status.get(request.service);
-      if (current === undefined) throw new ConnectError(`unknown service: ${request.service}`, Code.NotFound);
+      if (current === undefined) {
+        throw sandboxError("SERVICE_NOT_FOUND", `unknown service: ${request.service}`, { metadata: { service: request.service } });
+      }
       return { status: current };
     },
     async *watch(request, context) {
-      const call = createCallSignal(context.signal, shutdownSignal);
       let last: ServingStatus | undefined;
-      try {
-        for (;;) {
-          const current = status.get(request.service) ?? ServingStatus.SERVICE_UNKNOWN;
-          if (current !== last) {
-            last = current;
-            yield create(HealthCheckResponseSchema, { status: current });
-          }
-          if (context.signal.aborted) return;
-          // The last status sent on shutdown is NOT_SERVING; then the stream ends as every stream does.
-          throwIfShuttingDown(shutdownSignal);
-          await status.changed(call.signal);
+      for (;;) {
+        const current = status.get(request.service) ?? ServingStatus.SERVICE_UNKNOWN;
+        if (current !== last) {
+          last = current;
+          yield create(HealthCheckResponseSchema, { status: current });
         }
-      } finally {
-        call.dispose();
+        // The last status sent on shutdown is NOT_SERVING; then the stream ends as every stream does.
+        throwIfShuttingDown(context.signal);
+        if (context.signal.aborted) return;
+        await status.changed(context.signal);
       }
     },
     list() {

@@ -2,7 +2,8 @@ import type http from "node:http";
 import type http2 from "node:http2";
 import type net from "node:net";
 import { interceptOutcome } from "./call-outcome.js";
-import { Code, ConnectError, createContextKey, createContextValues, type ContextValues, type Interceptor } from "@connectrpc/connect";
+import { ConnectError, createContextKey, createContextValues, type ContextValues, type Interceptor } from "@connectrpc/connect";
+import { sandboxError } from "./errors.js";
 
 /** Default largest request or response message, in bytes (4 MiB, gRPC's usual limit). */
 export const defaultMaxMessageBytes = 4 * 1024 * 1024;
@@ -103,13 +104,16 @@ export function createCallLimitInterceptor(options: CallLimitOptions = {}): { in
     const connection = request.contextValues.get(connectionKey);
     const onConnection = connection === undefined ? 0 : (perConnection.get(connection) ?? 0);
     if (onConnection >= maxPerConnection) {
-      throw new ConnectError(
+      throw sandboxError(
+        "LIMIT_EXCEEDED",
         `too many calls on this connection: the limit of ${maxPerConnection} concurrent calls per connection is reached`,
-        Code.ResourceExhausted,
+        { metadata: { limit: "max-calls-per-connection", value: String(maxPerConnection) } },
       );
     }
     if (active >= maxCalls) {
-      throw new ConnectError(`too many calls: the limit of ${maxCalls} concurrent calls is reached`, Code.ResourceExhausted);
+      throw sandboxError("LIMIT_EXCEEDED", `too many calls: the limit of ${maxCalls} concurrent calls is reached`, {
+        metadata: { limit: "max-calls", value: String(maxCalls) },
+      });
     }
     active++;
     if (connection !== undefined) perConnection.set(connection, onConnection + 1);

@@ -3,9 +3,9 @@ import pino, { type Logger } from "pino";
 import { sandboxdVersion } from "../version.js";
 import { createPrettyStream } from "./pretty-stream.js";
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
-import type { ManagedProcess, ProcessExit, ProcessManager } from "../process/index.js";
+import type { ManagedProcess, ProcessDescription, ProcessExit, ProcessManager } from "../process/index.js";
 import { interceptOutcome } from "./call-outcome.js";
-import { connectCodeName } from "./early-answer.js";
+import { codeToString } from "@connectrpc/connect/protocol-connect";
 import { peerKey, type Peer } from "./limits.js";
 
 /** Log levels, quietest last. */
@@ -87,7 +87,7 @@ export function createDaemonMetrics(source: { manager: ProcessManager; connectio
     help: "Output bytes the records retain.",
     registers: [registry],
     collect() {
-      this.set(source.manager.list().reduce((total, managed) => total + managed.output.retainedBytes, 0));
+      this.set(source.manager.list().reduce((total, managed) => total + managed.retainedBytes, 0));
     },
   });
   new Gauge({
@@ -95,7 +95,7 @@ export function createDaemonMetrics(source: { manager: ProcessManager; connectio
     help: "Output bytes the current records dropped to stay within their bounds (readers got a gap).",
     registers: [registry],
     collect() {
-      this.set(source.manager.list().reduce((total, managed) => total + managed.output.retainedFrom.stdout + managed.output.retainedFrom.stderr, 0));
+      this.set(source.manager.list().reduce((total, managed) => total + managed.retainedFrom.stdout + managed.retainedFrom.stderr, 0));
     },
   });
   new Gauge({
@@ -123,7 +123,7 @@ export function createObserveInterceptor(logger: Logger, metrics: DaemonMetrics)
       ended(error, streaming) {
         // A stream that ran out because its caller went away counts as cancelled.
         const failure = error ?? (streaming && request.signal.aborted ? new ConnectError("canceled", Code.Canceled) : undefined);
-        const code = failure === undefined ? "ok" : connectCodeName(ConnectError.from(failure).code);
+        const code = failure === undefined ? "ok" : codeToString(ConnectError.from(failure).code);
         const seconds = (performance.now() - started) / 1000;
         metrics.calls.inc({ procedure, code });
         metrics.callSeconds.observe({ procedure }, seconds);
@@ -155,14 +155,15 @@ export interface ProcessAudit {
 export function createProcessAudit(logger: Logger, metrics: DaemonMetrics, options: ProcessAuditOptions = {}): ProcessAudit {
   return {
     started(managed, peer, user) {
+      const { description } = managed;
       const what = {
-        processId: managed.id,
+        processId: description.id,
         pid: managed.pid,
-        program: programName(managed),
-        ...(options.logCommands ? { command: managed.command, args: managed.args } : {}),
-        cwd: managed.cwd,
+        program: programName(description),
+        ...(options.logCommands ? { command: description.command, args: description.args } : {}),
+        cwd: description.cwd,
         user,
-        pty: managed.pty,
+        pty: description.pty,
         peer: peer?.address,
         subject: peer?.subject,
       };
@@ -178,7 +179,7 @@ export function createProcessAudit(logger: Logger, metrics: DaemonMetrics, optio
 }
 
 /** The program a record ran, without its arguments: the first word of a shell line, or the argv program. */
-function programName(managed: ManagedProcess): string {
-  if (managed.args.length > 0) return managed.command;
-  return managed.command.trim().split(/\s+/)[0] ?? "";
+function programName(description: ProcessDescription): string {
+  if (description.args.length > 0) return description.command;
+  return description.command.trim().split(/\s+/)[0] ?? "";
 }

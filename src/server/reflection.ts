@@ -26,8 +26,11 @@ export interface ReflectionIndex {
   readonly registry: FileRegistry;
 }
 
-/** Builds the {@link ReflectionIndex} of the given services. */
-export function createReflectionIndex(services: readonly DescService[]): ReflectionIndex {
+/**
+ * Builds the {@link ReflectionIndex} of the given services, plus `files` that no service imports but
+ * a client needs to read the answers (the error details' `google.rpc.ErrorInfo`).
+ */
+export function createReflectionIndex(services: readonly DescService[], files: readonly DescFile[] = []): ReflectionIndex {
   // A FileDescriptorSet lists imports before the files that import them.
   const ordered: DescFile[] = [];
   const seen = new Set<string>();
@@ -38,6 +41,7 @@ export function createReflectionIndex(services: readonly DescService[]): Reflect
     ordered.push(file);
   };
   for (const service of services) visit(service.file);
+  for (const file of files) visit(file);
   const registry = createFileRegistry(create(FileDescriptorSetSchema, { file: ordered.map((file) => file.proto) }));
   return { serviceNames: services.map((service) => service.typeName), registry };
 }

@@ -2,6 +2,7 @@ import type { ConnectRouter } from "@connectrpc/connect";
 import { Health } from "../../gen/grpc/health/v1/health_pb.js";
 import { ServerReflection } from "../../gen/grpc/reflection/v1/reflection_pb.js";
 import { ServerReflection as ServerReflectionV1alpha } from "../../gen/grpc/reflection/v1alpha/reflection_pb.js";
+import { file_google_rpc_error_details } from "../../gen/google/rpc/error_details_pb.js";
 import { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
 import { createHealthService, createHealthStatus, type HealthStatus } from "./health.js";
 import { createReflectionIndex, createReflectionService, createReflectionServiceV1alpha } from "./reflection.js";
@@ -26,10 +27,11 @@ export const servedServices = [SandboxService, Health, ServerReflection, ServerR
  */
 export function createRoutes(options: RoutesOptions): (router: ConnectRouter) => void {
   const health = options.health ?? createHealthStatus([SandboxService.typeName]);
-  const reflection = createReflectionIndex(servedServices);
+  // Every failure carries a google.rpc.ErrorInfo: reflection lets grpcurl and buf curl print it.
+  const reflection = createReflectionIndex(servedServices, [file_google_rpc_error_details]);
   return (router) => {
     router.service(SandboxService, createSandboxService(options));
-    router.service(Health, createHealthService(health, { shutdownSignal: options.shutdownSignal }));
+    router.service(Health, createHealthService(health));
     router.service(ServerReflection, createReflectionService(reflection));
     router.service(ServerReflectionV1alpha, createReflectionServiceV1alpha(reflection));
   };

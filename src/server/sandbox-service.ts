@@ -1,5 +1,5 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
+import type { ConnectError, HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import {
   SandboxService,
   type ExecRequest,
@@ -9,22 +9,18 @@ import {
   type StreamLogsRequest,
   type StreamLogsResponseSchema,
 } from "../../gen/sandbox/v1/sandbox_pb.js";
-import { defaultKillGracePeriodMs, maxPtyDimension, parseSignal, type ManagedProcess, type ProcessManager } from "../process/index.js";
+import { onAbort, raceSignal } from "../process/abort.js";
+import { defaultKillGracePeriodMs, parseSignal, type ManagedProcess, type ProcessManager } from "../process/index.js";
 import { fromProtoSpec, fromProtoStatus, toProtoChunk, toProtoExit, toProtoGap, toProtoInfo, toProtoStartedInfo } from "./convert.js";
-import { createCallSignal, throwIfShuttingDown } from "./call-signal.js";
-import { withConnectErrors } from "./errors.js";
+import { sandboxError, throwIfShuttingDown, withConnectErrors } from "./errors.js";
 import { clientGoneKey, peerKey } from "./limits.js";
 import type { ProcessAudit } from "./observe.js";
+import { pageSize, PageTokens } from "./page-token.js";
 
 /** Dependencies of {@link createSandboxService}. */
 export interface SandboxServiceOptions {
   /** Runs the processes. */
   manager: ProcessManager;
-  /**
-   * Aborted when the daemon shuts down: open streams then end with UNAVAILABLE instead of
-   * waiting for processes that are about to be killed.
-   */
-  shutdownSignal?: AbortSignal;
   /** Milliseconds between SIGTERM and SIGKILL when an Exec call is cancelled. Default 1000. */
   cancelGracePeriodMs?: number;
   /** Told of every process started, with who asked. Default: nothing. */
@@ -33,56 +29,60 @@ export interface SandboxServiceOptions {
 
 /**
  * Creates the implementation of sandbox.v1.SandboxService on top of a process manager. It holds no
- * state of its own, so tests can build it without a network.
+ * state of its own but the key of its page tokens, so tests can build it without a network.
+ *
+ * Streams end with the daemon: the router's `shutdownSignal` (connectNodeAdapter's option) aborts
+ * every call's signal with a SHUTTING_DOWN error, which a stream then ends with (UNAVAILABLE).
  */
 export function createSandboxService(options: SandboxServiceOptions): ServiceImpl<typeof SandboxService> {
   const { manager } = options;
   const cancelGracePeriodMs = options.cancelGracePeriodMs ?? 1000;
+  const pageTokens = new PageTokens();
   const lookup = (id: string): ManagedProcess =>
     withConnectErrors(() => {
-      if (id === "") throw new ConnectError("process_id is required", Code.InvalidArgument);
+      if (id === "") throw sandboxError("INVALID_ARGUMENT", "process_id is required", { metadata: { field: "process_id" } });
       return manager.get(id);
     });
 
   return {
     async *exec(request: ExecRequest, context: HandlerContext) {
       const spec = fromProtoSpec(request.spec);
-      const gone = context.values.get(clientGoneKey) ?? context.signal;
-      const managed = await withConnectErrors(() => manager.start(spec, { pinnedReader: true, signal: gone }));
+      const signal = context.signal;
+      const gone = context.values.get(clientGoneKey) ?? signal;
+      const started = await withConnectErrors(() => manager.startPinned(spec, { signal: gone }));
+      const managed = started.process;
       options.audit?.started(managed, context.values.get(peerKey), manager.commandUser(spec.sudo ?? false));
-      const call = createCallSignal(context.signal, options.shutdownSignal);
       // Cancelled while it started (a client that resets its calls at once): it must not run on.
-      if (gone.aborted || context.signal.aborted) {
-        call.dispose();
-        managed.releasePinnedReader();
+      if (gone.aborted || signal.aborted) {
+        started.release();
         managed.kill("SIGKILL", -1);
-        throw new ConnectError("the call was cancelled", Code.Canceled);
+        throwIfShuttingDown(signal);
+        throw sandboxError("CANCELED", "the call was cancelled");
       }
-      const signal = call.signal;
       const stop = () => {
-        call.dispose();
-        managed.releasePinnedReader();
+        started.release();
         if (managed.exit === undefined) managed.kill("SIGTERM", cancelGracePeriodMs);
       };
       // The generator may be parked on a `yield` whose write never completes (the caller stopped
       // reading and then cancelled), so its `finally` cannot be relied on to run promptly: stop the
       // command from the signal itself.
-      signal.addEventListener("abort", stop, { once: true });
+      const stopping = onAbort(signal, stop);
       try {
         yield { event: { case: "started", value: toProtoStartedInfo(managed) } } satisfies ExecEvent;
-        for await (const item of managed.pinnedReader!.items({ follow: true, signal })) {
+        for await (const item of started.reader.items({ follow: true, signal })) {
           // A pinned reader is never dropped from under, so only chunks come.
           if (item.kind === "chunk") yield { event: { case: "output", value: toProtoChunk(item) } } satisfies ExecEvent;
         }
-        throwIfShuttingDown(options.shutdownSignal);
+        throwIfShuttingDown(signal);
         if (signal.aborted) return;
+        // The output has ended, so the exit is known: this settles at once.
         const exit = await managed.exited;
         yield { event: { case: "exited", value: toProtoExit(exit) } } satisfies ExecEvent;
         // The caller has every byte and the exit: the record stays, its output is not worth keeping.
-        manager.dropOutput(managed);
+        started.delivered();
       } finally {
         // Reached on completion, cancel, deadline, disconnect and shutdown alike.
-        signal.removeEventListener("abort", stop);
+        stopping.dispose();
         stop();
       }
     },
@@ -96,56 +96,38 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
 
     async *streamLogs(request: StreamLogsRequest, context: HandlerContext) {
       const managed = lookup(request.processId);
-      const written = managed.output.offsets;
       const from = { stdout: Number(request.stdoutOffset), stderr: Number(request.stderrOffset) };
-      for (const stream of ["stdout", "stderr"] as const) {
-        const offset = stream === "stdout" ? request.stdoutOffset : request.stderrOffset;
-        if (offset > BigInt(written[stream])) {
-          throw new ConnectError(
-            `${stream}_offset ${offset} is beyond the ${written[stream]} bytes written so far`,
-            Code.OutOfRange,
-          );
-        }
+      const reader = withConnectErrors(() => managed.readOutput(from));
+      const signal = context.signal;
+      yield { event: { case: "process", value: toProtoInfo(managed) } } satisfies LogsEvent;
+      for await (const item of reader.items({ follow: request.follow, signal })) {
+        yield item.kind === "chunk"
+          ? ({ event: { case: "output", value: toProtoChunk(item) } } satisfies LogsEvent)
+          : ({ event: { case: "gap", value: toProtoGap(item) } } satisfies LogsEvent);
       }
-      const call = createCallSignal(context.signal, options.shutdownSignal);
-      const signal = call.signal;
-      try {
-        yield { event: { case: "process", value: toProtoInfo(managed) } } satisfies LogsEvent;
-        const reader = managed.output.createReader(from);
-        for await (const item of reader.items({ follow: request.follow, signal })) {
-          yield item.kind === "chunk"
-            ? ({ event: { case: "output", value: toProtoChunk(item) } } satisfies LogsEvent)
-            : ({ event: { case: "gap", value: toProtoGap(item) } } satisfies LogsEvent);
-        }
-        throwIfShuttingDown(options.shutdownSignal);
-        if (signal.aborted) return;
-        if (managed.output.isEnded) {
-          const exit = await managed.exited;
-          yield { event: { case: "exited", value: toProtoExit(exit) } } satisfies LogsEvent;
-        } else {
-          const { stdout, stderr } = reader.consumedOffsets;
-          yield { event: { case: "caughtUp", value: { stdoutOffset: BigInt(stdout), stderrOffset: BigInt(stderr) } } } satisfies LogsEvent;
-        }
-      } finally {
-        call.dispose();
+      throwIfShuttingDown(signal);
+      if (signal.aborted) return;
+      if (managed.outputEnded) {
+        // The output has ended, so the exit is known: this settles at once.
+        const exit = await managed.exited;
+        yield { event: { case: "exited", value: toProtoExit(exit) } } satisfies LogsEvent;
+      } else {
+        const { stdout, stderr } = reader.consumedOffsets;
+        yield { event: { case: "caughtUp", value: { stdoutOffset: BigInt(stdout), stderrOffset: BigInt(stderr) } } } satisfies LogsEvent;
       }
     },
 
     async *sendInput(requests: AsyncIterable<SendInputRequest>, context: HandlerContext) {
+      const signal = context.signal;
       const iterator = requests[Symbol.asyncIterator]();
       const first = await iterator.next();
       if (first.done) return;
-      throwIfShuttingDown(options.shutdownSignal);
+      throwIfShuttingDown(signal);
       if (first.value.input.case !== "open") {
-        throw new ConnectError("the first SendInput message must be open", Code.InvalidArgument);
+        throw sandboxError("INVALID_ARGUMENT", "the first SendInput message must be open", { metadata: { field: "open" } });
       }
       const managed = lookup(first.value.input.value.processId);
-      if (!managed.stdin) {
-        throw new ConnectError(`process ${managed.id} has no stdin: start it with stdin or pty`, Code.FailedPrecondition);
-      }
-      if (managed.exit !== undefined) {
-        throw new ConnectError(`process has exited: ${managed.id}`, Code.FailedPrecondition);
-      }
+      withConnectErrors(() => managed.assertAcceptsInput());
       yield { bytesWritten: BigInt(managed.bytesWritten), closed: managed.isInputClosed } satisfies InputAck;
       // Messages are read ahead of their answers, a bounded number at a time, by a pump of their own:
       // data, end-of-input and resizes are applied in order, but a signal is applied as it arrives,
@@ -155,17 +137,17 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
         let inOrder: Promise<void> = Promise.resolve();
         try {
           for (let next = await iterator.next(); !next.done; next = await iterator.next()) {
-            throwIfShuttingDown(options.shutdownSignal);
+            throwIfShuttingDown(signal);
             const input = next.value.input;
             let done: Promise<void>;
             if (input.case === "signal") {
-              done = applyInput(managed, input, context.signal);
+              done = applyInput(managed, input, signal);
             } else {
-              done = inOrder.then(() => applyInput(managed, input, context.signal));
+              done = inOrder.then(() => applyInput(managed, input, signal));
               inOrder = done.catch(() => {});
             }
             done.catch(() => {});
-            await applied.push(done, context.signal);
+            await applied.push(done, signal);
           }
           applied.end();
         } catch (error) {
@@ -174,14 +156,14 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
       })();
       try {
         for (;;) {
-          const next = await applied.shift(context.signal);
+          const next = await applied.shift(signal);
           if (next === undefined) break;
           await next.applied;
           yield { bytesWritten: BigInt(managed.bytesWritten), closed: managed.isInputClosed } satisfies InputAck;
-          if (context.signal.aborted) return;
+          if (signal.aborted) return;
         }
       } finally {
-        applied.fail(new ConnectError("the call ended", Code.Canceled));
+        applied.fail(callEnded());
         // Not awaited: the pump may be waiting for a message the client will only send after an
         // answer this call no longer gives; it ends with the request stream.
         void pump.catch(() => {});
@@ -194,8 +176,15 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
 
     async listProcesses(request) {
       const statuses = request.statuses.map(fromProtoStatus);
-      const processes = withConnectErrors(() => manager.list({ sessionId: request.sessionId, statuses }));
-      return { processes: processes.map(toProtoInfo) };
+      const scope = { sessionId: request.sessionId, statuses: request.statuses };
+      const size = pageSize(request.pageSize);
+      const afterSequence = pageTokens.read(request.pageToken, scope);
+      const page = withConnectErrors(() => manager.listPage({ sessionId: request.sessionId, statuses }, { afterSequence, size }));
+      const last = page.processes.at(-1);
+      return {
+        processes: page.processes.map(toProtoInfo),
+        nextPageToken: page.more && last !== undefined ? pageTokens.issue(last.sequence, scope) : "",
+      };
     },
 
     async killProcess(request) {
@@ -221,10 +210,10 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
       const managed = lookup(request.processId);
       return {
         processId: managed.id,
-        stdout: managed.output.snapshot("stdout"),
-        stderr: managed.output.snapshot("stderr"),
-        stdoutOffset: BigInt(managed.output.retainedFrom.stdout),
-        stderrOffset: BigInt(managed.output.retainedFrom.stderr),
+        stdout: managed.snapshotOutput("stdout"),
+        stderr: managed.snapshotOutput("stderr"),
+        stdoutOffset: BigInt(managed.retainedFrom.stdout),
+        stderrOffset: BigInt(managed.retainedFrom.stderr),
         process: toProtoInfo(managed),
       };
     },
@@ -248,25 +237,17 @@ function createAppliedQueue(limit: number): AppliedQueue {
   const items: Promise<void>[] = [];
   let ended = false;
   let failure: { error: unknown } | undefined;
-  let wake: (() => void) | undefined;
-  const changed = (signal: AbortSignal) =>
-    new Promise<void>((resolve, reject) => {
-      if (signal.aborted) return reject(new ConnectError("the call ended", Code.Canceled));
-      const onAbort = () => reject(new ConnectError("the call ended", Code.Canceled));
-      signal.addEventListener("abort", onAbort, { once: true });
-      wake = () => {
-        signal.removeEventListener("abort", onAbort);
-        resolve();
-      };
-    });
+  // One promise per change, settled and replaced by notify: every waiter wakes.
+  let wake!: () => void;
+  let changed = new Promise<void>((resolve) => (wake = resolve));
   const notify = () => {
-    const waiting = wake;
-    wake = undefined;
-    waiting?.();
+    wake();
+    changed = new Promise<void>((resolve) => (wake = resolve));
   };
+  const nextChange = (signal: AbortSignal) => raceSignal(changed, signal, callEnded);
   return {
     async push(applied, signal) {
-      while (items.length >= limit && failure === undefined) await changed(signal);
+      while (items.length >= limit && failure === undefined) await nextChange(signal);
       if (failure !== undefined) throw failure.error;
       items.push(applied);
       notify();
@@ -280,7 +261,7 @@ function createAppliedQueue(limit: number): AppliedQueue {
         }
         if (failure !== undefined) throw failure.error;
         if (ended) return undefined;
-        await changed(signal);
+        await nextChange(signal);
       }
     },
     end() {
@@ -292,6 +273,11 @@ function createAppliedQueue(limit: number): AppliedQueue {
       notify();
     },
   };
+}
+
+/** The error the input pump and queue end with once the call is over (the client is gone by then). */
+function callEnded(): ConnectError {
+  return sandboxError("CANCELED", "the call ended");
 }
 
 type ExecEvent = MessageInitShape<typeof ExecResponseSchema>;
@@ -308,18 +294,15 @@ async function applyInput(managed: ManagedProcess, input: SendInputRequest["inpu
         await managed.closeInput();
         return;
       case "resize":
-        if (input.value.cols === 0 || input.value.rows === 0 || input.value.cols > maxPtyDimension || input.value.rows > maxPtyDimension) {
-          throw new ConnectError(`resize needs cols and rows between 1 and ${maxPtyDimension}`, Code.InvalidArgument);
-        }
         managed.resize(input.value.cols, input.value.rows);
         return;
       case "signal":
         managed.signal(parseSignal(input.value));
         return;
       case "open":
-        throw new ConnectError("open may only be the first SendInput message", Code.InvalidArgument);
+        throw sandboxError("INVALID_ARGUMENT", "open may only be the first SendInput message", { metadata: { field: "open" } });
       default:
-        throw new ConnectError("empty SendInput message", Code.InvalidArgument);
+        throw sandboxError("INVALID_ARGUMENT", "empty SendInput message", { metadata: { field: "input" } });
     }
   });
 }
@@ -327,6 +310,5 @@ async function applyInput(managed: ManagedProcess, input: SendInputRequest["inpu
 /** KillProcess's grace period: the default for 0, never escalate for a negative value. */
 function gracePeriod(requestedMs: number): number {
   if (requestedMs === 0) return defaultKillGracePeriodMs;
-  return requestedMs < 0 ? -1 : Math.min(requestedMs, 2 ** 31 - 1);
+  return requestedMs < 0 ? -1 : requestedMs;
 }
-

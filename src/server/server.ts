@@ -18,8 +18,9 @@ import { createHttpEndpoints } from "./http-endpoints.js";
 import { createDaemonMetrics, createLogger, createObserveInterceptor, createProcessAudit, type DaemonMetrics } from "./observe.js";
 import type { Logger } from "pino";
 import { createListener, defaultPrefaceTimeoutMs, type ListenerOptions, type TlsOptions } from "./listener.js";
-import { withParseErrorsAsInvalidArgument } from "./parse-errors.js";
+import { withErrorAnswers } from "./error-answers.js";
 import { createRoutes } from "./routes.js";
+import { shuttingDownError } from "./errors.js";
 
 /** Default port of sandboxd. */
 export const defaultPort = 7007;
@@ -105,14 +106,17 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
   });
   metrics = createDaemonMetrics({ manager, connections: () => listenerForMetrics?.connections ?? 0 });
   const audit = createProcessAudit(logger, metrics, { logCommands: options.logCommands });
+  // Passed to the adapter, which links every call's signal to it (and unlinks it when the call ends):
+  // aborted with SHUTTING_DOWN, it ends the streams in progress with UNAVAILABLE.
   const shutdown = new AbortController();
-  // Every call in progress listens to it (and lets go when it ends): many at once is the normal case.
+  // Every call in progress listens to it: many at once is the normal case.
   setMaxListeners(0, shutdown.signal);
   const limits = createCallLimitInterceptor(options.callLimits);
   const maxMessageBytes = options.maxMessageBytes ?? defaultMaxMessageBytes;
   const health = createHealthStatus([SandboxService.typeName]);
   const adapter = connectNodeAdapter({
-    routes: withParseErrorsAsInvalidArgument(createRoutes({ manager, shutdownSignal: shutdown.signal, health, audit })),
+    routes: withErrorAnswers(createRoutes({ manager, health, audit })),
+    shutdownSignal: shutdown.signal,
     interceptors: [
       createObserveInterceptor(logger, metrics),
       createErrorMessageLimitInterceptor(),
@@ -196,7 +200,7 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
         ready = false;
         health.shutdown();
         const closed = listener.close();
-        shutdown.abort();
+        shutdown.abort(shuttingDownError());
         await manager.shutdown(gracePeriodMs);
         listener.endConnections();
         const forced = setTimeout(() => listener.destroyConnections(), 1000);
