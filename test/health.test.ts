@@ -1,5 +1,4 @@
-import { Code, createClient, type Client } from "@connectrpc/connect";
-import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { Code, type Client } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../gen/grpc/health/v1/health_pb.js";
 import { ProcessStatus } from "../gen/sandbox/v1/sandbox_pb.js";
@@ -9,16 +8,13 @@ import { startTestServer, type TestServer } from "./support/server.js";
 
 describe("grpc.health.v1.Health against a real server", () => {
   let test: TestServer;
-  let sessionManager: Http2SessionManager;
   let health: Client<typeof Health>;
 
   beforeAll(async () => {
     test = await startTestServer();
-    sessionManager = new Http2SessionManager(test.server.url);
-    health = createClient(Health, createGrpcTransport({ baseUrl: test.server.url, sessionManager }));
+    health = test.connect(Health);
   });
   afterAll(async () => {
-    sessionManager.abort();
     await test.close();
   });
 
@@ -63,8 +59,7 @@ describe("grpc.health.v1.Health against a real server", () => {
 describe("health while the server shuts down", () => {
   it("turns NOT_SERVING for Check and Watch, then ends the watch with UNAVAILABLE", async () => {
     const test = await startTestServer();
-    const sessionManager = new Http2SessionManager(test.server.url);
-    const health = createClient(Health, createGrpcTransport({ baseUrl: test.server.url, sessionManager }));
+    const health = test.connect(Health);
     try {
       // A process that ignores SIGTERM holds the shutdown in its grace period: time to ask.
       await test.client.startProcess({ spec: { command: "trap '' TERM; sleep 30", processId: "stubborn" } });
@@ -84,7 +79,6 @@ describe("health while the server shuts down", () => {
       expect(seen).toEqual([ServingStatus.SERVING, ServingStatus.NOT_SERVING]);
       await closing;
     } finally {
-      sessionManager.abort();
       await test.close();
     }
   });

@@ -1,20 +1,17 @@
-import { mkdtempSync } from "node:fs";
-import { tmpdir } from "node:os";
-import path from "node:path";
 import { afterAll, describe, expect, it, vi } from "vitest";
-import { createProcessManager, ProcessError, type ProcessManager } from "../src/process/index.js";
+import { ProcessError, type ProcessManager } from "../src/process/index.js";
 import { groupMembers, isAlive, processesWithMarker, waitFor } from "./support/processes.js";
+import { startTestManager, type TestManager } from "./support/server.js";
 
-const workspace = mkdtempSync(path.join(tmpdir(), "sandboxd-start-races-"));
-const managers: ProcessManager[] = [];
+const managers: TestManager[] = [];
 afterAll(async () => {
-  await Promise.all(managers.map((manager) => manager.shutdown(100)));
+  await Promise.all(managers.map((started) => started.close()));
 });
 
 async function newManager(options: { maxProcesses?: number; outputCapacityBytes?: number } = {}): Promise<ProcessManager> {
-  const manager = await createProcessManager({ workspaceRoots: [workspace], ...options });
-  managers.push(manager);
-  return manager;
+  const started = await startTestManager(options);
+  managers.push(started);
+  return started.manager;
 }
 
 function marker(): string {

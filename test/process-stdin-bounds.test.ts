@@ -1,18 +1,19 @@
-import { existsSync, mkdtempSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { createProcessManager, maxPendingInputBytes, ProcessError, type ProcessManager } from "../src/process/index.js";
+import { maxPendingInputBytes, ProcessError, type ProcessManager } from "../src/process/index.js";
 import { waitFor } from "./support/processes.js";
+import { startTestManager, type TestManager } from "./support/server.js";
 
+let started: TestManager;
 let manager: ProcessManager;
 let workspace: string;
 beforeAll(async () => {
-  workspace = mkdtempSync(path.join(tmpdir(), "sandboxd-stdin-bounds-"));
-  manager = await createProcessManager({ workspaceRoots: [workspace] });
+  started = await startTestManager();
+  ({ manager, workspace } = started);
 });
 afterAll(async () => {
-  await manager.shutdown(100);
+  await started.close();
 });
 
 /** The settled state of a promise, observed without awaiting it. */

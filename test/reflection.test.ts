@@ -1,7 +1,6 @@
 import { create, createFileRegistry, fromBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import { FileDescriptorProtoSchema, type FileDescriptorProto } from "@bufbuild/protobuf/wkt";
-import { Code, createClient } from "@connectrpc/connect";
-import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { Code } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   ServerReflection,
@@ -114,20 +113,17 @@ describe("reflection answers built directly", () => {
 
 describe("reflection over gRPC against a real server", () => {
   let test: TestServer;
-  let sessionManager: Http2SessionManager;
 
   beforeAll(async () => {
     test = await startTestServer();
-    sessionManager = new Http2SessionManager(test.server.url);
   });
   afterAll(async () => {
-    sessionManager.abort();
     await test.close();
   });
 
   for (const service of [ServerReflection, ServerReflectionV1alpha]) {
     it(`answers several questions on one ${service.typeName} stream, in order`, async () => {
-      const client = createClient(service, createGrpcTransport({ baseUrl: test.server.url, sessionManager }));
+      const client = test.connect(service);
       async function* questions() {
         yield { messageRequest: { case: "listServices" as const, value: "" } };
         yield { messageRequest: { case: "fileContainingSymbol" as const, value: "sandbox.v1.SandboxService.SendInput" } };

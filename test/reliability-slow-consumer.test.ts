@@ -1,7 +1,4 @@
-import { createClient } from "@connectrpc/connect";
-import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { SandboxService } from "../gen/sandbox/v1/sandbox_pb.js";
 import { waitFor } from "./support/processes.js";
 import { collectExec, sleepMarker, type SandboxClient } from "./support/rpc.js";
 import { startTestServer, type TestServer } from "./support/server.js";
@@ -10,17 +7,11 @@ const mib = 1024 * 1024;
 
 describe("a consumer that stops reading a huge stream", () => {
   let test: TestServer;
-  const sessions: Http2SessionManager[] = [];
-  const connection = (): SandboxClient => {
-    const sessionManager = new Http2SessionManager(test.server.url);
-    sessions.push(sessionManager);
-    return createClient(SandboxService, createGrpcTransport({ baseUrl: test.server.url, sessionManager }));
-  };
+  const connection = (): SandboxClient => test.connect();
   beforeAll(async () => {
     test = await startTestServer({ outputCapacityBytes: 4 * mib });
   });
   afterAll(async () => {
-    for (const session of sessions) session.abort();
     await test.close();
   });
 

@@ -1,25 +1,20 @@
-import { Code, ConnectError, createClient } from "@connectrpc/connect";
-import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { Code, ConnectError } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Health, HealthCheckResponse_ServingStatus } from "../gen/grpc/health/v1/health_pb.js";
 import { ServerReflection } from "../gen/grpc/reflection/v1/reflection_pb.js";
 import { startTestServer, type TestServer } from "./support/server.js";
 
 let t: TestServer;
-let sessions: Http2SessionManager;
 beforeAll(async () => {
   t = await startTestServer({ token: "s3cret-token-for-health-test" });
-  sessions = new Http2SessionManager(t.server.url);
 });
 afterAll(async () => {
-  sessions.abort();
   await t.close();
 });
 
 describe("a daemon with a token", () => {
   it("answers health checks without one, as probes ask, and nothing else", async () => {
-    const transport = createGrpcTransport({ baseUrl: t.server.url, sessionManager: sessions });
-    const health = createClient(Health, transport);
+    const health = t.connect(Health);
     expect((await health.check({ service: "" })).status).toBe(HealthCheckResponse_ServingStatus.SERVING);
     expect((await health.check({ service: "sandbox.v1.SandboxService" })).status).toBe(HealthCheckResponse_ServingStatus.SERVING);
 
@@ -28,7 +23,7 @@ describe("a daemon with a token", () => {
     expect(refused).toBeInstanceOf(ConnectError);
     expect((refused as ConnectError).code).toBe(Code.Unauthenticated);
 
-    const reflection = createClient(ServerReflection, transport);
+    const reflection = t.connect(ServerReflection);
     async function* listServices() {
       yield { messageRequest: { case: "listServices" as const, value: "" } };
     }

@@ -1,3 +1,4 @@
+import { expectReason } from "./support/errors.js";
 import { execFileSync, spawn, spawnSync } from "node:child_process";
 import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -168,8 +169,12 @@ describe.skipIf(!isRoot)("a state directory that cannot record refuses starts", 
     test = await startTestServer({ stateDirectory: state, log: (message) => logged.push(message) });
     const marker = sleepMarker(30);
     const error = await rpcError(test.client.startProcess({ spec: { command: "sleep", args: [marker] } }));
-    expect(error.code).toBe(Code.ResourceExhausted);
-    expect(error.rawMessage).toBe("the state directory cannot record the process (ENOSPC): not started");
+    expectReason(error, {
+      code: Code.ResourceExhausted,
+      reason: "STATE_NOT_RECORDED",
+      metadata: { errno: "ENOSPC" },
+      message: "the state directory cannot record the process (ENOSPC): not started",
+    });
     expect(logged.join("\n")).toContain("could not record a process group (ENOSPC); start refused");
     expect(sleepers(marker)).toEqual([]);
     expect(test.server.manager.list()).toHaveLength(0);

@@ -1,8 +1,5 @@
 import { chmodSync } from "node:fs";
-import { createClient } from "@connectrpc/connect";
-import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { afterEach, describe, expect, it } from "vitest";
-import { SandboxService } from "../gen/sandbox/v1/sandbox_pb.js";
 import { Launcher, resolveUser } from "../src/process/index.js";
 import { processesWithMarker, waitFor } from "./support/processes.js";
 import { Code, collectExec, rpcError, sleepMarker, sleepers, streamError, type SandboxClient } from "./support/rpc.js";
@@ -10,14 +7,8 @@ import { startTestServer, type TestServer } from "./support/server.js";
 
 describe("limits answer RESOURCE_EXHAUSTED naming the limit", () => {
   let test: TestServer | undefined;
-  const sessions: Http2SessionManager[] = [];
-  const newConnection = (): SandboxClient => {
-    const sessionManager = new Http2SessionManager(test!.server.url);
-    sessions.push(sessionManager);
-    return createClient(SandboxService, createGrpcTransport({ baseUrl: test!.server.url, sessionManager }));
-  };
+  const newConnection = (): SandboxClient => test!.connect();
   afterEach(async () => {
-    for (const session of sessions.splice(0)) session.abort();
     await test?.close();
     test = undefined;
   });

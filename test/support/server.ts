@@ -1,10 +1,27 @@
 import { mkdtempSync, realpathSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { createClient, type Client, type Interceptor } from "@connectrpc/connect";
+import type { DescService } from "@bufbuild/protobuf";
+import { createClient, createRouterTransport, type Client, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
-import { startServer, type SandboxServer, type SandboxServerOptions } from "../../src/server/index.js";
+import { createProcessManager, type ProcessManager, type ProcessManagerOptions } from "../../src/process/index.js";
+import { createRoutes, startServer, type SandboxServer, type SandboxServerOptions } from "../../src/server/index.js";
+import { shuttingDownError } from "../../src/server/errors.js";
+import { withErrorAnswers } from "../../src/server/error-answers.js";
+
+/** A fresh temporary directory (realpath) for a test's workspace; remove it when done. */
+export function createWorkspace(prefix = "sandboxd-test-"): string {
+  return realpathSync(mkdtempSync(path.join(tmpdir(), prefix)));
+}
+
+/** Options of {@link TestServer.connect}. */
+export interface ConnectOptions {
+  /** Send this bearer token with every call. */
+  token?: string;
+  /** More interceptors of the client. */
+  interceptors?: Interceptor[];
+}
 
 /** A real server on a free loopback port, a workspace directory of its own and a gRPC client. */
 export interface TestServer {
@@ -12,7 +29,12 @@ export interface TestServer {
   client: Client<typeof SandboxService>;
   /** The workspace root (realpath). */
   workspace: string;
-  /** Closes the client session, then the server, then removes the workspace. */
+  /**
+   * A gRPC client of `service` (SandboxService by default) on an HTTP/2 connection of its own,
+   * aborted by {@link close}.
+   */
+  connect<T extends DescService = typeof SandboxService>(service?: T, options?: ConnectOptions): Client<T>;
+  /** Closes every client connection, then the server, then removes the workspace. Idempotent. */
   close(): Promise<void>;
 }
 
@@ -21,20 +43,91 @@ export interface TestServer {
  * sends `options.token` with every call when `client.sendToken` is set.
  */
 export async function startTestServer(options: SandboxServerOptions = {}, client: { sendToken?: boolean } = {}): Promise<TestServer> {
-  const workspace = realpathSync(mkdtempSync(path.join(tmpdir(), "sandboxd-test-")));
+  const workspace = createWorkspace();
   const server = await startServer({ port: 0, workspaceRoots: [workspace], ...options });
-  const sessionManager = new Http2SessionManager(server.url);
-  const token = client.sendToken ? options.token : undefined;
-  const interceptors: Interceptor[] =
-    token === undefined ? [] : [(next) => (request) => (request.header.set("authorization", `Bearer ${token}`), next(request))];
+  const sessions: Http2SessionManager[] = [];
+  const connect = <T extends DescService>(service: T, connectOptions: ConnectOptions = {}): Client<T> => {
+    const sessionManager = new Http2SessionManager(server.url);
+    sessions.push(sessionManager);
+    const interceptors = [...(connectOptions.token === undefined ? [] : [bearer(connectOptions.token)]), ...(connectOptions.interceptors ?? [])];
+    return createClient(service, createGrpcTransport({ baseUrl: server.url, sessionManager, interceptors }));
+  };
+  let closing: Promise<void> | undefined;
   return {
     server,
-    client: createClient(SandboxService, createGrpcTransport({ baseUrl: server.url, sessionManager, interceptors })),
+    client: connect(SandboxService, { token: client.sendToken ? options.token : undefined }),
     workspace,
-    async close() {
-      sessionManager.abort();
-      await server.close();
+    connect: (service, connectOptions) => connect(service ?? (SandboxService as unknown as NonNullable<typeof service>), connectOptions),
+    close() {
+      closing ??= (async () => {
+        for (const session of sessions) session.abort();
+        await server.close();
+        rmSync(workspace, { recursive: true, force: true });
+      })();
+      return closing;
+    },
+  };
+}
+
+/** An interceptor that sends `Authorization: Bearer <token>`. */
+export function bearer(token: string): Interceptor {
+  return (next) => (request) => {
+    request.header.set("authorization", `Bearer ${token}`);
+    return next(request);
+  };
+}
+
+/** A process manager on a fresh workspace, for tests of src/process without any RPC. */
+export interface TestManager {
+  manager: ProcessManager;
+  /** The workspace root (realpath). */
+  workspace: string;
+  /** Shuts the manager down (SIGKILL after `gracePeriodMs`) and removes the workspace. */
+  close(gracePeriodMs?: number): Promise<void>;
+}
+
+/** Creates a process manager on a fresh temporary workspace. */
+export async function startTestManager(options: ProcessManagerOptions = {}): Promise<TestManager> {
+  const workspace = createWorkspace("sandboxd-manager-");
+  const manager = await createProcessManager({ workspaceRoots: [workspace], ...options });
+  return {
+    manager,
+    workspace,
+    async close(gracePeriodMs = 100) {
+      await manager.shutdown(gracePeriodMs);
       rmSync(workspace, { recursive: true, force: true });
     },
+  };
+}
+
+/**
+ * The service tier without a network: the routes the daemon serves (SandboxService, health,
+ * reflection, with the same error answers) behind `createRouterTransport`, on a real process
+ * manager, so handler logic is tested fast and processes are real.
+ */
+export interface InMemoryService<T extends DescService = typeof SandboxService> {
+  client: Client<T>;
+  manager: ProcessManager;
+  workspace: string;
+  /** Ends every call as the daemon's shutdown does (SHUTTING_DOWN), without closing anything else. */
+  shutdownCalls(): void;
+  /** Shuts the manager down and removes the workspace. */
+  close(): Promise<void>;
+}
+
+/** Creates the in-memory tier: see {@link InMemoryService}. */
+export async function startInMemoryService<T extends DescService = typeof SandboxService>(
+  options: ProcessManagerOptions & { service?: T } = {},
+): Promise<InMemoryService<T>> {
+  const { service, ...managerOptions } = options;
+  const { manager, workspace, close } = await startTestManager(managerOptions);
+  const shutdown = new AbortController();
+  const transport = createRouterTransport(withErrorAnswers(createRoutes({ manager })), { router: { shutdownSignal: shutdown.signal } });
+  return {
+    client: createClient(service ?? (SandboxService as unknown as T), transport),
+    manager,
+    workspace,
+    shutdownCalls: () => shutdown.abort(shuttingDownError()),
+    close: () => close(),
   };
 }
