@@ -5,8 +5,9 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { createClient, type Client } from "@connectrpc/connect";
-import { createConnectTransport, createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { createConnectTransport } from "@connectrpc/connect-node";
 import { SandboxService } from "../gen/sandbox/v1/sandbox_pb.js";
+import { createSandboxConnection, type SandboxConnection } from "../src/client/transport.js";
 
 /** Root of the repository. */
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
@@ -81,19 +82,20 @@ export async function startDaemon(options: DaemonOptions = {}): Promise<Daemon> 
     rmSync(workspace, { recursive: true, force: true });
     throw error;
   }
-  const managers: Http2SessionManager[] = [];
+  const connections: SandboxConnection[] = [];
   const newClient = () => {
-    const sessionManager = new WideWindowSessionManager(url);
-    managers.push(sessionManager);
+    // The client's own transport (wide HTTP/2 flow-control windows): the bench measures what users get.
     // Loopback: compressing output would only cost CPU on both sides.
-    return createClient(SandboxService, createGrpcTransport({ baseUrl: url, sessionManager, acceptCompression: [] }));
+    const connection = createSandboxConnection({ baseUrl: url, acceptCompression: false });
+    connections.push(connection);
+    return createClient(SandboxService, connection.transport);
   };
   const client = newClient();
   let probe: ReadyProbe;
   try {
     probe = await waitUntilServing(url, client, startedAt + (options.readyTimeoutMs ?? 20_000));
   } catch (error) {
-    for (const manager of managers) manager.abort();
+    for (const connection of connections) connection.close();
     child.kill("SIGKILL");
     rmSync(workspace, { recursive: true, force: true });
     throw error;
@@ -112,7 +114,7 @@ export async function startDaemon(options: DaemonOptions = {}): Promise<Daemon> 
     rssBytes: () => readRssBytes(pid),
     cpuMs: () => readCpuMs(pid),
     async stop() {
-      for (const manager of managers) manager.abort();
+      for (const connection of connections) connection.close();
       child.kill("SIGTERM");
       const forced = setTimeout(() => child.kill("SIGKILL"), 10_000);
       await exited;
@@ -120,39 +122,6 @@ export async function startDaemon(options: DaemonOptions = {}): Promise<Daemon> 
       rmSync(workspace, { recursive: true, force: true });
     },
   };
-}
-
-/** HTTP/2 receive window of each stream the bench's clients open, in bytes. */
-export const clientStreamWindowBytes = 4 * 1024 * 1024;
-/** HTTP/2 receive window of each client connection, in bytes. */
-export const clientConnectionWindowBytes = 16 * 1024 * 1024;
-
-/**
- * An Http2SessionManager whose connections receive with wide flow-control windows. Node's defaults
- * (64 KiB per stream and per connection) let the daemon send one 64 KiB output message per round
- * trip of a WINDOW_UPDATE, which capped Exec output at a fraction of what the daemon can send.
- */
-export class WideWindowSessionManager extends Http2SessionManager {
-  private readonly widened = new WeakSet<http2.ClientHttp2Session>();
-
-  constructor(url: string) {
-    super(url, undefined, { settings: { initialWindowSize: clientStreamWindowBytes } });
-  }
-
-  override async request(
-    method: string,
-    path: string,
-    headers: http2.OutgoingHttpHeaders,
-    options: Omit<http2.ClientSessionRequestOptions, "signal">,
-  ): Promise<http2.ClientHttp2Stream> {
-    const stream = await super.request(method, path, headers, options);
-    const session = stream.session as http2.ClientHttp2Session | undefined;
-    if (session !== undefined && !this.widened.has(session)) {
-      this.widened.add(session);
-      session.setLocalWindowSize(clientConnectionWindowBytes);
-    }
-    return stream;
-  }
 }
 
 /** The bench's environment without sandboxd's own variables, so a developer's settings do not leak in. */
