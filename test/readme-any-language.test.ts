@@ -43,9 +43,21 @@ const expectations: ((stdout: string) => void)[] = [
   },
   (stdout) => expect(parseJsonStream(stdout)).toEqual([{ status: "SERVING" }, { status: "SERVING" }]),
   (stdout) => {
-    const [started, list] = parseJsonStream(stdout) as Record<string, any>[];
+    const [error] = parseJsonStream(stdout) as Record<string, any>[];
+    expect(error).toEqual({
+      code: 5,
+      message: "process not found: no-such-process",
+      details: [{ "@type": "type.googleapis.com/google.rpc.ErrorInfo", reason: "PROCESS_NOT_FOUND", domain: "sandbox.v1", metadata: { process_id: "no-such-process" } }],
+    });
+  },
+  (stdout) => {
+    const [started, list, missing] = parseJsonStream(stdout) as Record<string, any>[];
     expect(started.process.processId).toBe("sleeper");
     expect(list.processes.map((process: { processId: string }) => process.processId)).toContain("sleeper");
+    expect(missing).toMatchObject({
+      code: "not_found",
+      details: [{ type: "google.rpc.ErrorInfo", debug: { reason: "PROCESS_NOT_FOUND", domain: "sandbox.v1", metadata: { process_id: "no-such-process" } } }],
+    });
   },
   (stdout) => {
     const lines = stdout.trim().split("\n").map((line) => JSON.parse(line));

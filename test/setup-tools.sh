@@ -2,7 +2,7 @@
 # Installs the external tools the tests need, each at a pinned version, inside the project (both
 # directories are gitignored), and does nothing for what is already in place:
 #   .tools/bin  grpcurl, protoc-gen-go, protoc-gen-go-grpc (go install), the Go example's binary
-#   .venv       grpcio and grpcio-tools (pip), for the Python example
+#   .venv       grpcio, grpcio-tools and grpcio-status (pip), for the Python example
 # Needs Go and Python 3 with venv; reaches only the Go module proxy and PyPI.
 # The tests find the tools here; to use them by hand: export PATH="$PWD/.tools/bin:$PATH".
 set -euo pipefail
@@ -38,9 +38,11 @@ done
 # The Go example's modules and a first build, so the test that builds it again hits Go's cache.
 go -C examples/go build -o "$GOBIN/sandboxd-go-example" .
 
-if ! .venv/bin/python -c "import grpc, grpc_tools, sys; sys.exit(grpc.__version__ != '$grpcio_version')" 2>/dev/null; then
-  echo "installing grpcio $grpcio_version and grpcio-tools $grpcio_version into .venv"
+# grpcio-status reads the google.rpc.ErrorInfo details of errors (it brings googleapis-common-protos).
+if ! .venv/bin/python -c "import grpc, grpc_tools, grpc_status, sys; sys.exit(grpc.__version__ != '$grpcio_version')" 2>/dev/null; then
+  echo "installing grpcio, grpcio-tools and grpcio-status $grpcio_version into .venv"
   python3 -m venv .venv
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check "grpcio==$grpcio_version" "grpcio-tools==$grpcio_version"
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check \
+    "grpcio==$grpcio_version" "grpcio-tools==$grpcio_version" "grpcio-status==$grpcio_version"
 fi
 echo "python $(.venv/bin/python -c 'import grpc, platform; print(platform.python_version(), "grpcio", grpc.__version__)')"
