@@ -1,3 +1,7 @@
+import { fromBinary } from "@bufbuild/protobuf";
+import { anyUnpack } from "@bufbuild/protobuf/wkt";
+import { ErrorInfoSchema } from "../gen/google/rpc/error_details_pb.js";
+import { StatusSchema } from "../gen/google/rpc/status_pb.js";
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -103,6 +107,10 @@ describe("a request that is not valid protobuf is INVALID_ARGUMENT in every prot
       const grpcWebBody = Buffer.from(await grpcWeb.arrayBuffer());
       const trailer = grpcWebBody.subarray(grpcWebBody.indexOf(0x80) + 5).toString();
       expect(grpcWeb.headers.get("grpc-status") ?? /grpc-status: ?(\d+)/.exec(trailer)?.[1]).toBe(String(Code.InvalidArgument));
+      // With the ErrorInfo every failure carries, in each protocol's place for details.
+      const details = grpcWeb.headers.get("grpc-status-details-bin") ?? /grpc-status-details-bin: ?([^\r]+)/.exec(trailer)?.[1];
+      const status = fromBinary(StatusSchema, Buffer.from(details ?? "", "base64"));
+      expect([status.code, anyUnpack(status.details[0], ErrorInfoSchema)?.reason]).toEqual([Code.InvalidArgument, "INVALID_ARGUMENT"]);
 
       const unary = await fetch(`${test.server.url}/sandbox.v1.SandboxService/GetProcess`, {
         method: "POST",
@@ -110,7 +118,7 @@ describe("a request that is not valid protobuf is INVALID_ARGUMENT in every prot
         body: message,
       });
       expect(unary.status).toBe(400);
-      expect(await unary.json()).toMatchObject({ code: "invalid_argument" });
+      expect(await unary.json()).toMatchObject({ code: "invalid_argument", details: [{ type: "google.rpc.ErrorInfo", debug: { reason: "INVALID_ARGUMENT", domain: "sandbox.v1" } }] });
 
       const streaming = await fetch(`${test.server.url}/sandbox.v1.SandboxService/Exec`, {
         method: "POST",
@@ -119,7 +127,7 @@ describe("a request that is not valid protobuf is INVALID_ARGUMENT in every prot
       });
       const frames = Buffer.from(await streaming.arrayBuffer());
       const end = JSON.parse(frames.subarray(5).toString()) as { error?: { code: string } };
-      expect(end.error?.code).toBe("invalid_argument");
+      expect(end.error).toMatchObject({ code: "invalid_argument", details: [{ type: "google.rpc.ErrorInfo", debug: { reason: "INVALID_ARGUMENT" } }] });
       expect(test.server.manager.list()).toHaveLength(0);
     });
   }
