@@ -3,6 +3,7 @@ import type http2 from "node:http2";
 import type net from "node:net";
 import { interceptOutcome } from "./call-outcome.js";
 import { ConnectError, createContextKey, createContextValues, type ContextValues, type Interceptor } from "@connectrpc/connect";
+import { onAbort } from "../process/abort.js";
 import { sandboxError } from "./errors.js";
 
 /** Default largest request or response message, in bytes (4 MiB, gRPC's usual limit). */
@@ -127,8 +128,8 @@ export function createCallLimitInterceptor(options: CallLimitOptions = {}): { in
     try {
       const response = await next(request);
       if (!response.stream) release();
-      else if (request.signal.aborted) release();
-      else request.signal.addEventListener("abort", release, { once: true });
+      // The call's signal fires once, at its end, whatever the end: no listener outlives the call.
+      else onAbort(request.signal, release);
       return response;
     } catch (error) {
       release();
