@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Deployment files, checked:
+#   deploy/kubernetes/*.yaml  strictly against the Kubernetes schemas of the oldest version the manifests
+#                             support (1.27: native gRPC probes) and of the newest, with kubernetes-validate
+#                             (PyPI; the schemas ship inside the package, nothing is fetched at run time)
+#   deploy/systemd/           systemd-analyze verify of the unit as shipped, with the daemon of this checkout
+#                             at the unit's ExecStart path (in a private mount namespace); systemd-sysusers
+#                             --dry-run of the sysusers file
+#   both                      every SANDBOXD_* variable they set is one the daemon knows; the manifest's user
+#                             and port are the image's; a token file of a credential's mode (0400) is accepted
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+source test/side/lib/apt.sh
+passed=0
+failed=0
+result() { # result NAME STATUS [DETAIL]
+  if [ "$2" -eq 0 ]; then passed=$((passed + 1)); echo "ok - $1"; else failed=$((failed + 1)); echo "FAILED - $1${3:+: $3}"; fi
+}
+
+kubernetes_validate_version=1.37.0
+venv=.tools/kubernetes-validate
+if ! "$venv/bin/kubernetes-validate" --version 2>/dev/null | grep -q "$kubernetes_validate_version"; then
+  echo "installing kubernetes-validate $kubernetes_validate_version into $venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "kubernetes-validate==$kubernetes_validate_version"
+fi
+for version in 1.27.0 1.37.0; do
+  status=0
+  out=$("$venv/bin/kubernetes-validate" --strict --no-warn -k "$version" deploy/kubernetes/*.yaml 2>&1) || status=$?
+  result "deploy/kubernetes is valid for Kubernetes $version (strict: no unknown fields)" "$status" "$out"
+done
+
+[ -x dist/src/cli/sandboxd.js ] || npm run build --silent
+help=$(node dist/src/cli/sandboxd.js --help)
+unknown=""
+for name in $(grep -ohE '\bSANDBOXD_[A-Z_]+' deploy/kubernetes/*.yaml deploy/systemd/sandboxd.service Dockerfile | sort -u); do
+  grep -q "$name" <<<"$help" || unknown="$unknown $name"
+done
+result "every SANDBOXD_* variable in deploy/ and the Dockerfile is in sandboxd --help" "$([ -z "$unknown" ]; echo $?)" "unknown:$unknown"
+
+image_user=$(awk '$1 == "USER" { split($2, a, ":"); print a[1] }' Dockerfile)
+image_port=$(grep -oE 'SANDBOXD_PORT=[0-9]+' Dockerfile | cut -d= -f2)
+manifest_user=$(grep -oE 'runAsUser: [0-9]+' deploy/kubernetes/sandboxd.yaml | awk '{ print $2 }')
+manifest_ports=$(grep -oE '(containerPort|port): [0-9]+' deploy/kubernetes/sandboxd.yaml | awk '{ print $2 }' | sort -u | tr '\n' ' ')
+result "the manifest runs as the image's user ($image_user) on its port ($image_port)" \
+  "$([ "$manifest_user" = "$image_user" ] && [ "$manifest_ports" = "$image_port " ]; echo $?)" "runAsUser $manifest_user, ports $manifest_ports"
+
+# LoadCredential= gives a service running as root (as this unit does) a file of mode 0400: the daemon
+# must start with it as its token file.
+work=$(mktemp -d)
+daemon=""
+cleanup() { [ -z "$daemon" ] || kill "$daemon" 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+mkdir -p "$work/credentials" "$work/workspace"
+printf 'credential-token\n' >"$work/credentials/token"
+chmod 0400 "$work/credentials/token"
+chmod 0500 "$work/credentials"
+SANDBOXD_TOKEN_FILE="$work/credentials/token" node dist/src/cli/sandboxd.js --port 0 --workspace "$work/workspace" --log-format json 2>"$work/daemon.log" &
+daemon=$!
+for _ in $(seq 1 100); do grep -q '"url"' "$work/daemon.log" && break; kill -0 "$daemon" 2>/dev/null || break; sleep 0.1; done
+listening=$(grep -c '"url"' "$work/daemon.log" || true)
+required=$(grep -c 'bearer token required' "$work/daemon.log" || true)
+result "the daemon takes a credential file (mode 0400) as its token file" "$([ "$listening" = 1 ] && [ "$required" = 1 ]; echo $?)" "$(cat "$work/daemon.log")"
+kill "$daemon"
+wait "$daemon" || true
+daemon=""
+
+command -v systemd-analyze >/dev/null || apt_install systemd
+echo "$(systemd-analyze --version | head -n 1)"
+# systemd-analyze verify checks that ExecStart's program exists: the unit runs /usr/local/bin/sandboxd,
+# where `npm install -g` puts it. Here that path is this checkout's daemon, in a mount namespace of its own.
+status=0
+out=$(unshare --mount --propagation private -- bash -c '
+  mount -t tmpfs tmpfs /usr/local/bin &&
+  ln -s "$1/dist/src/cli/sandboxd.js" /usr/local/bin/sandboxd &&
+  SYSTEMD_LOG_LEVEL=notice systemd-analyze verify "$1/deploy/systemd/sandboxd.service"' _ "$PWD" 2>&1) || status=$?
+[ -z "$out" ] || status=1
+result "systemd-analyze verify deploy/systemd/sandboxd.service" "$status" "$out"
+grep -q '^KillMode=control-group$' deploy/systemd/sandboxd.service && grep -q '^LoadCredential=token:' deploy/systemd/sandboxd.service
+result "the unit kills its whole cgroup and takes the token as a credential" "$?"
+mkdir -p "$work/sysusers-root/etc"
+status=0
+out=$(systemd-sysusers --root="$work/sysusers-root" --dry-run "$PWD/deploy/systemd/sandboxd.sysusers" 2>&1) || status=$?
+grep -q "Creating user 'sandbox'" <<<"$out" || status=1
+result "systemd-sysusers takes deploy/systemd/sandboxd.sysusers" "$status" "$out"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
