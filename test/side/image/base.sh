@@ -99,8 +99,12 @@ ensure_bases() {
   key=$( { cat "${BASH_SOURCE[0]}"; echo "$(apt_mirror) $(dpkg --print-architecture)"; host_ca_bundle; } | sha256sum | cut -c1-16)
   RUNTIME_BASE="localhost/sandboxd-ci/node:$node_version-$debian_suite-slim-$key"
   BUILD_BASE="localhost/sandboxd-ci/node:$node_version-$debian_suite-$key"
-  # Archives of older keys are of no further use.
+  # Bases of older keys are of no further use.
   find "$cache_dir" -maxdepth 1 -name 'node-*.tar' ! -name "*-$key.tar" -delete
+  local old
+  for old in $(buildah images --noheading --format '{{.Name}}:{{.Tag}}'); do
+    case "$old" in localhost/sandboxd-ci/node:*-"$key") ;; localhost/sandboxd-ci/node:*) buildah rmi "$old" >/dev/null 2>&1 || true ;; esac
+  done
   ensure_image "$RUNTIME_BASE" "$cache_dir/node-slim-$key.tar" make_runtime_base
   ensure_image "$BUILD_BASE" "$cache_dir/node-build-$key.tar" make_build_base
 }
