@@ -1,4 +1,4 @@
-import { chmodSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { createClient, type Interceptor } from "@connectrpc/connect";
@@ -186,6 +186,23 @@ describe("where the token comes from", () => {
     expect(command.kind).toBe("serve");
     if (command.kind !== "serve") return;
     expect(command.options).toMatchObject({ host: "0.0.0.0", token: "readme-token", runAs: { name: "nobody" }, stateDirectory: "/var/lib/sandboxd", workspaceRoots: ["/srv/work"] });
+  });
+
+  it("accepts a group-readable token file only inside systemd's $CREDENTIALS_DIRECTORY", () => {
+    const credentials = path.join(dir, "credentials");
+    mkdirSync(credentials);
+    const inside = path.join(credentials, "token");
+    writeFileSync(inside, "credential-token\n", { mode: 0o440 });
+    chmodSync(inside, 0o440);
+    expect(resolveToken({ tokenFile: inside, env: { CREDENTIALS_DIRECTORY: credentials } })).toBe("credential-token");
+    expect(() => resolveToken({ tokenFile: inside, env: {} })).toThrow("must be 0600 or stricter");
+    const outside = path.join(dir, "outside-token");
+    writeFileSync(outside, "t", { mode: 0o440 });
+    chmodSync(outside, 0o440);
+    expect(() => resolveToken({ tokenFile: outside, env: { CREDENTIALS_DIRECTORY: credentials } })).toThrow("must be 0600 or stricter");
+    // A symlink placed in the directory that points outside it is not inside.
+    symlinkSync(outside, path.join(credentials, "link"));
+    expect(() => resolveToken({ tokenFile: path.join(credentials, "link"), env: { CREDENTIALS_DIRECTORY: credentials } })).toThrow("must be 0600 or stricter");
   });
 
   it("the command line refuses a 0644 token file", () => {

@@ -1,5 +1,6 @@
 import { createHash, timingSafeEqual } from "node:crypto";
-import { readFileSync, statSync } from "node:fs";
+import { readFileSync, realpathSync, statSync } from "node:fs";
+import path from "node:path";
 import { isIP } from "node:net";
 import type { Interceptor } from "@connectrpc/connect";
 import { sandboxError } from "./errors.js";
@@ -65,13 +66,15 @@ export interface TokenSources {
 /**
  * Finds the daemon's token: `token`, else `tokenFile`, else `SANDBOXD_TOKEN`; undefined when none is
  * set. A token file open to group or others (any mode bit in 0o077) is refused, as ssh refuses a
- * private key, and so is an empty token. Surrounding whitespace (a trailing newline) is trimmed.
+ * private key, and so is an empty token; a file inside systemd's `$CREDENTIALS_DIRECTORY` (LoadCredential=)
+ * is exempt, since systemd keeps that directory private to the service and gives a non-root service
+ * user read access through an ACL that shows as group bits. Surrounding whitespace (a trailing newline) is trimmed.
  * Errors never include the token.
  */
 export function resolveToken(sources: TokenSources): string | undefined {
   let token: string | undefined;
   if (sources.token !== undefined) token = sources.token;
-  else if (sources.tokenFile !== undefined) token = readTokenFile(sources.tokenFile);
+  else if (sources.tokenFile !== undefined) token = readTokenFile(sources.tokenFile, (sources.env ?? process.env).CREDENTIALS_DIRECTORY);
   else token = (sources.env ?? process.env).SANDBOXD_TOKEN;
   if (token === undefined) return undefined;
   token = token.trim();
@@ -79,12 +82,23 @@ export function resolveToken(sources: TokenSources): string | undefined {
   return token;
 }
 
-function readTokenFile(file: string): string {
+function readTokenFile(file: string, credentialsDirectory: string | undefined): string {
   const mode = statSync(file).mode & 0o777;
-  if ((mode & 0o077) !== 0) {
+  if ((mode & 0o077) !== 0 && !insideDirectory(file, credentialsDirectory)) {
     throw new Error(`token file ${file} has mode ${mode.toString(8).padStart(4, "0")}: it must be 0600 or stricter (chmod 600 ${file})`);
   }
   return readFileSync(file, "utf8");
+}
+
+/** Whether `file` resolves (symlinks followed) to a path inside `directory`. */
+function insideDirectory(file: string, directory: string | undefined): boolean {
+  if (directory === undefined || directory === "") return false;
+  try {
+    const root = realpathSync(directory);
+    return realpathSync(file).startsWith(`${root}${path.sep}`);
+  } catch {
+    return false;
+  }
 }
 
 /** Whether `host` is a loopback address or name (127.0.0.0/8, ::1, localhost). */
