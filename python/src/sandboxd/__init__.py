@@ -1,0 +1,98 @@
+"""sandboxd: the Python client of sandboxd, a command execution daemon for sandboxes.
+
+Run a command and get its exit code and output, stream a command's events, start background processes and follow
+them through handles that resume from byte offsets after a broken connection, feed them input and stop them; sync
+(:class:`Sandbox`, :func:`connect`) and asyncio (:class:`AsyncSandbox`, :func:`connect_async`) with the same surface::
+
+    import sandboxd
+
+    with sandboxd.connect("http://127.0.0.1:7007", token=token) as sandbox:
+        result = sandbox.exec("echo hello && echo oops >&2 && exit 3")
+        print(result.exit_code, result.output.text)
+
+The generated protobuf messages of ``sandbox.v1`` are :mod:`sandboxd.v1`.
+"""
+
+from ._async_sandbox import AsyncProcesses, AsyncSandbox, SandboxOptions
+from ._gen.sandbox.v1 import sandbox_pb2 as v1
+from ._handle import DEFAULT_MAX_RETAINED_BYTES, AsyncCommandHandle
+from ._reconnect import ReconnectPolicy
+from ._sync import CommandHandle, Processes, Sandbox, connect, connect_async
+from ._transport import DEFAULT_URL, Keepalive, Tls
+from .errors import (
+    AuthenticationError,
+    CwdOutsideWorkspaceError,
+    ExecutionTimeoutError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    LimitExceededError,
+    OutputLostError,
+    PermissionDeniedError,
+    ProcessAlreadyExistsError,
+    ProcessNotFoundError,
+    ProcessNotRunningError,
+    SandboxError,
+    SandboxUnavailableError,
+    ShuttingDownError,
+    SpawnFailedError,
+    StdinNotOpenError,
+    SudoNotAllowedError,
+)
+from .lifecycle import SandboxStatus
+from .options import Command, ExecOptions, ProcessOptions, PtySize
+from .output import InputAck, Output, OutputChunk, StreamDecoder, StreamName
+from .records import CommandResult, ExecEvent, ExecResult, ProcessExit, ProcessInfo, ProcessLogs, ProcessStatus
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_MAX_RETAINED_BYTES",
+    "DEFAULT_URL",
+    "AsyncCommandHandle",
+    "AsyncProcesses",
+    "AsyncSandbox",
+    "AuthenticationError",
+    "Command",
+    "CommandHandle",
+    "CommandResult",
+    "CwdOutsideWorkspaceError",
+    "ExecEvent",
+    "ExecOptions",
+    "ExecResult",
+    "ExecutionTimeoutError",
+    "FailedPreconditionError",
+    "InputAck",
+    "InvalidArgumentError",
+    "Keepalive",
+    "LimitExceededError",
+    "Output",
+    "OutputChunk",
+    "OutputLostError",
+    "PermissionDeniedError",
+    "ProcessAlreadyExistsError",
+    "ProcessExit",
+    "ProcessInfo",
+    "ProcessLogs",
+    "ProcessNotFoundError",
+    "ProcessNotRunningError",
+    "ProcessOptions",
+    "ProcessStatus",
+    "Processes",
+    "PtySize",
+    "ReconnectPolicy",
+    "Sandbox",
+    "SandboxError",
+    "SandboxOptions",
+    "SandboxStatus",
+    "SandboxUnavailableError",
+    "ShuttingDownError",
+    "SpawnFailedError",
+    "StdinNotOpenError",
+    "StreamDecoder",
+    "StreamName",
+    "SudoNotAllowedError",
+    "Tls",
+    "connect",
+    "connect_async",
+    "v1",
+]

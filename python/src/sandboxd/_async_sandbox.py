@@ -1,0 +1,398 @@
+"""AsyncSandbox: the asyncio client of one daemon, and the core the sync Sandbox wraps."""
+
+from __future__ import annotations
+
+import codecs
+import datetime
+import secrets
+import weakref
+from collections.abc import AsyncIterator, Iterable, Mapping
+from types import TracebackType
+from typing import Any, Self, TypedDict, Unpack
+
+import grpc
+import grpc.aio
+
+from ._gen.sandbox.v1 import sandbox_pb2 as pb
+from ._handle import AsyncCommandHandle, HandleContext, fetch_logs, grace_ms, signal_name
+from ._reconnect import ReconnectPolicy
+from ._transport import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_URL, Keepalive, SandboxRpc, Tls, create_channel
+from .errors import InvalidArgumentError, SandboxError, from_rpc_error
+from .lifecycle import Lifecycle, SandboxStatus
+from .options import Command, ExecOptions, ProcessOptions, SpecDefaults, build_spec
+from .output import StreamDecoder, StreamName
+from .records import CommandResult, ExecEvent, ProcessInfo, ProcessLogs, ProcessStatus
+
+
+class SandboxOptions(TypedDict, total=False):
+    """Options of a sandbox (``connect()``, ``Sandbox(...)``, ``AsyncSandbox(...)``)."""
+
+    #: Bearer token, sent as ``authorization: Bearer <token>`` on every call.
+    token: str
+    #: Default time limit of waiting commands (exec, exec_stream) in seconds; 30 by default (seed 002), None for
+    #: none. Background processes have none unless asked.
+    timeout: float | None
+    #: Identifier of this sandbox; 12 random hex characters by default.
+    sandbox_id: str
+    #: Session of the commands this sandbox starts; the sandbox id by default. close() kills its processes.
+    session_id: str
+    #: Allowed workspace directories on the daemon's machine; the first is the default working directory and a
+    #: ``cwd`` outside all of them is refused before any call. Empty by default: the daemon confines ``cwd`` anyway.
+    workspace: Iterable[str]
+    #: Encoding of the ``.text`` helpers and text events; UTF-8 by default.
+    encoding: str
+    #: HTTP/2 keepalive pings that find a dead path (20 s interval, 10 s timeout by default).
+    keepalive: Keepalive
+    #: How background handles reconnect on their own (5 attempts, 0.5 s doubling to 10 s, jittered).
+    reconnect: ReconnectPolicy
+    #: Seconds ``start()`` waits for the daemon to answer; 10 by default.
+    connect_timeout: float
+    #: CAs and client certificate for an ``https://`` daemon.
+    tls: Tls
+    #: Extra metadata (headers) sent on every call.
+    headers: Mapping[str, str]
+    #: Largest request message sent, in bytes; 4 MiB by default, the daemon's default ``--max-message-bytes``.
+    max_message_bytes: int
+
+
+class AsyncSandbox:
+    """AsyncSandbox is an asyncio client of one sandboxd daemon with seed 002's lifecycle.
+
+    ``init`` until ``start()``, ``running`` while connected, ``idle`` after ``stop()``, ``error`` when a restart
+    failed, ``closed`` after ``close()``; commands run only while ``running`` (SandboxError ``NOT_RUNNING``).
+    ``async with AsyncSandbox(url) as sandbox`` starts it and closes it on leaving, which kills the live processes of
+    its session. Waiting commands (``exec``, ``exec_stream``) go through Exec, so cancelling them (task cancel, a
+    KeyboardInterrupt in the sync API, leaving an ``exec_stream`` loop) or losing this client kills them on the
+    daemon; background processes (``start_process``) outlive their calls and are followed through resumable log
+    streams.
+    """
+
+    def __init__(self, url: str = DEFAULT_URL, **options: Unpack[SandboxOptions]) -> None:
+        #: The daemon's URL.
+        self.url = url
+        #: The sandbox id.
+        self.sandbox_id = options.get("sandbox_id") or secrets.token_hex(6)
+        #: Session of this sandbox's commands.
+        self.session_id = options.get("session_id") or self.sandbox_id
+        self._options = options
+        self._encoding = _checked_encoding(options.get("encoding", "utf-8"))
+        self._defaults = SpecDefaults(
+            session_id=self.session_id,
+            timeout=options.get("timeout", 30.0),
+            workspace=tuple(options.get("workspace", ())),
+        )
+        self._sessions = {self.session_id}
+        self._lifecycle = Lifecycle()
+        self._rpc: SandboxRpc | None = None
+        self._handles: weakref.WeakSet[AsyncCommandHandle] = weakref.WeakSet()
+        #: Process management: list, get, attach, kill, kill_all, cleanup, logs.
+        self.processes = AsyncProcesses(self)
+
+    @classmethod
+    async def connect(cls, url: str = DEFAULT_URL, **options: Unpack[SandboxOptions]) -> Self:
+        """Creates a sandbox and starts it (connects and checks the daemon answers and takes the token)."""
+        sandbox = cls(url, **options)
+        await sandbox.start()
+        return sandbox
+
+    @property
+    def status(self) -> SandboxStatus:
+        """Current lifecycle state."""
+        return self._lifecycle.status
+
+    @property
+    def timeout(self) -> float | None:
+        """Default time limit of waiting commands, in seconds."""
+        return self._defaults.timeout
+
+    @property
+    def workspace(self) -> list[str]:
+        """A copy of the allowed workspace directories."""
+        return list(self._defaults.workspace)
+
+    def describe(self) -> dict[str, Any]:
+        """Describes the sandbox (seed 002's ``describe()``): id, status, workspace, timeout, session and url."""
+        return {
+            "sandbox_id": self.sandbox_id,
+            "status": self.status,
+            "workspace": self.workspace,
+            "timeout": self.timeout,
+            "session_id": self.session_id,
+            "url": self.url,
+        }
+
+    async def start(self) -> None:
+        """Connects and checks that the daemon answers (and takes the token): ``init``, ``idle`` or ``error`` to
+        ``running``. On failure the connection is released, the sandbox goes to ``error`` (from ``idle``; from
+        ``init`` it stays ``init``) and the failure is raised (SandboxUnavailableError, AuthenticationError...)."""
+        if self.status in (SandboxStatus.RUNNING, SandboxStatus.CLOSED):
+            self._lifecycle.transition(SandboxStatus.RUNNING)
+        options = self._options
+        channel = create_channel(
+            self.url,
+            keepalive=options.get("keepalive", Keepalive()),
+            tls=options.get("tls"),
+            max_message_bytes=options.get("max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES),
+        )
+        metadata = dict(options.get("headers", {}))
+        if "token" in options:
+            metadata["authorization"] = f"Bearer {options['token']}"
+        rpc = SandboxRpc(channel, metadata)
+        try:
+            await rpc.list_processes(
+                pb.ListProcessesRequest(session_id=self.session_id), metadata=rpc.metadata, timeout=options.get("connect_timeout", 10.0)
+            )
+        except BaseException as error:
+            await channel.close()
+            if self.status == SandboxStatus.IDLE:
+                self._lifecycle.transition(SandboxStatus.ERROR)
+            if isinstance(error, grpc.aio.AioRpcError):
+                raise from_rpc_error(error, timeout=options.get("connect_timeout", 10.0)) from error
+            raise
+        self._rpc = rpc
+        self._lifecycle.transition(SandboxStatus.RUNNING)
+
+    async def stop(self) -> None:
+        """Kills the processes of this sandbox's sessions, stops following them and releases the connection:
+        ``running`` to ``idle``. ``start()`` may follow. If the daemon cannot be reached the sandbox goes to
+        ``error`` and the failure is raised."""
+        if self.status != SandboxStatus.RUNNING:
+            self._lifecycle.transition(SandboxStatus.IDLE)
+        try:
+            await self.processes.kill_all()
+        except SandboxError:
+            await self._release()
+            self._lifecycle.transition(SandboxStatus.ERROR)
+            raise
+        await self._release()
+        self._lifecycle.transition(SandboxStatus.IDLE)
+
+    async def close(self, *, kill_processes: bool = True) -> None:
+        """Closes the sandbox for good: kills its sessions' live processes (unless ``kill_processes`` is False;
+        a daemon that cannot be reached is ignored), releases the connection and goes to ``closed``. Closing a
+        closed sandbox does nothing."""
+        if self.status == SandboxStatus.CLOSED:
+            return
+        if self.status == SandboxStatus.RUNNING and kill_processes:
+            try:
+                await self.processes.kill_all()
+            except SandboxError:
+                pass
+        await self._release()
+        self._lifecycle.transition(SandboxStatus.CLOSED)
+
+    async def __aenter__(self) -> Self:
+        if self.status != SandboxStatus.RUNNING:
+            await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def exec(self, command: Command, **options: Unpack[ExecOptions]) -> CommandResult:
+        """Runs a command and waits for it (seeds 000 and 004): returns its :class:`~sandboxd.CommandResult` whatever
+        the exit code (``exit_code``, ``stdout``, ``stderr``, ``output``). Raises a SandboxError when the daemon
+        refuses the command or the stream ends without an exit (never an invented exit code). Cancelling the call
+        kills the command."""
+        handle = await self._exec_handle(command, options)
+        try:
+            return await handle.wait()
+        finally:
+            # After the exit this does nothing; on any failure or cancellation it cancels the call, which kills it.
+            await handle._stop(SandboxError("the command was cancelled", code="CANCELLED"))
+
+    async def exec_stream(self, command: Command, **options: Unpack[ExecOptions]) -> AsyncIterator[ExecEvent]:
+        """Runs a command as an async iterator of :class:`~sandboxd.ExecEvent` s (seed 000): ``start``,
+        ``stdout``/``stderr`` output as it arrives, then ``complete`` with the result. Leaving the loop early (or
+        closing the iterator, e.g. with ``contextlib.aclosing``) kills the command; failures are raised."""
+        encoding = _checked_encoding(options.get("encoding", self._encoding))
+        handle = await self._exec_handle(command, options)
+        now = _now
+        try:
+            yield ExecEvent(type="start", timestamp=now(), command=handle.info.command_line if handle.info else "", process_id=handle.process_id)
+            decoder = StreamDecoder(encoding)
+            async for chunk in handle:
+                yield ExecEvent(type=chunk.stream, timestamp=now(), data=chunk.data, text=decoder.decode(chunk.stream, chunk.data))
+            streams: tuple[StreamName, ...] = ("stdout", "stderr")
+            for stream in streams:
+                rest = decoder.flush(stream)
+                if rest:
+                    yield ExecEvent(type=stream, timestamp=now(), text=rest)
+            result = await handle.wait()
+            yield ExecEvent(type="complete", timestamp=now(), exit_code=result.exit_code, result=result)
+        finally:
+            await handle._stop(SandboxError("the command was cancelled", code="CANCELLED"))
+
+    async def start_process(self, command: Command, **options: Unpack[ProcessOptions]) -> AsyncCommandHandle:
+        """Starts a background process (seed 000) and returns its live, resumable handle, which follows the process
+        when first iterated or waited on. It has no time limit unless ``timeout`` is given. A live duplicate
+        ``process_id`` is ProcessAlreadyExistsError; ``async with`` the handle kills it on leaving the block."""
+        rpc = self._running_rpc()
+        stdin = options.get("stdin")
+        session_id = options.get("session_id")
+        spec = build_spec(
+            command,
+            defaults=self._defaults,
+            env=options.get("env"),
+            cwd=options.get("cwd"),
+            timeout=options.get("timeout"),
+            pty=options.get("pty", False),
+            sudo=options.get("sudo", False),
+            session_id=session_id,
+            process_id=options.get("process_id"),
+            stdin_data=None if isinstance(stdin, bool) else stdin,
+            stdin_open=stdin is True,
+            auto_cleanup=options.get("auto_cleanup"),
+        )
+        encoding = _checked_encoding(options.get("encoding", self._encoding))
+        if session_id is not None:
+            self._sessions.add(session_id)
+        try:
+            response = await rpc.start_process(pb.StartProcessRequest(spec=spec), metadata=rpc.metadata)
+        except grpc.aio.AioRpcError as error:
+            raise from_rpc_error(error, process_id=options.get("process_id")) from error
+        handle = AsyncCommandHandle._for_process(
+            self._context(), ProcessInfo.from_proto(response.process), max_retained_bytes=options.get("max_retained_bytes"), encoding=encoding
+        )
+        return self._track(handle)
+
+    # Internals shared with AsyncProcesses.
+
+    async def _exec_handle(self, command: Command, options: ExecOptions) -> AsyncCommandHandle:
+        context = self._context()
+        session_id = options.get("session_id")
+        spec = build_spec(
+            command,
+            defaults=self._defaults,
+            env=options.get("env"),
+            cwd=options.get("cwd"),
+            timeout=options.get("timeout", self._defaults.timeout),
+            pty=options.get("pty", False),
+            sudo=options.get("sudo", False),
+            session_id=session_id,
+            stdin_data=options.get("stdin"),
+        )
+        encoding = _checked_encoding(options.get("encoding", self._encoding))
+        if session_id is not None:
+            self._sessions.add(session_id)
+        return await AsyncCommandHandle._run_exec(context, pb.ExecRequest(spec=spec), encoding)
+
+    def _running_rpc(self) -> SandboxRpc:
+        self._lifecycle.assert_running()
+        assert self._rpc is not None
+        return self._rpc
+
+    def _context(self) -> HandleContext:
+        return HandleContext(rpc=self._running_rpc(), reconnect=self._options.get("reconnect", ReconnectPolicy()), encoding=self._encoding)
+
+    def _track(self, handle: AsyncCommandHandle) -> AsyncCommandHandle:
+        self._handles.add(handle)
+        return handle
+
+    async def _release(self) -> None:
+        for handle in list(self._handles):
+            await handle.detach()
+        self._handles.clear()
+        rpc, self._rpc = self._rpc, None
+        if rpc is not None:
+            await rpc.channel.close()
+
+
+class AsyncProcesses:
+    """AsyncProcesses manages a sandbox's processes (seed 000): ``sandbox.processes.list()``, ``get``, ``attach``,
+    ``kill``, ``kill_all``, ``cleanup``, ``logs``. ``kill_all`` and ``cleanup`` act on the sandbox's sessions;
+    ``list`` too unless ``all=True``; the others take any process id."""
+
+    def __init__(self, sandbox: AsyncSandbox) -> None:
+        self._sandbox = sandbox
+
+    async def list(self, *, all: bool = False, status: Iterable[ProcessStatus | str] | None = None) -> list[AsyncCommandHandle]:  # noqa: A002
+        """Lists processes as handles, oldest first: this sandbox's sessions, or every process with ``all``;
+        only those in one of ``status`` when given."""
+        sandbox = self._sandbox
+        rpc = sandbox._running_rpc()
+        statuses = [ProcessStatus(value).to_proto() for value in (status or ())]
+        sessions = [""] if all else sorted(sandbox._sessions)
+        infos: list[ProcessInfo] = []
+        for session_id in sessions:
+            try:
+                response = await rpc.list_processes(pb.ListProcessesRequest(session_id=session_id, statuses=statuses), metadata=rpc.metadata)
+            except grpc.aio.AioRpcError as error:
+                raise from_rpc_error(error) from error
+            infos.extend(ProcessInfo.from_proto(info) for info in response.processes)
+        infos.sort(key=lambda info: info.started_at)
+        context = sandbox._context()
+        return [sandbox._track(AsyncCommandHandle._for_process(context, info)) for info in infos]
+
+    async def get(self, process_id: str) -> AsyncCommandHandle | None:
+        """A handle of any process on the daemon by id, or None when the daemon knows none."""
+        try:
+            return await self.attach(process_id)
+        except SandboxError as error:
+            if error.status_code == grpc.StatusCode.NOT_FOUND:
+                return None
+            raise
+
+    async def attach(self, process_id: str, *, stdout_offset: int = 0, stderr_offset: int = 0) -> AsyncCommandHandle:
+        """A handle of a process whose stream starts at the given offsets (by default everything the daemon
+        retains): to resume a process this client (or another) was following. ProcessNotFoundError when unknown."""
+        sandbox = self._sandbox
+        rpc = sandbox._running_rpc()
+        try:
+            response = await rpc.get_process(pb.GetProcessRequest(process_id=process_id), metadata=rpc.metadata)
+        except grpc.aio.AioRpcError as error:
+            raise from_rpc_error(error, process_id=process_id) from error
+        info = ProcessInfo.from_proto(response.process)
+        offsets: dict[StreamName, int] = {"stdout": stdout_offset, "stderr": stderr_offset}
+        return sandbox._track(AsyncCommandHandle._for_process(sandbox._context(), info, offsets=offsets))
+
+    async def kill(self, process_id: str, signal: str | int = "SIGTERM", *, grace_period: float | None = None) -> None:
+        """Signals a process's group (SIGTERM by default; the daemon escalates to SIGKILL after ``grace_period``
+        seconds, 5 by default). ProcessNotFoundError when unknown."""
+        rpc = self._sandbox._running_rpc()
+        request = pb.KillProcessRequest(process_id=process_id, signal=signal_name(signal), grace_period_ms=grace_ms(grace_period))
+        try:
+            await rpc.kill_process(request, metadata=rpc.metadata)
+        except grpc.aio.AioRpcError as error:
+            raise from_rpc_error(error, process_id=process_id) from error
+
+    async def kill_all(self, signal: str | int = "SIGTERM", *, grace_period: float | None = None) -> int:
+        """Signals every live process of this sandbox's sessions; returns how many."""
+        rpc = self._sandbox._running_rpc()
+        killed = 0
+        for session_id in sorted(self._sandbox._sessions):
+            request = pb.KillAllProcessesRequest(session_id=session_id, signal=signal_name(signal), grace_period_ms=grace_ms(grace_period))
+            try:
+                killed += (await rpc.kill_all_processes(request, metadata=rpc.metadata)).killed_count
+            except grpc.aio.AioRpcError as error:
+                raise from_rpc_error(error) from error
+        return killed
+
+    async def cleanup(self) -> int:
+        """Removes the records of exited processes of this sandbox's sessions; returns how many."""
+        rpc = self._sandbox._running_rpc()
+        removed = 0
+        for session_id in sorted(self._sandbox._sessions):
+            try:
+                removed += (await rpc.cleanup_processes(pb.CleanupProcessesRequest(session_id=session_id), metadata=rpc.metadata)).removed_count
+            except grpc.aio.AioRpcError as error:
+                raise from_rpc_error(error) from error
+        return removed
+
+    async def logs(self, process_id: str) -> ProcessLogs:
+        """The output the daemon retains for a process (a snapshot). ProcessNotFoundError when unknown."""
+        return await fetch_logs(self._sandbox._context(), process_id, self._sandbox._encoding)
+
+
+def _checked_encoding(encoding: str) -> str:
+    try:
+        codecs.lookup(encoding)
+    except LookupError as error:
+        raise InvalidArgumentError(f"unknown encoding: {encoding}") from error
+    return encoding
+
+
+def _now() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)

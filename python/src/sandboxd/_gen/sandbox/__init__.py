@@ -1,0 +1,1 @@
+"""Generated from proto/ by python/generate.sh; never edited by hand."""

@@ -1,0 +1,347 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ProcessStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    PROCESS_STATUS_UNSPECIFIED: _ClassVar[ProcessStatus]
+    PROCESS_STATUS_STARTING: _ClassVar[ProcessStatus]
+    PROCESS_STATUS_RUNNING: _ClassVar[ProcessStatus]
+    PROCESS_STATUS_COMPLETED: _ClassVar[ProcessStatus]
+    PROCESS_STATUS_FAILED: _ClassVar[ProcessStatus]
+    PROCESS_STATUS_KILLED: _ClassVar[ProcessStatus]
+    PROCESS_STATUS_ERROR: _ClassVar[ProcessStatus]
+
+class OutputStream(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    OUTPUT_STREAM_UNSPECIFIED: _ClassVar[OutputStream]
+    OUTPUT_STREAM_STDOUT: _ClassVar[OutputStream]
+    OUTPUT_STREAM_STDERR: _ClassVar[OutputStream]
+PROCESS_STATUS_UNSPECIFIED: ProcessStatus
+PROCESS_STATUS_STARTING: ProcessStatus
+PROCESS_STATUS_RUNNING: ProcessStatus
+PROCESS_STATUS_COMPLETED: ProcessStatus
+PROCESS_STATUS_FAILED: ProcessStatus
+PROCESS_STATUS_KILLED: ProcessStatus
+PROCESS_STATUS_ERROR: ProcessStatus
+OUTPUT_STREAM_UNSPECIFIED: OutputStream
+OUTPUT_STREAM_STDOUT: OutputStream
+OUTPUT_STREAM_STDERR: OutputStream
+
+class PtyOptions(_message.Message):
+    __slots__ = ("cols", "rows", "term")
+    COLS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    cols: int
+    rows: int
+    term: str
+    def __init__(self, cols: _Optional[int] = ..., rows: _Optional[int] = ..., term: _Optional[str] = ...) -> None: ...
+
+class ProcessSpec(_message.Message):
+    __slots__ = ("command", "args", "env", "cwd", "timeout_ms", "process_id", "session_id", "pty", "stdin", "stdin_data", "auto_cleanup", "sudo")
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    ARGS_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    CWD_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PTY_FIELD_NUMBER: _ClassVar[int]
+    STDIN_FIELD_NUMBER: _ClassVar[int]
+    STDIN_DATA_FIELD_NUMBER: _ClassVar[int]
+    AUTO_CLEANUP_FIELD_NUMBER: _ClassVar[int]
+    SUDO_FIELD_NUMBER: _ClassVar[int]
+    command: str
+    args: _containers.RepeatedScalarFieldContainer[str]
+    env: _containers.ScalarMap[str, str]
+    cwd: str
+    timeout_ms: int
+    process_id: str
+    session_id: str
+    pty: PtyOptions
+    stdin: bool
+    stdin_data: bytes
+    auto_cleanup: bool
+    sudo: bool
+    def __init__(self, command: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cwd: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., process_id: _Optional[str] = ..., session_id: _Optional[str] = ..., pty: _Optional[_Union[PtyOptions, _Mapping]] = ..., stdin: _Optional[bool] = ..., stdin_data: _Optional[bytes] = ..., auto_cleanup: _Optional[bool] = ..., sudo: _Optional[bool] = ...) -> None: ...
+
+class ExecRequest(_message.Message):
+    __slots__ = ("spec",)
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    spec: ProcessSpec
+    def __init__(self, spec: _Optional[_Union[ProcessSpec, _Mapping]] = ...) -> None: ...
+
+class ExecResponse(_message.Message):
+    __slots__ = ("started", "output", "exited")
+    STARTED_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    EXITED_FIELD_NUMBER: _ClassVar[int]
+    started: ProcessInfo
+    output: OutputChunk
+    exited: ProcessExited
+    def __init__(self, started: _Optional[_Union[ProcessInfo, _Mapping]] = ..., output: _Optional[_Union[OutputChunk, _Mapping]] = ..., exited: _Optional[_Union[ProcessExited, _Mapping]] = ...) -> None: ...
+
+class OutputChunk(_message.Message):
+    __slots__ = ("stream", "offset", "data")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    stream: OutputStream
+    offset: int
+    data: bytes
+    def __init__(self, stream: _Optional[_Union[OutputStream, str]] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class OutputGap(_message.Message):
+    __slots__ = ("stream", "offset", "missed_bytes")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MISSED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    stream: OutputStream
+    offset: int
+    missed_bytes: int
+    def __init__(self, stream: _Optional[_Union[OutputStream, str]] = ..., offset: _Optional[int] = ..., missed_bytes: _Optional[int] = ...) -> None: ...
+
+class ProcessExited(_message.Message):
+    __slots__ = ("status", "exit_code", "signal", "timed_out", "killed", "start_time", "end_time", "duration", "stdout_bytes", "stderr_bytes", "error")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    TIMED_OUT_FIELD_NUMBER: _ClassVar[int]
+    KILLED_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    END_TIME_FIELD_NUMBER: _ClassVar[int]
+    DURATION_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    STDERR_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    status: ProcessStatus
+    exit_code: int
+    signal: str
+    timed_out: bool
+    killed: bool
+    start_time: _timestamp_pb2.Timestamp
+    end_time: _timestamp_pb2.Timestamp
+    duration: _duration_pb2.Duration
+    stdout_bytes: int
+    stderr_bytes: int
+    error: str
+    def __init__(self, status: _Optional[_Union[ProcessStatus, str]] = ..., exit_code: _Optional[int] = ..., signal: _Optional[str] = ..., timed_out: _Optional[bool] = ..., killed: _Optional[bool] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stdout_bytes: _Optional[int] = ..., stderr_bytes: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+
+class ProcessInfo(_message.Message):
+    __slots__ = ("process_id", "pid", "command", "args", "status", "session_id", "cwd", "pty", "stdin", "start_time", "exit", "stdout_bytes", "stderr_bytes", "auto_cleanup")
+    PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    ARGS_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    CWD_FIELD_NUMBER: _ClassVar[int]
+    PTY_FIELD_NUMBER: _ClassVar[int]
+    STDIN_FIELD_NUMBER: _ClassVar[int]
+    START_TIME_FIELD_NUMBER: _ClassVar[int]
+    EXIT_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    STDERR_BYTES_FIELD_NUMBER: _ClassVar[int]
+    AUTO_CLEANUP_FIELD_NUMBER: _ClassVar[int]
+    process_id: str
+    pid: int
+    command: str
+    args: _containers.RepeatedScalarFieldContainer[str]
+    status: ProcessStatus
+    session_id: str
+    cwd: str
+    pty: bool
+    stdin: bool
+    start_time: _timestamp_pb2.Timestamp
+    exit: ProcessExited
+    stdout_bytes: int
+    stderr_bytes: int
+    auto_cleanup: bool
+    def __init__(self, process_id: _Optional[str] = ..., pid: _Optional[int] = ..., command: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., status: _Optional[_Union[ProcessStatus, str]] = ..., session_id: _Optional[str] = ..., cwd: _Optional[str] = ..., pty: _Optional[bool] = ..., stdin: _Optional[bool] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., exit: _Optional[_Union[ProcessExited, _Mapping]] = ..., stdout_bytes: _Optional[int] = ..., stderr_bytes: _Optional[int] = ..., auto_cleanup: _Optional[bool] = ...) -> None: ...
+
+class StartProcessRequest(_message.Message):
+    __slots__ = ("spec",)
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    spec: ProcessSpec
+    def __init__(self, spec: _Optional[_Union[ProcessSpec, _Mapping]] = ...) -> None: ...
+
+class StartProcessResponse(_message.Message):
+    __slots__ = ("process",)
+    PROCESS_FIELD_NUMBER: _ClassVar[int]
+    process: ProcessInfo
+    def __init__(self, process: _Optional[_Union[ProcessInfo, _Mapping]] = ...) -> None: ...
+
+class StreamLogsRequest(_message.Message):
+    __slots__ = ("process_id", "stdout_offset", "stderr_offset", "follow")
+    PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    STDERR_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    process_id: str
+    stdout_offset: int
+    stderr_offset: int
+    follow: bool
+    def __init__(self, process_id: _Optional[str] = ..., stdout_offset: _Optional[int] = ..., stderr_offset: _Optional[int] = ..., follow: _Optional[bool] = ...) -> None: ...
+
+class StreamLogsResponse(_message.Message):
+    __slots__ = ("process", "output", "gap", "exited", "caught_up")
+    PROCESS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    GAP_FIELD_NUMBER: _ClassVar[int]
+    EXITED_FIELD_NUMBER: _ClassVar[int]
+    CAUGHT_UP_FIELD_NUMBER: _ClassVar[int]
+    process: ProcessInfo
+    output: OutputChunk
+    gap: OutputGap
+    exited: ProcessExited
+    caught_up: CaughtUp
+    def __init__(self, process: _Optional[_Union[ProcessInfo, _Mapping]] = ..., output: _Optional[_Union[OutputChunk, _Mapping]] = ..., gap: _Optional[_Union[OutputGap, _Mapping]] = ..., exited: _Optional[_Union[ProcessExited, _Mapping]] = ..., caught_up: _Optional[_Union[CaughtUp, _Mapping]] = ...) -> None: ...
+
+class CaughtUp(_message.Message):
+    __slots__ = ("stdout_offset", "stderr_offset")
+    STDOUT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    STDERR_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    stdout_offset: int
+    stderr_offset: int
+    def __init__(self, stdout_offset: _Optional[int] = ..., stderr_offset: _Optional[int] = ...) -> None: ...
+
+class SendInputRequest(_message.Message):
+    __slots__ = ("open", "data", "close", "resize", "signal")
+    OPEN_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    CLOSE_FIELD_NUMBER: _ClassVar[int]
+    RESIZE_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    open: OpenInput
+    data: bytes
+    close: CloseInput
+    resize: PtyOptions
+    signal: str
+    def __init__(self, open: _Optional[_Union[OpenInput, _Mapping]] = ..., data: _Optional[bytes] = ..., close: _Optional[_Union[CloseInput, _Mapping]] = ..., resize: _Optional[_Union[PtyOptions, _Mapping]] = ..., signal: _Optional[str] = ...) -> None: ...
+
+class OpenInput(_message.Message):
+    __slots__ = ("process_id",)
+    PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
+    process_id: str
+    def __init__(self, process_id: _Optional[str] = ...) -> None: ...
+
+class CloseInput(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SendInputResponse(_message.Message):
+    __slots__ = ("bytes_written", "closed")
+    BYTES_WRITTEN_FIELD_NUMBER: _ClassVar[int]
+    CLOSED_FIELD_NUMBER: _ClassVar[int]
+    bytes_written: int
+    closed: bool
+    def __init__(self, bytes_written: _Optional[int] = ..., closed: _Optional[bool] = ...) -> None: ...
+
+class GetProcessRequest(_message.Message):
+    __slots__ = ("process_id",)
+    PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
+    process_id: str
+    def __init__(self, process_id: _Optional[str] = ...) -> None: ...
+
+class GetProcessResponse(_message.Message):
+    __slots__ = ("process",)
+    PROCESS_FIELD_NUMBER: _ClassVar[int]
+    process: ProcessInfo
+    def __init__(self, process: _Optional[_Union[ProcessInfo, _Mapping]] = ...) -> None: ...
+
+class ListProcessesRequest(_message.Message):
+    __slots__ = ("session_id", "statuses")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUSES_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    statuses: _containers.RepeatedScalarFieldContainer[ProcessStatus]
+    def __init__(self, session_id: _Optional[str] = ..., statuses: _Optional[_Iterable[_Union[ProcessStatus, str]]] = ...) -> None: ...
+
+class ListProcessesResponse(_message.Message):
+    __slots__ = ("processes",)
+    PROCESSES_FIELD_NUMBER: _ClassVar[int]
+    processes: _containers.RepeatedCompositeFieldContainer[ProcessInfo]
+    def __init__(self, processes: _Optional[_Iterable[_Union[ProcessInfo, _Mapping]]] = ...) -> None: ...
+
+class KillProcessRequest(_message.Message):
+    __slots__ = ("process_id", "signal", "grace_period_ms")
+    PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    GRACE_PERIOD_MS_FIELD_NUMBER: _ClassVar[int]
+    process_id: str
+    signal: str
+    grace_period_ms: int
+    def __init__(self, process_id: _Optional[str] = ..., signal: _Optional[str] = ..., grace_period_ms: _Optional[int] = ...) -> None: ...
+
+class KillProcessResponse(_message.Message):
+    __slots__ = ("process",)
+    PROCESS_FIELD_NUMBER: _ClassVar[int]
+    process: ProcessInfo
+    def __init__(self, process: _Optional[_Union[ProcessInfo, _Mapping]] = ...) -> None: ...
+
+class KillAllProcessesRequest(_message.Message):
+    __slots__ = ("session_id", "signal", "grace_period_ms")
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    GRACE_PERIOD_MS_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    signal: str
+    grace_period_ms: int
+    def __init__(self, session_id: _Optional[str] = ..., signal: _Optional[str] = ..., grace_period_ms: _Optional[int] = ...) -> None: ...
+
+class KillAllProcessesResponse(_message.Message):
+    __slots__ = ("killed_count",)
+    KILLED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    killed_count: int
+    def __init__(self, killed_count: _Optional[int] = ...) -> None: ...
+
+class CleanupProcessesRequest(_message.Message):
+    __slots__ = ("session_id",)
+    SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    session_id: str
+    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+
+class CleanupProcessesResponse(_message.Message):
+    __slots__ = ("removed_count",)
+    REMOVED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    removed_count: int
+    def __init__(self, removed_count: _Optional[int] = ...) -> None: ...
+
+class GetProcessLogsRequest(_message.Message):
+    __slots__ = ("process_id",)
+    PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
+    process_id: str
+    def __init__(self, process_id: _Optional[str] = ...) -> None: ...
+
+class GetProcessLogsResponse(_message.Message):
+    __slots__ = ("process_id", "stdout", "stderr", "stdout_offset", "stderr_offset", "process")
+    PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_FIELD_NUMBER: _ClassVar[int]
+    STDERR_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    STDERR_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_FIELD_NUMBER: _ClassVar[int]
+    process_id: str
+    stdout: bytes
+    stderr: bytes
+    stdout_offset: int
+    stderr_offset: int
+    process: ProcessInfo
+    def __init__(self, process_id: _Optional[str] = ..., stdout: _Optional[bytes] = ..., stderr: _Optional[bytes] = ..., stdout_offset: _Optional[int] = ..., stderr_offset: _Optional[int] = ..., process: _Optional[_Union[ProcessInfo, _Mapping]] = ...) -> None: ...

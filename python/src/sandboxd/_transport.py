@@ -1,0 +1,151 @@
+"""The gRPC channel to a daemon (grpc.aio over HTTP/2, with keepalive pings) and the ten RPCs of sandbox.v1, typed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+from urllib.parse import urlsplit
+
+import grpc
+import grpc.aio
+from google.protobuf.message import Message
+
+from ._gen.sandbox.v1 import sandbox_pb2 as pb
+from .errors import InvalidArgumentError
+
+_SERVICE = "/sandbox.v1.SandboxService/"
+
+_Message = TypeVar("_Message", bound=Message)
+
+
+def _serializer(message_type: type[_Message]) -> Callable[[_Message], bytes]:
+    """A typed serializer of one message type (the generated SerializeToString takes any Message)."""
+
+    def serialize(message: _Message) -> bytes:
+        return message.SerializeToString()
+
+    return serialize
+
+#: The daemon's default address.
+DEFAULT_URL = "http://127.0.0.1:7007"
+
+#: Largest request message sent, the daemon's default ``--max-message-bytes``: raise both together.
+DEFAULT_MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Keepalive:
+    """Keepalive sets the HTTP/2 pings that find a dead path while calls are open.
+
+    Every ``interval`` seconds with a call open the client pings the daemon; without an answer within ``timeout``
+    seconds the connection is declared dead and its calls fail with UNAVAILABLE (a background handle then
+    reconnects). So a call on a path that went silent (a peer gone without a reset, a dropped NAT entry) fails in
+    about ``interval + timeout`` seconds rather than hanging forever.
+    """
+
+    #: Seconds between pings while calls are open; 20 by default.
+    interval: float = 20.0
+    #: Seconds to wait for a ping's answer; 10 by default.
+    timeout: float = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class Tls:
+    """Tls holds PEM bytes for an ``https://`` daemon: the CAs to trust and, for mutual TLS, a client certificate."""
+
+    #: CA certificates to trust; the system's roots when None.
+    root_certificates: bytes | None = None
+    #: The client's certificate chain, for a daemon started with ``--tls-client-ca``.
+    certificate_chain: bytes | None = None
+    #: The private key of ``certificate_chain``.
+    private_key: bytes | None = None
+
+
+def channel_target(url: str) -> tuple[str, bool]:
+    """Splits a daemon URL into a gRPC target (``host:port``) and whether it uses TLS.
+
+    ``http://host:port`` is cleartext HTTP/2, ``https://host:port`` TLS (port 443 when omitted); a bare
+    ``host:port`` is taken as ``http://``. Anything else is an :class:`~sandboxd.InvalidArgumentError`.
+    """
+    parts = urlsplit(url if "://" in url else f"http://{url}")
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
+        raise InvalidArgumentError(f"invalid daemon url: {url!r} (expected http://host:port or https://host:port)", code="INVALID_ARGUMENT")
+    secure = parts.scheme == "https"
+    port = parts.port or (443 if secure else 80)
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{host}:{port}", secure
+
+
+def create_channel(url: str, *, keepalive: Keepalive, tls: Tls | None, max_message_bytes: int) -> grpc.aio.Channel:
+    """Creates the grpc.aio channel of one daemon (bound to the running event loop)."""
+    target, secure = channel_target(url)
+    options: list[tuple[str, int]] = [
+        ("grpc.keepalive_time_ms", max(1, round(keepalive.interval * 1000))),
+        ("grpc.keepalive_timeout_ms", max(1, round(keepalive.timeout * 1000))),
+        # Pings only while calls are open, as many as needed: the daemon (Node's HTTP/2) answers each.
+        ("grpc.keepalive_permit_without_calls", 0),
+        ("grpc.http2.max_pings_without_data", 0),
+        # GetProcessLogs returns a process's whole retained output (8 MiB per stream by default) in one message.
+        ("grpc.max_receive_message_length", -1),
+        ("grpc.max_send_message_length", max_message_bytes),
+        # The handle's own reconnect policy paces retries; the channel should not add minutes of backoff to it.
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.min_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 2000),
+    ]
+    if not secure:
+        return grpc.aio.insecure_channel(target, options=options)
+    credentials = grpc.ssl_channel_credentials(
+        root_certificates=tls.root_certificates if tls else None,
+        private_key=tls.private_key if tls else None,
+        certificate_chain=tls.certificate_chain if tls else None,
+    )
+    return grpc.aio.secure_channel(target, credentials, options=options)
+
+
+class SandboxRpc:
+    """SandboxRpc is sandbox.v1's ten methods on one channel, each sending the same call metadata (the token).
+
+    The methods are declared here with their messages rather than taken from grpcio-tools' service stub, which has
+    no types.
+    """
+
+    def __init__(self, channel: grpc.aio.Channel, metadata: Mapping[str, str]) -> None:
+        #: The channel.
+        self.channel = channel
+        #: Metadata sent with every call: ``authorization`` and any extra headers.
+        self.metadata: tuple[tuple[str, str], ...] = tuple((key.lower(), value) for key, value in metadata.items())
+        c = channel
+        self.exec = c.unary_stream(_SERVICE + "Exec", _serializer(pb.ExecRequest), pb.ExecResponse.FromString)
+        self.start_process = c.unary_unary(
+            _SERVICE + "StartProcess", _serializer(pb.StartProcessRequest), pb.StartProcessResponse.FromString
+        )
+        self.stream_logs = c.unary_stream(
+            _SERVICE + "StreamLogs", _serializer(pb.StreamLogsRequest), pb.StreamLogsResponse.FromString
+        )
+        self.send_input = c.stream_stream(
+            _SERVICE + "SendInput", _serializer(pb.SendInputRequest), pb.SendInputResponse.FromString
+        )
+        self.get_process = c.unary_unary(
+            _SERVICE + "GetProcess", _serializer(pb.GetProcessRequest), pb.GetProcessResponse.FromString
+        )
+        self.list_processes = c.unary_unary(
+            _SERVICE + "ListProcesses", _serializer(pb.ListProcessesRequest), pb.ListProcessesResponse.FromString
+        )
+        self.kill_process = c.unary_unary(
+            _SERVICE + "KillProcess", _serializer(pb.KillProcessRequest), pb.KillProcessResponse.FromString
+        )
+        self.kill_all_processes = c.unary_unary(
+            _SERVICE + "KillAllProcesses",
+            _serializer(pb.KillAllProcessesRequest),
+            pb.KillAllProcessesResponse.FromString,
+        )
+        self.cleanup_processes = c.unary_unary(
+            _SERVICE + "CleanupProcesses",
+            _serializer(pb.CleanupProcessesRequest),
+            pb.CleanupProcessesResponse.FromString,
+        )
+        self.get_process_logs = c.unary_unary(
+            _SERVICE + "GetProcessLogs", _serializer(pb.GetProcessLogsRequest), pb.GetProcessLogsResponse.FromString
+        )

@@ -1,0 +1,304 @@
+"""The exceptions of the SDK: one base, :class:`SandboxError`, and a subclass per failure a caller may branch on.
+
+The daemon attaches a ``google.rpc.ErrorInfo`` detail to every failure (domain ``sandbox.v1``, a ``reason`` such as
+``PROCESS_NOT_FOUND`` and string ``metadata``), sent in the ``grpc-status-details-bin`` trailer. The SDK reads it
+with grpcio-status and picks the exception class by reason; when a daemon sends no detail (an older one) or an
+unknown reason, the class follows the gRPC status code. Branch on the class or on ``reason``, never on the text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Literal, cast
+
+import grpc
+from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+#: The ErrorInfo domain of sandboxd's reasons.
+ERROR_DOMAIN = "sandbox.v1"
+
+
+class SandboxError(Exception):
+    """SandboxError is the base of every error the SDK raises.
+
+    ``code`` is a stable upper-case name: for a failed RPC the gRPC status code's name (``NOT_FOUND``,
+    ``PERMISSION_DENIED``, ``UNAVAILABLE``...), otherwise a name documented where the error is raised
+    (``INVALID_TRANSITION``, ``NOT_RUNNING``, ``NO_EXIT``, ``DETACHED``...). ``reason`` is the daemon's
+    ``ErrorInfo`` reason when it sent one (``PROCESS_NOT_FOUND``, ``LIMIT_EXCEEDED``...), ``metadata`` its
+    metadata. The original ``grpc.RpcError``, when there is one, is ``__cause__`` and ``rpc_error``.
+    """
+
+    #: The ``code`` of an error of this class made without one.
+    default_code = "UNKNOWN"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        reason: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        status_code: grpc.StatusCode | None = None,
+    ) -> None:
+        super().__init__(message)
+        #: The daemon's (or the SDK's) message.
+        self.message = message
+        #: Stable upper-case name of the failure.
+        self.code = code or self.default_code
+        #: The ErrorInfo reason the daemon sent, or None.
+        self.reason = reason
+        #: The ErrorInfo metadata the daemon sent (empty when none).
+        self.metadata: dict[str, str] = dict(metadata or {})
+        #: The gRPC status code of a failed RPC, or None.
+        self.status_code = status_code
+
+    @property
+    def rpc_error(self) -> grpc.RpcError | None:
+        """The gRPC error this one was made from, if any."""
+        cause = self.__cause__
+        return cause if isinstance(cause, grpc.RpcError) else None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r}, code={self.code!r}, reason={self.reason!r})"
+
+
+class ProcessNotFoundError(SandboxError):
+    """The daemon knows no process of that id (``PROCESS_NOT_FOUND``, gRPC NOT_FOUND)."""
+
+    default_code = "NOT_FOUND"
+
+    @property
+    def process_id(self) -> str | None:
+        """The id asked for."""
+        return self.metadata.get("process_id")
+
+
+class ProcessAlreadyExistsError(SandboxError):
+    """A live process already has that client-chosen id (``PROCESS_ALREADY_EXISTS``, gRPC ALREADY_EXISTS)."""
+
+    default_code = "ALREADY_EXISTS"
+
+    @property
+    def process_id(self) -> str | None:
+        """The id asked for."""
+        return self.metadata.get("process_id") or self.metadata.get("tag")
+
+
+class InvalidArgumentError(SandboxError, ValueError):
+    """A request the daemon (or the SDK, before any call) refused as malformed (``INVALID_ARGUMENT``)."""
+
+    default_code = "INVALID_ARGUMENT"
+
+    @property
+    def field(self) -> str | None:
+        """The offending field, where known."""
+        return self.metadata.get("field")
+
+
+class PermissionDeniedError(SandboxError, PermissionError):
+    """The daemon refused the command (gRPC PERMISSION_DENIED); see the subclasses for the known reasons."""
+
+    default_code = "PERMISSION_DENIED"
+
+
+class CwdOutsideWorkspaceError(PermissionDeniedError):
+    """The working directory resolves outside every workspace root (``CWD_OUTSIDE_WORKSPACE``)."""
+
+    @property
+    def cwd(self) -> str | None:
+        """The working directory asked for."""
+        return self.metadata.get("cwd")
+
+
+class SudoNotAllowedError(PermissionDeniedError):
+    """``sudo`` was asked of a daemon that does not allow it (``SUDO_NOT_ALLOWED``)."""
+
+
+class FailedPreconditionError(SandboxError):
+    """The process is not in a state for this call (gRPC FAILED_PRECONDITION); see the subclasses."""
+
+    default_code = "FAILED_PRECONDITION"
+
+
+class ProcessNotRunningError(FailedPreconditionError):
+    """The process has exited: input, resizes and signals are refused (``PROCESS_NOT_RUNNING``)."""
+
+
+class StdinNotOpenError(FailedPreconditionError):
+    """The process has no stdin pipe, or it was closed (``STDIN_NOT_OPEN``)."""
+
+
+class SpawnFailedError(SandboxError):
+    """The program could not be started (``SPAWN_FAILED``); ``errno`` names the system error."""
+
+    default_code = "FAILED_PRECONDITION"
+
+    @property
+    def errno(self) -> str | None:
+        """The system error's name, such as ``ENOENT``."""
+        return self.metadata.get("errno")
+
+
+class LimitExceededError(SandboxError):
+    """A daemon limit refused the call (``LIMIT_EXCEEDED``, gRPC RESOURCE_EXHAUSTED)."""
+
+    default_code = "RESOURCE_EXHAUSTED"
+
+    @property
+    def limit(self) -> str | None:
+        """The daemon flag's name, such as ``max-processes``."""
+        return self.metadata.get("limit")
+
+    @property
+    def value(self) -> str | None:
+        """The limit's value."""
+        return self.metadata.get("value")
+
+
+class AuthenticationError(SandboxError):
+    """The token is missing or wrong (``UNAUTHENTICATED``)."""
+
+    default_code = "UNAUTHENTICATED"
+
+
+class SandboxUnavailableError(SandboxError, ConnectionError):
+    """The daemon could not be reached, or the connection broke under a call that cannot resume (UNAVAILABLE)."""
+
+    default_code = "UNAVAILABLE"
+
+
+class ShuttingDownError(SandboxUnavailableError):
+    """The daemon is shutting down (``SHUTTING_DOWN``)."""
+
+
+class ExecutionTimeoutError(SandboxError, TimeoutError):
+    """A call's own deadline passed, or a bounded wait such as ``handle.wait(timeout=...)`` gave up.
+
+    A command killed by its ``timeout`` option is not an error: its result has ``timed_out`` set and exit code 137.
+    """
+
+    def __init__(
+        self,
+        timeout: float | None,
+        message: str | None = None,
+        *,
+        reason: str | None = None,
+        metadata: Mapping[str, str] | None = None,
+        status_code: grpc.StatusCode | None = None,
+    ) -> None:
+        text = message or (f"timed out after {timeout:g} s" if timeout is not None else "timed out")
+        super().__init__(text, code="EXECUTION_TIMEOUT", reason=reason, metadata=metadata, status_code=status_code)
+        #: The time limit that passed, in seconds (None when unknown).
+        self.timeout = timeout
+
+
+class OutputLostError(SandboxError):
+    """Output of a background process was dropped by the daemon before this client read it.
+
+    The daemon retains a bounded amount per process; a reader that is too slow or away too long meets a gap. The
+    handle's offsets have been moved past the gap, so ``handle.reconnect()`` continues with the bytes after it.
+    """
+
+    def __init__(self, stream: Literal["stdout", "stderr"], offset: int, missed_bytes: int) -> None:
+        super().__init__(
+            f"{missed_bytes} bytes of {stream} from offset {offset} were dropped by the daemon before they were read",
+            code="OUTPUT_LOST",
+        )
+        #: The stream that lost bytes.
+        self.stream = stream
+        #: Offset of the first lost byte.
+        self.offset = offset
+        #: How many bytes were lost.
+        self.missed_bytes = missed_bytes
+
+
+_BY_REASON: dict[str, type[SandboxError]] = {
+    "PROCESS_NOT_FOUND": ProcessNotFoundError,
+    "PROCESS_ALREADY_EXISTS": ProcessAlreadyExistsError,
+    "LIMIT_EXCEEDED": LimitExceededError,
+    "INVALID_ARGUMENT": InvalidArgumentError,
+    "CWD_OUTSIDE_WORKSPACE": CwdOutsideWorkspaceError,
+    "SUDO_NOT_ALLOWED": SudoNotAllowedError,
+    "PROCESS_NOT_RUNNING": ProcessNotRunningError,
+    "STDIN_NOT_OPEN": StdinNotOpenError,
+    "UNAUTHENTICATED": AuthenticationError,
+    "SHUTTING_DOWN": ShuttingDownError,
+    "SPAWN_FAILED": SpawnFailedError,
+}
+
+_BY_CODE: dict[grpc.StatusCode, type[SandboxError]] = {
+    grpc.StatusCode.ALREADY_EXISTS: ProcessAlreadyExistsError,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: LimitExceededError,
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDeniedError,
+    grpc.StatusCode.FAILED_PRECONDITION: FailedPreconditionError,
+    grpc.StatusCode.UNAUTHENTICATED: AuthenticationError,
+    grpc.StatusCode.UNAVAILABLE: SandboxUnavailableError,
+}
+
+
+def error_info(error: grpc.RpcError) -> error_details_pb2.ErrorInfo | None:
+    """The ``google.rpc.ErrorInfo`` detail of a failed call (the ``sandbox.v1`` one first), or None.
+
+    Read from the ``grpc-status-details-bin`` trailer with grpcio-status; a trailer whose code or message does not
+    match the call's (which grpcio-status rejects) is still read, as a detail is worth more than that check.
+    """
+    status: status_pb2.Status | None
+    try:
+        # grpcio-status reads code(), details() and trailing_metadata(), which both the sync and the aio errors have.
+        status = rpc_status.from_call(cast(grpc.Call, error))
+    except ValueError:
+        status = _raw_status(error)
+    if status is None:
+        return None
+    found: error_details_pb2.ErrorInfo | None = None
+    for detail in status.details:
+        info = error_details_pb2.ErrorInfo()
+        if detail.Unpack(info):
+            if info.domain == ERROR_DOMAIN:
+                return info
+            found = found or info
+    return found
+
+
+def _raw_status(error: grpc.RpcError) -> status_pb2.Status | None:
+    metadata = cast(grpc.Call, error).trailing_metadata() or ()
+    for key, value in metadata:
+        if key == "grpc-status-details-bin" and isinstance(value, bytes):
+            return status_pb2.Status.FromString(value)
+    return None
+
+
+def from_rpc_error(
+    error: grpc.RpcError,
+    *,
+    process_id: str | None = None,
+    timeout: float | None = None,
+) -> SandboxError:
+    """Converts a failed gRPC call into the matching :class:`SandboxError` subclass.
+
+    The class follows the ErrorInfo reason when the daemon sent a known one, else the status code: NOT_FOUND about a
+    process is :class:`ProcessNotFoundError`, DEADLINE_EXCEEDED :class:`ExecutionTimeoutError`, and so on. What the
+    call was about (``process_id``, its ``timeout`` in seconds) fills in what the daemon's metadata lacks. The
+    caller raises the result ``from error``.
+    """
+    call = cast(grpc.Call, error)
+    status_code = call.code()
+    message = call.details() or status_code.name.lower().replace("_", " ")
+    info = error_info(error)
+    reason = info.reason if info is not None and info.reason else None
+    metadata: dict[str, str] = dict(info.metadata) if info is not None else {}
+    if process_id is not None:
+        metadata.setdefault("process_id", process_id)
+    cls: type[SandboxError]
+    if status_code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        return ExecutionTimeoutError(timeout, message, reason=reason, metadata=metadata, status_code=status_code)
+    if reason is not None and reason in _BY_REASON:
+        cls = _BY_REASON[reason]
+    elif status_code == grpc.StatusCode.NOT_FOUND:
+        cls = ProcessNotFoundError if "process_id" in metadata else SandboxError
+    else:
+        cls = _BY_CODE.get(status_code, SandboxError)
+    return cls(message, code=status_code.name, reason=reason, metadata=metadata, status_code=status_code)
+

@@ -1,0 +1,166 @@
+"""The options of running a command: one TypedDict per idea, shared by the sync and the asyncio API."""
+
+from __future__ import annotations
+
+import math
+import posixpath
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypedDict
+
+from ._gen.sandbox.v1 import sandbox_pb2 as pb
+from .errors import InvalidArgumentError
+
+#: A command: a shell command line (run by ``/bin/sh -c``: pipes, globs and redirections work), or an argv
+#: sequence (the program, looked up in PATH, then its arguments; no shell involved).
+Command = str | Sequence[str]
+
+
+class PtySize(TypedDict, total=False):
+    """Size and terminal type of a pseudo-terminal."""
+
+    #: Columns; 80 by default.
+    cols: int
+    #: Rows; 24 by default.
+    rows: int
+    #: TERM; ``xterm-256color`` by default.
+    term: str
+
+
+class ExecOptions(TypedDict, total=False):
+    """Options of ``exec()`` and ``exec_stream()``: a command run to its end through the Exec call."""
+
+    #: Environment variables added to the daemon's clean base environment.
+    env: Mapping[str, str]
+    #: Working directory: relative to the sandbox's first workspace directory, or absolute inside one.
+    cwd: str
+    #: Time limit in seconds; on expiry the daemon SIGKILLs the process group and the result has ``timed_out`` set
+    #: and exit code 137. The sandbox's ``timeout`` (30 s by default) when absent; None or 0 for none.
+    timeout: float | None
+    #: Text (as UTF-8) or bytes written to the command's stdin, which is then closed.
+    stdin: str | bytes
+    #: Run in a pseudo-terminal (True for 80x24, or a size). The kernel merges stderr into stdout for a PTY.
+    pty: bool | PtySize
+    #: Run as root; refused (SudoNotAllowedError) unless the daemon allows it.
+    sudo: bool
+    #: Session for grouping, listing and killing; the sandbox's own session by default.
+    session_id: str
+    #: Encoding of the ``.text`` helpers and text events; the sandbox's (UTF-8) by default.
+    encoding: str
+
+
+class ProcessOptions(TypedDict, total=False):
+    """Options of ``start_process()``: a background process that outlives the call and is followed by its handle."""
+
+    #: Environment variables added to the daemon's clean base environment.
+    env: Mapping[str, str]
+    #: Working directory, as in ExecOptions.
+    cwd: str
+    #: Time limit in seconds, as in ExecOptions; none when absent.
+    timeout: float | None
+    #: True keeps a stdin pipe open for ``send_input()``; text or bytes are written at start and stdin then closed.
+    stdin: bool | str | bytes
+    #: Run in a pseudo-terminal (True for 80x24, or a size).
+    pty: bool | PtySize
+    #: Run as root; refused unless the daemon allows it.
+    sudo: bool
+    #: Client-chosen process id; a UUID when absent. A live duplicate is ProcessAlreadyExistsError.
+    process_id: str
+    #: Session id; the sandbox's by default.
+    session_id: str
+    #: Remove the record automatically once the process has exited and lingered (default True).
+    auto_cleanup: bool
+    #: Encoding of the ``.text`` helpers; the sandbox's by default.
+    encoding: str
+    #: Most output bytes the handle keeps for its result; 16 MiB by default (see CommandResult.truncated).
+    max_retained_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class SpecDefaults:
+    """What a sandbox adds to every command."""
+
+    #: The sandbox's session id.
+    session_id: str
+    #: Default time limit of waiting commands in seconds (None: none).
+    timeout: float | None
+    #: Allowed workspace directories; the first is the default working directory.
+    workspace: tuple[str, ...]
+
+
+def build_spec(
+    command: Command,
+    *,
+    defaults: SpecDefaults,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    timeout: float | None = None,
+    pty: bool | PtySize = False,
+    sudo: bool = False,
+    session_id: str | None = None,
+    process_id: str | None = None,
+    stdin_data: str | bytes | None = None,
+    stdin_open: bool = False,
+    auto_cleanup: bool | None = None,
+) -> pb.ProcessSpec:
+    """Builds the ProcessSpec of one command; an invalid option is an InvalidArgumentError before any call."""
+    program, args = split_command(command)
+    spec = pb.ProcessSpec(
+        command=program,
+        args=args,
+        env=dict(env or {}),
+        cwd=resolve_cwd(cwd, defaults.workspace),
+        timeout_ms=timeout_ms(timeout),
+        process_id=process_id or "",
+        session_id=session_id if session_id is not None else defaults.session_id,
+        stdin=stdin_open,
+        stdin_data=stdin_data.encode() if isinstance(stdin_data, str) else (stdin_data or b""),
+        sudo=sudo,
+    )
+    if pty is not False:
+        size: PtySize = {} if pty is True else pty
+        spec.pty.CopyFrom(pb.PtyOptions(cols=size.get("cols", 0), rows=size.get("rows", 0), term=size.get("term", "")))
+    if auto_cleanup is not None:
+        spec.auto_cleanup = auto_cleanup
+    return spec
+
+
+def split_command(command: Command) -> tuple[str, list[str]]:
+    """Splits a command into the spec's ``command`` and ``args``.
+
+    A string is a shell command line. An argv sequence runs its program directly; one without arguments is sent as
+    its shell-quoted name, since a spec without ``args`` is a command line (so ``["ls"]`` runs exactly ``ls``).
+    """
+    if isinstance(command, str):
+        return command, []
+    argv = list(command)
+    if not argv or not all(isinstance(part, str) for part in argv):
+        raise InvalidArgumentError(f"invalid command: {command!r} (a command line or a non-empty list of strings)")
+    if len(argv) == 1:
+        return shlex.quote(argv[0]), []
+    return argv[0], argv[1:]
+
+
+def timeout_ms(timeout: float | None) -> int:
+    """A time limit in seconds as the spec's milliseconds (0 for none); a negative or NaN one is refused."""
+    if timeout is None or timeout == 0:
+        return 0
+    if not isinstance(timeout, (int, float)) or math.isnan(timeout) or timeout < 0:
+        raise InvalidArgumentError(f"invalid timeout: {timeout!r} (seconds, 0 or None for none)")
+    return min(math.ceil(timeout * 1000), 2**31 - 1)
+
+
+def resolve_cwd(cwd: str | None, workspace: Sequence[str]) -> str:
+    """Resolves a working directory against the workspace: relative paths from its first directory, and an absolute
+    one must lie inside one of them (InvalidArgumentError otherwise). Without a workspace the path goes to the daemon
+    as given; the daemon confines it to its own roots either way.
+    """
+    if not workspace:
+        return cwd or ""
+    resolved = posixpath.normpath(posixpath.join(workspace[0], cwd or "."))
+    for root in workspace:
+        relative = posixpath.relpath(resolved, posixpath.normpath(root))
+        if relative == "." or not relative.startswith(".."):
+            return resolved
+    raise InvalidArgumentError(f"working directory {resolved} is outside the sandbox's workspace")

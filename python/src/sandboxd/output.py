@@ -1,0 +1,145 @@
+"""Output as the daemon delivers it: chunks of bytes with their offsets, and the bytes of a whole stream."""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Literal, Self
+
+#: Name of one of a process's output streams. A PTY process writes everything to stdout.
+StreamName = Literal["stdout", "stderr"]
+
+
+class Output(bytes):
+    """Output is bytes a command printed, exactly as written, with text helpers.
+
+    It is ``bytes`` (compare it, slice it, write it to a file); ``.text`` decodes it with the encoding of the call
+    that produced it (UTF-8 by default), replacing bytes that do not decode with U+FFFD.
+    """
+
+    encoding: str
+
+    def __new__(cls, data: bytes = b"", encoding: str = "utf-8") -> Self:
+        value = super().__new__(cls, data)
+        value.encoding = encoding
+        return value
+
+    @property
+    def text(self) -> str:
+        """The bytes decoded as text."""
+        return self.decode(self.encoding, errors="replace")
+
+    def lines(self) -> list[str]:
+        """The text split into lines, without their line endings."""
+        return self.text.splitlines()
+
+
+@dataclass(frozen=True, slots=True)
+class OutputChunk:
+    """OutputChunk is a run of bytes one output stream delivered, exactly as the process wrote them."""
+
+    #: Which stream the bytes came from.
+    stream: StreamName
+    #: The bytes.
+    data: bytes
+    #: Byte offset of ``data``'s first byte within its stream (stdout and stderr count separately).
+    offset: int
+
+    @property
+    def end(self) -> int:
+        """Offset after the chunk's last byte."""
+        return self.offset + len(self.data)
+
+
+@dataclass(frozen=True, slots=True)
+class InputAck:
+    """InputAck acknowledges one message sent to a process's stdin or PTY."""
+
+    #: Total bytes written to the process's stdin so far, by every writer.
+    bytes_written: int
+    #: Whether stdin is now closed.
+    closed: bool
+
+
+class StreamDecoder:
+    """StreamDecoder turns the chunks of both output streams into text, one incremental decoder per stream.
+
+    A multi-byte character split across chunks (or across a reconnect) is never broken. ``encoding`` is any codec
+    name Python knows; bytes that do not decode become U+FFFD. An unknown encoding raises LookupError.
+    """
+
+    def __init__(self, encoding: str = "utf-8") -> None:
+        factory = codecs.getincrementaldecoder(encoding)
+        self.encoding = encoding
+        self._decoders = {"stdout": factory(errors="replace"), "stderr": factory(errors="replace")}
+
+    def decode(self, stream: StreamName, data: bytes) -> str:
+        """Decodes the next bytes of ``stream``; may return "" while a character is incomplete."""
+        return self._decoders[stream].decode(data)
+
+    def flush(self, stream: StreamName) -> str:
+        """Flushes what is left of ``stream`` (an incomplete character becomes U+FFFD)."""
+        return self._decoders[stream].decode(b"", final=True)
+
+
+@dataclass(frozen=True, slots=True)
+class JoinedOutput:
+    """The bytes of a run of chunks: each stream on its own and both joined in arrival order."""
+
+    stdout: Output
+    stderr: Output
+    output: Output
+
+
+def join_chunks(chunks: Iterable[OutputChunk], encoding: str = "utf-8") -> JoinedOutput:
+    """Joins chunks (in arrival order) into :class:`JoinedOutput`."""
+    parts: dict[StreamName, list[bytes]] = {"stdout": [], "stderr": []}
+    joined: list[bytes] = []
+    for chunk in chunks:
+        parts[chunk.stream].append(chunk.data)
+        joined.append(chunk.data)
+    return JoinedOutput(
+        stdout=Output(b"".join(parts["stdout"]), encoding),
+        stderr=Output(b"".join(parts["stderr"]), encoding),
+        output=Output(b"".join(joined), encoding),
+    )
+
+
+class RetainedOutput:
+    """RetainedOutput keeps the chunks a handle received for its result, at most ``limit_bytes`` of them.
+
+    Beyond the limit the oldest chunks are dropped and counted per stream. Chunks carried over from an earlier
+    handle (see ``reconnect()``) count towards the result but are never replayed to the new handle's iterators.
+    """
+
+    def __init__(self, limit_bytes: float, inherited: RetainedOutput | None = None) -> None:
+        #: Most bytes kept; ``math.inf`` for no limit.
+        self.limit_bytes = limit_bytes
+        self._chunks: list[tuple[OutputChunk, bool]] = []
+        self._size = 0
+        self.dropped_bytes: dict[StreamName, int] = {"stdout": 0, "stderr": 0}
+        if inherited is not None:
+            self.dropped_bytes = dict(inherited.dropped_bytes)
+            for chunk in inherited.retained():
+                self._push(chunk, True)
+
+    def push(self, chunk: OutputChunk) -> None:
+        """Keeps a chunk this handle received, dropping the oldest beyond the limit."""
+        self._push(chunk, False)
+
+    def retained(self) -> list[OutputChunk]:
+        """Every chunk kept, inherited ones first, in arrival order."""
+        return [chunk for chunk, _ in self._chunks]
+
+    def received(self) -> list[OutputChunk]:
+        """The chunks kept that this handle itself received."""
+        return [chunk for chunk, inherited in self._chunks if not inherited]
+
+    def _push(self, chunk: OutputChunk, inherited: bool) -> None:
+        self._chunks.append((chunk, inherited))
+        self._size += len(chunk.data)
+        while self._size > self.limit_bytes and self._chunks:
+            dropped, _ = self._chunks.pop(0)
+            self._size -= len(dropped.data)
+            self.dropped_bytes[dropped.stream] += len(dropped.data)

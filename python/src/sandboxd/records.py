@@ -1,0 +1,294 @@
+"""What the daemon reports about a process: its status, its record and how it ended, and a finished command's result."""
+
+from __future__ import annotations
+
+import datetime
+import signal as signals
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Literal
+
+from google.protobuf import duration_pb2, timestamp_pb2
+
+from ._gen.sandbox.v1 import sandbox_pb2 as pb
+from .output import Output, StreamName
+
+
+class ProcessStatus(StrEnum):
+    """ProcessStatus is the lifecycle state of a process."""
+
+    #: Being spawned.
+    STARTING = "starting"
+    #: Spawned and not yet exited.
+    RUNNING = "running"
+    #: Exited with code 0.
+    COMPLETED = "completed"
+    #: Exited with a non-zero code.
+    FAILED = "failed"
+    #: Ended by a signal: a kill on request, a timeout or a cancel.
+    KILLED = "killed"
+    #: Could not be started.
+    ERROR = "error"
+
+    @classmethod
+    def from_proto(cls, status: int) -> ProcessStatus:
+        """Converts a protobuf status; ``ERROR`` for an unspecified or unknown value."""
+        return _FROM_PROTO.get(status, ProcessStatus.ERROR)
+
+    def to_proto(self) -> pb.ProcessStatus:
+        """The protobuf enum value."""
+        return _TO_PROTO[self]
+
+
+_TO_PROTO: dict[ProcessStatus, pb.ProcessStatus] = {
+    ProcessStatus.STARTING: pb.PROCESS_STATUS_STARTING,
+    ProcessStatus.RUNNING: pb.PROCESS_STATUS_RUNNING,
+    ProcessStatus.COMPLETED: pb.PROCESS_STATUS_COMPLETED,
+    ProcessStatus.FAILED: pb.PROCESS_STATUS_FAILED,
+    ProcessStatus.KILLED: pb.PROCESS_STATUS_KILLED,
+    ProcessStatus.ERROR: pb.PROCESS_STATUS_ERROR,
+}
+_FROM_PROTO: dict[int, ProcessStatus] = {int(value): status for status, value in _TO_PROTO.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessExit:
+    """ProcessExit says how a process ended, as the daemon reported it."""
+
+    #: Final status: completed, failed, killed or error.
+    status: ProcessStatus
+    #: The exit code; a process ended by a signal reports 128 + the signal's number (137 for SIGKILL), as a shell
+    #: does, with ``signal`` set. A program that was not found is 127.
+    exit_code: int
+    #: Name of the signal that ended it (``"SIGKILL"``), None when it exited on its own.
+    signal: str | None
+    #: Whether it was killed because its timeout expired.
+    timed_out: bool
+    #: Whether it was killed on request (kill, cancel, shutdown).
+    killed: bool
+    #: When it started.
+    started_at: datetime.datetime
+    #: When it ended.
+    ended_at: datetime.datetime
+    #: How long it ran, in seconds.
+    duration: float
+    #: Total bytes written to stdout.
+    stdout_bytes: int
+    #: Total bytes written to stderr.
+    stderr_bytes: int
+    #: Why it could not start, for status error.
+    error: str | None
+
+    @classmethod
+    def from_proto(cls, exited: pb.ProcessExited) -> ProcessExit | None:
+        """Converts a ProcessExited message; None when it carries neither an exit code nor a known signal."""
+        code = exit_code_of(exited)
+        if code is None:
+            return None
+        started = _time(exited.start_time) if exited.HasField("start_time") else _EPOCH
+        ended = _time(exited.end_time) if exited.HasField("end_time") else started
+        duration = _seconds(exited.duration) if exited.HasField("duration") else (ended - started).total_seconds()
+        return cls(
+            status=ProcessStatus.from_proto(exited.status),
+            exit_code=code,
+            signal=exited.signal or None,
+            timed_out=exited.timed_out,
+            killed=exited.killed,
+            started_at=started,
+            ended_at=ended,
+            duration=duration,
+            stdout_bytes=exited.stdout_bytes,
+            stderr_bytes=exited.stderr_bytes,
+            error=exited.error or None,
+        )
+
+
+def exit_code_of(exited: pb.ProcessExited) -> int | None:
+    """The exit code to report: the process's own, else 128 + the number of the signal that ended it, else None."""
+    if exited.HasField("exit_code"):
+        return exited.exit_code
+    try:
+        return 128 + signals.Signals[exited.signal].value
+    except KeyError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessInfo:
+    """ProcessInfo is what the daemon's record said about a process when it was last seen."""
+
+    #: The process id: client-chosen or a UUID.
+    process_id: str
+    #: Operating-system pid, also its process group id; None if never spawned.
+    pid: int | None
+    #: The command as given.
+    command: str
+    #: The arguments (argv form); empty for a shell command line.
+    args: tuple[str, ...]
+    #: Status when last seen.
+    status: ProcessStatus
+    #: Session id, if any.
+    session_id: str | None
+    #: Resolved working directory.
+    cwd: str
+    #: Whether it runs in a PTY.
+    pty: bool
+    #: Whether its stdin is open for input.
+    stdin: bool
+    #: When it started.
+    started_at: datetime.datetime
+    #: Whether the record is removed automatically after exit.
+    auto_cleanup: bool
+    #: Bytes written to stdout so far.
+    stdout_bytes: int
+    #: Bytes written to stderr so far.
+    stderr_bytes: int
+    #: How it ended; None while running.
+    exit: ProcessExit | None
+
+    @classmethod
+    def from_proto(cls, info: pb.ProcessInfo) -> ProcessInfo:
+        """Converts a ProcessInfo message."""
+        return cls(
+            process_id=info.process_id,
+            pid=info.pid or None,
+            command=info.command,
+            args=tuple(info.args),
+            status=ProcessStatus.from_proto(info.status),
+            session_id=info.session_id or None,
+            cwd=info.cwd,
+            pty=info.pty,
+            stdin=info.stdin,
+            started_at=_time(info.start_time) if info.HasField("start_time") else datetime.datetime.now(datetime.UTC),
+            auto_cleanup=info.auto_cleanup,
+            stdout_bytes=info.stdout_bytes,
+            stderr_bytes=info.stderr_bytes,
+            exit=ProcessExit.from_proto(info.exit) if info.HasField("exit") else None,
+        )
+
+    @property
+    def command_line(self) -> str:
+        """The command and its arguments, for display."""
+        return " ".join((self.command, *self.args))
+
+
+@dataclass(frozen=True, slots=True)
+class CommandResult:
+    """CommandResult is a command that has exited, with what it printed: what ``exec()`` and ``handle.wait()`` return.
+
+    ``exit_code`` is always an int: the process's own exit code, or 128 + the signal number when a signal ended it
+    (137 for SIGKILL, as a timeout reports it), with ``signal`` naming the signal. A non-zero exit is data, not an
+    exception. ``stdout``, ``stderr`` and ``output`` (both joined in arrival order, seed 004) are
+    :class:`~sandboxd.Output` bytes with a ``.text`` helper; with ``pty`` everything is in stdout.
+
+    A background process's handle keeps at most ``max_retained_bytes`` of output (16 MiB by default): beyond it the
+    oldest is dropped, ``truncated`` is true and ``dropped_bytes`` says how much of each stream is missing.
+    """
+
+    #: The process id.
+    process_id: str
+    #: The command line that ran.
+    command: str
+    #: The session it ran in, if any.
+    session_id: str | None
+    #: How it ended.
+    exit: ProcessExit
+    #: Standard output.
+    stdout: Output
+    #: Standard error.
+    stderr: Output
+    #: Both streams joined in the order their chunks arrived.
+    output: Output
+    #: Bytes of each stream dropped from the front because of the handle's ``max_retained_bytes``.
+    dropped_bytes: dict[StreamName, int]
+
+    @property
+    def exit_code(self) -> int:
+        """The exit code; 128 + the signal number when a signal ended the process."""
+        return self.exit.exit_code
+
+    @property
+    def success(self) -> bool:
+        """Whether the exit code is 0."""
+        return self.exit.exit_code == 0
+
+    @property
+    def status(self) -> ProcessStatus:
+        """Final status: completed, failed, killed or error."""
+        return self.exit.status
+
+    @property
+    def signal(self) -> str | None:
+        """Name of the signal that ended the process (``"SIGKILL"``), None when it exited."""
+        return self.exit.signal
+
+    @property
+    def timed_out(self) -> bool:
+        """Whether the process was killed because its timeout expired."""
+        return self.exit.timed_out
+
+    @property
+    def duration(self) -> float:
+        """How long the process ran, in seconds."""
+        return self.exit.duration
+
+    @property
+    def truncated(self) -> bool:
+        """Whether older output was dropped to respect the handle's ``max_retained_bytes``."""
+        return any(self.dropped_bytes.values())
+
+
+#: The result of ``exec()``: the same type as a handle's result, named as seed 000 names it.
+ExecResult = CommandResult
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessLogs:
+    """ProcessLogs is a snapshot of the output the daemon retains for a process."""
+
+    #: The process id.
+    process_id: str
+    #: Retained stdout.
+    stdout: Output
+    #: Retained stderr.
+    stderr: Output
+    #: Offset of the first retained stdout byte (bytes before it were dropped).
+    stdout_offset: int
+    #: Offset of the first retained stderr byte.
+    stderr_offset: int
+    #: The record.
+    process: ProcessInfo | None
+
+
+_EPOCH = datetime.datetime.fromtimestamp(0, datetime.UTC)
+
+
+def _time(timestamp: timestamp_pb2.Timestamp) -> datetime.datetime:
+    return timestamp.ToDatetime(tzinfo=datetime.UTC)
+
+
+def _seconds(duration: duration_pb2.Duration) -> float:
+    return duration.seconds + duration.nanos / 1e9
+
+
+@dataclass(frozen=True, slots=True)
+class ExecEvent:
+    """ExecEvent is one event of ``exec_stream()`` (seed 000): ``start``, then ``stdout``/``stderr`` output, then
+    ``complete`` with the result. A failure is raised from the loop rather than sent as an event."""
+
+    #: What happened.
+    type: Literal["start", "stdout", "stderr", "complete"]
+    #: When, on this machine.
+    timestamp: datetime.datetime
+    #: The bytes, for stdout and stderr (empty for the text a decoder flushed at the end).
+    data: bytes = b""
+    #: The bytes as text, decoded incrementally per stream (never a split character).
+    text: str = ""
+    #: The command line, for start.
+    command: str | None = None
+    #: The process id, for start.
+    process_id: str | None = None
+    #: The exit code, for complete.
+    exit_code: int | None = None
+    #: The result, for complete.
+    result: CommandResult | None = None
