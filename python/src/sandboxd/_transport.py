@@ -86,6 +86,8 @@ def create_channel(url: str, *, keepalive: Keepalive, tls: Tls | None, max_messa
         # Pings only while calls are open, as many as needed: the daemon (Node's HTTP/2) answers each.
         ("grpc.keepalive_permit_without_calls", 0),
         ("grpc.http2.max_pings_without_data", 0),
+        # Any ping (keepalive or flow control) unanswered this long ends the connection; grpc-core waits 1 min.
+        ("grpc.http2.ping_timeout_ms", max(1, round(keepalive.timeout * 1000))),
         # GetProcessLogs returns a process's whole retained output (8 MiB per stream by default) in one message.
         ("grpc.max_receive_message_length", -1),
         ("grpc.max_send_message_length", max_message_bytes),
