@@ -6,7 +6,7 @@ import codecs
 import datetime
 import secrets
 import weakref
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncGenerator, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Self, TypedDict, Unpack
 
@@ -203,7 +203,7 @@ class AsyncSandbox:
             # After the exit this does nothing; on any failure or cancellation it cancels the call, which kills it.
             await handle._stop(SandboxError("the command was cancelled", code="CANCELLED"))
 
-    async def exec_stream(self, command: Command, **options: Unpack[ExecOptions]) -> AsyncIterator[ExecEvent]:
+    async def exec_stream(self, command: Command, **options: Unpack[ExecOptions]) -> AsyncGenerator[ExecEvent, None]:
         """Runs a command as an async iterator of :class:`~sandboxd.ExecEvent` s (seed 000): ``start``,
         ``stdout``/``stderr`` output as it arrives, then ``complete`` with the result. Leaving the loop early (or
         closing the iterator, e.g. with ``contextlib.aclosing``) kills the command; failures are raised."""

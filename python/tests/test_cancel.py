@@ -1,0 +1,133 @@
+"""Cancellation kills the remote command: task cancel, KeyboardInterrupt, leaving a with/async with block, close()."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+
+import pytest
+
+import sandboxd
+from sandboxd import AsyncSandbox, Sandbox
+
+from .support import Daemon, sleep_marker, sleepers, spawn_python, wait_for
+
+# A child interpreter that runs a command, is interrupted with SIGINT (Ctrl-C) while it waits, and then, still
+# connected, watches /proc for the command to disappear: so the kill comes from the cancelled call, not from the
+# connection closing when the program ends.
+_INTERRUPTED = """
+import os, sys, time, sandboxd
+url, token, marker, mode = sys.argv[1:5]
+
+def gone():
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if open(f"/proc/{pid}/cmdline", "rb").read() == f"sleep\\0{marker}\\0".encode():
+                return False
+        except OSError:
+            pass
+    return True
+
+with sandboxd.connect(url, token=token) as sandbox:
+    try:
+        if mode == "exec":
+            sandbox.exec(f"sleep {marker}")
+        elif mode == "stream":
+            for event in sandbox.exec_stream(f"echo up; sleep {marker}"):
+                pass
+        else:
+            with sandbox.start_process(f"sleep {marker}") as handle:
+                handle.wait()
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+        deadline = time.monotonic() + 10
+        while not gone() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        print("gone" if gone() else "still running", sandbox.status, flush=True)
+"""
+
+
+@pytest.mark.parametrize("mode", ["exec", "stream", "handle"])
+def test_keyboard_interrupt_kills_the_remote_command(daemon: Daemon, mode: str) -> None:
+    marker = sleep_marker()
+    child = spawn_python(_INTERRUPTED, daemon.url, daemon.token or "", marker, mode)
+    try:
+        wait_for(lambda: len(sleepers(marker)) == 1, timeout=30, what="the command to start")
+        child.send_signal(signal.SIGINT)
+        stdout, stderr = child.communicate(timeout=30)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert stdout == "interrupted\ngone running\n", stderr
+    assert child.returncode == 0
+    assert not sleepers(marker)
+
+
+async def test_cancelling_the_task_kills_the_remote_command(async_sandbox: AsyncSandbox) -> None:
+    marker = sleep_marker()
+    task = asyncio.create_task(async_sandbox.exec(f"sleep {marker}"))
+    await asyncio.to_thread(wait_for, lambda: len(sleepers(marker)) == 1, what="the sleep to start")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.to_thread(wait_for, lambda: not sleepers(marker), what="the cancelled sleep to be gone")
+
+
+async def test_asyncio_timeout_around_exec_kills_the_remote_command(async_sandbox: AsyncSandbox) -> None:
+    marker = sleep_marker()
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.5):
+            await async_sandbox.exec(f"sleep {marker}")
+    await asyncio.to_thread(wait_for, lambda: not sleepers(marker), what="the sleep to be gone")
+
+
+async def test_closing_an_exec_stream_kills_the_command(async_sandbox: AsyncSandbox) -> None:
+    marker = sleep_marker()
+    async with contextlib.aclosing(async_sandbox.exec_stream(f"echo up; sleep {marker}")) as events:
+        async for event in events:
+            if event.type == "stdout":
+                break
+    await asyncio.to_thread(wait_for, lambda: not sleepers(marker), what="the sleep to be gone")
+
+
+def test_leaving_a_with_block_kills_the_process(sandbox: Sandbox) -> None:
+    marker = sleep_marker()
+    with pytest.raises(RuntimeError, match="boom"):
+        with sandbox.start_process(f"sleep {marker} & sleep {marker}; wait") as handle:
+            wait_for(lambda: len(sleepers(marker)) == 2, what="both sleeps")
+            raise RuntimeError("boom")
+    # Leaving waits for the exit: the group is gone by now.
+    assert not sleepers(marker)
+    assert handle.refresh() == sandboxd.ProcessStatus.KILLED
+
+
+async def test_leaving_an_async_with_block_kills_the_process(async_sandbox: AsyncSandbox) -> None:
+    marker = sleep_marker()
+    async with await async_sandbox.start_process(f"trap '' TERM; sleep {marker}") as handle:
+        await asyncio.to_thread(wait_for, lambda: len(sleepers(marker)) == 1, what="the sleep")
+    # SIGTERM was ignored: the daemon escalated to SIGKILL after the 1 s grace period.
+    assert not sleepers(marker)
+    assert handle.status == sandboxd.ProcessStatus.KILLED
+
+
+def test_a_with_block_on_a_finished_process_leaves_quietly(sandbox: Sandbox) -> None:
+    with sandbox.start_process("echo done") as handle:
+        assert handle.wait().stdout == b"done\n"
+    assert handle.exit_code == 0
+
+
+def test_closing_the_sandbox_kills_its_processes_unless_asked_not_to(daemon: Daemon) -> None:
+    killed, kept = sleep_marker(), sleep_marker()
+    with sandboxd.connect(daemon.url, token=daemon.token or "") as first:
+        first.start_process(f"sleep {killed}")
+        wait_for(lambda: len(sleepers(killed)) == 1, what="the sleep")
+    wait_for(lambda: not sleepers(killed), what="the sandbox's process to be killed at close")
+    second = sandboxd.connect(daemon.url, token=daemon.token or "")
+    survivor = second.start_process(f"sleep {kept}").process_id
+    second.close(kill_processes=False)
+    assert second.status == sandboxd.SandboxStatus.CLOSED
+    with sandboxd.connect(daemon.url, token=daemon.token or "") as third:
+        assert len(sleepers(kept)) == 1
+        third.processes.kill(survivor, "SIGKILL")
+    wait_for(lambda: not sleepers(kept), what="the kept sleep to be killed")
