@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -194,12 +195,15 @@ class TcpProxy:
 
 
 def _reset(sock: socket.socket) -> None:
-    try:
-        # SO_LINGER 0: close() sends a RST instead of a FIN, so whatever was in flight is lost.
+    # SO_LINGER 0: the close sends a RST instead of a FIN, so whatever was in flight is lost. The shutdown first
+    # wakes a pump thread blocked in recv() on this socket: a bare close() from another thread would leave the
+    # socket open under that call, and the peer would see a silent connection instead of a cut.
+    with contextlib.suppress(OSError):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(OSError):
         sock.close()
-    except OSError:
-        pass
 
 
 def run_python(code: str, *args: str, timeout: float = 60.0) -> subprocess.CompletedProcess[str]:

@@ -125,9 +125,14 @@ def test_closing_the_sandbox_kills_its_processes_unless_asked_not_to(daemon: Dae
     wait_for(lambda: not sleepers(killed), what="the sandbox's process to be killed at close")
     second = sandboxd.connect(daemon.url, token=daemon.token or "")
     survivor = second.start_process(f"sleep {kept}").process_id
+    wait_for(lambda: len(sleepers(kept)) == 1, what="the kept sleep to run")
     second.close(kill_processes=False)
     assert second.status == sandboxd.SandboxStatus.CLOSED
     with sandboxd.connect(daemon.url, token=daemon.token or "") as third:
+        # Several round trips after close(): a kill it had sent would have ended the sleep by now.
+        assert third.exec("true").exit_code == 0
+        kept_handle = third.processes.get(survivor)
+        assert kept_handle is not None and kept_handle.status == sandboxd.ProcessStatus.RUNNING
         assert len(sleepers(kept)) == 1
         third.processes.kill(survivor, "SIGKILL")
     wait_for(lambda: not sleepers(kept), what="the kept sleep to be killed")

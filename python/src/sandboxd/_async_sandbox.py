@@ -27,8 +27,8 @@ from .records import CommandResult, ExecEvent, ProcessInfo, ProcessLogs, Process
 class SandboxOptions(TypedDict, total=False):
     """Options of a sandbox (``connect()``, ``Sandbox(...)``, ``AsyncSandbox(...)``)."""
 
-    #: Bearer token, sent as ``authorization: Bearer <token>`` on every call.
-    token: str
+    #: Bearer token, sent as ``authorization: Bearer <token>`` on every call; None or absent for none.
+    token: str | None
     #: Default time limit of waiting commands (exec, exec_stream) in seconds; 30 by default (seed 002), None for
     #: none. Background processes have none unless asked.
     timeout: float | None
@@ -135,8 +135,9 @@ class AsyncSandbox:
             max_message_bytes=options.get("max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES),
         )
         metadata = dict(options.get("headers", {}))
-        if "token" in options:
-            metadata["authorization"] = f"Bearer {options['token']}"
+        token = options.get("token")
+        if token is not None:
+            metadata["authorization"] = f"Bearer {token}"
         rpc = SandboxRpc(channel, metadata)
         try:
             await rpc.list_processes(

@@ -1,0 +1,43 @@
+"""The README's Python section runs as written against a real daemon and prints what its comments say."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+from .support import REPOSITORY, Daemon
+
+
+def python_blocks() -> list[str]:
+    """The ```python blocks of the README's "Python client" section, in order."""
+    readme = (REPOSITORY / "README.md").read_text()
+    start = readme.index("\n## Python client\n")
+    end = readme.find("\n## ", start + 1)
+    section = readme[start : end if end != -1 else None]
+    return re.findall(r"```python\n(.*?)```", section, re.S)
+
+
+def promised_lines(code: str) -> list[str]:
+    """Every ``# → text`` comment, in order (several on one line are separate lines)."""
+    lines: list[str] = []
+    for line in code.splitlines():
+        parts = line.split("# → ")[1:]
+        lines.extend(part.strip() for part in parts)
+    return lines
+
+
+def test_the_section_has_the_examples() -> None:
+    code = "\n".join(python_blocks())
+    assert len(python_blocks()) == 5
+    for call in ("sandboxd.connect(", ".exec(", ".exec_stream(", ".start_process(", ".reconnect()", ".send_input(", "stdin=", "AsyncSandbox("):
+        assert call in code
+
+
+def test_the_section_runs_as_written(daemon: Daemon) -> None:
+    code = "\n".join(python_blocks()).replace('"http://127.0.0.1:7007"', repr(daemon.url))
+    env = {**os.environ, "SANDBOXD_TOKEN": daemon.token or ""}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.rstrip("\n").split("\n") == promised_lines(code)
