@@ -318,11 +318,18 @@ class AsyncProcesses:
         sessions = [""] if all else sorted(sandbox._sessions)
         infos: list[ProcessInfo] = []
         for session_id in sessions:
-            try:
-                response = await rpc.list_processes(pb.ListProcessesRequest(session_id=session_id, statuses=statuses), metadata=rpc.metadata)
-            except grpc.aio.AioRpcError as error:
-                raise from_rpc_error(error) from error
-            infos.extend(ProcessInfo.from_proto(info) for info in response.processes)
+            # Every page: the daemon answers at most 1000 records at a time.
+            page_token = ""
+            while True:
+                request = pb.ListProcessesRequest(session_id=session_id, statuses=statuses, page_token=page_token)
+                try:
+                    response = await rpc.list_processes(request, metadata=rpc.metadata)
+                except grpc.aio.AioRpcError as error:
+                    raise from_rpc_error(error) from error
+                infos.extend(ProcessInfo.from_proto(info) for info in response.processes)
+                page_token = response.next_page_token
+                if not page_token:
+                    break
         infos.sort(key=lambda info: info.started_at)
         context = sandbox._context()
         return [sandbox._track(AsyncCommandHandle._for_process(context, info)) for info in infos]

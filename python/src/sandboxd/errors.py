@@ -129,6 +129,38 @@ class StdinNotOpenError(FailedPreconditionError):
     """The process has no stdin pipe, or it was closed (``STDIN_NOT_OPEN``)."""
 
 
+class CwdNotFoundError(FailedPreconditionError):
+    """The working directory does not exist or is not a directory (``CWD_NOT_FOUND``)."""
+
+    @property
+    def cwd(self) -> str | None:
+        """The working directory asked for."""
+        return self.metadata.get("cwd")
+
+
+class CwdNotAccessibleError(PermissionDeniedError):
+    """The command's user may not enter the working directory (``CWD_NOT_ACCESSIBLE``)."""
+
+    @property
+    def cwd(self) -> str | None:
+        """The working directory asked for."""
+        return self.metadata.get("cwd")
+
+
+class HostNotAllowedError(PermissionDeniedError):
+    """A daemon without a token answers loopback host names only (``HOST_NOT_ALLOWED``)."""
+
+
+class PtyNotOpenError(FailedPreconditionError):
+    """A resize for a process that has no PTY (``PTY_NOT_OPEN``)."""
+
+
+class OffsetOutOfRangeError(SandboxError):
+    """A stream was asked for from an offset beyond the bytes written so far (``OFFSET_OUT_OF_RANGE``)."""
+
+    default_code = "OUT_OF_RANGE"
+
+
 class SpawnFailedError(SandboxError):
     """The program could not be started (``SPAWN_FAILED``); ``errno`` names the system error."""
 
@@ -140,10 +172,14 @@ class SpawnFailedError(SandboxError):
         return self.metadata.get("errno")
 
 
-class LimitExceededError(SandboxError):
-    """A daemon limit refused the call (``LIMIT_EXCEEDED``, gRPC RESOURCE_EXHAUSTED)."""
+class ResourceExhaustedError(SandboxError):
+    """The daemon ran out of something (gRPC RESOURCE_EXHAUSTED); see the subclasses."""
 
     default_code = "RESOURCE_EXHAUSTED"
+
+
+class LimitExceededError(ResourceExhaustedError):
+    """A daemon limit refused the call (``LIMIT_EXCEEDED``)."""
 
     @property
     def limit(self) -> str | None:
@@ -154,6 +190,16 @@ class LimitExceededError(SandboxError):
     def value(self) -> str | None:
         """The limit's value."""
         return self.metadata.get("value")
+
+
+class StateNotRecordedError(ResourceExhaustedError):
+    """The daemon's state directory could not record the process group, so nothing started
+    (``STATE_NOT_RECORDED``); ``errno`` names the system error."""
+
+    @property
+    def errno(self) -> str | None:
+        """The system error's name, such as ``ENOSPC``."""
+        return self.metadata.get("errno")
 
 
 class AuthenticationError(SandboxError):
@@ -225,11 +271,17 @@ _BY_REASON: dict[str, type[SandboxError]] = {
     "UNAUTHENTICATED": AuthenticationError,
     "SHUTTING_DOWN": ShuttingDownError,
     "SPAWN_FAILED": SpawnFailedError,
+    "CWD_NOT_FOUND": CwdNotFoundError,
+    "CWD_NOT_ACCESSIBLE": CwdNotAccessibleError,
+    "PTY_NOT_OPEN": PtyNotOpenError,
+    "OFFSET_OUT_OF_RANGE": OffsetOutOfRangeError,
+    "HOST_NOT_ALLOWED": HostNotAllowedError,
+    "STATE_NOT_RECORDED": StateNotRecordedError,
 }
 
 _BY_CODE: dict[grpc.StatusCode, type[SandboxError]] = {
     grpc.StatusCode.ALREADY_EXISTS: ProcessAlreadyExistsError,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: LimitExceededError,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhaustedError,
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgumentError,
     grpc.StatusCode.PERMISSION_DENIED: PermissionDeniedError,
     grpc.StatusCode.FAILED_PRECONDITION: FailedPreconditionError,

@@ -11,6 +11,32 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    ERROR_REASON_UNSPECIFIED: _ClassVar[ErrorReason]
+    ERROR_REASON_PROCESS_NOT_FOUND: _ClassVar[ErrorReason]
+    ERROR_REASON_PROCESS_ALREADY_EXISTS: _ClassVar[ErrorReason]
+    ERROR_REASON_LIMIT_EXCEEDED: _ClassVar[ErrorReason]
+    ERROR_REASON_INVALID_ARGUMENT: _ClassVar[ErrorReason]
+    ERROR_REASON_CWD_OUTSIDE_WORKSPACE: _ClassVar[ErrorReason]
+    ERROR_REASON_SUDO_NOT_ALLOWED: _ClassVar[ErrorReason]
+    ERROR_REASON_PROCESS_NOT_RUNNING: _ClassVar[ErrorReason]
+    ERROR_REASON_STDIN_NOT_OPEN: _ClassVar[ErrorReason]
+    ERROR_REASON_UNAUTHENTICATED: _ClassVar[ErrorReason]
+    ERROR_REASON_SHUTTING_DOWN: _ClassVar[ErrorReason]
+    ERROR_REASON_SPAWN_FAILED: _ClassVar[ErrorReason]
+    ERROR_REASON_CWD_NOT_FOUND: _ClassVar[ErrorReason]
+    ERROR_REASON_CWD_NOT_ACCESSIBLE: _ClassVar[ErrorReason]
+    ERROR_REASON_PTY_NOT_OPEN: _ClassVar[ErrorReason]
+    ERROR_REASON_OFFSET_OUT_OF_RANGE: _ClassVar[ErrorReason]
+    ERROR_REASON_HOST_NOT_ALLOWED: _ClassVar[ErrorReason]
+    ERROR_REASON_STATE_NOT_RECORDED: _ClassVar[ErrorReason]
+    ERROR_REASON_CANCELED: _ClassVar[ErrorReason]
+    ERROR_REASON_SERVICE_NOT_FOUND: _ClassVar[ErrorReason]
+    ERROR_REASON_INTERNAL: _ClassVar[ErrorReason]
+    ERROR_REASON_DEADLINE_EXCEEDED: _ClassVar[ErrorReason]
+    ERROR_REASON_PROTOCOL_ERROR: _ClassVar[ErrorReason]
+
 class ProcessStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     PROCESS_STATUS_UNSPECIFIED: _ClassVar[ProcessStatus]
@@ -26,6 +52,29 @@ class OutputStream(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OUTPUT_STREAM_UNSPECIFIED: _ClassVar[OutputStream]
     OUTPUT_STREAM_STDOUT: _ClassVar[OutputStream]
     OUTPUT_STREAM_STDERR: _ClassVar[OutputStream]
+ERROR_REASON_UNSPECIFIED: ErrorReason
+ERROR_REASON_PROCESS_NOT_FOUND: ErrorReason
+ERROR_REASON_PROCESS_ALREADY_EXISTS: ErrorReason
+ERROR_REASON_LIMIT_EXCEEDED: ErrorReason
+ERROR_REASON_INVALID_ARGUMENT: ErrorReason
+ERROR_REASON_CWD_OUTSIDE_WORKSPACE: ErrorReason
+ERROR_REASON_SUDO_NOT_ALLOWED: ErrorReason
+ERROR_REASON_PROCESS_NOT_RUNNING: ErrorReason
+ERROR_REASON_STDIN_NOT_OPEN: ErrorReason
+ERROR_REASON_UNAUTHENTICATED: ErrorReason
+ERROR_REASON_SHUTTING_DOWN: ErrorReason
+ERROR_REASON_SPAWN_FAILED: ErrorReason
+ERROR_REASON_CWD_NOT_FOUND: ErrorReason
+ERROR_REASON_CWD_NOT_ACCESSIBLE: ErrorReason
+ERROR_REASON_PTY_NOT_OPEN: ErrorReason
+ERROR_REASON_OFFSET_OUT_OF_RANGE: ErrorReason
+ERROR_REASON_HOST_NOT_ALLOWED: ErrorReason
+ERROR_REASON_STATE_NOT_RECORDED: ErrorReason
+ERROR_REASON_CANCELED: ErrorReason
+ERROR_REASON_SERVICE_NOT_FOUND: ErrorReason
+ERROR_REASON_INTERNAL: ErrorReason
+ERROR_REASON_DEADLINE_EXCEEDED: ErrorReason
+ERROR_REASON_PROTOCOL_ERROR: ErrorReason
 PROCESS_STATUS_UNSPECIFIED: ProcessStatus
 PROCESS_STATUS_STARTING: ProcessStatus
 PROCESS_STATUS_RUNNING: ProcessStatus
@@ -267,18 +316,24 @@ class GetProcessResponse(_message.Message):
     def __init__(self, process: _Optional[_Union[ProcessInfo, _Mapping]] = ...) -> None: ...
 
 class ListProcessesRequest(_message.Message):
-    __slots__ = ("session_id", "statuses")
+    __slots__ = ("session_id", "statuses", "page_size", "page_token")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
     STATUSES_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     session_id: str
     statuses: _containers.RepeatedScalarFieldContainer[ProcessStatus]
-    def __init__(self, session_id: _Optional[str] = ..., statuses: _Optional[_Iterable[_Union[ProcessStatus, str]]] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, session_id: _Optional[str] = ..., statuses: _Optional[_Iterable[_Union[ProcessStatus, str]]] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListProcessesResponse(_message.Message):
-    __slots__ = ("processes",)
+    __slots__ = ("processes", "next_page_token")
     PROCESSES_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     processes: _containers.RepeatedCompositeFieldContainer[ProcessInfo]
-    def __init__(self, processes: _Optional[_Iterable[_Union[ProcessInfo, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, processes: _Optional[_Iterable[_Union[ProcessInfo, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class KillProcessRequest(_message.Message):
     __slots__ = ("process_id", "signal", "grace_period_ms")
