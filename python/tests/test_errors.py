@@ -177,3 +177,16 @@ def test_the_class_follows_the_error_info_reason_then_the_code() -> None:
     assert type(plain) is sandboxd.SandboxUnavailableError and plain.reason is None
     deadline = from_rpc_error(grpc.aio.AioRpcError(grpc.StatusCode.DEADLINE_EXCEEDED, grpc.aio.Metadata(), grpc.aio.Metadata(), "late"), timeout=2.0)
     assert isinstance(deadline, sandboxd.ExecutionTimeoutError) and deadline.timeout == 2.0
+
+
+def test_a_missing_cwd_and_a_resize_without_a_pty_are_failed_preconditions(sandbox: Sandbox) -> None:
+    with pytest.raises(sandboxd.CwdNotFoundError) as missing:
+        sandbox.exec("true", cwd="no-such-directory")
+    assert missing.value.code == "FAILED_PRECONDITION" and missing.value.cwd is not None
+    expect_reason(missing.value, "CWD_NOT_FOUND")
+    handle = sandbox.start_process("cat", stdin=True)
+    with pytest.raises(sandboxd.PtyNotOpenError) as no_pty:
+        handle.resize(100, 30)
+    expect_reason(no_pty.value, "PTY_NOT_OPEN", process_id=handle.process_id)
+    handle.close_input()
+    assert handle.wait().exit_code == 0
