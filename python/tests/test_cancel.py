@@ -17,8 +17,11 @@ from .support import Daemon, sleep_marker, sleepers, spawn_python, wait_for
 # connected, watches /proc for the command to disappear: so the kill comes from the cancelled call, not from the
 # connection closing when the program ends.
 _INTERRUPTED = """
-import os, sys, time, sandboxd
+import os, signal, sys, time, sandboxd
 url, token, marker, mode = sys.argv[1:5]
+# Ctrl-C raises KeyboardInterrupt even when this suite runs in the background of a script (run-all.sh), where the
+# shell starts it with SIGINT ignored and the child would inherit that.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 def gone():
     for pid in filter(str.isdigit, os.listdir("/proc")):
