@@ -41,12 +41,6 @@ def limited() -> Iterator[Daemon]:
     started.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="daemon bug (src/server/early-answer.ts): its early gRPC answers (the token gate's UNAUTHENTICATED "
-    "among them) end with an empty DATA frame after the headers instead of END_STREAM on them, which grpc-core "
-    "clients (Python, C++, ...) read as UNKNOWN 'Stream removed'; strict, so the fix makes this test pass",
-)
 def test_a_missing_or_wrong_token_is_an_authentication_error(daemon: Daemon) -> None:
     for token in (None, "wrong-token"):
         with pytest.raises(sandboxd.AuthenticationError) as refused:

@@ -55,6 +55,19 @@ export function answerEarly(request: AnyRequest, response: AnyResponse, refusal:
     body = Buffer.from(JSON.stringify(errorToJson(error, undefined)));
   }
   const stream = "stream" in request ? request.stream : undefined;
+  if (stream !== undefined && body.length === 0) {
+    // A gRPC trailers-only answer is one HEADERS frame that ends the stream. Written through the
+    // compatibility response it would be HEADERS, then an empty DATA frame with END_STREAM, which
+    // grpc-core clients (Python, C++, Go's too in places) report as UNKNOWN "Stream removed"
+    // instead of the status in the headers.
+    if (!stream.destroyed && !stream.headersSent) {
+      stream.respond({ ":status": status, ...headers, "content-length": "0" }, { endStream: true });
+      stream.once("finish", () => {
+        if (!stream.destroyed) stream.close(http2.constants.NGHTTP2_NO_ERROR);
+      });
+    }
+    return;
+  }
   if (stream === undefined) {
     // The body was not read, so the connection cannot carry another request.
     headers.connection = "close";

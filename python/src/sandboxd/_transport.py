@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
@@ -77,10 +78,38 @@ def channel_target(url: str) -> tuple[str, bool]:
     return f"{host}:{port}", secure
 
 
+_RETRY_SERVICE_CONFIG = json.dumps(
+    {
+        "methodConfig": [
+            {
+                "name": [
+                    {"service": "sandbox.v1.SandboxService", "method": method}
+                    for method in (
+                        "GetProcess",
+                        "ListProcesses",
+                        "KillProcess",
+                        "KillAllProcesses",
+                        "CleanupProcesses",
+                        "GetProcessLogs",
+                    )
+                ],
+                "retryPolicy": {
+                    "maxAttempts": 4,
+                    "initialBackoff": "0.1s",
+                    "maxBackoff": "1s",
+                    "backoffMultiplier": 2,
+                    "retryableStatusCodes": ["UNAVAILABLE"],
+                },
+            }
+        ]
+    }
+)
+
+
 def create_channel(url: str, *, keepalive: Keepalive, tls: Tls | None, max_message_bytes: int) -> grpc.aio.Channel:
     """Creates the grpc.aio channel of one daemon (bound to the running event loop)."""
     target, secure = channel_target(url)
-    options: list[tuple[str, int]] = [
+    options: list[tuple[str, int | str]] = [
         ("grpc.keepalive_time_ms", max(1, round(keepalive.interval * 1000))),
         ("grpc.keepalive_timeout_ms", max(1, round(keepalive.timeout * 1000))),
         # Pings only while calls are open, as many as needed: the daemon (Node's HTTP/2) answers each.
@@ -95,6 +124,11 @@ def create_channel(url: str, *, keepalive: Keepalive, tls: Tls | None, max_messa
         ("grpc.initial_reconnect_backoff_ms", 100),
         ("grpc.min_reconnect_backoff_ms", 100),
         ("grpc.max_reconnect_backoff_ms", 2000),
+        # Calls that change nothing, or whose repeat changes nothing more, are retried on UNAVAILABLE: right after
+        # a connection is lost the channel may still hand a call to the dead one (seen: "Stream removed
+        # (sendmsg: Broken pipe)"). StartProcess, Exec, StreamLogs and SendInput are not: the handles own those.
+        ("grpc.enable_retries", 1),
+        ("grpc.service_config", _RETRY_SERVICE_CONFIG),
     ]
     if not secure:
         return grpc.aio.insecure_channel(target, options=options)
