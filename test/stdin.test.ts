@@ -210,6 +210,20 @@ describe("PTY input and signals", () => {
     expect((await stdoutOf(processId)).toString()).toBe("abc\r\n4\r\n");
   });
 
+  it("end-of-input after a partial line (no newline) still ends the input: the pending line, then EOF", async () => {
+    const { process } = await t.client.startProcess({ spec: { command: "wc -c", pty: { cols: 80, rows: 24 }, autoCleanup: false } });
+    const processId = process!.processId;
+    const session = inputSession();
+    await session.send(open(processId));
+    await session.send(data("abc"));
+    expect((await session.send(close)).closed).toBe(true);
+    session.end();
+    // A lone ^D after "abc" only hands "abc" to wc, which would go on waiting; a second one is EOF.
+    const exit = await waitForExit(t.client, processId, 5000);
+    expect(exit.exitCode).toBe(0);
+    expect((await stdoutOf(processId)).toString()).toMatch(/^abc.*3\r\n$/s);
+  });
+
   it("delivers a signal to the process group without counting it as a kill", async () => {
     const { process } = await t.client.startProcess({ spec: { command: "sleep", args: ["1000.5"], stdin: true, autoCleanup: false } });
     const processId = process!.processId;

@@ -148,6 +148,9 @@ export function spawnPtyChild(options: SpawnPtyOptions): SpawnedChild {
   });
 
   let inputClosed = false;
+  // Whether the terminal's line buffer is empty as far as our input goes: VEOF (^D) ends the input
+  // only at the start of a line; after a partial line it merely hands that line to the reader.
+  let atLineStart = true;
   return {
     pid: term.pid,
     exited: leaderExited,
@@ -155,13 +158,15 @@ export function spawnPtyChild(options: SpawnPtyOptions): SpawnedChild {
     finished,
     write(data) {
       if (inputClosed || exited) return Promise.reject(new Error("stdin is closed"));
+      if (data.length > 0) atLineStart = data[data.length - 1] === 0x0a || data[data.length - 1] === 0x0d;
       return writeInput(data);
     },
     closeInput() {
       if (inputClosed || exited) return;
       inputClosed = true;
-      // VEOF (^D) at the start of a line is end-of-file for a program reading the terminal.
-      void writeInput(Buffer.from([0x04])).catch(() => {});
+      // VEOF (^D) at the start of a line is end-of-file for a program reading the terminal; after a
+      // partial line the first one delivers that line and the second is the end-of-file.
+      void writeInput(Buffer.from(atLineStart ? [0x04] : [0x04, 0x04])).catch(() => {});
     },
     resize(cols, rows) {
       if (!drained) term.resize(cols, rows);
