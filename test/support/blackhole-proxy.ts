@@ -12,9 +12,11 @@ export interface BlackholeProxy {
   readonly connections: number;
   /**
    * Stops moving bytes in both directions without closing anything: no FIN, no RST, just silence,
-   * as when a client's machine froze or its network went away. Applies to open and new connections.
+   * as when a client's machine froze or its network went away. Applies to open and new connections,
+   * or with `openOnly` to the open ones only (a path that died while new ones work, as after a NAT
+   * entry or a load balancer's backend vanished).
    */
-  blackhole(): void;
+  blackhole(options?: { openOnly?: boolean }): void;
   /** Cuts every open connection at once with a TCP reset, as a dropped NAT entry or a crashed router does. */
   cutAll(): void;
   /** Destroys every connection and stops listening. */
@@ -56,8 +58,8 @@ export async function startBlackholeProxy(target: { host: string; port: number }
     get connections() {
       return connections;
     },
-    blackhole() {
-      swallowing = true;
+    blackhole(options = {}) {
+      swallowing = options.openOnly !== true;
       for (const [client, upstream] of pairs) silence(client, upstream);
     },
     cutAll() {
