@@ -2,7 +2,9 @@ import { createHash } from "node:crypto";
 import { writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
+import { ErrorInfoSchema } from "../gen/google/rpc/error_details_pb.js";
 import {
+  backoffDelay,
   classifyFailure,
   CommandHandle,
   connect,
@@ -58,7 +60,8 @@ function joinChecked(chunks: readonly OutputChunk[], stream: "stdout" | "stderr"
 describe("CommandHandle (seed 001)", () => {
   it("runs `make build` without waiting, streams chunks and gives the result, as the seed's example", async () => {
     writeFileSync(path.join(t.workspace, "Makefile"), "build:\n\t@echo compiling; sleep 0.05\n\t@echo warning: careful >&2; sleep 0.05\n\t@echo linked\n");
-    const handle = await sandbox.run("make build", { timeout: 600_000, wait: false });
+    // As in the LangSmith example, `timeout` is in seconds: 600 s, not 600 ms.
+    const handle = await sandbox.run("make build", { timeout: 600, wait: false });
     expect(handle.commandId).toBe(handle.id);
     expect(handle.pid).toBeGreaterThan(0);
     const written: Uint8Array[] = [];
@@ -108,7 +111,7 @@ describe("CommandHandle (seed 001)", () => {
     expect((await iterator.next()).done).toBe(false);
     await waitFor(() => handle.lastStdoutOffset >= 5 * mib, { what: "the iterator's queue to fill" });
     await iterator.return(undefined);
-    const result = await handle.wait({ timeout: 10_000 });
+    const result = await handle.wait({ timeoutMs: 10_000 });
     expect(result.exitCode).toBe(0);
     expect(result.stdoutBytes().length).toBe(7 * mib);
   });
@@ -167,16 +170,31 @@ describe("CommandHandle (seed 001)", () => {
     expect(result.droppedBytes.stdout + result.stdoutBytes().length).toBe(printed);
   });
 
-  it("kill() sends SIGTERM to the process group by default; the stream ends with the exit and no process is left", async () => {
-    const marker = sleepMarker();
-    const handle = await sandbox.run(`sleep ${marker} & sleep ${marker}; wait`, { wait: false });
-    await waitFor(() => sleepers(marker).length === 2, { what: "both sleeps" });
-    await handle.kill();
-    const result = await handle.wait();
-    expect(result.signal).toBe("SIGTERM");
-    expect(result.exitCode).toBe(143);
-    expect(result.status).toBe("killed");
-    await waitFor(() => sleepers(marker).length === 0, { what: "the group to be gone" });
+  // LangSmith's CommandHandle.kill() is SIGKILL; the Cloudflare Process's and Vercel Command's are SIGTERM.
+  for (const [api, start, signal, exitCode] of [
+    ["run({ wait: false })'s CommandHandle", (command: string) => sandbox.run(command, { wait: false }), "SIGKILL", 137],
+    ["startProcess()'s handle", (command: string) => sandbox.startProcess(command), "SIGTERM", 143],
+  ] as const) {
+    it(`kill() of ${api} sends ${signal} to the process group by default; the stream ends with the exit and no process is left`, async () => {
+      const marker = sleepMarker();
+      const handle = await start(`sleep ${marker} & sleep ${marker}; wait`);
+      await waitFor(() => sleepers(marker).length === 2, { what: "both sleeps" });
+      await handle.kill();
+      const result = await handle.wait();
+      expect(result.signal).toBe(signal);
+      expect(result.exitCode).toBe(exitCode);
+      expect(result.status).toBe("killed");
+      await waitFor(() => sleepers(marker).length === 0, { what: "the group to be gone" });
+    });
+  }
+
+  it("a CommandHandle's kill() and sendInput() may go unawaited, as LangSmith's return nothing: a failure is no unhandled rejection", async () => {
+    const handle = await sandbox.run("true", { wait: false });
+    await handle.wait();
+    // The process has exited: both calls fail, and nobody awaits them.
+    void handle.sendInput("x");
+    void handle.kill();
+    await expect(handle.sendInput("y")).rejects.toBeInstanceOf(SandboxError);
   });
 
   it("sendInput, resize and closeInput go to a PTY over one input stream", async () => {
@@ -231,19 +249,20 @@ describe("CommandHandle (seed 001)", () => {
       const hash = createHash("sha256");
       let received = 0;
       let stderr = "";
-      let cutsAt = 0;
-      const cutter = setInterval(() => {
-        if (proxy.cut() > 0) cutsAt = received;
-      }, 70);
-      try {
-        for await (const chunk of handle) {
-          if (chunk.stream === "stdout") {
-            hash.update(chunk.data);
-            received += chunk.data.length;
-          } else stderr += Buffer.from(chunk.data).toString();
+      // Cut by the data, not the clock, so a fast machine cuts as often as a slow one: after every
+      // 3 MiB read, the next time a connection is up to be cut.
+      const cutEveryBytes = 3 * 1024 * 1024;
+      let nextCut = cutEveryBytes;
+      let cuts = 0;
+      for await (const chunk of handle) {
+        if (chunk.stream === "stdout") {
+          hash.update(chunk.data);
+          received += chunk.data.length;
+        } else stderr += Buffer.from(chunk.data).toString();
+        if (received >= nextCut && received < largeOutputBytes && proxy.cut() > 0) {
+          cuts++;
+          nextCut = received + cutEveryBytes;
         }
-      } finally {
-        clearInterval(cutter);
       }
       const result = await handle.result;
       expect(result.exitCode).toBe(0);
@@ -251,8 +270,8 @@ describe("CommandHandle (seed 001)", () => {
       expect(hash.digest("hex")).toBe(deterministicBytesSha256(largeOutputBytes));
       expect(stderr).toBe("done\n");
       expect(handle.lastStdoutOffset).toBe(largeOutputBytes);
-      expect(handle.autoReconnects).toBeGreaterThanOrEqual(10);
-      expect(cutsAt).toBeGreaterThan(0);
+      expect(cuts).toBeGreaterThanOrEqual(10);
+      expect(handle.autoReconnects).toBeGreaterThanOrEqual(cuts);
       console.log(`reconnect (${protocol}): ${handle.autoReconnects} reconnects, ${received} bytes verified by sha256`);
       if (client !== sandbox) await client.close();
     });
@@ -337,7 +356,7 @@ describe("CommandHandle (seed 001)", () => {
   it("wait() bounds only the wait: a timeout is ExecutionTimeoutError, an abort its reason; the command runs on", async () => {
     const marker = sleepMarker();
     const handle = await sandbox.startProcess(`sleep ${marker}`);
-    await expect(handle.wait({ timeout: 50 })).rejects.toMatchObject({ name: "ExecutionTimeoutError", code: "EXECUTION_TIMEOUT", timeout: 50 });
+    await expect(handle.wait({ timeoutMs: 50 })).rejects.toMatchObject({ name: "ExecutionTimeoutError", code: "EXECUTION_TIMEOUT", timeout: 50 });
     await expect(handle.wait({ signal: AbortSignal.abort(new Error("stop waiting")) })).rejects.toThrow("stop waiting");
     expect(await handle.getStatus()).toBe("running");
     await handle.kill("SIGKILL");
@@ -378,14 +397,61 @@ describe("a daemon going away gracefully", () => {
 });
 
 describe("classifyFailure", () => {
-  it("resumes at once after a graceful GOAWAY, backs off on other transport failures, gives up on the daemon's refusals", () => {
-    expect(classifyFailure(new ConnectError("read ECONNRESET", Code.Aborted), false)).toBe("transient");
-    expect(classifyFailure(new ConnectError("refused", Code.Unavailable), true)).toBe("going-away");
-    expect(classifyFailure(new ConnectError("http/2 stream closed with error code CANCEL (0x8)", Code.Canceled), false)).toBe("transient");
-    expect(classifyFailure(new ConnectError("http/2 stream closed with error code INTERNAL_ERROR (0x2)", Code.Internal), false)).toBe("transient");
-    expect(classifyFailure(new ConnectError("protocol error: missing EndStreamResponse", Code.InvalidArgument), false)).toBe("transient");
-    expect(classifyFailure(new ConnectError("unexpected failure: boom", Code.Internal), false)).toBe("fatal");
-    expect(classifyFailure(new ConnectError("process not found", Code.NotFound), true)).toBe("fatal");
-    expect(classifyFailure(new ConnectError("missing bearer token", Code.Unauthenticated), false)).toBe("fatal");
+  /** A status as a server sends it: with response metadata (the grpc-status trailer) and, from the daemon, an ErrorInfo. */
+  function answered(code: Code, reason?: string): ConnectError {
+    const error = new ConnectError("from the server", code, new Headers({ "grpc-status": String(code) }));
+    if (reason !== undefined) error.details.push({ desc: ErrorInfoSchema, value: { reason, domain: "sandbox.v1", metadata: {} } });
+    return error;
+  }
+  /** An error of the connection: a Node error code under the ConnectError, as connect-node reports it. */
+  function broken(code: Code, nodeCode: string): ConnectError {
+    return new ConnectError("connection failed", code, undefined, undefined, Object.assign(new Error(nodeCode), { code: nodeCode }));
+  }
+
+  it("resumes at once when the daemon goes away, backs off on connection failures, gives up on the daemon's refusals", () => {
+    // The daemon going away for a restart: its reason, or a graceful GOAWAY under a transient failure.
+    expect(classifyFailure(answered(Code.Unavailable, "SHUTTING_DOWN"), false)).toBe("going-away");
+    expect(classifyFailure(broken(Code.Aborted, "ECONNRESET"), true)).toBe("going-away");
+    // Connection failures, by Node error code or by the codes a transport raises without a server's answer.
+    expect(classifyFailure(broken(Code.Internal, "ECONNRESET"), false)).toBe("transient");
+    expect(classifyFailure(broken(Code.Unknown, "ERR_HTTP2_STREAM_ERROR"), false)).toBe("transient");
+    expect(classifyFailure(new ConnectError("PING timed out", Code.Unavailable), false)).toBe("transient");
+    expect(classifyFailure(new ConnectError("any words at all", Code.Canceled), false)).toBe("transient");
+    expect(classifyFailure(new ConnectError("any words at all", Code.Internal), false)).toBe("transient");
+    expect(classifyFailure(new ConnectError("any words at all", Code.InvalidArgument), false)).toBe("transient");
+    // The daemon's answers: never retried, whatever their message says.
+    expect(classifyFailure(answered(Code.NotFound, "PROCESS_NOT_FOUND"), true)).toBe("fatal");
+    expect(classifyFailure(answered(Code.Internal, "INTERNAL"), false)).toBe("fatal");
+    expect(classifyFailure(answered(Code.Internal), false)).toBe("fatal");
+    expect(classifyFailure(answered(Code.InvalidArgument), false)).toBe("fatal");
+    expect(classifyFailure(answered(Code.Unauthenticated, "UNAUTHENTICATED"), false)).toBe("fatal");
+    expect(classifyFailure(new ConnectError("http/2 stream closed with error code ECONNRESET", Code.PermissionDenied), false)).toBe("fatal");
+    // Any other UNAVAILABLE from the daemon is worth another try.
+    expect(classifyFailure(answered(Code.Unavailable, "SOMETHING_NEW"), false)).toBe("transient");
+  });
+});
+
+describe("reconnect backoff", () => {
+  it("has equal jitter: each delay lies in the upper half of its doubling ceiling, and delays differ", () => {
+    const saved = { base: CommandHandle.BACKOFF_BASE, cap: CommandHandle.BACKOFF_MAX };
+    try {
+      CommandHandle.BACKOFF_BASE = 500;
+      CommandHandle.BACKOFF_MAX = 10_000;
+      expect(backoffDelay(1, () => 0)).toBe(250);
+      expect(backoffDelay(1, () => 0.999999)).toBe(500);
+      expect(backoffDelay(3, () => 0.5)).toBe(1500);
+      expect(backoffDelay(10, () => 0)).toBe(5000);
+      for (const attempt of [1, 2, 3, 4, 5, 6]) {
+        const ceiling = Math.min(10_000, 500 * 2 ** (attempt - 1));
+        const delays = Array.from({ length: 200 }, () => backoffDelay(attempt));
+        expect(Math.min(...delays)).toBeGreaterThanOrEqual(ceiling / 2);
+        expect(Math.max(...delays)).toBeLessThanOrEqual(ceiling);
+        // 200 clients cut off at once do not come back in lockstep.
+        expect(new Set(delays).size).toBeGreaterThan(20);
+      }
+    } finally {
+      CommandHandle.BACKOFF_BASE = saved.base;
+      CommandHandle.BACKOFF_MAX = saved.cap;
+    }
   });
 });

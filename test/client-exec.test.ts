@@ -1,8 +1,9 @@
-import { writeFileSync } from "node:fs";
+import { symlinkSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   connect,
+  ExecutionTimeoutError,
   isExecResult,
   SandboxError,
   type ExecEvent,
@@ -39,7 +40,6 @@ describe("exec (seed 000)", () => {
     expect(Date.parse(result.timestamp)).toBeGreaterThanOrEqual(before - 1000);
     expect(result.sessionId).toBe(sandbox.sessionId);
     expect(result.signal).toBeUndefined();
-    expect(result.timedOut).toBe(false);
   });
 
   it("streams output through callbacks, as the seed's build example does", async () => {
@@ -72,13 +72,18 @@ describe("exec (seed 000)", () => {
     expect(argv.command).toBe("printf %s| a b $HOME *");
   });
 
-  it("refuses a cwd outside the workspace before any call", async () => {
-    await expect(sandbox.exec("pwd", { cwd: "/etc" })).rejects.toMatchObject({ code: "INVALID_ARGUMENT" });
+  it("leaves confining cwd to the daemon, which resolves symlinks: a path that leads out of the workspace is refused", async () => {
+    await expect(sandbox.exec("pwd", { cwd: "/etc" })).rejects.toMatchObject({ name: "SandboxError", code: "PERMISSION_DENIED" });
+    // Inside the workspace by its name, outside by where it leads: a client cannot know, the daemon can.
+    symlinkSync("/etc", path.join(t.workspace, "leads-out"));
+    await expect(sandbox.exec("pwd", { cwd: "leads-out" })).rejects.toMatchObject({ name: "SandboxError", code: "PERMISSION_DENIED" });
   });
 
-  it("feeds stdin and closes it", async () => {
-    expect((await sandbox.exec("wc -c", { stdin: "hello\n" })).stdout.trim()).toBe("6");
-    expect((await sandbox.exec("cat", { stdin: new Uint8Array([0xe2, 0x82, 0xac]) })).stdout).toBe("€");
+  it("writes `input` to stdin and closes it; `stdin` is only true or false", async () => {
+    expect((await sandbox.exec("wc -c", { input: "hello\n" })).stdout.trim()).toBe("6");
+    expect((await sandbox.exec("cat", { input: new Uint8Array([0xe2, 0x82, 0xac]) })).stdout).toBe("€");
+    // Text in `stdin` (its meaning before `input` existed) is refused, not taken as "open a pipe".
+    await expect(sandbox.exec("cat", { stdin: "hello" } as never)).rejects.toMatchObject({ code: "INVALID_ARGUMENT" });
   });
 
   it("decodes incrementally, never splitting a multi-byte character across chunks", async () => {
@@ -100,11 +105,23 @@ describe("exec (seed 000)", () => {
     await expect(sandbox.exec("true", { encoding: "no-such-encoding" })).rejects.toMatchObject({ code: "INVALID_ARGUMENT" });
   });
 
-  it("reports a timeout as data: timedOut, SIGKILL, exit code 137, and leaves no process", async () => {
+  it("a command its timeout killed rejects with ExecutionTimeoutError, as the Cloudflare SDK defines it, and leaves no process", async () => {
     const marker = sleepMarker();
-    const result = await sandbox.exec(`echo before; sleep ${marker}`, { timeout: 300 });
-    expect(result).toMatchObject({ success: false, exitCode: 137, signal: "SIGKILL", timedOut: true, stdout: "before\n" });
+    const errors: Error[] = [];
+    const error = await sandbox.exec(`echo before; sleep ${marker}`, { timeout: 300, onError: (failure) => errors.push(failure) }).catch((failure: unknown) => failure);
+    expect(error).toBeInstanceOf(ExecutionTimeoutError);
+    expect(error).toMatchObject({ code: "EXECUTION_TIMEOUT", timeout: 300 });
+    expect(errors).toEqual([error]);
     await waitFor(() => sleepers(marker).length === 0, { what: "the timed-out sleep to be gone" });
+  });
+
+  it("the sandbox's own time limit applies when the call names none", async () => {
+    const own = await connect({ baseUrl: t.server.url, timeoutMs: 200 });
+    try {
+      await expect(own.exec("sleep 5")).rejects.toMatchObject({ name: "ExecutionTimeoutError", timeout: 200 });
+    } finally {
+      await own.close();
+    }
   });
 
   it("aborting kills the remote command and rejects with the signal's reason", async () => {
@@ -139,6 +156,23 @@ describe("exec (seed 004): one call, a guaranteed exit code and joined output", 
     expect(result.output).toBe("hello\noops\nagain\n");
     expect(result.stdout).toBe("hello\nagain\n");
     expect(result.stderr).toBe("oops\n");
+  });
+
+  it("takes the Together SDK's call shape, exec(command, args, options), and resolves with exactly { exitCode, output }", async () => {
+    expect(await sandbox.exec("echo", ["hi"])).toEqual({ exitCode: 0, output: "hi\n" });
+    const result = await sandbox.exec("sh", ["-c", "echo hello && echo oops >&2 && exit 3"], { cwd: t.workspace, env: { X: "1" } });
+    expect(result.exitCode).toBe(3);
+    expect(result.output.split("\n").sort()).toEqual(["", "hello", "oops"]);
+    // A command its time limit killed still has an exit code, so it resolves.
+    expect(await sandbox.exec("sleep", ["5"], { timeoutMs: 100 })).toEqual({ exitCode: 137, output: "" });
+  });
+
+  it("never ignores an argument of the wrong shape", async () => {
+    await expect(sandbox.exec("echo", "hi" as never)).rejects.toMatchObject({ code: "INVALID_ARGUMENT" });
+    await expect(sandbox.exec("echo", { args: ["a"] } as never, { cwd: "/" } as never)).rejects.toMatchObject({ code: "INVALID_ARGUMENT" });
+    // An option named as another API names it (`timeoutMs` is the core's; the Cloudflare shape says `timeout`).
+    await expect(sandbox.exec("true", { timeoutMs: 5 } as never)).rejects.toMatchObject({ code: "INVALID_ARGUMENT" });
+    await expect(sandbox.exec("echo", ["x"], { timeout: 5 } as never)).rejects.toMatchObject({ code: "INVALID_ARGUMENT" });
   });
 
   it("with pty, stderr arrives merged into stdout", async () => {
@@ -215,6 +249,17 @@ describe("execStream (seed 000)", () => {
     }
     expect(types).toEqual(["start", "stdout", "error"]);
     await waitFor(() => sleepers(marker).length === 0, { what: "the sleep to be killed after abort" });
+  });
+
+  it("a command its timeout killed ends with one error event carrying ExecutionTimeoutError", async () => {
+    const types: string[] = [];
+    let error: Error | undefined;
+    for await (const event of sandbox.execStream("echo before; sleep 5", { timeout: 300 })) {
+      types.push(event.type);
+      error ??= event.error;
+    }
+    expect(types).toEqual(["start", "stdout", "error"]);
+    expect(error).toBeInstanceOf(ExecutionTimeoutError);
   });
 
   it("a refused command is one error event", async () => {

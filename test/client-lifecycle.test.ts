@@ -40,8 +40,8 @@ describe("lifecycle (seed 002)", () => {
     expect(sandboxTransitions).toEqual(seedTable);
   });
 
-  it("runs the seed's example: start, run, stop, close; describe() tells the state", async () => {
-    const sandbox = new Sandbox({ baseUrl: t.server.url, workspace: [t.workspace], timeout: 60_000 });
+  it("runs the seed's example: start, run, stop, cleanup; describe() tells the state", async () => {
+    const sandbox = new Sandbox({ baseUrl: t.server.url, workspace: [t.workspace], timeoutMs: 60_000 });
     expect(sandbox.status).toBe("init");
     expect(sandbox.sandboxId).toMatch(/^[0-9a-f]{12}$/);
     await expect(sandbox.exec("echo too early")).rejects.toMatchObject({ code: "NOT_RUNNING" });
@@ -53,7 +53,8 @@ describe("lifecycle (seed 002)", () => {
       sandboxId: sandbox.sandboxId,
       status: "running",
       workspace: [t.workspace],
-      timeout: 60_000,
+      // In seconds, as the Orbiter sandbox's describe() reports it.
+      timeout: 60,
       sessionId: sandbox.sandboxId,
       baseUrl: t.server.url,
       protocol: "grpc",
@@ -64,8 +65,12 @@ describe("lifecycle (seed 002)", () => {
     await sandbox.stop();
     expect(sandbox.status).toBe("idle");
     await expect(sandbox.exec("echo stopped")).rejects.toMatchObject({ code: "NOT_RUNNING" });
-    await sandbox.close();
+    await sandbox.cleanup();
     expect(sandbox.status).toBe("closed");
+  });
+
+  it("refuses a `timeout` option, whose unit would be ambiguous", () => {
+    expect(() => new Sandbox({ baseUrl: t.server.url, timeout: 60 } as never)).toThrow(expect.objectContaining({ code: "INVALID_ARGUMENT" }));
   });
 
   it("refuses invalid transitions with SandboxError and keeps the state", async () => {
@@ -103,7 +108,7 @@ describe("lifecycle (seed 002)", () => {
   });
 
   it("goes idle -> error when the daemon cannot be reached, then error -> running once it can", async () => {
-    const sandbox = await connect({ baseUrl: proxy.url, connectTimeout: 2000 });
+    const sandbox = await connect({ baseUrl: proxy.url, connectTimeoutMs: 2000 });
     await sandbox.stop();
     proxy.refuse(true);
     await expect(sandbox.start()).rejects.toMatchObject({ code: "UNAVAILABLE" });
@@ -133,7 +138,7 @@ describe("lifecycle (seed 002)", () => {
   });
 
   it("a failed first start stays init (seed 002 has no init -> error)", async () => {
-    const sandbox = new Sandbox({ baseUrl: "http://127.0.0.1:1", connectTimeout: 1000 });
+    const sandbox = new Sandbox({ baseUrl: "http://127.0.0.1:1", connectTimeoutMs: 1000 });
     await expect(sandbox.start()).rejects.toBeInstanceOf(SandboxError);
     expect(sandbox.status).toBe("init");
     await sandbox.close();

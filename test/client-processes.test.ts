@@ -123,10 +123,31 @@ describe("background processes (seed 000)", () => {
     }
   });
 
-  it("getProcessLogs returns the retained stdout and stderr", async () => {
-    const process = await sandbox.startProcess("echo out; echo err >&2", { processId: "logs-1" });
+  it("getProcessLogs returns the retained stdout and stderr in one call", async () => {
+    const calls: string[] = [];
+    const counted = await connect({ baseUrl: t.server.url, interceptors: [(next) => (request) => (calls.push(request.method.name), next(request))] });
+    try {
+      const process = await counted.startProcess("echo out; echo err >&2", { processId: "logs-1" });
+      await process.wait();
+      calls.length = 0;
+      expect(await counted.getProcessLogs("logs-1")).toEqual({ stdout: "out\n", stderr: "err\n", processId: "logs-1" });
+      expect(calls).toEqual(["GetProcessLogs"]);
+    } finally {
+      await counted.close();
+    }
+  });
+
+  it("getOutput is the Together SDK's snapshot: joined output, the exit code once there is one, never a wait", async () => {
+    const marker = sleepMarker();
+    const process = await sandbox.startProcess(`echo one; echo two >&2; sleep ${marker}`);
+    await waitFor(async () => (await sandbox.getOutput(process.id)).output.length === 8, { what: "both lines" });
+    const running = await sandbox.getOutput(process.id);
+    expect(running.exitCode).toBeUndefined();
+    expect(running.output.split("\n").sort()).toEqual(["", "one", "two"]);
+    await process.kill("SIGKILL");
     await process.wait();
-    expect(await sandbox.getProcessLogs("logs-1")).toEqual({ stdout: "out\n", stderr: "err\n", processId: "logs-1" });
+    expect(await sandbox.getOutput(process.id)).toMatchObject({ exitCode: 137 });
+    await expect(sandbox.getOutput("no-such-process")).rejects.toBeInstanceOf(ProcessNotFoundError);
   });
 
   it("streamProcessLogs yields LogEvents as the seed's loop reads them, ending at the exit", async () => {

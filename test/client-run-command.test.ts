@@ -1,3 +1,4 @@
+import { getEventListeners } from "node:events";
 import { chmodSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { CommandFinished, connect, SandboxError, type Command, type CommandLog, type Sandbox } from "../src/client/index.js";
@@ -141,5 +142,49 @@ describe("runCommand, detached (seed 003)", () => {
     const finished = await command.wait();
     expect(finished.signal).toBe("SIGTERM");
     await waitFor(() => sleepers(marker).length === 0, { what: "the sleep to be gone" });
+  });
+
+  it("a detached command's signal is let go once its handle is done (detach, reconnect, stop), and starts no following", async () => {
+    const calls: string[] = [];
+    const own = await connect({ baseUrl: t.server.url, interceptors: [(next) => (request) => (calls.push(request.method.name), next(request))] });
+    const marker = sleepMarker();
+    const controller = new AbortController();
+    const listeners = () => getEventListeners(controller.signal, "abort").length;
+    try {
+      const command = await own.runCommand("sleep", [marker], { detached: true, signal: controller.signal });
+      expect(listeners()).toBe(1);
+      // reconnect() lets this handle go and hands the signal to the new one.
+      const resumed = await command.reconnect();
+      expect(listeners()).toBe(1);
+      // Nothing followed the command: no StreamLogs call was made.
+      expect(calls.filter((name) => name === "StreamLogs")).toEqual([]);
+      resumed.detach();
+      expect(listeners()).toBe(0);
+      // Detached, the signal no longer kills it.
+      controller.abort();
+      expect(sleepers(marker)).toHaveLength(1);
+
+      const stopped = new AbortController();
+      await own.runCommand("sleep", [marker], { detached: true, signal: stopped.signal });
+      expect(getEventListeners(stopped.signal, "abort")).toHaveLength(1);
+      await own.stop();
+      expect(getEventListeners(stopped.signal, "abort")).toHaveLength(0);
+
+      // And the command that exits while followed lets go of its signal at the exit.
+      await own.start();
+      const exiting = new AbortController();
+      const quick = await own.runCommand("true", [], { detached: true, signal: exiting.signal });
+      await quick.wait();
+      expect(getEventListeners(exiting.signal, "abort")).toHaveLength(0);
+    } finally {
+      await own.close();
+      for (const pid of sleepers(marker)) process.kill(pid, "SIGKILL");
+    }
+  });
+
+  it("never ignores an argument of the wrong shape or an option spelled as another API spells it", async () => {
+    await expect(sandbox.runCommand("echo", "hello" as never)).rejects.toMatchObject({ code: "INVALID_ARGUMENT" });
+    await expect(sandbox.runCommand("sleep", ["5"], { timeout: 100 } as never)).rejects.toMatchObject({ code: "INVALID_ARGUMENT" });
+    await expect(sandbox.runCommand({ cmd: "true", detach: true } as never)).rejects.toMatchObject({ code: "INVALID_ARGUMENT" });
   });
 });

@@ -276,7 +276,7 @@ describe("a request message over the size limit is refused with RESOURCE_EXHAUST
     const sandbox = await connectSandbox({ baseUrl: test.server.url });
     try {
       for (const megabytes of [33, 100]) {
-        const error = await sandbox.exec("cat", { stdin: new Uint8Array(megabytes * 1024 * 1024) }).catch((failure: unknown) => failure);
+        const error = await sandbox.exec("cat", { input: new Uint8Array(megabytes * 1024 * 1024) }).catch((failure: unknown) => failure);
         expect(error).toMatchObject({ code: "RESOURCE_EXHAUSTED" });
         expect((error as Error).message).toContain(`is larger than configured writeMaxBytes ${4 * 1024 * 1024}`);
       }

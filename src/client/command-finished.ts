@@ -2,8 +2,9 @@ import { decodeChunks, joinBytes, type DecodedOutput, type OutputChunk, type Out
 import type { ProcessExit, ProcessStatus } from "./process-record.js";
 
 /**
- * CommandFinished is a command that has exited, with everything it printed: what
- * `CommandHandle.wait()` (and `result`) and a blocking `runCommand` resolve with.
+ * CommandFinished is a command that has exited, with everything it printed, as Vercel Sandbox's
+ * `CommandFinished`: what a handle's `wait()` (and `result`), a blocking `runCommand()` and a
+ * waiting `run()` resolve with.
  *
  * `exitCode` is always a number: the process's own exit code, or 128 + the signal number when a
  * signal ended it (137 for SIGKILL, as a timeout reports it), with `signal` naming the signal.
@@ -18,7 +19,7 @@ import type { ProcessExit, ProcessStatus } from "./process-record.js";
 export class CommandFinished {
   private decoded?: DecodedOutput;
 
-  /** @internal Built by CommandHandle from its exit and the chunks it retained. */
+  /** @internal Built by a handle from its exit and the chunks it retained. */
   constructor(
     /** The process id. */
     readonly id: string,

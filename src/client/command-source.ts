@@ -85,7 +85,8 @@ export function createLogsSource(client: Client<typeof SandboxService>, processI
   };
 }
 
-function chunkFromProto(chunk: ProtoChunk): OutputChunk {
+/** Converts an output chunk message. */
+export function chunkFromProto(chunk: ProtoChunk): OutputChunk {
   return { stream: streamName(chunk.stream), data: chunk.data, offset: Number(chunk.offset) };
 }
 

@@ -1,33 +1,48 @@
 /**
- * The sandboxd client: an ergonomic layer (Sandbox, exec, execStream, background processes,
- * CommandHandle, runCommand) over the generated, fully typed stubs, which are re-exported for the raw
- * RPCs (`createClient(SandboxService, transport)`). It never loads server code or node-pty.
+ * The sandboxd client: an ergonomic layer over the generated, fully typed stubs, which are
+ * re-exported for the raw RPCs (`createClient(SandboxService, transport)`). One command core (a
+ * {@link ProcessHandle} started by one launch path, waiting through Exec or in the background
+ * through StartProcess and StreamLogs) carries every API the {@link Sandbox} offers in the shapes
+ * of the SDKs it mirrors: the Cloudflare Sandbox SDK (exec, execStream, process calls), the Together
+ * sandbox SDK (exec with arguments, getOutput), the LangSmith sandbox SDK (run, CommandHandle),
+ * Vercel Sandbox (runCommand, Command, CommandFinished) and the Orbiter sandbox's lifecycle. It
+ * never loads server code or node-pty.
  *
  * @module
  */
 export { connect, Sandbox } from "./sandbox.js";
-export type {
-  CloseOptions,
-  Command,
-  ListProcessesOptions,
-  RunCommandOptions,
-  RunCommandParams,
-  RunOptions,
-  SandboxDescription,
-  SandboxOptions,
-} from "./sandbox.js";
-export { CommandHandle, classifyFailure, DEFAULT_MAX_RETAINED_BYTES } from "./command-handle.js";
-export type { CommandCallbacks, CommandContext, CommandHandleOptions, CommandLog, FailureKind, KillOptions, WaitOptions } from "./command-handle.js";
+export type { CloseOptions, SandboxDescription, SandboxOptions } from "./sandbox.js";
+export { ProcessHandle } from "./process-handle.js";
+export type { CommandContext, CommandLog, KillOptions, WaitOptions } from "./process-handle.js";
+export { CommandHandle } from "./command-handle.js";
 export { CommandFinished } from "./command-finished.js";
-export type { BaseExecOptions, CommandOptions, PtySize } from "./command-spec.js";
-export type { ExecEvent, ExecOptions, ExecResult, StreamOptions } from "./exec.js";
+export { DEFAULT_MAX_RETAINED_BYTES } from "./command-options.js";
+export type { CommandOptions, PtySize } from "./command-options.js";
+export type { StreamState } from "./command-stream.js";
+export type { BaseExecOptions, ExecEvent, ExecOptions, ExecOutput, ExecResult, StreamOptions } from "./exec.js";
+export type { ListProcessesOptions, ProcessOptions } from "./processes.js";
+export type { RunOptions } from "./run.js";
+export type { Command, RunCommandOptions, RunCommandParams } from "./run-command.js";
 export { isExecResult, isProcess, isProcessStatus } from "./process-views.js";
-export type { LogEvent, Process, ProcessOptions } from "./process-views.js";
+export type { LogEvent, Process } from "./process-views.js";
 export { processStatuses } from "./process-record.js";
 export type { ProcessDetails, ProcessExit, ProcessStatus } from "./process-record.js";
 export { canTransition, sandboxTransitions } from "./lifecycle.js";
 export type { SandboxStatus } from "./lifecycle.js";
-export { ExecutionTimeoutError, OutputLostError, ProcessAlreadyExistsError, ProcessNotFoundError, SandboxError, toSandboxError } from "./errors.js";
+export {
+  ExecutionTimeoutError,
+  LimitExceededError,
+  OutputLostError,
+  ProcessAlreadyExistsError,
+  ProcessNotFoundError,
+  ProcessNotRunningError,
+  SandboxError,
+  StdinNotOpenError,
+  toSandboxError,
+} from "./errors.js";
+export type { SandboxErrorOptions, SandboxErrorReason } from "./errors.js";
+export { backoffDelay, classifyFailure, reconnectSettings } from "./reconnect-policy.js";
+export type { FailureKind } from "./reconnect-policy.js";
 export { StreamDecoder } from "./output.js";
 export type { OutputChunk, OutputOffsets, OutputStreamName } from "./output.js";
 export type { InputAck } from "./input-stream.js";

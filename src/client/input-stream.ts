@@ -67,7 +67,7 @@ export class InputStream {
   }
 
   private async open(): Promise<OpenCall> {
-    const call = new OpenCall(this.client, this.processId);
+    const call = new OpenCall(this.client);
     try {
       await call.send({ input: { case: "open", value: { processId: this.processId } } });
     } catch (error) {
@@ -78,24 +78,28 @@ export class InputStream {
   }
 }
 
-/** One SendInput call: a queue of requests and the acknowledgements awaited in order. */
+/**
+ * One SendInput call: a queue of requests and the acknowledgements awaited in order. It is `open`,
+ * then `ended` by its owner (no more requests) or `failed` (the call is over); either is final.
+ */
 class OpenCall {
-  failed = false;
+  private state: "open" | "ended" | "failed" = "open";
   private readonly queue: InputMessage[] = [];
   private readonly waiting: Array<{ resolve(ack: InputAck): void; reject(error: unknown): void }> = [];
   private wake?: () => void;
-  private ended = false;
   private readonly abort = new AbortController();
 
-  constructor(
-    client: Client<typeof SandboxService>,
-    private readonly processId: string,
-  ) {
+  constructor(client: Client<typeof SandboxService>) {
     void this.read(client.sendInput(this.requests(), { signal: this.abort.signal }));
   }
 
+  /** Whether the call is over: a new one is needed for more input. */
+  get failed(): boolean {
+    return this.state === "failed";
+  }
+
   send(message: InputMessage): Promise<InputAck> {
-    if (this.failed || this.ended) return Promise.reject(new SandboxError("the input stream is closed", "INPUT_CLOSED"));
+    if (this.state !== "open") return Promise.reject(new SandboxError("the input stream is closed", "INPUT_CLOSED"));
     return new Promise<InputAck>((resolve, reject) => {
       this.waiting.push({ resolve, reject });
       this.queue.push(message);
@@ -104,7 +108,7 @@ class OpenCall {
   }
 
   end(): void {
-    this.ended = true;
+    if (this.state === "open") this.state = "ended";
     this.wake?.();
     // Acks still owed are not awaited by anyone once the owner lets go.
     if (this.waiting.length === 0) return;
@@ -118,7 +122,7 @@ class OpenCall {
         yield next;
         continue;
       }
-      if (this.ended || this.failed) return;
+      if (this.state !== "open") return;
       await new Promise<void>((resolve) => (this.wake = resolve));
       this.wake = undefined;
     }
@@ -131,10 +135,10 @@ class OpenCall {
       }
       if (this.waiting.length > 0) throw new SandboxError("the input stream ended before acknowledging every message", "INPUT_CLOSED");
     } catch (error) {
-      const failure = toSandboxError(error, { processId: this.processId });
+      const failure = toSandboxError(error);
       for (const waiter of this.waiting.splice(0)) waiter.reject(failure);
     } finally {
-      this.failed = true;
+      this.state = "failed";
       this.wake?.();
     }
   }

@@ -1,13 +1,13 @@
 import { SandboxError } from "./errors.js";
 
 /**
- * SandboxStatus is a sandbox's lifecycle state (seed 002): `init` (created, not started), `running`
- * (connected, accepting commands), `idle` (stopped, may start again), `error` (a start or the
- * connection failed; may start again) and `closed` (terminal).
+ * SandboxStatus is a sandbox's lifecycle state, as the Orbiter agent framework's `SandboxStatus`:
+ * `init` (created, not started), `running` (connected, accepting commands), `idle` (stopped, may
+ * start again), `error` (a start or the connection failed; may start again) and `closed` (terminal).
  */
 export type SandboxStatus = "init" | "running" | "idle" | "error" | "closed";
 
-/** The allowed transitions of seed 002, from each state. */
+/** The transitions the Orbiter sandbox allows, from each state. */
 export const sandboxTransitions: Readonly<Record<SandboxStatus, readonly SandboxStatus[]>> = {
   init: ["running", "closed"],
   running: ["idle", "error", "closed"],
@@ -16,13 +16,13 @@ export const sandboxTransitions: Readonly<Record<SandboxStatus, readonly Sandbox
   closed: [],
 };
 
-/** Whether seed 002 allows going from `from` to `to`. */
+/** Whether the Orbiter lifecycle allows going from `from` to `to`. */
 export function canTransition(from: SandboxStatus, to: SandboxStatus): boolean {
   return sandboxTransitions[from].includes(to);
 }
 
 /**
- * Lifecycle holds a sandbox's state and allows only seed 002's transitions: any other is a
+ * Lifecycle holds a sandbox's state and allows only the Orbiter lifecycle's transitions: any other is a
  * SandboxError with code INVALID_TRANSITION, and the state stays as it was.
  */
 export class Lifecycle {
@@ -33,7 +33,7 @@ export class Lifecycle {
     return this.current;
   }
 
-  /** Moves to `to`; throws SandboxError (INVALID_TRANSITION) when seed 002 does not allow it. */
+  /** Moves to `to`; throws SandboxError (INVALID_TRANSITION) when that lifecycle does not allow it. */
   transition(to: SandboxStatus): void {
     if (!canTransition(this.current, to)) {
       throw new SandboxError(`invalid sandbox transition: ${this.current} -> ${to}`, "INVALID_TRANSITION");

@@ -45,8 +45,12 @@ export interface ProcessExit {
   signal?: string;
   /** Whether it was killed because its timeout expired. */
   timedOut: boolean;
-  /** Whether it was killed on request (kill, cancel, shutdown). */
-  killed: boolean;
+  /**
+   * Whether a kill was requested (kill(), a cancelled call, the daemon shutting down). It says
+   * nothing of how the process ended: one that caught SIGTERM and exited 0 has this set with
+   * status `completed`; `signal` tells whether a signal ended it.
+   */
+  killRequested: boolean;
   /** When it started. */
   startTime: Date;
   /** When it ended. */
@@ -83,7 +87,7 @@ export function exitFromProto(exited: ProcessExited): ProcessExit | undefined {
     exitCode,
     signal: exited.signal || undefined,
     timedOut: exited.timedOut,
-    killed: exited.killed,
+    killRequested: exited.killed,
     startTime,
     endTime,
     durationMs: duration ? Number(duration.seconds) * 1000 + duration.nanos / 1e6 : endTime.getTime() - startTime.getTime(),
@@ -111,8 +115,8 @@ export interface ProcessDetails {
   cwd: string;
   /** Whether it runs in a PTY. */
   pty: boolean;
-  /** Whether its stdin is open for input. */
-  stdin: boolean;
+  /** Whether its stdin is open for input now (started with `stdin: true` and not closed since). */
+  stdinOpen: boolean;
   /** When it started. */
   startTime: Date;
   /** Whether the record is removed automatically after exit. */
@@ -132,7 +136,7 @@ export function detailsFromProto(info: ProcessInfo): ProcessDetails {
     sessionId: info.sessionId || undefined,
     cwd: info.cwd,
     pty: info.pty,
-    stdin: info.stdin,
+    stdinOpen: info.stdin,
     startTime: info.startTime ? timestampDate(info.startTime) : new Date(),
     autoCleanup: info.autoCleanup,
     exit: info.exit && exitFromProto(info.exit),
@@ -140,6 +144,6 @@ export function detailsFromProto(info: ProcessInfo): ProcessDetails {
 }
 
 /** The command line a process runs, for display: the command, then its arguments. */
-export function commandLine(details: Pick<ProcessDetails, "command" | "args">): string {
+export function commandLine(details: { readonly command: string; readonly args: readonly string[] }): string {
   return [details.command, ...details.args].join(" ");
 }

@@ -1,39 +1,13 @@
-import type { CommandHandle } from "./command-handle.js";
-import type { BaseExecOptions, CommandOptions } from "./command-spec.js";
+import { onAbort } from "./abort.js";
 import { OutputLostError } from "./errors.js";
 import type { ExecResult } from "./exec.js";
-import { StreamDecoder, type OutputStreamName } from "./output.js";
+import { StreamDecoder } from "./output.js";
+import type { ProcessHandle } from "./process-handle.js";
 import { processStatuses, type ProcessStatus } from "./process-record.js";
 
-/** Options of `startProcess()` (seed 000's ProcessOptions, plus argv form, PTY, stdin and sudo). */
-export interface ProcessOptions extends CommandOptions, BaseExecOptions {
-  /** Client-chosen process id for later reference; a UUID when omitted. A live duplicate is ProcessAlreadyExistsError. */
-  processId?: string;
-  /**
-   * Most output bytes the handle keeps for its result: 16 MiB by default; beyond it the oldest are
-   * dropped and the result reports `truncated` (see CommandHandleOptions.maxRetainedBytes).
-   */
-  maxRetainedBytes?: number;
-  /** Remove the process's record automatically once it has exited and lingered (default true). */
-  autoCleanup?: boolean;
-  /**
-   * Stdin: `true` keeps a pipe open for `sendInput()`; text (as UTF-8) or bytes are written at start
-   * and stdin is then closed. Without it the process reads /dev/null.
-   */
-  stdin?: boolean | string | Uint8Array;
-  /** The process exited; `code` as in CommandFinished.exitCode. Giving it makes the handle follow the process. */
-  onExit?: (code: number | null) => void;
-  /** Text as it arrives. Giving it makes the handle follow the process. */
-  onOutput?: (stream: OutputStreamName, data: string) => void;
-  /** The process started (called before startProcess resolves). */
-  onStart?: (process: Process) => void;
-  /** Following the process failed for good. Giving it makes the handle follow the process. */
-  onError?: (error: Error) => void;
-}
-
 /**
- * Process is seed 000's view of a background process. Every CommandHandle is one; the fields are as
- * last seen by the handle, `getStatus()` refreshes them.
+ * Process is a background process as the Cloudflare Sandbox SDK's `Process` shows it. Every
+ * {@link ProcessHandle} is one; the fields are as last seen by the handle, `getStatus()` refreshes them.
  */
 export interface Process {
   /** Unique process identifier. */
@@ -60,7 +34,7 @@ export interface Process {
   getLogs(): Promise<{ stdout: string; stderr: string }>;
 }
 
-/** LogEvent is one event of `streamProcessLogs()` (seed 000). */
+/** LogEvent is one event of `streamProcessLogs()`, as the Cloudflare Sandbox SDK's `LogEvent`. */
 export interface LogEvent {
   /**
    * `stdout`/`stderr`: text; `status`: the status when the stream began and the final one at the
@@ -78,12 +52,12 @@ export interface LogEvent {
 }
 
 /**
- * Follows a process's output as LogEvents until it exits, reconnecting as a CommandHandle does. A
+ * Follows a process's output as LogEvents until it exits, reconnecting as its handle does. A
  * gap (output the daemon dropped before it was read) is an `error` event, after which the stream
  * continues with the bytes after the gap. Ends (without an error) when `signal` aborts; a lasting
  * failure is thrown as a SandboxError.
  */
-export async function* logEvents(first: CommandHandle, encoding: string | undefined, signal?: AbortSignal): AsyncGenerator<LogEvent> {
+export async function* logEvents(first: ProcessHandle, encoding: string | undefined, signal?: AbortSignal): AsyncGenerator<LogEvent> {
   const event = (type: LogEvent["type"], data: string): LogEvent => ({
     type,
     timestamp: new Date().toISOString(),
@@ -93,9 +67,8 @@ export async function* logEvents(first: CommandHandle, encoding: string | undefi
   });
   const decoder = new StreamDecoder(encoding);
   let handle = first;
-  const stop = () => handle.detach();
   if (signal?.aborted) return;
-  signal?.addEventListener("abort", stop, { once: true });
+  const listening = onAbort(signal, () => handle.detach());
   try {
     yield event("status", handle.status);
     for (;;) {
@@ -119,12 +92,12 @@ export async function* logEvents(first: CommandHandle, encoding: string | undefi
     await handle.result;
     yield event("status", handle.status);
   } finally {
-    signal?.removeEventListener("abort", stop);
+    listening.dispose();
     handle.detach();
   }
 }
 
-/** Whether `value` looks like an {@link ExecResult} (seed 000's type guard). */
+/** Whether `value` looks like an {@link ExecResult} (as the Cloudflare Sandbox SDK's type guard). */
 export function isExecResult(value: unknown): value is ExecResult {
   const candidate = value as Partial<ExecResult> | null | undefined;
   return (
@@ -137,7 +110,7 @@ export function isExecResult(value: unknown): value is ExecResult {
   );
 }
 
-/** Whether `value` looks like a {@link Process} (seed 000's type guard). */
+/** Whether `value` looks like a {@link Process} (as the Cloudflare Sandbox SDK's type guard). */
 export function isProcess(value: unknown): value is Process {
   const candidate = value as Partial<Process> | null | undefined;
   return (
@@ -149,7 +122,7 @@ export function isProcess(value: unknown): value is Process {
   );
 }
 
-/** Whether `value` is a {@link ProcessStatus} name (seed 000's type guard). */
+/** Whether `value` is a {@link ProcessStatus} name (as the Cloudflare Sandbox SDK's type guard). */
 export function isProcessStatus(value: unknown): value is ProcessStatus {
   return typeof value === "string" && (processStatuses as readonly string[]).includes(value);
 }

@@ -1,7 +1,7 @@
 import type { OutputChunk, OutputOffsets } from "./output.js";
 
 /**
- * RetainedOutput is the output a CommandHandle keeps for its `result`: the chunks in arrival order,
+ * RetainedOutput is the output a handle keeps for its `result`: the chunks in arrival order,
  * at most `limitBytes` of data. Beyond the limit the oldest chunks are dropped (a log's tail is what
  * tells how it ended, and the daemon drops the same way), and `droppedBytes` counts them per stream.
  */

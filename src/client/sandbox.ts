@@ -1,126 +1,61 @@
 import { randomBytes } from "node:crypto";
-import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
+import { ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
 import type { CommandFinished } from "./command-finished.js";
-import { CommandHandle, type CommandContext } from "./command-handle.js";
-import { buildSpec, type CommandOptions, type SpecDefaults, type SpecInput } from "./command-spec.js";
+import type { CommandHandle } from "./command-handle.js";
+import type { CommandDefaults, CommandOptions } from "./command-options.js";
 import { isUnreachable, SandboxError, toSandboxError } from "./errors.js";
-import { linkAbort, runExec, streamExec, type ExecEvent, type ExecOptions, type ExecResult, type PreparedExec, type StreamOptions } from "./exec.js";
+import { exec, execStream, type ExecEvent, type ExecOptions, type ExecOutput, type ExecResult, type StreamOptions } from "./exec.js";
 import { Lifecycle, type SandboxStatus } from "./lifecycle.js";
 import type { OutputOffsets } from "./output.js";
-import { commandLine, statusToProto, type ProcessStatus } from "./process-record.js";
-import { logEvents, type LogEvent, type ProcessOptions } from "./process-views.js";
-import { createSandboxConnection, type SandboxConnection, type SandboxProtocol } from "./transport.js";
+import type { ProcessHandle } from "./process-handle.js";
+import type { LogEvent } from "./process-views.js";
+import * as processes from "./processes.js";
+import type { ListProcessesOptions, ProcessesContext, ProcessOptions } from "./processes.js";
+import { runCommand, type Command, type RunCommandOptions, type RunCommandParams } from "./run-command.js";
+import { run, type RunOptions } from "./run.js";
+import { createSandboxConnection, type SandboxConnection, type SandboxConnectionOptions } from "./transport.js";
 
-/** Options of a {@link Sandbox}. */
-export interface SandboxOptions {
-  /** Base URL of the daemon, such as `http://127.0.0.1:7007`. */
-  baseUrl: string;
-  /** Wire protocol: `"grpc"` (default) or `"connect"`, both over HTTP/2. */
-  protocol?: SandboxProtocol;
-  /** Bearer token, sent as `Authorization: Bearer <token>` on every call. */
-  token?: string;
-  /** Extra headers sent on every call. */
-  headers?: Record<string, string>;
-  /**
-   * Advertise compressed responses as accepted (default true); see SandboxConnectionOptions. The
-   * daemon never compresses its responses, so this only matters behind a proxy that does.
-   */
-  acceptCompression?: boolean;
-  /** Largest request message sent; see SandboxConnectionOptions. Default 4 MiB, as the daemon's default. */
-  maxMessageBytes?: number;
+/** Options of a {@link Sandbox}: the connection's, and what the sandbox adds to its commands. */
+export interface SandboxOptions extends SandboxConnectionOptions {
   /** Identifier of this sandbox; 12 random hex characters by default. */
   sandboxId?: string;
   /** Session of the commands this sandbox starts; the sandbox id by default. stop() kills its processes. */
   sessionId?: string;
   /**
-   * Default time limit of waiting commands (exec, execStream, run, blocking runCommand) in
-   * milliseconds; 30000 by default (seed 002's 30 s), 0 for none. Background processes have none
+   * Time limit of waiting runs (exec, execStream, waiting run and runCommand) in milliseconds;
+   * 30000 by default (the Orbiter sandbox's 30 s), 0 for none. Background commands have none
    * unless asked.
    */
-  timeout?: number;
+  timeoutMs?: number;
   /**
-   * Allowed workspace directories on the sandbox's machine; the first is the default working
-   * directory, and a `cwd` outside all of them is refused before any call. Empty by default: the
-   * daemon's own first workspace root is the default and the daemon confines `cwd` either way.
+   * Workspace directories on the sandbox's machine; the first is the default working directory and
+   * relative `cwd`s start from it. Empty by default: the daemon's first root is the default. The
+   * daemon confines `cwd` to its own roots either way.
    */
   workspace?: readonly string[];
   /** Encoding of text output; default `"utf-8"`. */
   encoding?: string;
   /** Milliseconds start() waits for the daemon to answer; 10000 by default. */
-  connectTimeout?: number;
+  connectTimeoutMs?: number;
 }
 
-/** What {@link Sandbox.describe} returns (seed 002's keys, camel-cased, and the connection's). */
+/** What {@link Sandbox.describe} returns: the Orbiter sandbox's `describe()` keys, camel-cased, and the connection's. */
 export interface SandboxDescription {
   /** The sandbox id. */
   sandboxId: string;
   /** Current lifecycle state. */
   status: SandboxStatus;
-  /** Allowed workspace directories. */
+  /** The workspace directories. */
   workspace: string[];
-  /** Default time limit in milliseconds. */
+  /** Time limit of waiting runs in seconds, as the Orbiter sandbox reports it. */
   timeout: number;
   /** Session of its commands. */
   sessionId: string;
   /** The daemon's base URL. */
   baseUrl: string;
   /** The wire protocol. */
-  protocol: SandboxProtocol;
-}
-
-/** Options of {@link Sandbox.run}. */
-export interface RunOptions extends ProcessOptions {
-  /** Wait for the exit and resolve with a CommandFinished (default true); false resolves with a live handle. */
-  wait?: boolean;
-  /** Aborting kills the command (and ends the wait). */
-  signal?: AbortSignal;
-}
-
-/** Options of {@link Sandbox.runCommand} (seed 003). */
-export interface RunCommandOptions {
-  /** Working directory. */
-  cwd?: string;
-  /** Per-command environment variables. */
-  env?: Record<string, string>;
-  /** Run as root; refused with a SandboxError (PERMISSION_DENIED) unless the daemon allows it. */
-  sudo?: boolean;
-  /**
-   * Time limit in milliseconds: the daemon SIGKILLs the process group on expiry and the command
-   * finishes with exit code 137 (128 + SIGKILL). Blocking runs default to the sandbox's timeout.
-   */
-  timeoutMs?: number;
-  /** Aborting cancels: a blocking run rejects with the reason, a detached command is killed; either way the process group dies. */
-  signal?: AbortSignal;
-  /** Return a live Command at once instead of waiting. */
-  detached?: boolean;
-  /** Text or bytes written to stdin, which is then closed; `true` keeps it open for sendInput (detached). */
-  stdin?: boolean | string | Uint8Array;
-  /** Run in a pseudo-terminal. */
-  pty?: CommandOptions["pty"];
-  /** Session id; the sandbox's by default. */
-  sessionId?: string;
-  /** Encoding of text output. */
-  encoding?: string;
-}
-
-/** Seed 003's object form of runCommand: `{ cmd, args, ...options }`. */
-export interface RunCommandParams extends RunCommandOptions {
-  /** The program (or a shell command line when there are no args). */
-  cmd: string;
-  /** Its arguments (argv form, no shell). */
-  args?: readonly string[];
-}
-
-/** Seed 003's live `Command`: a CommandHandle (wait(), logs(), kill(signal?)). */
-export type Command = CommandHandle;
-
-/** Options of {@link Sandbox.listProcesses}. */
-export interface ListProcessesOptions {
-  /** Every process on the daemon instead of only this sandbox's sessions. */
-  all?: boolean;
-  /** Only processes in one of these statuses. */
-  statuses?: readonly ProcessStatus[];
+  protocol: NonNullable<SandboxConnectionOptions["protocol"]>;
 }
 
 /** Options of {@link Sandbox.close}. */
@@ -129,16 +64,26 @@ export interface CloseOptions {
   killProcesses?: boolean;
 }
 
+/** The connection of a running sandbox and what its commands get from it. */
+interface Connected {
+  readonly connection: SandboxConnection;
+  readonly context: ProcessesContext;
+}
+
 /**
- * Sandbox is a client of one sandboxd daemon with seed 002's lifecycle: `init` until start(),
- * `running` while connected, `idle` after stop(), `error` when starting failed or the daemon could not be reached,
- * `closed` after close(). Only seed 002's transitions are allowed (SandboxError INVALID_TRANSITION
- * otherwise), and commands run only while `running` (SandboxError NOT_RUNNING).
+ * Sandbox is a client of one sandboxd daemon. Its lifecycle is the Orbiter sandbox's: `init` until
+ * start(), `running` while connected, `idle` after stop(), `error` when starting failed or the
+ * daemon could not be reached, `closed` after close() (or cleanup()). Only that API's transitions
+ * are allowed (SandboxError INVALID_TRANSITION otherwise), and commands run only while `running`
+ * (SandboxError NOT_RUNNING).
  *
- * Commands belong to the sandbox's session: stop() and close() kill them. Waiting commands (exec,
- * execStream, run, blocking runCommand) go through Exec, so cancelling them, or losing this client,
- * kills them on the daemon; background processes (startProcess, detached runCommand, run with
- * `wait: false`) outlive their calls and are followed through resumable log streams.
+ * Its commands come in the shapes of the APIs it mirrors, all thin wrappers over one command core
+ * (launch() and {@link ProcessHandle}): the Cloudflare Sandbox SDK's exec/execStream and process
+ * calls, the Together sandbox SDK's `exec(command, args)` and `getOutput()`, the LangSmith sandbox
+ * SDK's `run()` and CommandHandle, and Vercel Sandbox's `runCommand()`. Waiting runs go through
+ * Exec, so cancelling them, or losing this client, kills them on the daemon; background commands
+ * outlive their calls and are followed through resumable log streams. Commands belong to the
+ * sandbox's sessions: stop() and close() kill them.
  */
 export class Sandbox implements AsyncDisposable {
   /** The sandbox id. */
@@ -146,18 +91,19 @@ export class Sandbox implements AsyncDisposable {
   /** Session of this sandbox's commands. */
   readonly sessionId: string;
   private readonly lifecycle = new Lifecycle();
-  private connection?: SandboxConnection;
-  private rpc?: Client<typeof SandboxService>;
+  private connected?: Connected;
   private readonly sessions = new Set<string>();
-  private readonly handles = new Set<CommandHandle>();
-  private readonly defaults: SpecDefaults;
+  private readonly handles = new Set<ProcessHandle>();
+  private readonly defaults: CommandDefaults;
 
+  /** Creates a sandbox in state `init`; start() connects it. */
   constructor(private readonly options: SandboxOptions) {
+    if ("timeout" in options) throw new SandboxError("SandboxOptions has no `timeout`: the time limit is timeoutMs, in milliseconds", "INVALID_ARGUMENT");
     this.sandboxId = options.sandboxId ?? randomBytes(6).toString("hex");
     this.sessionId = options.sessionId ?? this.sandboxId;
     this.sessions.add(this.sessionId);
-    const timeout = options.timeout ?? 30_000;
-    this.defaults = { sessionId: this.sessionId, timeout, workspace: [...(options.workspace ?? [])] };
+    const timeoutMs = options.timeoutMs ?? 30_000;
+    this.defaults = { sessionId: this.sessionId, timeoutMs, workspace: [...(options.workspace ?? [])], encoding: options.encoding };
   }
 
   /** Current lifecycle state. */
@@ -165,29 +111,28 @@ export class Sandbox implements AsyncDisposable {
     return this.lifecycle.status;
   }
 
-  /** A copy of the allowed workspace directories. */
+  /** A copy of the workspace directories. */
   get workspace(): string[] {
     return [...this.defaults.workspace];
   }
 
-  /** Default time limit of waiting commands, in milliseconds. */
-  get timeout(): number {
-    return this.defaults.timeout;
+  /** Time limit of waiting runs, in milliseconds. */
+  get timeoutMs(): number {
+    return this.defaults.timeoutMs;
   }
 
   /** The generated, fully typed client, for the raw RPCs; only while running. */
   get client(): Client<typeof SandboxService> {
-    this.lifecycle.assertRunning();
-    return this.rpc!;
+    return this.running().client;
   }
 
-  /** Describes the sandbox (seed 002's `describe()`). */
+  /** Describes the sandbox, as the Orbiter sandbox's `describe()` (its `timeout` in seconds), with the connection. */
   describe(): SandboxDescription {
     return {
       sandboxId: this.sandboxId,
       status: this.status,
       workspace: this.workspace,
-      timeout: this.timeout,
+      timeout: this.timeoutMs / 1000,
       sessionId: this.sessionId,
       baseUrl: this.options.baseUrl,
       protocol: this.options.protocol ?? "grpc",
@@ -197,21 +142,20 @@ export class Sandbox implements AsyncDisposable {
   /**
    * Connects and checks that the daemon answers (and accepts the token): `init`, `idle` or `error`
    * to `running`. On failure the connection is released and the sandbox goes to `error` (from
-   * `idle`; from `init`, where seed 002 allows no error, it stays `init`) and this throws.
+   * `idle`; from `init`, where the Orbiter lifecycle allows no error, it stays `init`) and this throws.
    */
   async start(): Promise<void> {
     if (this.status === "running" || this.status === "closed") this.lifecycle.transition("running");
     const connection = createSandboxConnection(this.options);
-    const rpc = createClient(SandboxService, connection.transport);
+    const client = createClient(SandboxService, connection.transport);
     try {
-      await rpc.listProcesses({ sessionId: this.sessionId }, { timeoutMs: this.options.connectTimeout ?? 10_000 });
+      await client.listProcesses({ sessionId: this.sessionId }, { timeoutMs: this.options.connectTimeoutMs ?? 10_000 });
     } catch (error) {
       connection.close();
       if (this.status === "idle") this.lifecycle.transition("error");
       throw toSandboxError(error);
     }
-    this.connection = connection;
-    this.rpc = rpc;
+    this.connected = { connection, context: this.createContext(connection, client) };
     this.lifecycle.transition("running");
   }
 
@@ -247,137 +191,79 @@ export class Sandbox implements AsyncDisposable {
     this.lifecycle.transition("closed");
   }
 
+  /** Closes the sandbox for good, as the Orbiter sandbox's `cleanup()`: the same as {@link close}. */
+  cleanup(): Promise<void> {
+    return this.close();
+  }
+
   /** Closes the sandbox (see {@link close}); for `await using`. */
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
   }
 
   /**
-   * Runs a command and waits for it (seeds 000 and 004): resolves with an {@link ExecResult}
-   * whatever the exit code; rejects with a SandboxError when the daemon refuses the command or the
-   * stream ends without an exit, and with `signal`'s reason when aborted (the command is killed).
+   * Runs a command and waits for it, in the shape of the Cloudflare Sandbox SDK's `exec(command,
+   * options)` (an {@link ExecResult}; a command killed by its `timeout` rejects with
+   * ExecutionTimeoutError) or the Together sandbox SDK's `exec(command, args, options)`
+   * (`{ exitCode, output }`). See exec.ts's {@link exec} for what each resolves and rejects with.
    */
-  async exec(command: string, options: ExecOptions = {}): Promise<ExecResult> {
-    return this.guard(async () => {
-      const prepared = this.prepareExec(command, { ...options, stdinData: options.stdin });
-      return runExec(this.context(), prepared, options);
-    });
+  exec(command: string, options?: ExecOptions): Promise<ExecResult>;
+  exec(command: string, args: readonly string[], options?: Omit<CommandOptions, "args">): Promise<ExecOutput>;
+  exec(command: string, second?: ExecOptions | readonly string[], third?: Omit<CommandOptions, "args">): Promise<ExecResult | ExecOutput> {
+    return this.guard((context) => exec(context, command, second, third));
   }
 
   /**
-   * Runs a command as an async iterable of {@link ExecEvent}s (seed 000): `start`, `stdout`/`stderr`
-   * text, then `complete` with the result or `error`. Leaving the loop early kills the command.
+   * Runs a command as an async iterable of {@link ExecEvent}s, as the Cloudflare Sandbox SDK's
+   * `execStream()`: `start`, `stdout`/`stderr` text, then `complete` or one `error`. Leaving the
+   * loop early kills the command.
    */
-  async *execStream(command: string, options: StreamOptions = {}): AsyncGenerator<ExecEvent> {
-    this.lifecycle.assertRunning();
-    const prepared = this.prepareExec(command, { ...options, stdinData: options.stdin });
-    yield* streamExec(this.context(), prepared, options);
+  async *execStream(command: string, options?: StreamOptions): AsyncGenerator<ExecEvent> {
+    yield* execStream(this.running(), command, options);
   }
 
   /**
-   * Runs a command (seed 001's `run`): with `wait: false` resolves at once with a live, resumable
-   * {@link CommandHandle} of a background process; otherwise waits and resolves with its
-   * {@link CommandFinished}.
+   * Runs a command as the LangSmith sandbox SDK's `run()` (`timeout` in seconds): with `wait:
+   * false` resolves at once with a live {@link CommandHandle} (whose `kill()` is SIGKILL);
+   * otherwise waits and resolves with its {@link CommandFinished}.
    */
   run(command: string, options: RunOptions & { wait: false }): Promise<CommandHandle>;
   run(command: string, options?: RunOptions & { wait?: true }): Promise<CommandFinished>;
-  async run(command: string, options: RunOptions = {}): Promise<CommandHandle | CommandFinished> {
-    if (options.wait === false) {
-      const handle = await this.startProcess(command, options);
-      if (options.signal !== undefined) this.killOnAbort(handle, options.signal);
-      return handle;
-    }
-    return this.guard(async () => {
-      const handle = await this.execHandle(command, { ...options, stdinData: stdinData(options.stdin) }, options.signal);
-      return raceSignal(handle.result, options.signal);
-    });
+  run(command: string, options?: RunOptions): Promise<CommandHandle | CommandFinished> {
+    return this.guard((context) => run(context, command, options));
   }
 
   /**
-   * Runs a command as seed 003's `runCommand`: blocking resolves with a {@link CommandFinished}
-   * (exitCode, stdout(), stderr()); `detached: true` resolves at once with a live {@link Command}
-   * (wait(), logs(), kill()). `timeoutMs` SIGKILLs (exit code 137), `signal` cancels, `sudo` runs
-   * as root where the daemon allows it and is a SandboxError with code PERMISSION_DENIED where not.
+   * Runs a command as Vercel Sandbox's `runCommand()`: blocking resolves with a
+   * {@link CommandFinished} (exitCode, stdout(), stderr()); `detached: true` resolves at once with a
+   * live {@link Command} (wait(), logs(), kill() with SIGTERM). `timeoutMs` SIGKILLs (exit code
+   * 137), `signal` cancels, `sudo` runs as root where the daemon allows it.
    */
   runCommand(cmd: string, args: readonly string[] | undefined, options: RunCommandOptions & { detached: true }): Promise<Command>;
   runCommand(cmd: string, args?: readonly string[], options?: RunCommandOptions & { detached?: false }): Promise<CommandFinished>;
   runCommand(params: RunCommandParams & { detached: true }): Promise<Command>;
   runCommand(params: RunCommandParams & { detached?: false }): Promise<CommandFinished>;
-  async runCommand(
-    first: string | RunCommandParams,
-    args?: readonly string[],
-    options: RunCommandOptions = {},
-  ): Promise<Command | CommandFinished> {
-    const params: RunCommandParams = typeof first === "string" ? { ...options, cmd: first, args } : first;
-    const input: SpecInput & { signal?: AbortSignal } = {
-      args: params.args,
-      cwd: params.cwd,
-      env: params.env,
-      sudo: params.sudo,
-      timeout: params.timeoutMs,
-      pty: params.pty,
-      sessionId: params.sessionId,
-      encoding: params.encoding,
-      stdinOpen: params.stdin === true,
-      stdinData: stdinData(params.stdin),
-    };
-    if (params.detached === true) {
-      const handle = await this.startHandle(params.cmd, { ...input, timeout: params.timeoutMs ?? 0 }, {});
-      if (params.signal !== undefined) this.killOnAbort(handle, params.signal);
-      return handle;
-    }
-    return this.guard(async () => {
-      const handle = await this.execHandle(params.cmd, input, params.signal);
-      return raceSignal(handle.result, params.signal);
-    });
+  runCommand(first: string | RunCommandParams, args?: readonly string[], options?: RunCommandOptions): Promise<Command | CommandFinished> {
+    return this.guard((context) => runCommand(context, first, args, options));
   }
 
   /**
-   * Starts a background process (seed 000) and resolves with its {@link CommandHandle}, which is
-   * also seed 000's {@link Process}. Giving `onOutput`, `onExit` or `onError` makes the handle follow
-   * the process at once; otherwise it follows when first iterated or waited on. A live duplicate
+   * Starts a background process, as the Cloudflare Sandbox SDK's `startProcess()`, and resolves with
+   * its {@link ProcessHandle} (that SDK's `Process`; `kill()` sends SIGTERM). A live duplicate
    * `processId` is a ProcessAlreadyExistsError.
    */
-  async startProcess(command: string, options: ProcessOptions = {}): Promise<CommandHandle> {
-    const handle = await this.startHandle(
-      command,
-      {
-        ...options,
-        timeout: options.timeout ?? 0,
-        stdinOpen: options.stdin === true,
-        stdinData: stdinData(options.stdin),
-      },
-      { onOutput: options.onOutput, onExit: options.onExit, onError: options.onError, maxRetainedBytes: options.maxRetainedBytes },
-    );
-    options.onStart?.(handle);
-    if (options.onOutput !== undefined || options.onExit !== undefined || options.onError !== undefined) void handle.follow();
-    return handle;
+  startProcess(command: string, options?: ProcessOptions): Promise<ProcessHandle> {
+    return this.guard((context) => processes.startProcess(context, command, options));
   }
 
-  /** Lists processes (as handles), oldest first: this sandbox's sessions, or every process with `all`. */
-  async listProcesses(options: ListProcessesOptions = {}): Promise<CommandHandle[]> {
-    return this.guard(async () => {
-      const statuses = (options.statuses ?? []).map(statusToProto);
-      const sessions = options.all === true ? [""] : [...this.sessions];
-      const lists = await Promise.all(sessions.map((sessionId) => this.rpc!.listProcesses({ sessionId, statuses })));
-      return lists
-        .flatMap((list) => list.processes)
-        .map((info) => CommandHandle.forProcess(this.context(), info, { encoding: this.options.encoding }))
-        .sort((a, b) => a.startTime.getTime() - b.startTime.getTime());
-    });
+  /** Lists processes (as handles), oldest first: this sandbox's sessions, or every process with `all` (Cloudflare-style). */
+  listProcesses(options?: ListProcessesOptions): Promise<ProcessHandle[]> {
+    return this.guard((context) => processes.listProcesses(context, options));
   }
 
-  /** A handle of any process on the daemon by id, or null when the daemon knows none. */
-  async getProcess(id: string): Promise<CommandHandle | null> {
-    return this.guard(async () => {
-      try {
-        const { process } = await this.rpc!.getProcess({ processId: id });
-        return process === undefined ? null : this.track(CommandHandle.forProcess(this.context(), process, { encoding: this.options.encoding }));
-      } catch (error) {
-        if (ConnectError.from(error).code === Code.NotFound) return null;
-        throw toSandboxError(error, { processId: id });
-      }
-    });
+  /** A handle of any process on the daemon by id, or null when the daemon has no record of it (Cloudflare-style). */
+  getProcess(id: string): Promise<ProcessHandle | null> {
+    return this.guard((context) => processes.getProcess(context, id));
   }
 
   /**
@@ -385,146 +271,86 @@ export class Sandbox implements AsyncDisposable {
    * retains): to resume a process this client (or another) was following. ProcessNotFoundError
    * when unknown.
    */
-  async attach(id: string, from?: OutputOffsets): Promise<CommandHandle> {
-    return this.guard(async () => {
-      try {
-        const { process } = await this.rpc!.getProcess({ processId: id });
-        return this.track(CommandHandle.forProcess(this.context(), process!, { from, encoding: this.options.encoding }));
-      } catch (error) {
-        throw toSandboxError(error, { processId: id });
-      }
-    });
+  attach(id: string, from?: OutputOffsets): Promise<ProcessHandle> {
+    return this.guard((context) => processes.attach(context, id, from));
   }
 
-  /** Signals a process's group (SIGTERM by default; SIGKILL after 5 s if still alive). ProcessNotFoundError when unknown. */
-  async killProcess(id: string, signal = "SIGTERM"): Promise<void> {
-    await this.guard(async () => {
-      try {
-        await this.rpc!.killProcess({ processId: id, signal });
-      } catch (error) {
-        throw toSandboxError(error, { processId: id });
-      }
-    });
+  /** Signals a process's group (SIGTERM by default; SIGKILL after 5 s if still alive), Cloudflare-style. ProcessNotFoundError when unknown. */
+  async killProcess(id: string, signal?: string): Promise<void> {
+    await this.guard((context) => processes.killProcess(context, id, signal));
   }
 
-  /** Signals every live process of this sandbox's sessions with SIGTERM (SIGKILL after 5 s); resolves with how many. */
-  async killAllProcesses(signal = "SIGTERM"): Promise<number> {
-    return this.guard(async () => {
-      const counts = await Promise.all([...this.sessions].map((sessionId) => this.rpc!.killAllProcesses({ sessionId, signal })));
-      return counts.reduce((sum, response) => sum + response.killedCount, 0);
-    });
+  /** Signals every live process of this sandbox's sessions with SIGTERM (SIGKILL after 5 s); resolves with how many (Cloudflare-style). */
+  killAllProcesses(signal?: string): Promise<number> {
+    return this.guard((context) => processes.killAllProcesses(context, signal));
   }
 
-  /** Removes the records of exited processes of this sandbox's sessions; resolves with how many. */
-  async cleanupCompletedProcesses(): Promise<number> {
-    return this.guard(async () => {
-      const counts = await Promise.all([...this.sessions].map((sessionId) => this.rpc!.cleanupProcesses({ sessionId })));
-      return counts.reduce((sum, response) => sum + response.removedCount, 0);
-    });
+  /** Removes the records of exited processes of this sandbox's sessions; resolves with how many (Cloudflare-style). */
+  cleanupCompletedProcesses(): Promise<number> {
+    return this.guard((context) => processes.cleanupCompletedProcesses(context));
   }
 
-  /** The output a process's record retains, as text. ProcessNotFoundError when unknown. */
-  async getProcessLogs(id: string): Promise<{ stdout: string; stderr: string; processId: string }> {
-    const handle = await this.attach(id);
-    return { ...(await handle.getLogs()), processId: id };
+  /** The output a process's record retains, as text, in one call (Cloudflare-style). ProcessNotFoundError when unknown. */
+  getProcessLogs(id: string): Promise<{ stdout: string; stderr: string; processId: string }> {
+    return this.guard((context) => processes.getProcessLogs(context, id));
   }
 
   /**
-   * Follows a process's output as {@link LogEvent}s until it exits (seed 000), from everything the
-   * daemon retains, reconnecting on transient failures. Ends when `signal` aborts.
+   * What a process printed so far, joined, and its exit code once it exited, as the Together
+   * sandbox SDK's `getOutput()`: a snapshot that never waits. ProcessNotFoundError when unknown.
    */
-  async *streamProcessLogs(processId: string, options: { signal?: AbortSignal } = {}): AsyncGenerator<LogEvent> {
-    const handle = await this.attach(processId);
-    yield* logEvents(handle, this.options.encoding, options.signal);
+  getOutput(id: string): Promise<{ exitCode?: number; output: string }> {
+    return this.guard((context) => processes.getOutput(context, id));
   }
 
-  private context(): CommandContext {
-    const connection = this.connection!;
-    return { client: this.rpc!, goAwayCount: () => connection.goAwayCount };
+  /**
+   * Follows a process's output as {@link LogEvent}s until it exits, as the Cloudflare Sandbox SDK's
+   * `streamProcessLogs()`, reconnecting on transient failures. Ends when `signal` aborts.
+   */
+  async *streamProcessLogs(processId: string, options?: { signal?: AbortSignal }): AsyncGenerator<LogEvent> {
+    yield* processes.streamProcessLogs(this.running(), processId, options);
   }
 
-  private prepareExec(command: string, input: SpecInput): PreparedExec {
+  private createContext(connection: SandboxConnection, client: Client<typeof SandboxService>): ProcessesContext {
+    return {
+      client,
+      goAwayCount: () => connection.goAwayCount,
+      defaults: this.defaults,
+      useSession: (sessionId) => void this.sessions.add(sessionId),
+      sessions: () => [...this.sessions],
+      track: (handle) => {
+        for (const known of this.handles) if (known.exit !== undefined) this.handles.delete(known);
+        this.handles.add(handle);
+        return handle;
+      },
+    };
+  }
+
+  /** The running sandbox's command context; SandboxError NOT_RUNNING otherwise. */
+  private running(): ProcessesContext {
     this.lifecycle.assertRunning();
-    const spec = buildSpec(command, input, this.defaults);
-    if (input.sessionId !== undefined) this.sessions.add(input.sessionId);
-    return { request: { spec }, command: commandLine({ command, args: spec.args ?? [] }), sessionId: spec.sessionId };
-  }
-
-  private async execHandle(command: string, input: SpecInput, signal: AbortSignal | undefined): Promise<CommandHandle> {
-    const prepared = this.prepareExec(command, input);
-    const controller = new AbortController();
-    const unlink = linkAbort(signal, controller);
-    try {
-      const handle = await CommandHandle.exec(this.context(), prepared.request, { signal: controller.signal, encoding: input.encoding ?? this.options.encoding });
-      handle.follow().then(unlink, unlink);
-      return handle;
-    } catch (error) {
-      unlink();
-      throw signal?.aborted ? signal.reason : error;
-    }
-  }
-
-  private async startHandle(command: string, input: SpecInput, callbacks: ProcessOptions): Promise<CommandHandle> {
-    return this.guard(async () => {
-      this.lifecycle.assertRunning();
-      const spec = buildSpec(command, input, this.defaults);
-      if (input.sessionId !== undefined) this.sessions.add(input.sessionId);
-      try {
-        const { process } = await this.rpc!.startProcess({ spec });
-        return this.track(
-          CommandHandle.forProcess(this.context(), process!, {
-            encoding: input.encoding ?? this.options.encoding,
-            onOutput: callbacks.onOutput,
-            onExit: callbacks.onExit,
-            onError: callbacks.onError,
-            maxRetainedBytes: callbacks.maxRetainedBytes,
-          }),
-        );
-      } catch (error) {
-        throw toSandboxError(error, { processId: input.processId });
-      }
-    });
-  }
-
-  private killOnAbort(handle: CommandHandle, signal: AbortSignal): void {
-    const kill = () => void handle.kill("SIGTERM", { gracePeriodMs: 1000 }).catch(() => {});
-    if (signal.aborted) kill();
-    else {
-      signal.addEventListener("abort", kill, { once: true });
-      void handle.follow().then(
-        () => signal.removeEventListener("abort", kill),
-        () => {},
-      );
-    }
-  }
-
-  private track(handle: CommandHandle): CommandHandle {
-    for (const known of this.handles) if (known.exit !== undefined) this.handles.delete(known);
-    this.handles.add(handle);
-    return handle;
+    return this.connected!.context;
   }
 
   private release(): void {
     for (const handle of this.handles) handle.detach();
     this.handles.clear();
-    this.connection?.close();
-    this.connection = undefined;
-    this.rpc = undefined;
+    this.connected?.connection.close();
+    this.connected = undefined;
   }
 
   /**
-   * Runs a call while running; maps failures to SandboxErrors, and a daemon that cannot be reached
-   * (UNAVAILABLE from the transport, not a stream cut mid-call) moves the sandbox to `error`, from
-   * which start() reconnects.
+   * Runs a call while running and is its error boundary: failures become SandboxErrors, and a
+   * daemon that cannot be reached (not a stream cut under a call in progress) moves the sandbox to
+   * `error`, from which start() reconnects.
    */
-  private async guard<T>(call: () => Promise<T>): Promise<T> {
-    this.lifecycle.assertRunning();
+  private async guard<T>(call: (context: ProcessesContext) => Promise<T>): Promise<T> {
+    const context = this.running();
     try {
-      return await call();
+      return await call(context);
     } catch (error) {
       if (!(error instanceof SandboxError) && !(error instanceof ConnectError)) throw error;
       const failure = toSandboxError(error);
-      // Only a daemon that cannot be reached at all counts, not a stream cut under a call in progress.
       const unreachable = failure.cause instanceof ConnectError && isUnreachable(failure.cause);
       if (unreachable && this.status === "running") this.lifecycle.transition("error");
       throw failure;
@@ -540,15 +366,4 @@ export async function connect(options: SandboxOptions): Promise<Sandbox> {
   const sandbox = new Sandbox(options);
   await sandbox.start();
   return sandbox;
-}
-
-function stdinData(stdin: boolean | string | Uint8Array | undefined): string | Uint8Array | undefined {
-  return typeof stdin === "boolean" ? undefined : stdin;
-}
-
-function raceSignal<T>(promise: Promise<T>, signal: AbortSignal | undefined): Promise<T> {
-  if (signal === undefined) return promise;
-  return promise.catch((error: unknown) => {
-    throw signal.aborted ? signal.reason : error;
-  });
 }

@@ -28,6 +28,8 @@ export interface SandboxConnectionOptions {
    * makes Node's HTTP/2 session reset the stream (ENHANCE_YOUR_CALM) before that refusal is read.
    */
   maxMessageBytes?: number;
+  /** Interceptors run on every call, after the one that adds the headers (connect-es's `Interceptor`). */
+  interceptors?: readonly Interceptor[];
 }
 
 /** Default of {@link SandboxConnectionOptions.maxMessageBytes}. */
@@ -101,6 +103,7 @@ export function createSandboxConnection(options: SandboxConnectionOptions): Sand
       return next(request);
     });
   }
+  interceptors.push(...(options.interceptors ?? []));
   const common = {
     baseUrl: options.baseUrl,
     httpVersion: "2" as const,

@@ -1,0 +1,93 @@
+import { Code, ConnectError } from "@connectrpc/connect";
+import { errorInfoOf } from "./errors.js";
+
+/** What a failed stream calls for: resume at once, resume after a backoff, or give up. */
+export type FailureKind = "going-away" | "transient" | "fatal";
+
+/**
+ * The reconnect policy's numbers, shared by every handle of this client (a LangSmith-style
+ * `CommandHandle.MAX_AUTO_RECONNECTS`, `BACKOFF_BASE` and `BACKOFF_MAX` read and set them).
+ */
+export const reconnectSettings = {
+  /** Consecutive failed reconnect attempts before a handle gives up. */
+  maxAttempts: 5,
+  /** Ceiling of the first backoff, in milliseconds; doubled on each consecutive failure. */
+  backoffBaseMs: 500,
+  /** Largest backoff ceiling, in milliseconds. */
+  backoffMaxMs: 10_000,
+};
+
+/**
+ * The delay before reconnect attempt `attempt` (1 for the first), in milliseconds: a ceiling of
+ * `backoffBaseMs · 2^(attempt - 1)` capped at `backoffMaxMs`, with "equal jitter": half the ceiling
+ * plus a random part of the other half. The jitter spreads the clients a daemon restart cut off at
+ * the same moment, so they do not all come back in lockstep; the fixed half keeps a floor under the
+ * wait. `random` returns a number in [0, 1).
+ */
+export function backoffDelay(attempt: number, random: () => number = Math.random): number {
+  const ceiling = Math.min(reconnectSettings.backoffMaxMs, reconnectSettings.backoffBaseMs * 2 ** (attempt - 1));
+  return Math.round(ceiling / 2 + random() * (ceiling / 2));
+}
+
+/**
+ * Classifies a stream failure by codes only, never by message text:
+ * - The daemon's own answer (it carries a `sandbox.v1` ErrorInfo): `going-away` for
+ *   SHUTTING_DOWN (the daemon is going away for a restart, WebSocket's "1001 Going Away"),
+ *   `transient` for any other UNAVAILABLE, `fatal` for everything else (NOT_FOUND, a refused
+ *   argument...).
+ * - Without one, the failure is the connection's: `transient` when a Node error code in its causes
+ *   says so (ECONNRESET, EPIPE, ECONNREFUSED, ETIMEDOUT, an HTTP/2 session or stream error...), or
+ *   for UNAVAILABLE, ABORTED and CANCELED (the caller rules out its own cancel), or for INTERNAL,
+ *   INVALID_ARGUMENT and UNKNOWN raised by the client's transport itself, with no response metadata
+ *   (a response cut short, an HTTP/2 reset); `fatal` otherwise.
+ * A transient failure is `going-away` when `sawGoAway`: the server sent a graceful GOAWAY meanwhile.
+ */
+export function classifyFailure(error: unknown, sawGoAway: boolean): FailureKind {
+  const connectError = ConnectError.from(error);
+  const info = errorInfoOf(connectError);
+  if (info !== undefined) {
+    if (info.reason === "SHUTTING_DOWN") return "going-away";
+    return connectError.code === Code.Unavailable ? (sawGoAway ? "going-away" : "transient") : "fatal";
+  }
+  if (!isConnectionFailure(connectError)) return "fatal";
+  return sawGoAway ? "going-away" : "transient";
+}
+
+/** Node error codes of a connection that broke, could not be made, or an HTTP/2 layer that failed. */
+const connectionErrorCodes = new Set([
+  "ECONNRESET",
+  "ECONNREFUSED",
+  "ECONNABORTED",
+  "EPIPE",
+  "ETIMEDOUT",
+  "EHOSTUNREACH",
+  "ENETUNREACH",
+  "ENETDOWN",
+  "EAI_AGAIN",
+  "ERR_STREAM_PREMATURE_CLOSE",
+]);
+
+function isConnectionFailure(error: ConnectError): boolean {
+  for (let cause: unknown = error.cause; cause instanceof Error; cause = cause.cause) {
+    const code = "code" in cause ? cause.code : undefined;
+    if (typeof code === "string" && (connectionErrorCodes.has(code) || code.startsWith("ERR_HTTP2_"))) return true;
+  }
+  switch (error.code) {
+    case Code.Unavailable:
+    case Code.Aborted:
+    case Code.Canceled:
+      return true;
+    case Code.Internal:
+    case Code.InvalidArgument:
+    case Code.Unknown:
+      return !hasResponseMetadata(error);
+    default:
+      return false;
+  }
+}
+
+/** Whether a server's response (headers or trailers) came with the error: then a server sent it. */
+function hasResponseMetadata(error: ConnectError): boolean {
+  for (const _ of error.metadata.keys()) return true;
+  return false;
+}
