@@ -46,7 +46,7 @@ export type { FailureKind } from "./reconnect-policy.js";
 export { StreamDecoder } from "./output.js";
 export type { OutputChunk, OutputOffsets, OutputStreamName } from "./output.js";
 export type { InputAck } from "./input-stream.js";
-export { createSandboxConnection } from "./transport.js";
+export { createSandboxConnection, defaultPingIntervalMs, defaultPingTimeoutMs } from "./transport.js";
 export type { SandboxConnection, SandboxConnectionOptions, SandboxProtocol } from "./transport.js";
 /** The generated service descriptor and messages, for raw RPCs with `createClient`. */
 export * as sandboxV1 from "../../gen/sandbox/v1/sandbox_pb.js";

@@ -28,9 +28,25 @@ export interface SandboxConnectionOptions {
    * makes Node's HTTP/2 session reset the stream (ENHANCE_YOUR_CALM) before that refusal is read.
    */
   maxMessageBytes?: number;
+  /**
+   * Milliseconds without a byte from the daemon after which the connection is checked with an
+   * HTTP/2 PING while a call is open (and before a call on a connection idle that long). Default
+   * 15000. Together with {@link pingTimeoutMs} it bounds how long a silently dead path (a proxy or
+   * route that stops forwarding without closing) can hold a call: within `pingIntervalMs +
+   * pingTimeoutMs` of the last byte read, 25 s by default, the connection is given up and its calls
+   * fail with UNAVAILABLE; a background handle then reconnects on a new one.
+   */
+  pingIntervalMs?: number;
+  /** Milliseconds a PING may go unanswered before the connection is given up; default 10000. */
+  pingTimeoutMs?: number;
   /** Interceptors run on every call, after the one that adds the headers (connect-es's `Interceptor`). */
   interceptors?: readonly Interceptor[];
 }
+
+/** Default of {@link SandboxConnectionOptions.pingIntervalMs}. */
+export const defaultPingIntervalMs = 15_000;
+/** Default of {@link SandboxConnectionOptions.pingTimeoutMs}. */
+export const defaultPingTimeoutMs = 10_000;
 
 /** Default of {@link SandboxConnectionOptions.maxMessageBytes}. */
 export const defaultClientMaxMessageBytes = 4 * 1024 * 1024;
@@ -55,18 +71,19 @@ const streamWindowBytes = 4 * 1024 * 1024;
 const connectionWindowBytes = 16 * 1024 * 1024;
 
 /**
- * An Http2SessionManager that notices graceful GOAWAY frames: a daemon going away (hot reload,
- * restart behind a load balancer) sends one before it closes the connection.
+ * An Http2SessionManager that PINGs its connection (connect-node's keepalive, see
+ * {@link SandboxConnectionOptions.pingIntervalMs}) and notices graceful GOAWAY frames: a daemon
+ * going away (hot reload, restart behind a load balancer) sends one before it closes the connection.
  */
 class GoAwayCountingSessionManager extends Http2SessionManager {
   goAwayCount = 0;
   private readonly watched = new WeakSet<http2.Http2Session>();
 
-  constructor(url: string, maxMessageBytes: number) {
+  constructor(url: string, maxMessageBytes: number, ping: { pingIntervalMs: number; pingTimeoutMs: number }) {
     // Node's 64 KiB receive windows let the daemon send one output message per WINDOW_UPDATE round
     // trip; wide windows let bulk output flow (256 MiB through Exec: 45 MB/s before, 113 after).
     // The session's memory must hold a message being sent when the answer arrives.
-    super(url, undefined, {
+    super(url, { ...ping, pingIdleConnection: false }, {
       settings: { initialWindowSize: streamWindowBytes },
       maxSessionMemory: Math.max(10, Math.ceil((2 * maxMessageBytes) / (1024 * 1024)) + 8),
     });
@@ -91,10 +108,16 @@ class GoAwayCountingSessionManager extends Http2SessionManager {
   }
 }
 
-/** Creates a connection to a daemon: the transport for the chosen protocol over one HTTP/2 session. */
+/**
+ * Creates a connection to a daemon: the transport for the chosen protocol over one HTTP/2 session,
+ * kept alive and checked with PINGs.
+ */
 export function createSandboxConnection(options: SandboxConnectionOptions): SandboxConnection {
   const maxMessageBytes = options.maxMessageBytes ?? defaultClientMaxMessageBytes;
-  const sessionManager = new GoAwayCountingSessionManager(options.baseUrl, maxMessageBytes);
+  const sessionManager = new GoAwayCountingSessionManager(options.baseUrl, maxMessageBytes, {
+    pingIntervalMs: options.pingIntervalMs ?? defaultPingIntervalMs,
+    pingTimeoutMs: options.pingTimeoutMs ?? defaultPingTimeoutMs,
+  });
   const interceptors: Interceptor[] = [];
   const headers = { ...options.headers, ...(options.token !== undefined ? { authorization: `Bearer ${options.token}` } : {}) };
   if (Object.keys(headers).length > 0) {

@@ -1,0 +1,122 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { CommandHandle, connect, SandboxError, type Sandbox } from "../src/client/index.js";
+import { startBlackholeProxy, type BlackholeProxy } from "./support/blackhole-proxy.js";
+import { waitFor } from "./support/processes.js";
+import { sleepMarker, sleepers } from "./support/rpc.js";
+import { startTestServer, type TestServer } from "./support/server.js";
+
+// A path that goes silent (no FIN, no RST) must not hang a call: the client PINGs the connection
+// and gives it up when a PING goes unanswered, so a dead path is noticed within
+// pingIntervalMs + pingTimeoutMs of the last byte read. Short values keep the test quick.
+const pingIntervalMs = 300;
+const pingTimeoutMs = 300;
+/** What the test allows for noticing, with room for a busy machine. */
+const boundMs = 5_000;
+
+let t: TestServer;
+beforeAll(async () => {
+  t = await startTestServer();
+});
+afterAll(async () => {
+  await t.close();
+});
+
+/** Settles `promise` and tells whether it did within `timeoutMs`, with its value or error. */
+async function settlesWithin<T>(promise: Promise<T>, timeoutMs: number): Promise<{ value?: T; error?: unknown; elapsedMs: number }> {
+  const started = Date.now();
+  let outcome: { value?: T; error?: unknown } | undefined;
+  promise.then(
+    (value) => (outcome = { value }),
+    (error: unknown) => (outcome = { error }),
+  );
+  await waitFor(() => outcome !== undefined, { timeoutMs, what: "the call to settle instead of hanging" });
+  return { ...outcome!, elapsedMs: Date.now() - started };
+}
+
+describe("a silently dead network path", () => {
+  let proxy: BlackholeProxy;
+  let sandbox: Sandbox;
+  beforeAll(async () => {
+    proxy = await startBlackholeProxy({ host: "127.0.0.1", port: t.server.port });
+  });
+  afterAll(async () => {
+    await sandbox?.close({ killProcesses: false });
+    await proxy.close();
+  });
+
+  it("exec() fails with UNAVAILABLE within the bound", async () => {
+    sandbox = await connect({ baseUrl: proxy.url, pingIntervalMs, pingTimeoutMs });
+    const marker = sleepMarker();
+    const running = sandbox.exec(`sleep ${marker}`);
+    await waitFor(() => sleepers(marker).length === 1, { what: "the sleep" });
+    proxy.blackhole();
+    const { error, elapsedMs } = await settlesWithin(running, boundMs);
+    expect(error).toBeInstanceOf(SandboxError);
+    expect(error).toMatchObject({ code: "UNAVAILABLE" });
+    expect(elapsedMs).toBeGreaterThanOrEqual(pingTimeoutMs);
+    for (const pid of sleepers(marker)) process.kill(pid, "SIGKILL");
+  });
+
+  it("a unary call on a connection that went dead while idle fails within the bound, and the sandbox goes to error", async () => {
+    const idle = await startBlackholeProxy({ host: "127.0.0.1", port: t.server.port });
+    const own = await connect({ baseUrl: idle.url, pingIntervalMs, pingTimeoutMs });
+    try {
+      idle.blackhole();
+      const { error } = await settlesWithin(own.listProcesses(), boundMs);
+      expect(error).toMatchObject({ name: "SandboxError", code: "UNAVAILABLE" });
+      expect(own.status).toBe("error");
+    } finally {
+      await own.close();
+      await idle.close();
+    }
+  });
+});
+
+describe("a following handle on a path that dies while new connections work", () => {
+  it("reconnects within the bound and the result has every byte", async () => {
+    const proxy = await startBlackholeProxy({ host: "127.0.0.1", port: t.server.port });
+    const sandbox = await connect({ baseUrl: proxy.url, pingIntervalMs, pingTimeoutMs });
+    const saved = CommandHandle.BACKOFF_BASE;
+    CommandHandle.BACKOFF_BASE = 20;
+    try {
+      const handle = await sandbox.startProcess("echo first; sleep 1.5; echo second");
+      const waiting = handle.wait();
+      await waitFor(() => handle.lastStdoutOffset > 0, { what: "the first line" });
+      proxy.blackhole({ openOnly: true });
+      const { value, error } = await settlesWithin(waiting, boundMs + 1500);
+      expect(error).toBeUndefined();
+      expect(value?.stdout()).toBe("first\nsecond\n");
+      expect(handle.autoReconnects).toBeGreaterThanOrEqual(1);
+      expect(proxy.connections).toBeGreaterThanOrEqual(2);
+    } finally {
+      CommandHandle.BACKOFF_BASE = saved;
+      await sandbox.close();
+      await proxy.close();
+    }
+  });
+
+  it("wait() on a path that stays dead fails within a bound instead of hanging", async () => {
+    const proxy = await startBlackholeProxy({ host: "127.0.0.1", port: t.server.port });
+    const sandbox = await connect({ baseUrl: proxy.url, pingIntervalMs, pingTimeoutMs });
+    const saved = { max: CommandHandle.MAX_AUTO_RECONNECTS, base: CommandHandle.BACKOFF_BASE };
+    CommandHandle.MAX_AUTO_RECONNECTS = 2;
+    CommandHandle.BACKOFF_BASE = 20;
+    const marker = sleepMarker();
+    try {
+      const handle = await sandbox.startProcess(`echo up; sleep ${marker}`);
+      const waiting = handle.wait();
+      await waitFor(() => handle.lastStdoutOffset > 0, { what: "the first line" });
+      proxy.blackhole();
+      // Each attempt takes at most a PING interval and timeout; two reconnects plus the first call.
+      const { error } = await settlesWithin(waiting, 3 * boundMs);
+      expect(error).toMatchObject({ name: "SandboxError", code: "UNAVAILABLE" });
+      expect(handle.autoReconnects).toBe(2);
+    } finally {
+      CommandHandle.MAX_AUTO_RECONNECTS = saved.max;
+      CommandHandle.BACKOFF_BASE = saved.base;
+      await sandbox.close({ killProcesses: false });
+      await proxy.close();
+      for (const pid of sleepers(marker)) process.kill(pid, "SIGKILL");
+    }
+  });
+});
