@@ -162,7 +162,7 @@ export function checkOptions(options: unknown, known: Readonly<Record<string, tr
 }
 
 /** Every field name of an options type `T`, checked by the compiler to be complete. */
-export function optionNames<T>(names: { [K in keyof Required<T>]: true }): Readonly<Record<string, true>> {
+export function optionNames<T>(names: { [K in keyof Required<T>]: true }): { readonly [K in keyof Required<T>]: true } {
   return names;
 }
 

@@ -91,7 +91,8 @@ export interface ExecEvent {
   error?: Error;
 }
 
-const baseOptionNames = {
+/** The field names of {@link BaseExecOptions}. */
+export const baseExecOptionNames = optionNames<BaseExecOptions>({
   sessionId: true,
   env: true,
   cwd: true,
@@ -101,9 +102,9 @@ const baseOptionNames = {
   sudo: true,
   input: true,
   timeout: true,
-} as const;
-const execOptionNames = optionNames<ExecOptions>({ ...baseOptionNames, stream: true, onOutput: true, onComplete: true, onError: true, signal: true });
-const streamOptionNames = optionNames<StreamOptions>({ ...baseOptionNames, bufferSize: true, signal: true });
+});
+const execOptionNames = optionNames<ExecOptions>({ ...baseExecOptionNames, stream: true, onOutput: true, onComplete: true, onError: true, signal: true });
+const streamOptionNames = optionNames<StreamOptions>({ ...baseExecOptionNames, bufferSize: true, signal: true });
 const { args: _args, ...argvExecOptionNames } = commandOptionNames;
 
 /** The command's options for a Cloudflare-style call: `timeout` is the core's `timeoutMs`. */

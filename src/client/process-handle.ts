@@ -4,15 +4,15 @@ import type { ExecRequestSchema, ProcessInfo, SandboxService } from "../../gen/s
 import { onAbort, raceSignal } from "./abort.js";
 import { CommandFinished } from "./command-finished.js";
 import { DEFAULT_MAX_RETAINED_BYTES, type CommandOptions } from "./command-options.js";
+import { CommandOutput } from "./command-output.js";
 import { CommandRecord } from "./command-record.js";
 import { createExecSource, createLogsSource, type CommandEvent } from "./command-source.js";
 import { CommandStream, type SettledState } from "./command-stream.js";
-import { ExecutionTimeoutError, OutputLostError, SandboxError, toSandboxError } from "./errors.js";
-import { FanOut } from "./fan-out.js";
+import { ExecutionTimeoutError, SandboxError, toSandboxError } from "./errors.js";
 import { InputStream, type InputAck } from "./input-stream.js";
 import { StreamDecoder, type OutputChunk, type OutputOffsets, type OutputStreamName } from "./output.js";
 import { detailsFromProto, exitFromProto, type ProcessDetails, type ProcessExit, type ProcessStatus } from "./process-record.js";
-import { RetainedOutput } from "./retained-output.js";
+import type { RetainedOutput } from "./retained-output.js";
 
 /** What a handle needs from the sandbox that made it. */
 export interface CommandContext {
@@ -58,14 +58,12 @@ type HandleStart =
   | { kind: "exec"; request: MessageInitShape<typeof ExecRequestSchema> }
   | { kind: "process"; details: ProcessDetails; from?: OutputOffsets; retained?: RetainedOutput };
 
-/** Queue capacity of one iterator, in bytes: beyond it the stream is held back (backpressure). */
-const iteratorCapacityBytes = 4 * 1024 * 1024;
-
 /**
  * ProcessHandle is a live handle to one command in the sandbox: the command core every API of this
  * client is built on. It assembles small parts: the process record ({@link CommandRecord}), a
- * {@link CommandStream} that follows the command and reconnects, a {@link FanOut} to iterators,
- * the {@link RetainedOutput} kept for the result, and an {@link InputStream} for stdin.
+ * {@link CommandStream} that follows the command and reconnects, the {@link CommandOutput} it
+ * feeds (offsets, the output kept for the result, iterators with backpressure, `onOutput`), and
+ * an {@link InputStream} for stdin.
  *
  * - Iterating it (`for await (const chunk of handle)`) yields {@link OutputChunk}s of stdout and
  *   stderr interleaved in arrival order, each with its byte offset. Several iterators may run, the
@@ -86,12 +84,8 @@ const iteratorCapacityBytes = 4 * 1024 * 1024;
  */
 export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposable {
   private readonly record: CommandRecord;
-  private readonly offsets: OutputOffsets;
-  /** What `result` will hold; chunks carried over from an earlier handle are never replayed to iterators. */
-  private readonly output: RetainedOutput;
-  private readonly fanOut = new FanOut<OutputChunk>(iteratorCapacityBytes, (chunk) => chunk.data.length);
+  private readonly output: CommandOutput;
   private readonly stream: CommandStream;
-  private readonly decoder?: StreamDecoder;
   private input?: InputStream;
   /** Caller's signal that kills the command, carried over by reconnect(). */
   private killSignal?: AbortSignal;
@@ -104,18 +98,17 @@ export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
     start: HandleStart,
     protected readonly options: HandleOptions,
   ) {
-    if (options.onOutput !== undefined) this.decoder = new StreamDecoder(options.encoding);
+    const text = { encoding: options.encoding, onOutput: options.onOutput };
     if (start.kind === "exec") {
       this.record = new CommandRecord();
-      this.offsets = { stdout: 0, stderr: 0 };
-      this.output = new RetainedOutput(options.maxRetainedBytes ?? Infinity);
+      this.output = new CommandOutput({ ...text, limitBytes: options.maxRetainedBytes ?? Infinity });
     } else {
       this.record = new CommandRecord(start.details);
-      this.offsets = { ...(start.from ?? { stdout: 0, stderr: 0 }) };
-      this.output = new RetainedOutput(options.maxRetainedBytes ?? start.retained?.limitBytes ?? DEFAULT_MAX_RETAINED_BYTES, start.retained);
+      const limitBytes = options.maxRetainedBytes ?? start.retained?.limitBytes ?? DEFAULT_MAX_RETAINED_BYTES;
+      this.output = new CommandOutput({ ...text, limitBytes, from: start.from, carried: start.retained });
     }
     const source = start.kind === "exec" ? createExecSource(context.client, start.request) : createLogsSource(context.client, start.details.id);
-    const target = { offsets: () => ({ ...this.offsets }), apply: (event: CommandEvent, signal: AbortSignal) => this.apply(event, signal) };
+    const target = { offsets: () => this.output.offsets, apply: (event: CommandEvent, signal: AbortSignal) => this.apply(event, signal) };
     this.stream = new CommandStream(source, target, context.goAwayCount, (state) => this.settled(state));
   }
 
@@ -209,12 +202,12 @@ export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
 
   /** Offset after the last stdout byte this handle received: where a reconnect resumes. */
   get lastStdoutOffset(): number {
-    return this.offsets.stdout;
+    return this.output.offsets.stdout;
   }
 
   /** Offset after the last stderr byte this handle received: where a reconnect resumes. */
   get lastStderrOffset(): number {
-    return this.offsets.stderr;
+    return this.output.offsets.stderr;
   }
 
   /** How many times this handle reconnected on its own. */
@@ -245,8 +238,7 @@ export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
 
   /** Yields output chunks, stdout and stderr interleaved in arrival order (see the class comment). */
   [Symbol.asyncIterator](): AsyncGenerator<OutputChunk> {
-    // Taking the replay and subscribing happen in one step, so no chunk is missed or doubled.
-    const chunks = this.fanOut.subscribe(this.output.received());
+    const chunks = this.output.subscribe();
     void this.follow();
     return chunks;
   }
@@ -311,7 +303,7 @@ export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
     this.detach();
     await this.stream.settled();
     const Handle = this.constructor as new (context: CommandContext, start: HandleStart, options: HandleOptions) => this;
-    const next = new Handle(this.context, { kind: "process", details: this.record.details!, from: { ...this.offsets }, retained: this.output }, this.options);
+    const next = new Handle(this.context, { kind: "process", details: this.record.details!, from: this.output.offsets, retained: this.output.retained }, this.options);
     if (killSignal !== undefined) next.killOnAbort(killSignal);
     return next;
   }
@@ -382,11 +374,11 @@ export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
   private settled(state: SettledState): void {
     for (const release of this.whenSettled.splice(0)) release();
     if (state.t === "exited") {
-      this.fanOut.close();
+      this.output.close();
       return;
     }
     const error = state.t === "failed" ? state.error : state.reason;
-    this.fanOut.close(error);
+    this.output.close(error);
     this.record.failStart(error);
     if (state.t === "failed") this.options.onError?.(state.error);
     else this.input?.close();
@@ -399,55 +391,22 @@ export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
         this.record.adopt(detailsFromProto(event.info));
         return undefined;
       case "output":
-        await this.deliver(event.chunk, signal);
+        await this.output.deliver(event.chunk, signal);
         return undefined;
-      case "gap": {
-        // Only bytes from our own offset on count as lost; the offset moves past them for reconnect().
-        const end = event.offset + event.missedBytes;
-        const from = Math.max(event.offset, this.offsets[event.stream]);
-        if (end <= from) return undefined;
-        this.offsets[event.stream] = end;
-        throw new OutputLostError(event.stream, from, end - from);
-      }
+      case "gap":
+        this.output.gap(event.stream, event.offset, event.missedBytes);
+        return undefined;
       case "exited": {
         const exit = exitFromProto(event.exited);
         if (exit === undefined) throw new SandboxError("the command ended without an exit code or a signal", "NO_EXIT");
         this.record.exited(exit);
-        this.flushDecoder();
+        this.output.flushText();
         this.options.onExit?.(exit.exitCode);
-        return new CommandFinished(this.id, this.command, exit, this.output.retained(), this.options.encoding, this.output.droppedBytes);
+        const { retained } = this.output;
+        return new CommandFinished(this.id, this.command, exit, retained.retained(), this.options.encoding, retained.droppedBytes);
       }
       case "caught-up":
         throw new SandboxError("the log stream stopped before the command exited", "NO_EXIT");
-    }
-  }
-
-  /** Hands a chunk to the result, every iterator and `onOutput`, skipping bytes already received. */
-  private async deliver(received: OutputChunk, signal: AbortSignal): Promise<void> {
-    const expected = this.offsets[received.stream];
-    const end = received.offset + received.data.length;
-    if (end <= expected) return;
-    if (received.offset > expected) {
-      this.offsets[received.stream] = received.offset;
-      throw new OutputLostError(received.stream, expected, received.offset - expected);
-    }
-    const chunk: OutputChunk =
-      received.offset === expected ? received : { stream: received.stream, offset: expected, data: received.data.subarray(expected - received.offset) };
-    this.offsets[chunk.stream] = end;
-    this.output.push(chunk);
-    const room = this.fanOut.publish(chunk);
-    if (this.decoder !== undefined) {
-      const text = this.decoder.decode(chunk.stream, chunk.data);
-      if (text !== "") this.options.onOutput?.(chunk.stream, text);
-    }
-    await raceSignal(room, signal);
-  }
-
-  private flushDecoder(): void {
-    if (this.decoder === undefined) return;
-    for (const stream of ["stdout", "stderr"] as const) {
-      const text = this.decoder.flush(stream);
-      if (text !== "") this.options.onOutput?.(stream, text);
     }
   }
 }

@@ -2,7 +2,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { chunkFromProto } from "./command-source.js";
 import { checkOptions, optionNames, type CommandOptions } from "./command-options.js";
 import { toSandboxError } from "./errors.js";
-import { fromBaseExecOptions, type BaseExecOptions } from "./exec.js";
+import { baseExecOptionNames, fromBaseExecOptions, type BaseExecOptions } from "./exec.js";
 import { launch, type LaunchContext } from "./launch.js";
 import { StreamDecoder, type OutputOffsets } from "./output.js";
 import { ProcessHandle, readProcessLogs } from "./process-handle.js";
@@ -39,15 +39,7 @@ export interface ListProcessesOptions {
 }
 
 const processOptionNames = optionNames<ProcessOptions>({
-  sessionId: true,
-  env: true,
-  cwd: true,
-  encoding: true,
-  args: true,
-  pty: true,
-  sudo: true,
-  input: true,
-  timeout: true,
+  ...baseExecOptionNames,
   processId: true,
   autoCleanup: true,
   stdin: true,
