@@ -54,6 +54,7 @@ describe("a silently dead network path", () => {
     expect(error).toBeInstanceOf(SandboxError);
     expect(error).toMatchObject({ code: "UNAVAILABLE" });
     expect(elapsedMs).toBeGreaterThanOrEqual(pingTimeoutMs);
+    console.log(`dead path: exec() failed ${elapsedMs} ms after the path went silent`);
     for (const pid of sleepers(marker)) process.kill(pid, "SIGKILL");
   });
 
@@ -83,7 +84,9 @@ describe("a following handle on a path that dies while new connections work", ()
       const waiting = handle.wait();
       await waitFor(() => handle.lastStdoutOffset > 0, { what: "the first line" });
       proxy.blackhole({ openOnly: true });
+      const silentAt = Date.now();
       const { value, error } = await settlesWithin(waiting, boundMs + 1500);
+      console.log(`dead path: the handle reconnected (${handle.autoReconnects}) and finished ${Date.now() - silentAt} ms after the path went silent`);
       expect(error).toBeUndefined();
       expect(value?.stdout()).toBe("first\nsecond\n");
       expect(handle.autoReconnects).toBeGreaterThanOrEqual(1);
@@ -108,7 +111,8 @@ describe("a following handle on a path that dies while new connections work", ()
       await waitFor(() => handle.lastStdoutOffset > 0, { what: "the first line" });
       proxy.blackhole();
       // Each attempt takes at most a PING interval and timeout; two reconnects plus the first call.
-      const { error } = await settlesWithin(waiting, 3 * boundMs);
+      const { error, elapsedMs } = await settlesWithin(waiting, 3 * boundMs);
+      console.log(`dead path: wait() gave up ${elapsedMs} ms after the path went silent`);
       expect(error).toMatchObject({ name: "SandboxError", code: "UNAVAILABLE" });
       expect(handle.autoReconnects).toBe(2);
     } finally {
