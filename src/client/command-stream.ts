@@ -153,11 +153,12 @@ export class CommandStream {
     // The target's own verdicts (lost output, no exit) are final.
     if (error instanceof SandboxError) throw error;
     const kind = classifyFailure(error, sawGoAway);
-    if (kind === "fatal" || this.reconnects === "refused") throw toSandboxError(error);
+    if (kind === "fatal") throw toSandboxError(error);
     const cause = ConnectError.from(error);
     if (!this.source.resumable) {
       throw new SandboxError("the connection to the sandbox was lost; the daemon ends an Exec command whose call is gone", "UNAVAILABLE", { cause });
     }
+    if (this.reconnects === "refused") throw toSandboxError(error);
     if (attempt > reconnectSettings.maxAttempts) {
       throw new SandboxError(`gave up after ${attempt - 1} reconnect attempts: ${cause.rawMessage}`, "UNAVAILABLE", { cause });
     }

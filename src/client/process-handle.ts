@@ -12,6 +12,7 @@ import { ExecutionTimeoutError, SandboxError, toSandboxError } from "./errors.js
 import { InputStream, type InputAck } from "./input-stream.js";
 import { StreamDecoder, type OutputChunk, type OutputOffsets, type OutputStreamName } from "./output.js";
 import { detailsFromProto, exitFromProto, type ProcessDetails, type ProcessExit, type ProcessStatus } from "./process-record.js";
+import type { Process } from "./process-views.js";
 import type { RetainedOutput } from "./retained-output.js";
 
 /** What a handle needs from the sandbox that made it. */
@@ -81,8 +82,11 @@ type HandleStart =
  *
  * A handle of a command run through Exec cannot resume: the daemon kills an Exec command whose
  * call is gone, so a broken connection is a SandboxError with code UNAVAILABLE.
+ *
+ * It is what startProcess() resolves with (the Cloudflare Sandbox SDK's `Process`), and a detached
+ * runCommand() (Vercel Sandbox's `Command`); {@link CommandHandle} is the LangSmith-style subclass.
  */
-export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposable {
+export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposable, Process {
   private readonly record: CommandRecord;
   private readonly output: CommandOutput;
   private readonly stream: CommandStream;
