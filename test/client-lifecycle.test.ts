@@ -206,7 +206,10 @@ describe("the client entry point", () => {
     return { files, packages: specifiers.filter((spec) => !spec.startsWith(".")) };
   }
 
-  it("statically reaches neither src/server, src/process nor node-pty", () => {
+  /** The process manager's modules the client may load: they import nothing (abort plumbing, limits). */
+  const sharedModules = ["src/process/abort.ts", "src/process/limits.ts"];
+
+  it("statically reaches neither src/server, nor src/process beyond its dependency-free modules, nor node-pty", () => {
     const seen = new Set<string>();
     const packages = new Set<string>();
     const queue = [path.join(root, "src/client/index.ts")];
@@ -219,18 +222,20 @@ describe("the client entry point", () => {
       queue.push(...files);
     }
     const relative = [...seen].map((file) => path.relative(root, file));
-    expect(relative.every((file) => file.startsWith("src/client/") || file.startsWith("gen/"))).toBe(true);
+    expect(relative.filter((file) => !file.startsWith("src/client/") && !file.startsWith("gen/")).sort()).toEqual(sharedModules);
+    for (const shared of sharedModules) expect(importsOf(path.join(root, shared))).toEqual({ files: [], packages: [] });
     expect([...packages].filter((name) => !name.startsWith("node:") && !name.startsWith("@bufbuild/") && !name.startsWith("@connectrpc/"))).toEqual([]);
   });
 
-  it("loads in a fresh node process without loading server code or node-pty", async () => {
+  it("loads in a fresh node process without loading server code, the process manager or node-pty", async () => {
     const dir = mkdtempSync(path.join(tmpdir(), "client-entry-"));
     try {
       writeFileSync(
         path.join(dir, "hooks.mjs"),
         `export async function resolve(specifier, context, next) {
            const result = await next(specifier, context);
-           if (specifier === "node-pty" || /\\/src\\/(server|process)\\//.test(result.url)) throw new Error("forbidden load: " + result.url);
+           const shared = /\\/src\\/process\\/(abort|limits)\\.[jt]s$/.test(result.url);
+           if (specifier === "node-pty" || (/\\/src\\/(server|process)\\//.test(result.url) && !shared)) throw new Error("forbidden load: " + result.url);
            return result;
          }`,
       );

@@ -1,6 +1,7 @@
 import path from "node:path";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { ProcessSpecSchema } from "../../gen/sandbox/v1/sandbox_pb.js";
+import { ptySizeProblem, stdinDataProblem, timeoutProblem } from "../process/limits.js";
 import { SandboxError } from "./errors.js";
 import type { OutputStreamName } from "./output.js";
 
@@ -98,12 +99,10 @@ export interface CommandDefaults {
   encoding?: string;
 }
 
-/** Longest time limit the daemon takes, in milliseconds (an int32). */
-const maxTimeoutMs = 2 ** 31 - 1;
-
 /**
  * Builds the ProcessSpec of one command. `timeoutMs` must already hold the mode's default. A
- * value of the wrong shape is refused with a SandboxError INVALID_ARGUMENT, never dropped.
+ * value of the wrong shape, or out of the daemon's bounds (the process manager's own checks, in
+ * src/process/limits.ts), is refused with a SandboxError INVALID_ARGUMENT before any call.
  */
 export function toProcessSpec(
   command: string,
@@ -113,25 +112,27 @@ export function toProcessSpec(
   if (typeof command !== "string") throw invalid(`the command must be a string, not ${describe(command)}`);
   const args = options.args ?? [];
   if (!Array.isArray(args) || !args.every((arg) => typeof arg === "string")) throw invalid("args must be an array of strings");
-  const timeoutMs = options.timeoutMs ?? 0;
-  if (!Number.isFinite(timeoutMs) || timeoutMs < 0) throw invalid(`invalid timeoutMs: ${timeoutMs}`);
+  const timeoutMs = Math.ceil(options.timeoutMs ?? 0);
+  check(timeoutProblem(timeoutMs));
   if (options.stdin !== undefined && typeof options.stdin !== "boolean") {
     throw invalid("stdin is true or false (keep a pipe open); text or bytes for stdin go in `input`");
   }
-  const input = options.input;
-  if (input !== undefined && typeof input !== "string" && !(input instanceof Uint8Array)) throw invalid("input must be text or bytes");
+  const input = typeof options.input === "string" ? new TextEncoder().encode(options.input) : options.input;
+  if (input !== undefined && !(input instanceof Uint8Array)) throw invalid("input must be text or bytes");
+  check(stdinDataProblem(input?.length ?? 0));
   const pty = options.pty === true ? {} : options.pty === false ? undefined : options.pty;
+  if (pty !== undefined) check(ptySizeProblem(pty.cols ?? 0, pty.rows ?? 0, "start"));
   return {
     command,
     args: [...args],
     env: options.env ?? {},
     cwd: workingDirectory(options.cwd, defaults.workspace),
-    timeoutMs: Math.min(Math.ceil(timeoutMs), maxTimeoutMs),
+    timeoutMs,
     processId: options.processId ?? "",
     sessionId: options.sessionId ?? defaults.sessionId,
     pty: pty && { cols: pty.cols ?? 0, rows: pty.rows ?? 0, term: pty.term ?? "" },
     stdin: options.stdin ?? false,
-    stdinData: typeof input === "string" ? new TextEncoder().encode(input) : (input ?? new Uint8Array()),
+    stdinData: input ?? new Uint8Array(),
     autoCleanup: options.autoCleanup,
     sudo: options.sudo ?? false,
   };
@@ -186,6 +187,11 @@ export const commandOptionNames = optionNames<CommandOptions>({
   onExit: true,
   onError: true,
 });
+
+/** Throws a limit's problem, when there is one, as INVALID_ARGUMENT. */
+function check(problem: string | undefined): void {
+  if (problem !== undefined) throw invalid(problem);
+}
 
 function invalid(message: string): SandboxError {
   return new SandboxError(message, "INVALID_ARGUMENT");

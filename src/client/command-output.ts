@@ -1,4 +1,4 @@
-import { raceSignal } from "./abort.js";
+import { raceSignal } from "../process/abort.js";
 import { OutputLostError } from "./errors.js";
 import { FanOut } from "./fan-out.js";
 import { StreamDecoder, type OutputChunk, type OutputOffsets, type OutputStreamName } from "./output.js";

@@ -1,5 +1,5 @@
 import { ConnectError } from "@connectrpc/connect";
-import { abortableDelay, linkSignals } from "./abort.js";
+import { abortableDelay, linkSignals } from "../process/abort.js";
 import type { CommandFinished } from "./command-finished.js";
 import type { CommandEvent, CommandSource } from "./command-source.js";
 import { SandboxError, toSandboxError } from "./errors.js";

@@ -1,6 +1,6 @@
 import type { CommandFinished } from "./command-finished.js";
 import { checkOptions, commandOptionNames, optionNames, type CommandOptions } from "./command-options.js";
-import { linkSignals } from "./abort.js";
+import { linkSignals } from "../process/abort.js";
 import { ExecutionTimeoutError, SandboxError, toSandboxError } from "./errors.js";
 import { launch, type LaunchContext } from "./launch.js";
 import { StreamDecoder, type OutputStreamName } from "./output.js";

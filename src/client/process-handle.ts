@@ -1,7 +1,8 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { Client } from "@connectrpc/connect";
 import type { ExecRequestSchema, ProcessInfo, SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
-import { onAbort, raceSignal } from "./abort.js";
+import { onAbort, raceSignal } from "../process/abort.js";
+import { ptySizeProblem } from "../process/limits.js";
 import { CommandFinished } from "./command-finished.js";
 import { DEFAULT_MAX_RETAINED_BYTES, type CommandOptions } from "./command-options.js";
 import { CommandOutput } from "./command-output.js";
@@ -289,8 +290,10 @@ export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
     return this.sendInputMessage({ case: "close", value: {} });
   }
 
-  /** Resizes the command's PTY to `cols` columns and `rows` rows. */
-  resize(cols: number, rows: number): Promise<InputAck> {
+  /** Resizes the command's PTY to `cols` columns and `rows` rows (each 1 to 10000: INVALID_ARGUMENT otherwise, before any call). */
+  async resize(cols: number, rows: number): Promise<InputAck> {
+    const problem = ptySizeProblem(cols, rows, "resize");
+    if (problem !== undefined) throw new SandboxError(problem, "INVALID_ARGUMENT");
     return this.sendInputMessage({ case: "resize", value: { cols, rows } });
   }
 

@@ -1,4 +1,4 @@
-import { onAbort } from "./abort.js";
+import { onAbort } from "../process/abort.js";
 import { OutputLostError } from "./errors.js";
 import type { ExecResult } from "./exec.js";
 import { StreamDecoder } from "./output.js";
