@@ -6,6 +6,7 @@ import {
   isExecResult,
   isProcess,
   isProcessStatus,
+  LimitExceededError,
   ProcessAlreadyExistsError,
   ProcessNotFoundError,
   type LogEvent,
@@ -73,10 +74,14 @@ describe("background processes (seed 000)", () => {
     expect(groupMembers(server.pid!)).toEqual([]);
   });
 
-  it("getProcess is null for an unknown id; killProcess and getProcessLogs throw ProcessNotFoundError", async () => {
+  it("getProcess is null for an unknown id; killProcess and getProcessLogs throw ProcessNotFoundError, made from the daemon's reason", async () => {
     expect(await sandbox.getProcess("no-such-process")).toBeNull();
     await expect(sandbox.killProcess("no-such-process")).rejects.toBeInstanceOf(ProcessNotFoundError);
-    await expect(sandbox.getProcessLogs("no-such-process")).rejects.toMatchObject({ code: "PROCESS_NOT_FOUND", processId: "no-such-process" });
+    const error = await sandbox.getProcessLogs("no-such-process").catch((failure: unknown) => failure);
+    expect(error).toBeInstanceOf(ProcessNotFoundError);
+    // The id is the one the daemon names in its ErrorInfo metadata, not one the client remembered.
+    expect(error).toMatchObject({ code: "PROCESS_NOT_FOUND", reason: "PROCESS_NOT_FOUND", processId: "no-such-process" });
+    expect((error as ProcessNotFoundError).metadata).toMatchObject({ process_id: "no-such-process" });
   });
 
   it("a duplicate live processId is ProcessAlreadyExistsError with the ConnectError as cause", async () => {
@@ -84,7 +89,7 @@ describe("background processes (seed 000)", () => {
     const first = await sandbox.startProcess(`sleep ${marker}`, { processId: "twice" });
     const error = await sandbox.startProcess("true", { processId: "twice" }).catch((failure: unknown) => failure);
     expect(error).toBeInstanceOf(ProcessAlreadyExistsError);
-    expect((error as ProcessAlreadyExistsError).code).toBe("PROCESS_EXISTS");
+    expect(error).toMatchObject({ code: "PROCESS_EXISTS", reason: "PROCESS_ALREADY_EXISTS", processId: "twice" });
     expect((error as Error).cause).toMatchObject({ name: "ConnectError" });
     await first.kill("SIGKILL");
     await first.wait();
@@ -101,6 +106,51 @@ describe("background processes (seed 000)", () => {
     expect(finished.signal).toBe("SIGINT");
     expect(finished.exitCode).toBe(130);
     await waitFor(() => sleepers(marker).length === 0, { what: "the group to be gone" });
+  });
+
+  it("a daemon at its process limit is LimitExceededError naming the limit", async () => {
+    const own = await startTestServer({ maxProcesses: 1 });
+    const client = await connect({ baseUrl: own.server.url });
+    try {
+      const marker = sleepMarker();
+      const first = await client.startProcess(`sleep ${marker}`);
+      const error = await client.startProcess(`sleep ${marker}`).catch((failure: unknown) => failure);
+      expect(error).toBeInstanceOf(LimitExceededError);
+      expect(error).toMatchObject({ code: "RESOURCE_EXHAUSTED", reason: "LIMIT_EXCEEDED", limit: "max-processes", value: 1 });
+      await first.kill("SIGKILL");
+      await first.wait();
+    } finally {
+      await client.close();
+      await own.close();
+    }
+  });
+
+  it("listProcesses reads every page", async () => {
+    const calls: string[] = [];
+    // Pages of two records, so five records take three pages.
+    const paged = await connect({
+      baseUrl: t.server.url,
+      sessionId: "paged",
+      interceptors: [
+        (next) => (request) => {
+          calls.push(request.method.name);
+          if (request.method.name === "ListProcesses" && !request.stream) (request.message as unknown as { pageSize: number }).pageSize = 2;
+          return next(request);
+        },
+      ],
+    });
+    try {
+      const started = [];
+      for (let i = 0; i < 5; i++) started.push(await paged.startProcess("true", { autoCleanup: false }));
+      await Promise.all(started.map((process) => process.wait()));
+      calls.length = 0;
+      const listed = await paged.listProcesses();
+      expect(listed.map((process) => process.id).sort()).toEqual(started.map((process) => process.id).sort());
+      expect(calls).toEqual(["ListProcesses", "ListProcesses", "ListProcesses"]);
+    } finally {
+      await paged.cleanupCompletedProcesses();
+      await paged.close();
+    }
   });
 
   it("killAllProcesses counts the live processes of the sandbox, cleanupCompletedProcesses the exited records", async () => {

@@ -1,4 +1,5 @@
 import { Code, ConnectError } from "@connectrpc/connect";
+import type { ProcessInfo, ProcessStatus as ProtoStatus } from "../../gen/sandbox/v1/sandbox_pb.js";
 import { chunkFromProto } from "./command-source.js";
 import { checkOptions, optionNames, type CommandOptions } from "./command-options.js";
 import { toSandboxError } from "./errors.js";
@@ -64,15 +65,27 @@ export async function startProcess(context: LaunchContext, command: string, opti
   return handle;
 }
 
-/** Lists processes (as handles), oldest first: the sandbox's sessions, or every process with `all`. */
+/** Lists processes (as handles), oldest first: the sandbox's sessions, or every process with `all`; every page of them. */
 export async function listProcesses(context: ProcessesContext, options: ListProcessesOptions = {}): Promise<ProcessHandle[]> {
   const statuses = (options.statuses ?? []).map(statusToProto);
   const sessions = options.all === true ? [""] : context.sessions();
-  const lists = await Promise.all(sessions.map((sessionId) => context.client.listProcesses({ sessionId, statuses })));
+  const lists = await Promise.all(sessions.map((sessionId) => listAllPages(context, { sessionId, statuses })));
   return lists
-    .flatMap((list) => list.processes)
+    .flat()
     .map((info) => ProcessHandle.forProcess(context, info, { encoding: context.defaults.encoding }))
     .sort((a, b) => a.startTime.getTime() - b.startTime.getTime());
+}
+
+/** Every record ListProcesses gives for a filter, page after page. */
+async function listAllPages(context: LaunchContext, filter: { sessionId: string; statuses: ProtoStatus[] }): Promise<ProcessInfo[]> {
+  const records: ProcessInfo[] = [];
+  let pageToken = "";
+  do {
+    const page = await context.client.listProcesses({ ...filter, pageToken });
+    records.push(...page.processes);
+    pageToken = page.nextPageToken;
+  } while (pageToken !== "");
+  return records;
 }
 
 /** A handle of any process on the daemon by id, or null when the daemon has no record of it. */
