@@ -9,7 +9,10 @@ import {
   CommandHandle,
   connect,
   OutputLostError,
+  ProcessNotFoundError,
+  ProcessNotRunningError,
   SandboxError,
+  StdinNotOpenError,
   type OutputChunk,
   type Sandbox,
 } from "../src/client/index.js";
@@ -208,12 +211,19 @@ describe("CommandHandle (seed 001)", () => {
     expect(result.stdout().replaceAll("\r\n", "\n")).toContain("40 120\ngot hello\ntail\n");
   });
 
-  it("sendInput to a process without stdin is a clear SandboxError", async () => {
+  it("sendInput to a process without stdin is StdinNotOpenError, to one that exited ProcessNotRunningError", async () => {
     const marker = sleepMarker();
     const handle = await sandbox.startProcess(`sleep ${marker}`);
-    await expect(handle.sendInput("x")).rejects.toMatchObject({ code: "FAILED_PRECONDITION" });
+    const error = await handle.sendInput("x").catch((failure: unknown) => failure);
+    expect(error).toBeInstanceOf(StdinNotOpenError);
+    expect(error).toMatchObject({ code: "FAILED_PRECONDITION", reason: "STDIN_NOT_OPEN", processId: handle.id });
     await handle.kill("SIGKILL");
     await handle.wait();
+    const exited = await sandbox.startProcess("true", { stdin: true });
+    await exited.wait();
+    const late = await exited.sendInput("x").catch((failure: unknown) => failure);
+    expect(late).toBeInstanceOf(ProcessNotRunningError);
+    expect(late).toMatchObject({ reason: "PROCESS_NOT_RUNNING", processId: exited.id });
   });
 
   it("reconnect() returns a handle that resumes exactly at the last offsets, with the earlier output in its result", async () => {
@@ -394,6 +404,37 @@ describe("a daemon going away gracefully", () => {
       }
     });
   }
+});
+
+describe("a daemon that closes gracefully for a restart", () => {
+  it("is reconnected to at once (SHUTTING_DOWN, LangSmith's 1001 Going Away), not after a backoff", async () => {
+    const before = await startTestServer();
+    const after = await startTestServer();
+    const front = await startTcpProxy({ host: "127.0.0.1", port: before.server.port });
+    const client = await connect({ baseUrl: front.url });
+    // A backoff this long would fail the test: only the going-away path reconnects without one.
+    CommandHandle.BACKOFF_BASE = 20_000;
+    try {
+      const handle = await client.run("echo up; sleep 600", { wait: false });
+      const waiting = handle.wait();
+      await waitFor(() => handle.lastStdoutOffset > 0, { what: "the first line" });
+      // The address now leads to the restarted daemon, as a service address does.
+      front.retarget({ host: "127.0.0.1", port: after.server.port });
+      const closedAt = Date.now();
+      await before.close();
+      const error = await waiting.catch((failure: unknown) => failure);
+      // The restarted daemon has no record of the process (a restart ends every command): it says so at once.
+      expect(error).toBeInstanceOf(ProcessNotFoundError);
+      expect((error as ProcessNotFoundError).processId).toBe(handle.id);
+      expect(handle.autoReconnects).toBe(1);
+      expect(front.connections).toBe(2);
+      expect(Date.now() - closedAt).toBeLessThan(5000);
+    } finally {
+      await client.close({ killProcesses: false });
+      await front.close();
+      await after.close();
+    }
+  });
 });
 
 describe("classifyFailure", () => {

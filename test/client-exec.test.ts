@@ -73,10 +73,15 @@ describe("exec (seed 000)", () => {
   });
 
   it("leaves confining cwd to the daemon, which resolves symlinks: a path that leads out of the workspace is refused", async () => {
-    await expect(sandbox.exec("pwd", { cwd: "/etc" })).rejects.toMatchObject({ name: "SandboxError", code: "PERMISSION_DENIED" });
+    await expect(sandbox.exec("pwd", { cwd: "/etc" })).rejects.toMatchObject({
+      name: "SandboxError",
+      code: "PERMISSION_DENIED",
+      reason: "CWD_OUTSIDE_WORKSPACE",
+      metadata: { cwd: "/etc" },
+    });
     // Inside the workspace by its name, outside by where it leads: a client cannot know, the daemon can.
     symlinkSync("/etc", path.join(t.workspace, "leads-out"));
-    await expect(sandbox.exec("pwd", { cwd: "leads-out" })).rejects.toMatchObject({ name: "SandboxError", code: "PERMISSION_DENIED" });
+    await expect(sandbox.exec("pwd", { cwd: "leads-out" })).rejects.toMatchObject({ code: "PERMISSION_DENIED", reason: "CWD_OUTSIDE_WORKSPACE" });
   });
 
   it("writes `input` to stdin and closes it; `stdin` is only true or false", async () => {

@@ -17,12 +17,15 @@ export interface TcpProxy {
   cut(): number;
   /** Refuse (reset) new connections while true, as a server that is down does. */
   refuse(refusing: boolean): void;
+  /** Forwards new connections to `target` from now on (open ones stay), as a stable address in front of a restarted server. */
+  retarget(target: { host: string; port: number }): void;
   /** Destroys every connection and stops listening. */
   close(): Promise<void>;
 }
 
 /** Starts a proxy on a free loopback port forwarding to `target`. */
-export async function startTcpProxy(target: { host: string; port: number }): Promise<TcpProxy> {
+export async function startTcpProxy(initialTarget: { host: string; port: number }): Promise<TcpProxy> {
+  let target = initialTarget;
   const pairs = new Set<[net.Socket, net.Socket]>();
   let connections = 0;
   let cuts = 0;
@@ -75,6 +78,9 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
     },
     refuse(value: boolean) {
       refusing = value;
+    },
+    retarget(next: { host: string; port: number }) {
+      target = next;
     },
     async close() {
       for (const pair of pairs) for (const socket of pair) socket.destroy();
