@@ -275,11 +275,18 @@ describe("a request message over the size limit is refused with RESOURCE_EXHAUST
   it("the SDK refuses to send 33 MB and 100 MB messages with RESOURCE_EXHAUSTED naming its limit, not a stream reset", async () => {
     const sandbox = await connectSandbox({ baseUrl: test.server.url });
     try {
+      const cat = await sandbox.startProcess("cat", { stdin: true });
       for (const megabytes of [33, 100]) {
-        const error = await sandbox.exec("cat", { input: new Uint8Array(megabytes * 1024 * 1024) }).catch((failure: unknown) => failure);
+        const error = await cat.sendInput(new Uint8Array(megabytes * 1024 * 1024)).catch((failure: unknown) => failure);
         expect(error).toMatchObject({ code: "RESOURCE_EXHAUSTED" });
         expect((error as Error).message).toContain(`is larger than configured writeMaxBytes ${4 * 1024 * 1024}`);
+        // Input that large at start breaks the daemon's own bound on pending stdin: refused before any call.
+        const refused = await sandbox.exec("cat", { input: new Uint8Array(megabytes * 1024 * 1024) }).catch((failure: unknown) => failure);
+        expect(refused).toMatchObject({ code: "INVALID_ARGUMENT" });
       }
+      expect((await cat.sendInput("still open\n")).bytesWritten).toBe(11);
+      await cat.closeInput();
+      expect((await cat.wait()).stdout()).toBe("still open\n");
       expect((await sandbox.exec("echo still serving")).stdout).toBe("still serving\n");
     } finally {
       await sandbox.close();
