@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CommandHandle, connect, SandboxError, type Sandbox } from "../src/client/index.js";
+import { Code } from "@connectrpc/connect";
+import { CommandHandle, connect, createClient, createSandboxConnection, SandboxError, SandboxService, type Sandbox } from "../src/client/index.js";
 import { startBlackholeProxy, type BlackholeProxy } from "./support/blackhole-proxy.js";
 import { waitFor } from "./support/processes.js";
 import { sleepMarker, sleepers } from "./support/rpc.js";
@@ -69,6 +70,30 @@ describe("a silently dead network path", () => {
     } finally {
       await own.close();
       await idle.close();
+    }
+  });
+});
+
+describe("the connection given up", () => {
+  it("does not crash the process when a call comes the moment it is given up", async () => {
+    // connect-node destroys a session whose PING went unanswered with an error that Node emits
+    // only once the socket has closed; a call made before that replaces the session and takes
+    // connect-node's error listener off it. The client keeps one of its own on every session.
+    const proxy = await startBlackholeProxy({ host: "127.0.0.1", port: t.server.port });
+    const connection = createSandboxConnection({ baseUrl: proxy.url, pingIntervalMs, pingTimeoutMs });
+    const client = createClient(SandboxService, connection.transport);
+    const marker = sleepMarker();
+    try {
+      const events = client.exec({ spec: { command: `sleep ${marker}` } })[Symbol.asyncIterator]();
+      await events.next();
+      proxy.blackhole();
+      await expect(events.next()).rejects.toMatchObject({ code: Code.Unavailable });
+      // At once, before the dead session's error is emitted.
+      await expect(client.listProcesses({})).rejects.toMatchObject({ name: "ConnectError" });
+    } finally {
+      connection.close();
+      await proxy.close();
+      for (const pid of sleepers(marker)) process.kill(pid, "SIGKILL");
     }
   });
 });

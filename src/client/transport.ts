@@ -103,6 +103,11 @@ class GoAwayCountingSessionManager extends Http2SessionManager {
       session.on("goaway", (errorCode: number) => {
         if (errorCode === http2.constants.NGHTTP2_NO_ERROR) this.goAwayCount++;
       });
+      // A session given up because a PING went unanswered is destroyed with an error Node emits
+      // once its socket has closed; a call made before that replaces the session and takes
+      // connect-node's error listener off it. The error is connect-node's to report (its calls
+      // fail with it); without a listener here it would crash the process.
+      session.on("error", () => {});
     }
     return stream;
   }
