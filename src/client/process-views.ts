@@ -13,7 +13,7 @@ export interface Process {
   /** Unique process identifier. */
   readonly id: string;
   /** System process id (if spawned). */
-  readonly pid?: number;
+  readonly pid?: number | undefined;
   /** Command that was executed. */
   readonly command: string;
   /** Current process status, as last seen. */
@@ -21,11 +21,11 @@ export interface Process {
   /** When the process was started. */
   readonly startTime: Date;
   /** When the process ended (if completed). */
-  readonly endTime?: Date;
+  readonly endTime?: Date | undefined;
   /** Exit code (if completed); 128 + signal number when a signal ended it. */
-  readonly exitCode?: number;
+  readonly exitCode?: number | undefined;
   /** Session id, if any. */
-  readonly sessionId?: string;
+  readonly sessionId?: string | undefined;
   /** Signals the process group (SIGTERM by default). */
   kill(signal?: string): Promise<void>;
   /** Refreshes and returns the status. */
