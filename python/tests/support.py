@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -27,6 +28,15 @@ def wait_for(predicate: Callable[[], bool], *, timeout: float = 10.0, what: str 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         time.sleep(0.02)
+
+
+async def async_wait_for(predicate: Callable[[], bool], *, timeout: float = 10.0, what: str = "the condition") -> None:
+    """:func:`wait_for` for async tests: polls without blocking the event loop."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        await asyncio.sleep(0.02)
 
 
 def sleep_marker(seconds: int = 1000) -> str:
@@ -120,6 +130,7 @@ class TcpProxy:
         self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
         self._lock = threading.Lock()
         self._pairs: list[tuple[socket.socket, socket.socket, threading.Event]] = []
+        self._answers_muted = threading.Event()
         self._refusing = False
         self.connections = 0
         self.cuts = 0
@@ -147,6 +158,13 @@ class TcpProxy:
         for _, _, frozen in pairs:
             frozen.set()
         return len(pairs)
+
+    def mute_answers(self, muted: bool) -> None:
+        """While True, drops every byte from the daemon to the client (requests still reach the daemon)."""
+        if muted:
+            self._answers_muted.set()
+        else:
+            self._answers_muted.clear()
 
     def close(self) -> None:
         """Stops listening and resets every connection."""
@@ -182,7 +200,7 @@ class TcpProxy:
                 data = source.recv(65536)
                 if not data:
                     break
-                if frozen.is_set():
+                if frozen.is_set() or (down and self._answers_muted.is_set()):
                     continue
                 if down:
                     self.bytes_down += len(data)

@@ -11,7 +11,7 @@ import pytest
 import sandboxd
 from sandboxd import AsyncSandbox, Sandbox
 
-from .support import Daemon, sleep_marker, sleepers, spawn_python, wait_for
+from .support import Daemon, TcpProxy, async_wait_for, sleep_marker, sleepers, spawn_python, wait_for
 
 # A child interpreter that runs a command, is interrupted with SIGINT (Ctrl-C) while it waits, and then, still
 # connected, watches /proc for the command to disappear: so the kill comes from the cancelled call, not from the
@@ -65,6 +65,22 @@ def test_keyboard_interrupt_kills_the_remote_command(daemon: Daemon, mode: str) 
     assert stdout == "interrupted\ngone running\n", stderr
     assert child.returncode == 0
     assert not sleepers(marker)
+
+
+async def test_cancelling_a_start_whose_answer_never_came_kills_the_started_process(daemon: Daemon, proxy: TcpProxy) -> None:
+    marker = sleep_marker()
+    async with AsyncSandbox(proxy.url, token=daemon.token or "") as sandbox:
+        await sandbox.processes.list()
+        # The request reaches the daemon, which starts the command; its answer never comes back.
+        proxy.mute_answers(True)
+        start = asyncio.create_task(sandbox.start_process(f"sleep {marker}"))
+        await async_wait_for(lambda: len(sleepers(marker)) == 1, what="the daemon to start the command")
+        start.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await start
+        # Nobody holds a handle of it: the cancelled start killed it.
+        await async_wait_for(lambda: not sleepers(marker), what="the unclaimed command to be killed")
+        proxy.mute_answers(False)
 
 
 async def test_cancelling_the_task_kills_the_remote_command(async_sandbox: AsyncSandbox) -> None:

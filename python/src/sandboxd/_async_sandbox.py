@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import codecs
 import datetime
 import secrets
+import uuid
 import weakref
 from collections.abc import AsyncGenerator, Iterable, Mapping
 from types import TracebackType
@@ -242,7 +244,8 @@ class AsyncSandbox:
             pty=options.get("pty", False),
             sudo=options.get("sudo", False),
             session_id=session_id,
-            process_id=options.get("process_id"),
+            # Chosen here when not given, so a start cancelled before its answer can still name the process.
+            process_id=options.get("process_id") or str(uuid.uuid4()),
             stdin_data=None if isinstance(stdin, bool) else stdin,
             stdin_open=stdin is True,
             auto_cleanup=options.get("auto_cleanup"),
@@ -254,6 +257,11 @@ class AsyncSandbox:
             response = await rpc.start_process(pb.StartProcessRequest(spec=spec), metadata=rpc.metadata)
         except grpc.aio.AioRpcError as error:
             raise from_rpc_error(error, process_id=options.get("process_id")) from error
+        except asyncio.CancelledError:
+            # Cancelled (a task cancel, Ctrl-C in the sync API) while the daemon may already have started it: the
+            # caller never gets its handle, so nothing else could stop it.
+            await _kill_unclaimed(rpc, spec.process_id)
+            raise
         handle = AsyncCommandHandle._for_process(
             self._context(), ProcessInfo.from_proto(response.process), max_retained_bytes=options.get("max_retained_bytes"), encoding=encoding
         )
@@ -404,3 +412,12 @@ def _checked_encoding(encoding: str) -> str:
 
 def _now() -> datetime.datetime:
     return datetime.datetime.now(datetime.UTC)
+
+
+async def _kill_unclaimed(rpc: SandboxRpc, process_id: str) -> None:
+    """SIGKILLs a process whose start was cancelled, if the daemon started it; never raises (best effort, 5 s)."""
+    request = pb.KillProcessRequest(process_id=process_id, signal="SIGKILL")
+    try:
+        await asyncio.wait_for(rpc.kill_process(request, metadata=rpc.metadata), timeout=5)
+    except (grpc.aio.AioRpcError, asyncio.TimeoutError, asyncio.CancelledError):
+        pass
