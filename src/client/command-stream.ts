@@ -129,10 +129,14 @@ export class CommandStream {
       const goAways = this.goAwayCount();
       const call = linkSignals(stop);
       try {
-        for await (const event of this.source.open(this.target.offsets(), call.signal)) {
+        const events = this.source.open(this.target.offsets(), call.signal)[Symbol.asyncIterator]();
+        for (let next = await events.next(); !next.done; next = await events.next()) {
           if (attempt > 0) this.s = { t: "open", attempt: (attempt = 0) };
-          const finished = await this.target.apply(event, stop);
-          if (finished !== undefined) return finished;
+          const finished = await this.target.apply(next.value, stop);
+          if (finished !== undefined) {
+            await readToEnd(events, call);
+            return finished;
+          }
         }
         throw new SandboxError("the stream ended without the command's exit", "NO_EXIT");
       } catch (error) {
@@ -169,6 +173,29 @@ export class CommandStream {
     if (isSettled(this.s)) return;
     this.s = state;
     this.onSettle(state);
+  }
+}
+
+/** How long the end of a call (its trailers) may take to follow the exit before the call is cancelled. */
+const endAfterExitMs = 2000;
+
+/**
+ * Reads a call to its end after the exit arrived, instead of cancelling it: a cancel is an HTTP/2
+ * RST_STREAM, and the daemon's HTTP/2 layer (nghttp2) answers more than about 1,000 of them on one
+ * connection, plus 33 a second, by closing the connection with INTERNAL_ERROR: a client running
+ * commands one after another would lose its connection every thousand or so. The end follows the
+ * exit at once (often in the same packet); past `endAfterExitMs` the call is cancelled after all.
+ */
+async function readToEnd(events: AsyncIterator<unknown>, call: AbortController): Promise<void> {
+  const timer = setTimeout(() => call.abort(), endAfterExitMs);
+  try {
+    while (!(await events.next()).done) {
+      // Nothing comes after the exit; anything that does is not the command's.
+    }
+  } catch {
+    // The exit is known: how the call ends changes nothing.
+  } finally {
+    clearTimeout(timer);
   }
 }
 
