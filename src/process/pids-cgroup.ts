@@ -1,5 +1,6 @@
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
+import { cgroupMembers, killCgroupMembers, removeCgroupQuietly, removeLeftoverCgroups } from "./cgroup-leftovers.js";
 
 /**
  * PidsCgroup is a directory of the cgroup `pids` controller (v2, or v1's pids hierarchy) that the
@@ -32,7 +33,7 @@ export class PidsCgroup {
    */
   static detect(maxTasksTotal?: number): PidsCgroup | undefined {
     for (const candidate of ownCgroupDirectories("pids")) {
-      PidsCgroup.leftoverTasksKilled += removeLeftovers(candidate);
+      PidsCgroup.leftoverTasksKilled += removeLeftoverCgroups(candidate);
       const directory = path.join(candidate, `sandboxd.${process.pid}.${PidsCgroup.created++}`);
       try {
         mkdirSync(directory, { recursive: true });
@@ -74,7 +75,7 @@ export class PidsCgroup {
     if (reused !== undefined && reused.maxTasks === maxTasks && existsSync(reused.directory)) {
       return { directory: reused.directory, procsFile: path.join(reused.directory, "cgroup.procs") };
     }
-    if (reused !== undefined) rmdirQuietly(reused.directory);
+    if (reused !== undefined) removeCgroupQuietly(reused.directory);
     const directory = path.join(this.directory, `p${this.next++}`);
     mkdirSync(directory);
     try {
@@ -94,9 +95,9 @@ export class PidsCgroup {
    */
   async remove(directory: string): Promise<void> {
     for (let attempt = 0; attempt < 50; attempt++) {
-      killMembers(directory);
+      killCgroupMembers(directory);
       if (!existsSync(directory)) return;
-      if (members(directory).length === 0) {
+      if (cgroupMembers(directory).length === 0) {
         const maxTasks = this.caps.get(directory);
         if (maxTasks !== undefined && this.free.length < maxFreeCgroups) {
           this.free.push({ directory, maxTasks });
@@ -117,7 +118,7 @@ export class PidsCgroup {
   /** Removes the kept empty cgroups and the daemon's directory (once every child is gone); errors are ignored. */
   close(): void {
     for (const { directory } of this.free.splice(0)) {
-      rmdirQuietly(directory);
+      removeCgroupQuietly(directory);
       this.caps.delete(directory);
     }
     try {
@@ -130,68 +131,6 @@ export class PidsCgroup {
 
 /** Most empty per-command cgroups kept for reuse: a mkdir, a pids.max write and an rmdir saved per command. */
 const maxFreeCgroups = 64;
-
-/**
- * Kills the tasks of, and removes, the cgroups of sandboxd daemons that are no longer running.
- * Returns how many tasks were sent SIGKILL.
- */
-function removeLeftovers(parent: string): number {
-  let entries: string[];
-  try {
-    entries = readdirSync(parent);
-  } catch {
-    return 0;
-  }
-  let killed = 0;
-  for (const entry of entries) {
-    const owner = /^sandboxd\.(\d+)\.\d+$/.exec(entry);
-    if (owner === null || existsSync(`/proc/${owner[1]}`)) continue;
-    const directory = path.join(parent, entry);
-    try {
-      for (const child of readdirSync(directory, { withFileTypes: true })) {
-        if (child.isDirectory()) killed += killMembers(path.join(directory, child.name));
-      }
-      // The killed tasks take a moment to go: what cannot be removed now is removed at a later start.
-      for (const child of readdirSync(directory, { withFileTypes: true })) {
-        if (child.isDirectory()) rmdirQuietly(path.join(directory, child.name));
-      }
-      rmdirQuietly(directory);
-    } catch {
-      // Gone meanwhile.
-    }
-  }
-  return killed;
-}
-
-function rmdirQuietly(directory: string): void {
-  try {
-    rmdirSync(directory);
-  } catch {
-    // Busy or gone.
-  }
-}
-
-/** Sends SIGKILL to every task of a cgroup; tasks gone meanwhile are skipped. Returns how many were signalled. */
-function killMembers(directory: string): number {
-  let killed = 0;
-  for (const pid of members(directory)) {
-    try {
-      process.kill(pid, "SIGKILL");
-      killed++;
-    } catch {
-      // Gone meanwhile.
-    }
-  }
-  return killed;
-}
-
-function members(directory: string): number[] {
-  try {
-    return readFileSync(path.join(directory, "cgroup.procs"), "utf8").split("\n").filter(Boolean).map(Number);
-  } catch {
-    return [];
-  }
-}
 
 /**
  * Directories of this process's own cgroup in each mounted hierarchy that has `controller` ("pids",

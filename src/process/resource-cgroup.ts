@@ -1,6 +1,7 @@
-import { existsSync, mkdirSync, readdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
 import { totalmem } from "node:os";
 import path from "node:path";
+import { removeLeftoverCgroups } from "./cgroup-leftovers.js";
 import { ownCgroupDirectories } from "./pids-cgroup.js";
 
 /** Options for {@link ResourceCgroup.detect}. */
@@ -60,7 +61,7 @@ export class ResourceCgroup {
       for (const candidate of ownCgroupDirectories(controller)) {
         // v1 only: a hierarchy mounted with this controller and not the unified one.
         if (existsSync(path.join(candidate, "cgroup.controllers"))) continue;
-        removeLeftovers(candidate);
+        removeLeftoverCgroups(candidate);
         const directory = path.join(candidate, suffix);
         try {
           mkdirSync(directory);
@@ -107,33 +108,6 @@ export class ResourceCgroup {
       } catch {
         // Still busy or already gone.
       }
-    }
-  }
-}
-
-/** Kills what is left in, and removes, the directories of sandboxd daemons no longer running. */
-function removeLeftovers(parent: string): void {
-  let entries: string[];
-  try {
-    entries = readdirSync(parent);
-  } catch {
-    return;
-  }
-  for (const entry of entries) {
-    const owner = /^sandboxd\.(\d+)\.\d+$/.exec(entry);
-    if (owner === null || existsSync(`/proc/${owner[1]}`)) continue;
-    const directory = path.join(parent, entry);
-    try {
-      for (const pid of readFileSync(path.join(directory, "cgroup.procs"), "utf8").split("\n").filter(Boolean)) {
-        try {
-          process.kill(Number(pid), "SIGKILL");
-        } catch {
-          // Gone meanwhile.
-        }
-      }
-      rmdirSync(directory);
-    } catch {
-      // Busy (its tasks are still going) or gone: a later start removes it.
     }
   }
 }
