@@ -17,6 +17,27 @@ describe("a signal to the outermost process reaches the daemon", () => {
     for (const cleanup of cleanups.splice(0)) cleanup();
   });
 
+  it("npm start: Ctrl-C to the whole process group (two SIGINTs reach the daemon) still drains and kills a command deaf to SIGTERM", async () => {
+    const workspace = realpathSync(mkdtempSync(path.join(tmpdir(), "sandboxd-signals-")));
+    cleanups.push(() => rmSync(workspace, { recursive: true, force: true }));
+    // Its own process group, as a terminal's foreground job: npm, then the daemon npm execs.
+    const daemon = await startDaemonProcess(["--workspace", workspace, "--log-format", "json"], { ...npmStart, detached: true });
+    cleanups.push(() => daemon.child.kill("SIGKILL"));
+    const sandbox = await connect({ baseUrl: daemon.url });
+    cleanups.push(() => void sandbox.close().catch(() => {}));
+    const marker = sleepMarker();
+    cleanups.push(() => sleepers(marker).forEach((pid) => process.kill(pid, "SIGKILL")));
+    await sandbox.startProcess(`trap '' TERM INT; sleep ${marker}; wait`);
+    await waitFor(() => sleepers(marker).length === 1, { what: "the command to run" });
+    const pids = sleepers(marker);
+
+    process.kill(-daemon.child.pid!, "SIGINT");
+    await daemon.exited();
+    // The daemon's shutdown escalates to SIGKILL after its grace period: nothing is left to init.
+    await waitFor(() => pids.every((pid) => !isAlive(pid)), { timeoutMs: 15_000, what: "the command deaf to SIGTERM to be killed" });
+    expect(daemon.stderr()).toContain("shutting down");
+  }, 60_000);
+
   for (const signal of ["SIGTERM", "SIGINT"] as const) {
     it(`npm start: ${signal} to npm's pid ends open calls, kills every command and frees the port`, async () => {
       const workspace = realpathSync(mkdtempSync(path.join(tmpdir(), "sandboxd-signals-")));

@@ -41,14 +41,23 @@ async function main(): Promise<void> {
   }
   logger.info({ url: server.url, workspace: server.manager.workspace.roots }, `sandboxd listening on ${server.url} (workspace ${server.manager.workspace.roots.join(":")})`);
   logger.info(`sandboxd: ${securitySummary(command.options, server)}`);
+  let stopping = false;
   const stop = (signal: NodeJS.Signals) => {
+    // Kept listening (not once): a second signal would otherwise take Node's default action and kill
+    // the daemon halfway through its shutdown, leaving its commands running. Ctrl-C on `npm start`
+    // sends two SIGINTs: the terminal's to the whole group, and the one npm passes on.
+    if (stopping) {
+      logger.info({ signal }, `sandboxd: ${signal} again, still shutting down`);
+      return;
+    }
+    stopping = true;
     logger.info({ signal }, `sandboxd: ${signal}, shutting down`);
     const forced = setTimeout(() => process.exit(1), 10_000);
     forced.unref();
     void server.close().then(() => process.exit(0));
   };
-  process.once("SIGTERM", stop);
-  process.once("SIGINT", stop);
+  process.on("SIGTERM", stop);
+  process.on("SIGINT", stop);
   exitWithNpmParent();
 }
 

@@ -20,6 +20,8 @@ export interface DaemonCommand {
   args?: readonly string[];
   cwd?: string;
   env?: NodeJS.ProcessEnv;
+  /** Start it as the leader of a process group of its own, as a shell starts a foreground job. */
+  detached?: boolean;
 }
 
 /** The daemon from source through tsx, as the tests of a checkout run it. */
@@ -34,6 +36,7 @@ export async function startDaemonProcess(flags: readonly string[], command: Daem
     cwd: command.cwd ?? repositoryRoot,
     env: command.env ?? process.env,
     stdio: ["ignore", "ignore", "pipe"],
+    detached: command.detached ?? false,
   });
   let stderr = "";
   child.stderr!.on("data", (data: Buffer) => (stderr += data.toString()));
