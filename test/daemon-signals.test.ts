@@ -2,6 +2,7 @@ import { mkdtempSync, realpathSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
+import { startedByNpm } from "../src/cli/parent-watch.js";
 import { connect } from "../src/client/index.js";
 import { startDaemonProcess, type DaemonCommand } from "./support/daemon-process.js";
 import { isAlive, waitFor } from "./support/processes.js";
@@ -10,6 +11,16 @@ import { repositoryRoot } from "./support/tools.js";
 
 /** `npm start`, as README's first command and a Dockerfile's CMD run the daemon: npm, then sh, then node. */
 const npmStart: DaemonCommand = { file: "npm", args: ["start", "--silent", "--"], cwd: repositoryRoot };
+
+describe("which starts tie the daemon's life to npm's", () => {
+  it("npx/npm exec and this package's npm start do; another package's npm script that starts it does not", () => {
+    expect(startedByNpm({ npm_command: "exec", npm_lifecycle_event: "npx", npm_package_name: "my-app" })).toBe(true);
+    expect(startedByNpm({ npm_command: "start", npm_lifecycle_event: "start", npm_package_name: "sandboxd" })).toBe(true);
+    expect(startedByNpm({ npm_command: "run", npm_lifecycle_event: "dev", npm_package_name: "my-app" })).toBe(false);
+    expect(startedByNpm({ npm_command: "start", npm_lifecycle_event: "start", npm_package_name: "my-app" })).toBe(false);
+    expect(startedByNpm({})).toBe(false);
+  });
+});
 
 describe("a signal to the outermost process reaches the daemon", () => {
   const cleanups: Array<() => void> = [];
