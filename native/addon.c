@@ -15,6 +15,9 @@
  *       { code, signal } (one of them null).
  *   resize(fd, cols, rows) sets a terminal's size.
  *   trimMemory() gives the memory freed by the allocator back to the system (malloc_trim).
+ *   hideFromSameUser() makes this process not dumpable (PR_SET_DUMPABLE 0): processes of the same
+ *       uid can then no longer read its /proc/<pid>/environ or memory, or ptrace it; exec gives the
+ *       commands it starts their own, dumpable, state back.
  *   dieWithParent(signal) asks the kernel to send this process `signal` when its parent exits
  *       (PR_SET_PDEATHSIG) and returns the parent's pid as it is now, to catch a parent gone before.
  *
@@ -423,6 +426,12 @@ static napi_value die_with_parent(napi_env env, napi_callback_info info) {
   return result;
 }
 
+static napi_value hide_from_same_user(napi_env env, napi_callback_info info) {
+  (void)info;
+  if (prctl(PR_SET_DUMPABLE, 0UL, 0UL, 0UL, 0UL) != 0) return throw_errno(env, errno, "prctl");
+  return NULL;
+}
+
 static int export_function(napi_env env, napi_value exports, const char *name, napi_callback callback) {
   napi_value function;
   if (napi_create_function(env, name, NAPI_AUTO_LENGTH, callback, NULL, &function) != napi_ok) return 0;
@@ -433,7 +442,8 @@ NAPI_MODULE_INIT() {
   if (!export_function(env, exports, "spawn", spawn_command) || !export_function(env, exports, "spawnAsync", spawn_async) ||
       !export_function(env, exports, "reap", reap) ||
       !export_function(env, exports, "resize", resize) || !export_function(env, exports, "trimMemory", trim_memory) ||
-      !export_function(env, exports, "dieWithParent", die_with_parent)) {
+      !export_function(env, exports, "dieWithParent", die_with_parent) ||
+      !export_function(env, exports, "hideFromSameUser", hide_from_same_user)) {
     return NULL;
   }
   return exports;

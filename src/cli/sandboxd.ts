@@ -17,9 +17,13 @@ async function main(): Promise<void> {
     process.exit(2);
   }
   // Children get a clean environment anyway; this only keeps the token out of anything this process
-  // passes on later. It does not scrub /proc/<pid>/environ, which a command running as the daemon's
-  // own user can read: run commands as another user (--user) where that matters.
+  // passes on later.
   delete process.env.SANDBOXD_TOKEN;
+  // What the delete cannot do: /proc/<pid>/environ still shows the environment the daemon was started
+  // with (a token in SANDBOXD_TOKEN among it) to every process of its uid, and so would its memory.
+  // Not dumpable, those files belong to root and a command running as the daemon's own user cannot read
+  // them; exec gives each command its own dumpable state back.
+  loadNativeAddon()?.hideFromSameUser();
   if (process.argv.some((arg) => arg === "--token" || arg.startsWith("--token="))) {
     process.stderr.write("sandboxd: warning: --token is visible to every local user in the process list; prefer --token-file\n");
   }

@@ -35,6 +35,8 @@ export interface NativeAddon {
   trimMemory(): boolean;
   /** Has the kernel send this process `signal` (a number) when its parent exits; returns the parent's pid now. */
   dieWithParent(signal: number): number;
+  /** Makes this process non-dumpable: same-uid processes can no longer read its environ or memory. */
+  hideFromSameUser(): void;
 }
 
 let addon: NativeAddon | null | undefined;
