@@ -20,7 +20,7 @@ describe("the daemon's flags", () => {
       expect(usage).toContain(`--${flag.name}`);
       expect(usage).toContain(flag.env);
     }
-    expect(daemonFlags.length).toBe(29);
+    expect(daemonFlags.length).toBe(30);
   });
 
   it("the README's Daemon flags table is the table the parser uses", () => {
@@ -51,6 +51,9 @@ describe("the daemon's flags", () => {
     });
     const flagWins = parseCommandLine(["--port", "7200", "--workspace", "/srv"], { SANDBOXD_PORT: "7100", SANDBOXD_WORKSPACE: "/tmp" });
     expect(flagWins.kind === "serve" && [flagWins.options.port, flagWins.options.workspaceRoots]).toEqual([7200, ["/srv"]]);
+    const weighted = parseCommandLine(["--commands-cpu-weight", "0"], {});
+    expect(weighted.kind === "serve" && weighted.options.launcher?.resources?.applied.cpuWeight).toBeUndefined();
+    expect(() => parseCommandLine(["--commands-cpu-weight=-1"], {})).toThrow('--commands-cpu-weight must be a number from 0 to 16, got "-1"');
     const off = parseCommandLine([], { SANDBOXD_INSECURE: "0" });
     expect(off.kind === "serve" && off.options.insecure).toBe(false);
   });

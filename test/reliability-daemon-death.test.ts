@@ -43,8 +43,9 @@ describe("unclean daemon death (SIGKILL)", () => {
     first.child.kill("SIGKILL");
     await waitFor(() => first.child.exitCode !== null || first.child.signalCode !== null, { what: "the daemon to die" });
     sessionManager.abort();
-    // The kernel does not kill a dead daemon's children: they run on until the next start.
-    expect(pids.every(isAlive)).toBe(true);
+    // The kernel does not kill a dead daemon's children: they run on until the next start of a daemon,
+    // this test's second one or any other on the machine (a daemon starting in another test file sweeps
+    // every dead daemon's cgroups), so only the end state is asserted: nothing of them left.
 
     const second = await startDaemon(["--workspace", workspace, "--state-dir", stateDir]);
     cleanups.push(() => second.child.kill("SIGKILL"));

@@ -62,12 +62,23 @@ function integer(flags: DaemonFlagValues, name: string, fallback: number | undef
   return value;
 }
 
+function decimal(flags: DaemonFlagValues, name: string, min: number, max: number): number | undefined {
+  const text = flags.text(name);
+  if (text === undefined) return undefined;
+  const value = Number(text);
+  if (text.trim() === "" || !Number.isFinite(value) || value < min || value > max) {
+    throw new Error(`--${name} must be a number from ${min} to ${max}, got ${JSON.stringify(text)}`);
+  }
+  return value;
+}
+
 /** The security and reliability flags, parsed apart so the list above stays readable. */
 function securityOptions(flags: DaemonFlagValues, env: NodeJS.ProcessEnv): SandboxServerOptions {
   const user = flags.text("user");
   const maxTasks = integer(flags, "max-tasks", undefined, 0);
   const maxTasksTotal = integer(flags, "max-tasks-total", undefined, 0);
   const commandsMemory = integer(flags, "commands-memory-bytes", undefined, 0);
+  const commandsCpuWeight = decimal(flags, "commands-cpu-weight", 0, 16);
   const keepaliveMs = integer(flags, "keepalive-ms", undefined, 100);
   const tokenFile = flags.text("token-file");
   let token: string | undefined;
@@ -86,9 +97,9 @@ function securityOptions(flags: DaemonFlagValues, env: NodeJS.ProcessEnv): Sandb
     runAs: user ? resolveUser(user) : undefined,
     allowSudo: flags.enabled("allow-sudo"),
     launcher:
-      maxTasks === undefined && maxTasksTotal === undefined && commandsMemory === undefined
+      maxTasks === undefined && maxTasksTotal === undefined && commandsMemory === undefined && commandsCpuWeight === undefined
         ? undefined
-        : Launcher.create({ maxTasksPerCommand: maxTasks, maxTasksTotal, resources: { memoryBytes: commandsMemory } }),
+        : Launcher.create({ maxTasksPerCommand: maxTasks, maxTasksTotal, resources: { memoryBytes: commandsMemory, cpuWeight: commandsCpuWeight } }),
     maxMessageBytes: integer(flags, "max-message-bytes", undefined, 1024),
     callLimits: {
       maxCalls: integer(flags, "max-calls", undefined, 1),
