@@ -45,7 +45,8 @@ if [ $# -eq 0 ]; then
     [ -e "$script" ] || continue
     name=$(basename "$script" .sh)
     echo "== side suite $name (log: .side-logs/$name.log)"
-    bash "$script" >".side-logs/$name.log" 2>&1 &
+    # A suite that hangs (an apt lock, a stuck build) fails after 25 minutes instead of holding CI.
+    timeout --kill-after=30 1500 bash "$script" >".side-logs/$name.log" 2>&1 &
     side_pids+=($!)
     side_names+=("$name")
   done

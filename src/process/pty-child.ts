@@ -158,7 +158,8 @@ export function spawnPtyChild(options: SpawnPtyOptions): SpawnedChild {
     finished,
     write(data) {
       if (inputClosed || exited) return Promise.reject(new Error("stdin is closed"));
-      if (data.length > 0) atLineStart = data[data.length - 1] === 0x0a || data[data.length - 1] === 0x0d;
+      // A line ends with \n or \r; ^D (VEOF) hands it over as it is, ^C (VINTR) and ^U (VKILL) discard it.
+      if (data.length > 0) atLineStart = [0x0a, 0x0d, 0x04, 0x03, 0x15].includes(data[data.length - 1]!);
       return writeInput(data);
     },
     closeInput() {

@@ -57,7 +57,7 @@ chmod 0400 "$work/credentials/token"
 chmod 0500 "$work/credentials"
 SANDBOXD_TOKEN_FILE="$work/credentials/token" node dist/src/cli/sandboxd.js --port 0 --workspace "$work/workspace" --log-format json 2>"$work/daemon.log" &
 daemon=$!
-for _ in $(seq 1 100); do grep -q '"url"' "$work/daemon.log" && break; kill -0 "$daemon" 2>/dev/null || break; sleep 0.1; done
+for _ in $(seq 1 300); do grep -q '"url"' "$work/daemon.log" && break; kill -0 "$daemon" 2>/dev/null || break; sleep 0.1; done
 listening=$(grep -c '"url"' "$work/daemon.log" || true)
 required=$(grep -c 'bearer token required' "$work/daemon.log" || true)
 result "the daemon takes a credential file (mode 0400) as its token file" "$([ "$listening" = 1 ] && [ "$required" = 1 ]; echo $?)" "$(cat "$work/daemon.log")"
