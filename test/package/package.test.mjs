@@ -240,11 +240,16 @@ console.log(JSON.stringify({ plain: chunks.join(""), status: terminal.process.ex
     assert.equal(run(binary, ["--version"], { cwd: directory, env: { PATH: "/usr/bin:/bin" } }), `sandboxd ${version}\n`);
     const unpackRoot = path.join(work, "unpack");
     mkdirSync(unpackRoot);
+    // What a daemon killed with SIGKILL leaves (no exit handler ran): removed at the next start.
+    const stale = path.join(unpackRoot, "sandboxd-2147483-AbC123");
+    mkdirSync(stale);
+    writeFileSync(path.join(stale, "sandboxd-exec"), "left behind");
     // No node_modules, no NODE_PATH, not even node on PATH.
     const daemon = await startDaemon(binary, ["--workspace", directory], { cwd: directory, env: { PATH: "/usr/bin:/bin", SANDBOXD_UNPACK_DIR: unpackRoot } });
     cleanups.push(() => daemon.child.kill("SIGKILL"));
     assert.doesNotMatch(daemon.stderr(), /WARNING/, "the helper and the addon are found");
-    assert.equal(readdirSync(unpackRoot).length, 1);
+    assert.equal(readdirSync(unpackRoot).length, 1, "the stale directory is gone, this daemon's is there");
+    assert.match(readdirSync(unpackRoot)[0], new RegExp(`^sandboxd-${daemon.child.pid}-`));
     const marker = `${Math.floor(Math.random() * 1e9) + 1e9}`;
     const output = JSON.parse(run(process.execPath, ["client.mjs", daemon.url, marker], { cwd: path.join(work, "consumer") }));
     assert.deepEqual({ stdout: output.stdout, exitCode: output.exitCode, terminal: output.terminal }, { stdout: "hello from the package\n", exitCode: 3, terminal: "17 91\r\n" });
