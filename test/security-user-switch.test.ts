@@ -8,7 +8,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { SandboxService } from "../gen/sandbox/v1/sandbox_pb.js";
 import { resolveUser } from "../src/process/index.js";
 import { startServer } from "../src/server/index.js";
-import { waitFor } from "./support/processes.js";
+import { groupMembers, waitFor } from "./support/processes.js";
 import { Code, collectExec, streamError } from "./support/rpc.js";
 import { startTestServer, type TestServer } from "./support/server.js";
 
@@ -159,7 +159,18 @@ describe("the working directory is entered as checked", () => {
   let test: TestServer | undefined;
   let flipper: ChildProcess | undefined;
   afterEach(async () => {
-    flipper?.kill("SIGKILL");
+    if (flipper?.pid !== undefined) {
+      // The whole group: a mv or ln the shell started would otherwise go on writing into the workspace
+      // while it is removed (ENOTEMPTY).
+      const group = flipper.pid;
+      try {
+        process.kill(-group, "SIGKILL");
+      } catch {
+        // Gone already.
+      }
+      await waitFor(() => groupMembers(group).length === 0, { what: "the flipper's processes to end" });
+      flipper = undefined;
+    }
     await test?.close();
     test = undefined;
   });
@@ -172,6 +183,7 @@ describe("the working directory is entered as checked", () => {
     flipper = spawn("/bin/sh", ["-c", "while :; do mv -T real flip; mv -T flip real; ln -s /etc flip; rm flip; done"], {
       cwd: workspace,
       stdio: "ignore",
+      detached: true,
     });
     const outside: string[] = [];
     const codes = new Map<string, number>();
