@@ -256,6 +256,9 @@ class AsyncSandbox:
         try:
             response = await rpc.start_process(pb.StartProcessRequest(spec=spec), metadata=rpc.metadata)
         except grpc.aio.AioRpcError as error:
+            if error.code() == grpc.StatusCode.CANCELLED:
+                # The call cancelled under it (the channel's view of a task cancel): the same as below.
+                await _kill_unclaimed(rpc, spec.process_id)
             raise from_rpc_error(error, process_id=options.get("process_id")) from error
         except asyncio.CancelledError:
             # Cancelled (a task cancel, Ctrl-C in the sync API) while the daemon may already have started it: the

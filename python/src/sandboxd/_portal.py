@@ -55,6 +55,23 @@ class Portal:
 
     def call(self, function: Callable[_P, Awaitable[_T]], *args: _P.args, **kwargs: _P.kwargs) -> _T:
         """Runs ``function(*args, **kwargs)`` on the loop and returns its result (or raises its exception)."""
+        return self._call(function, None, *args, **kwargs)
+
+    def call_owned(
+        self, function: Callable[_P, Awaitable[_T]], release: Callable[[_T], Awaitable[object]], *args: _P.args, **kwargs: _P.kwargs
+    ) -> _T:
+        """As :meth:`call`, for a result the caller must own (a process it started): when the calling thread is
+        interrupted after the coroutine finished but before its result was handed over, ``release(result)`` runs
+        on the loop (bounded), since nobody else holds the result."""
+        return self._call(function, release, *args, **kwargs)
+
+    def _call(
+        self,
+        function: Callable[_P, Awaitable[_T]],
+        release: Callable[[_T], Awaitable[object]] | None,
+        *args: _P.args,
+        **kwargs: _P.kwargs,
+    ) -> _T:
         if threading.current_thread() is self._thread:
             raise RuntimeError("the sync sandboxd API was called from its own event loop thread; use AsyncSandbox there")
         if self._stopped:
@@ -79,6 +96,13 @@ class Portal:
                 self._loop.call_soon_threadsafe(lambda: tasks[0].cancel())
                 try:
                     done.exception(timeout=_UNWIND_SECONDS)
+                except BaseException:  # noqa: S110 - the interruption below is what the caller gets
+                    pass
+            elif release is not None and not done.cancelled() and done.exception() is None:
+                # Finished, but the interruption came before its result reached the caller: release it.
+                released = asyncio.run_coroutine_threadsafe(_awaited(release(done.result())), self._loop)
+                try:
+                    released.result(timeout=_UNWIND_SECONDS)
                 except BaseException:  # noqa: S110 - the interruption below is what the caller gets
                     pass
             raise
@@ -123,6 +147,10 @@ class Portal:
                 self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
             self._loop.run_until_complete(self._loop.shutdown_asyncgens())
             self._loop.close()
+
+
+async def _awaited(awaitable: Awaitable[object]) -> object:
+    return await awaitable
 
 
 def _transfer(task: asyncio.Task[_T], done: concurrent.futures.Future[_T]) -> None:

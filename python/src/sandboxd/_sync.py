@@ -287,7 +287,13 @@ class Sandbox:
 
     def start_process(self, command: Command, **options: Unpack[ProcessOptions]) -> CommandHandle:
         """Starts a background process and returns its live, resumable handle; see AsyncSandbox.start_process."""
-        return CommandHandle(self._portal.call(self._async.start_process, command, **options), self._portal)
+        # A Ctrl-C that lands just as the process has started must not leave it running with no handle anywhere.
+        started = self._portal.call_owned(self._async.start_process, _kill_unclaimed, command, **options)
+        return CommandHandle(started, self._portal)
+
+
+async def _kill_unclaimed(handle: AsyncCommandHandle) -> None:
+    await handle.kill("SIGKILL")
 
 
 def connect(url: str = DEFAULT_URL, **options: Unpack[SandboxOptions]) -> Sandbox:
