@@ -234,25 +234,16 @@ class AsyncSandbox:
         ``process_id`` is ProcessAlreadyExistsError; ``async with`` the handle kills it on leaving the block."""
         rpc = self._running_rpc()
         stdin = options.get("stdin")
-        session_id = options.get("session_id")
-        spec = build_spec(
+        spec, encoding = self._spec(
             command,
-            defaults=self._defaults,
-            env=options.get("env"),
-            cwd=options.get("cwd"),
+            options,
             timeout=options.get("timeout"),
-            pty=options.get("pty", False),
-            sudo=options.get("sudo", False),
-            session_id=session_id,
             # Chosen here when not given, so a start cancelled before its answer can still name the process.
             process_id=options.get("process_id") or str(uuid.uuid4()),
             stdin_data=None if isinstance(stdin, bool) else stdin,
             stdin_open=stdin is True,
             auto_cleanup=options.get("auto_cleanup"),
         )
-        encoding = _checked_encoding(options.get("encoding", self._encoding))
-        if session_id is not None:
-            self._sessions.add(session_id)
         try:
             response = await rpc.start_process(pb.StartProcessRequest(spec=spec), metadata=rpc.metadata)
         except grpc.aio.AioRpcError as error:
@@ -274,22 +265,27 @@ class AsyncSandbox:
 
     async def _exec_handle(self, command: Command, options: ExecOptions) -> AsyncCommandHandle:
         context = self._context()
+        spec, encoding = self._spec(command, options, timeout=options.get("timeout", self._defaults.timeout), stdin_data=options.get("stdin"))
+        return await AsyncCommandHandle._run_exec(context, pb.ExecRequest(spec=spec), encoding)
+
+    def _spec(self, command: Command, options: ExecOptions | ProcessOptions, **specific: Any) -> tuple[pb.ProcessSpec, str]:
+        """The ProcessSpec and output encoding of a command, from the options Exec and StartProcess share plus
+        ``specific`` ones (build_spec's keywords); notes its session as one of this sandbox's."""
         session_id = options.get("session_id")
         spec = build_spec(
             command,
             defaults=self._defaults,
             env=options.get("env"),
             cwd=options.get("cwd"),
-            timeout=options.get("timeout", self._defaults.timeout),
             pty=options.get("pty", False),
             sudo=options.get("sudo", False),
             session_id=session_id,
-            stdin_data=options.get("stdin"),
+            **specific,
         )
         encoding = _checked_encoding(options.get("encoding", self._encoding))
         if session_id is not None:
             self._sessions.add(session_id)
-        return await AsyncCommandHandle._run_exec(context, pb.ExecRequest(spec=spec), encoding)
+        return spec, encoding
 
     def _running_rpc(self) -> SandboxRpc:
         self._lifecycle.assert_running()
