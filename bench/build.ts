@@ -12,9 +12,21 @@ export const bundleFile = path.join(repoRoot, "bench/.tools/bundle/sandboxd.mjs"
  * loader spends most of a start resolving and reading files. node-pty stays external (native).
  */
 export async function buildDaemon(): Promise<string> {
+  return bundle(path.join(repoRoot, "src/cli/sandboxd.ts"), bundleFile);
+}
+
+/** Where {@link buildFloorServer} writes the bundled floor server. */
+export const floorBundleFile = path.join(repoRoot, "bench/.tools/bundle/floor-server.mjs");
+
+/** Bundles bench/floor-server.ts the way {@link buildDaemon} bundles the daemon, so the two compare. */
+export async function buildFloorServer(): Promise<string> {
+  return bundle(path.join(repoRoot, "bench/floor-server.ts"), floorBundleFile);
+}
+
+async function bundle(entry: string, outfile: string): Promise<string> {
   await build({
-    entryPoints: [path.join(repoRoot, "src/cli/sandboxd.ts")],
-    outfile: bundleFile,
+    entryPoints: [entry],
+    outfile,
     bundle: true,
     platform: "node",
     format: "esm",
@@ -24,5 +36,5 @@ export async function buildDaemon(): Promise<string> {
     banner: { js: "import { createRequire as __sandboxdCreateRequire } from 'node:module'; const require = __sandboxdCreateRequire(import.meta.url);" },
     logLevel: "warning",
   });
-  return bundleFile;
+  return outfile;
 }

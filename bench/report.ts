@@ -20,7 +20,7 @@ export interface Row {
   baseline: number | null;
   /** `value / baseline`, or for "beyond" goals `value - baseline`; null without a baseline. */
   ratio: number | null;
-  /** The goal, as written in issue 5 ("<= 1.5x", ">= 0.7x", "< 300 ms beyond"). */
+  /** The goal, as written in the issue it comes from ("<= 1.3x", ">= 1x", "< 300 ms beyond"). */
   goal: string;
   verdict: Verdict;
   /** Anything that qualifies the numbers: counts, the probe used, why a row was skipped. */

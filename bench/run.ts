@@ -7,7 +7,7 @@
  *     npm run bench -- --quick          # tiny counts: proves the harness runs (seconds)
  *     npm run bench -- --only latency,throughput --cpu-prof .tmp-prof
  *
- * Flags: --quick; --only <figures> (start, latency, throughput, ghz, memory, fanout, scale); --out <file>
+ * Flags: --quick; --only <figures> (start, latency, throughput, ghz, floor, memory, fanout, scale); --out <file>
  * (default bench/results.json); --tsx (run the daemon through tsx instead of the esbuild bundle);
  * --cpu-prof <dir> (write the daemon's CPU profiles there, for `node --cpu-prof`).
  * ghz is used when installed (see bench/figures/ghz.ts); its row is skipped otherwise.
@@ -17,6 +17,7 @@ import path from "node:path";
 import { parseArgs } from "node:util";
 import { buildDaemon } from "./build.js";
 import { repoRoot, startDaemon, type Daemon, type DaemonOptions } from "./daemon.js";
+import { measureConnectFloor } from "./figures/connect-floor.js";
 import { measureDaemonStart } from "./figures/daemon-start.js";
 import { measureExecLatency } from "./figures/exec-latency.js";
 import { measureExecMemory } from "./figures/exec-memory.js";
@@ -28,7 +29,7 @@ import { formatMarkdown, formatTable, writeResults, type BenchResults, type Row 
 import { fullSize, quickSize } from "./size.js";
 
 /** Names accepted by --only, in the order the figures run. */
-export const figureNames = ["start", "latency", "throughput", "ghz", "memory", "fanout", "scale"] as const;
+export const figureNames = ["start", "latency", "throughput", "ghz", "floor", "memory", "fanout", "scale"] as const;
 
 async function main(): Promise<void> {
   const { values } = parseArgs({
@@ -90,6 +91,10 @@ async function main(): Promise<void> {
       }
       return measured;
     });
+  }
+  if (only.has("floor")) {
+    log("connect-es alone (the floor under the RPC figures)");
+    rows.push(...(await measureConnectFloor(size)));
   }
   if (only.has("memory")) {
     log("daemon memory around execs");

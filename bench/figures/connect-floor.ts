@@ -1,0 +1,117 @@
+import { spawn } from "node:child_process";
+import { createClient } from "@connectrpc/connect";
+import { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
+import { createSandboxConnection } from "../../src/client/transport.js";
+import { spawnAndRead } from "../baseline.js";
+import { buildFloorServer } from "../build.js";
+import { readCpuMs } from "../daemon.js";
+import type { Row } from "../report.js";
+import type { BenchSize } from "../size.js";
+import { megabytesPerSecond, percentile, runConcurrently, timeMs } from "../stats.js";
+
+/**
+ * What connect-es, protobuf-es and Node's HTTP/2 cost with nothing of sandboxd's in the way: the
+ * Exec figures of exec-latency.ts and exec-throughput.ts run against bench/floor-server.ts, a
+ * connect-node server with the daemon's settings whose Exec answers at once without a process. The
+ * rows are information, not goals: they show how much of each daemon figure is the RPC stack the
+ * issue asks us to keep, measured in the same run with the same client.
+ */
+export async function measureConnectFloor(size: BenchSize): Promise<Row[]> {
+  const entry = await buildFloorServer();
+  const server = spawn(process.execPath, [entry], { stdio: ["ignore", "pipe", "inherit"] });
+  try {
+    const port = await listeningPort(server.stdout!);
+    const connection = createSandboxConnection({ baseUrl: `http://127.0.0.1:${port}`, acceptCompression: false });
+    const client = createClient(SandboxService, connection.transport);
+    const call = async (command: string, args: string[] = []) => {
+      let bytes = 0;
+      for await (const event of client.exec({ spec: { command, args } })) {
+        if (event.event.case === "output") bytes += event.event.value.data.length;
+      }
+      return bytes;
+    };
+    const pid = server.pid!;
+    for (let index = 0; index < Math.min(20, size.sequentialCalls); index++) {
+      await call("true");
+      await spawnAndRead("true");
+    }
+    const calls: number[] = [];
+    const spawns: number[] = [];
+    const cpuBefore = readCpuMs(pid);
+    for (let index = 0; index < size.sequentialCalls; index++) calls.push(await timeMs(() => call("true")));
+    const cpuPerCall = (readCpuMs(pid) - cpuBefore) / size.sequentialCalls;
+    for (let index = 0; index < size.sequentialCalls; index++) spawns.push(await timeMs(() => spawnAndRead("true")));
+    const concurrentMs = await runConcurrently(size.concurrentCalls, size.concurrency, () => call("true"));
+    const spawnConcurrentMs = await runConcurrently(size.concurrentCalls, size.concurrency, () => spawnAndRead("true"));
+    const streamCpuBefore = readCpuMs(pid);
+    let streamed = 0;
+    const streamMs = await timeMs(async () => (streamed = await call("stream", [String(size.execBytes)])));
+    const cpuPerMb = (readCpuMs(pid) - streamCpuBefore) / (streamed / 1e6);
+    connection.close();
+    const info = { goal: "-", verdict: "info" } as const;
+    const p50 = percentile(calls, 0.5);
+    const spawnP50 = percentile(spawns, 0.5);
+    const perSecond = (calls: number, ms: number) => calls / (ms / 1000);
+    return [
+      {
+        id: "floor-call-p50",
+        figure: "connect-es alone: Exec-shaped call, no process, p50",
+        unit: "ms",
+        value: p50,
+        baseline: spawnP50,
+        ratio: p50 / spawnP50,
+        ...info,
+        note: `${calls.length} calls; baseline: spawn("true") p50 in the same run`,
+      },
+      {
+        id: "floor-cpu-per-call",
+        figure: "connect-es alone: server CPU per call",
+        unit: "ms",
+        value: cpuPerCall,
+        baseline: null,
+        ratio: null,
+        ...info,
+        note: "user + system time of the floor server over the sequential calls",
+      },
+      {
+        id: "floor-concurrent",
+        figure: `connect-es alone: ${size.concurrency} concurrent calls`,
+        unit: "calls/s",
+        value: perSecond(size.concurrentCalls, concurrentMs),
+        baseline: perSecond(size.concurrentCalls, spawnConcurrentMs),
+        ratio: spawnConcurrentMs / concurrentMs,
+        ...info,
+        note: `${size.concurrentCalls} calls, one connection; baseline: spawn("true") execs/s`,
+      },
+      {
+        id: "floor-throughput",
+        figure: `connect-es alone: ${size.execBytes / 1024 ** 2} MiB as 64 KiB messages`,
+        unit: "MB/s",
+        value: megabytesPerSecond(streamed, streamMs),
+        baseline: null,
+        ratio: null,
+        ...info,
+        note: streamed === size.execBytes ? "one preallocated buffer, no pipe" : `short: ${streamed} of ${size.execBytes} bytes`,
+      },
+      { id: "floor-cpu-per-mb", figure: "connect-es alone: server CPU per MB", unit: "ms", value: cpuPerMb, baseline: null, ratio: null, ...info },
+    ];
+  } finally {
+    server.kill("SIGKILL");
+  }
+}
+
+function listeningPort(stdout: NodeJS.ReadableStream): Promise<number> {
+  return new Promise((resolve, reject) => {
+    let text = "";
+    const timer = setTimeout(() => reject(new Error(`floor server did not listen: ${text}`)), 20_000);
+    stdout.setEncoding("utf8");
+    stdout.on("data", (data: string) => {
+      text += data;
+      const match = /listening on (\d+)/.exec(text);
+      if (match !== null) {
+        clearTimeout(timer);
+        resolve(Number(match[1]));
+      }
+    });
+  });
+}

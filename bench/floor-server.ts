@@ -1,0 +1,63 @@
+/**
+ * The floor under sandboxd's RPC figures: a connect-node server of the same SandboxService with the
+ * daemon's transport settings whose Exec runs nothing. An Exec of `true` answers the two events a
+ * real one sends (`started`, `exited`) at once; an Exec of `stream N` answers N bytes as 64 KiB
+ * OutputChunk messages of one preallocated buffer, the read size of a pipe. What this process costs
+ * per call and per MB is what connect-es, protobuf-es and Node's HTTP/2 cost before a process, a
+ * pipe or anything of sandboxd's runs (bench/figures/connect-floor.ts).
+ *
+ * Prints `listening on <port>` once it serves; runs until killed.
+ */
+import http2 from "node:http2";
+import { create } from "@bufbuild/protobuf";
+import { timestampNow } from "@bufbuild/protobuf/wkt";
+import type { ConnectRouter } from "@connectrpc/connect";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import {
+  ExecResponseSchema,
+  OutputStream,
+  ProcessStatus,
+  SandboxService,
+  type ExecRequest,
+  type ExecResponse,
+} from "../gen/sandbox/v1/sandbox_pb.js";
+
+/** The size of one output message: what a pipe read gives the daemon. */
+const chunkBytes = 64 * 1024;
+const chunk = new Uint8Array(chunkBytes);
+
+async function* exec(request: ExecRequest): AsyncGenerator<ExecResponse> {
+  const spec = request.spec;
+  const startTime = timestampNow();
+  yield create(ExecResponseSchema, {
+    event: {
+      case: "started",
+      value: { processId: "floor", pid: process.pid, command: spec?.command ?? "", args: spec?.args ?? [], status: ProcessStatus.RUNNING, cwd: "/", startTime },
+    },
+  });
+  if (spec?.command === "stream") {
+    const total = BigInt(spec.args[0] ?? "0");
+    for (let offset = 0n; offset < total; offset += BigInt(chunkBytes)) {
+      const left = total - offset;
+      const data = left < chunkBytes ? chunk.subarray(0, Number(left)) : chunk;
+      yield create(ExecResponseSchema, { event: { case: "output", value: { stream: OutputStream.STDOUT, offset, data } } });
+    }
+  }
+  yield create(ExecResponseSchema, {
+    event: { case: "exited", value: { status: ProcessStatus.COMPLETED, exitCode: 0, startTime, endTime: timestampNow() } },
+  });
+}
+
+const handler = connectNodeAdapter({
+  routes: (router: ConnectRouter) => router.service(SandboxService, { exec }),
+  // As the daemon: never compress responses.
+  compressMinBytes: 2 ** 31 - 1,
+});
+// The daemon's HTTP/2 settings (src/server/server.ts).
+const server = http2.createServer({ settings: { initialWindowSize: 4 * 1024 * 1024 } }, handler);
+server.on("connection", (socket: import("node:net").Socket) => socket.setNoDelay(true));
+server.listen(0, "127.0.0.1", () => {
+  const address = server.address();
+  process.stdout.write(`listening on ${typeof address === "object" && address !== null ? address.port : 0}\n`);
+});
+process.on("SIGTERM", () => process.exit(0));
