@@ -24,6 +24,8 @@ const expectedIds = [
   "floor-concurrent",
   "floor-throughput",
   "floor-cpu-per-mb",
+  "floor-rss-idle",
+  "floor-rss-after-calls",
   "rss-idle",
   "rss-after-execs",
   "logs-fanout",

@@ -4,7 +4,7 @@ import { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
 import { createSandboxConnection } from "../../src/client/transport.js";
 import { spawnAndRead } from "../baseline.js";
 import { buildFloorServer } from "../build.js";
-import { readCpuMs } from "../daemon.js";
+import { readCpuMs, readRssBytes } from "../daemon.js";
 import type { Row } from "../report.js";
 import type { BenchSize } from "../size.js";
 import { megabytesPerSecond, percentile, runConcurrently, timeMs } from "../stats.js";
@@ -31,6 +31,10 @@ export async function measureConnectFloor(size: BenchSize): Promise<Row[]> {
       return bytes;
     };
     const pid = server.pid!;
+    const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+    // As the daemon's memory figure: idle RSS 1 s after it serves, and 5 s after execs 4 at a time.
+    await pause(1000);
+    const rssIdle = readRssBytes(pid) / 1e6;
     for (let index = 0; index < Math.min(20, size.sequentialCalls); index++) {
       await call("true");
       await spawnAndRead("true");
@@ -48,6 +52,8 @@ export async function measureConnectFloor(size: BenchSize): Promise<Row[]> {
     const streamMs = await timeMs(async () => (streamed = await call("stream", [String(size.execBytes)])));
     const cpuPerMb = (readCpuMs(pid) - streamCpuBefore) / (streamed / 1e6);
     connection.close();
+    // A fresh server for the memory after calls, as the daemon's figure uses a daemon of its own.
+    const rssAfter = await rssAfterCalls(entry, size);
     const info = { goal: "-", verdict: "info" } as const;
     const p50 = percentile(calls, 0.5);
     const spawnP50 = percentile(spawns, 0.5);
@@ -94,7 +100,39 @@ export async function measureConnectFloor(size: BenchSize): Promise<Row[]> {
         note: streamed === size.execBytes ? "one preallocated buffer, no pipe" : `short: ${streamed} of ${size.execBytes} bytes`,
       },
       { id: "floor-cpu-per-mb", figure: "connect-es alone: server CPU per MB", unit: "ms", value: cpuPerMb, baseline: null, ratio: null, ...info },
+      { id: "floor-rss-idle", figure: "connect-es alone: RSS idle", unit: "MB", value: rssIdle, baseline: null, ratio: null, ...info },
+      {
+        id: "floor-rss-after-calls",
+        figure: `connect-es alone: RSS 5 s after ${size.memoryExecs} calls`,
+        unit: "MB",
+        value: rssAfter.after,
+        baseline: null,
+        ratio: null,
+        ...info,
+        note: `${(rssAfter.after - rssAfter.idle).toFixed(1)} MB over that server's idle ${rssAfter.idle.toFixed(1)} MB`,
+      },
     ];
+  } finally {
+    server.kill("SIGKILL");
+  }
+}
+
+/** RSS of a fresh floor server idle and 5 s after `size.memoryExecs` calls, 4 in flight. */
+async function rssAfterCalls(entry: string, size: BenchSize): Promise<{ idle: number; after: number }> {
+  const server = spawn(process.execPath, [entry], { stdio: ["ignore", "pipe", "inherit"] });
+  try {
+    const port = await listeningPort(server.stdout!);
+    const connection = createSandboxConnection({ baseUrl: `http://127.0.0.1:${port}`, acceptCompression: false });
+    const client = createClient(SandboxService, connection.transport);
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    const idle = readRssBytes(server.pid!) / 1e6;
+    await runConcurrently(size.memoryExecs, 4, async () => {
+      for await (const event of client.exec({ spec: { command: "true" } })) void event;
+    });
+    await new Promise((resolve) => setTimeout(resolve, 5000));
+    const after = readRssBytes(server.pid!) / 1e6;
+    connection.close();
+    return { idle, after };
   } finally {
     server.kill("SIGKILL");
   }
