@@ -9,7 +9,8 @@
  *
  * Flags: --quick; --only <figures> (start, latency, throughput, ghz, floor, memory, fanout, scale); --out <file>
  * (default bench/results.json); --tsx (run the daemon through tsx instead of the esbuild bundle);
- * --cpu-prof <dir> (write the daemon's CPU profiles there, for `node --cpu-prof`).
+ * --cpu-prof <dir> (write the daemon's CPU profiles there, for `node --cpu-prof`); --node-args "<flags>"
+ * (Node and V8 flags for the daemon's node, for A/B runs of a flag).
  * ghz is used when installed (see bench/figures/ghz.ts); its row is skipped otherwise.
  */
 import { cpus, loadavg } from "node:os";
@@ -39,6 +40,7 @@ async function main(): Promise<void> {
       out: { type: "string" },
       tsx: { type: "boolean" },
       "cpu-prof": { type: "string" },
+      "node-args": { type: "string" },
       markdown: { type: "boolean" },
     },
     strict: true,
@@ -58,7 +60,10 @@ async function main(): Promise<void> {
   const daemonOptions = (args: string[] = []): DaemonOptions => ({
     entry: values.tsx ? undefined : entry,
     args,
-    nodeArgs: values["cpu-prof"] ? ["--cpu-prof", `--cpu-prof-dir=${path.resolve(values["cpu-prof"])}`] : [],
+    nodeArgs: [
+      ...(values["node-args"]?.split(" ").filter(Boolean) ?? []),
+      ...(values["cpu-prof"] ? ["--cpu-prof", `--cpu-prof-dir=${path.resolve(values["cpu-prof"])}`] : []),
+    ],
   });
   const rows: Row[] = [];
   const withDaemon = async (args: string[], measure: (daemon: Daemon) => Promise<Row[]>) => {

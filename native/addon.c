@@ -18,6 +18,8 @@
  *   hideFromSameUser() makes this process not dumpable (PR_SET_DUMPABLE 0): processes of the same
  *       uid can then no longer read its /proc/<pid>/environ or memory, or ptrace it; exec gives the
  *       commands it starts their own, dumpable, state back.
+ *   execProgram(file, argv) replaces this process with `file argv` (execv: same pid and environment,
+ *       stdin/stdout/stderr kept, an empty signal mask); returns only by throwing the error.
  *   dieWithParent(signal) asks the kernel to send this process `signal` when its parent exits
  *       (PR_SET_PDEATHSIG) and returns the parent's pid as it is now, to catch a parent gone before.
  *
@@ -28,6 +30,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
+#include <pthread.h>
 #include <node_api.h>
 #include <signal.h>
 #include <spawn.h>
@@ -432,6 +435,35 @@ static napi_value hide_from_same_user(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+static napi_value exec_program(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value args[2];
+  CHECK(napi_get_cb_info(env, info, &argc, args, NULL, NULL));
+  if (argc < 2) {
+    napi_throw_type_error(env, NULL, "usage: execProgram(file, argv)");
+    return NULL;
+  }
+  char *file = string_from(env, args[0]);
+  char **argv = strings_from(env, args[1]);
+  int error = ENOMEM;
+  if (file != NULL && argv != NULL && argv[0] != NULL) {
+    sigset_t none;
+    sigemptyset(&none);
+    pthread_sigmask(SIG_SETMASK, &none, NULL);
+    /* Node marks every inherited fd close-on-exec at start (uv_disable_stdio_inheritance): stdin,
+     * stdout and stderr are kept, anything else inherited is left to close. */
+    for (int fd = 0; fd <= 2; fd++) {
+      int flags = fcntl(fd, F_GETFD);
+      if (flags >= 0) fcntl(fd, F_SETFD, flags & ~FD_CLOEXEC);
+    }
+    execv(file, argv);
+    error = errno;
+  }
+  free(file);
+  free_strings(argv);
+  return throw_errno(env, error, "execv");
+}
+
 static int export_function(napi_env env, napi_value exports, const char *name, napi_callback callback) {
   napi_value function;
   if (napi_create_function(env, name, NAPI_AUTO_LENGTH, callback, NULL, &function) != napi_ok) return 0;
@@ -443,7 +475,8 @@ NAPI_MODULE_INIT() {
       !export_function(env, exports, "reap", reap) ||
       !export_function(env, exports, "resize", resize) || !export_function(env, exports, "trimMemory", trim_memory) ||
       !export_function(env, exports, "dieWithParent", die_with_parent) ||
-      !export_function(env, exports, "hideFromSameUser", hide_from_same_user)) {
+      !export_function(env, exports, "hideFromSameUser", hide_from_same_user) ||
+      !export_function(env, exports, "execProgram", exec_program)) {
     return NULL;
   }
   return exports;

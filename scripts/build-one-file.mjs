@@ -12,7 +12,7 @@ import { copyFileSync, chmodSync, existsSync, mkdirSync, readFileSync, writeFile
 import path from "node:path";
 import { parseArgs } from "node:util";
 import { fileURLToPath } from "node:url";
-import { build } from "esbuild";
+import { build, transform } from "esbuild";
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const { values } = parseArgs({ options: { node: { type: "string" }, out: { type: "string" } } });
@@ -55,6 +55,10 @@ await build({
   logLevel: "warning",
 });
 
+// The daemon's V8 flags, from the module the daemon itself reads them from (it imports nothing).
+const flagsSource = await transform(readFileSync(path.join(root, "src/cli/node-flags.ts"), "utf8"), { loader: "ts", format: "esm" });
+const { daemonNodeFlags } = await import(`data:text/javascript,${encodeURIComponent(flagsSource.code)}`);
+
 const blob = path.join(work, "sandboxd.blob");
 const config = path.join(work, "sea-config.json");
 writeFileSync(
@@ -64,6 +68,8 @@ writeFileSync(
     output: blob,
     disableExperimentalSEAWarning: true,
     useCodeCache: true,
+    // The daemon's V8 flags (src/cli/node-flags.ts), applied by Node 24.6 and later; older ones ignore it.
+    execArgv: daemonNodeFlags,
     assets: { "sandboxd-exec": path.join(root, "build/sandboxd-exec"), "sandboxd.node": path.join(root, "build/sandboxd.node") },
   }),
 );

@@ -37,6 +37,8 @@ export interface NativeAddon {
   dieWithParent(signal: number): number;
   /** Makes this process non-dumpable: same-uid processes can no longer read its environ or memory. */
   hideFromSameUser(): void;
+  /** Replaces this process with `file argv` (execv: same pid and environment, stdio kept); returns only by throwing. */
+  execProgram(file: string, argv: readonly string[]): never;
 }
 
 let addon: NativeAddon | null | undefined;

@@ -1,0 +1,76 @@
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { daemonNodeFlags, missingNodeFlags } from "../src/cli/node-flags.js";
+import { daemonFromSource, startDaemonProcess, type DaemonProcess } from "./support/daemon-process.js";
+
+const workspace = mkdtempSync(path.join(tmpdir(), "sandboxd-node-flags-"));
+afterAll(() => rmSync(workspace, { recursive: true, force: true }));
+
+/** The command line the kernel shows for a pid: what the process runs with now, after any exec. */
+function commandLine(pid: number): string[] {
+  return readFileSync(`/proc/${pid}/cmdline`, "utf8").split("\0").filter(Boolean);
+}
+
+async function healthy(daemon: DaemonProcess): Promise<boolean> {
+  const response = await fetch(`${daemon.url}/healthz`);
+  return response.status === 200;
+}
+
+async function stopped(daemon: DaemonProcess): Promise<void> {
+  daemon.child.kill("SIGTERM");
+  await daemon.exited();
+}
+
+describe("the daemon's Node flags", () => {
+  it("lists a flag as missing unless it or another initial heap size is given", () => {
+    expect(missingNodeFlags([])).toEqual([...daemonNodeFlags]);
+    expect(missingNodeFlags(["--import", "tsx"])).toEqual([...daemonNodeFlags]);
+    expect(missingNodeFlags(["--initial-old-space-size=64"])).toEqual([]);
+    expect(missingNodeFlags(["--initial-old-space-size=200"])).toEqual([]);
+    expect(missingNodeFlags(["--initial-heap-size=128"])).toEqual([]);
+  });
+
+  it("a daemon started without them restarts itself with them: same pid, its log still on stderr", async () => {
+    const daemon = await startDaemonProcess(["--workspace", workspace]);
+    try {
+      const argv = commandLine(daemon.child.pid!);
+      for (const flag of daemonNodeFlags) expect(argv).toContain(flag);
+      // The loader flag and the daemon's own arguments survive the restart, in order.
+      expect(argv.slice(1, 3)).toEqual(["--import", "tsx"]);
+      expect(argv.slice(-3)).toEqual(["0", "--workspace", workspace]);
+      // The pid we started is the daemon that serves, and its stderr (the pipe read here) reached the log.
+      expect(await healthy(daemon)).toBe(true);
+      expect(daemon.stderr()).toMatch(/listening on/);
+    } finally {
+      await stopped(daemon);
+    }
+  });
+
+  it("keeps an initial heap size the operator chose", async () => {
+    const daemon = await startDaemonProcess(["--workspace", workspace], {
+      ...daemonFromSource,
+      args: ["--initial-old-space-size=96", ...(daemonFromSource.args ?? [])],
+    });
+    try {
+      const argv = commandLine(daemon.child.pid!);
+      expect(argv).toContain("--initial-old-space-size=96");
+      expect(argv.filter((argument) => argument.startsWith("--initial-old-space-size"))).toHaveLength(1);
+      expect(await healthy(daemon)).toBe(true);
+    } finally {
+      await stopped(daemon);
+    }
+  });
+
+  it("runs without them when the native addon is not there to restart it", async () => {
+    const daemon = await startDaemonProcess(["--workspace", workspace], { ...daemonFromSource, env: { ...process.env, SANDBOXD_NO_ADDON: "1" } });
+    try {
+      const argv = commandLine(daemon.child.pid!);
+      for (const flag of daemonNodeFlags) expect(argv).not.toContain(flag);
+      expect(await healthy(daemon)).toBe(true);
+    } finally {
+      await stopped(daemon);
+    }
+  });
+});
