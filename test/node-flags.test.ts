@@ -24,12 +24,14 @@ async function stopped(daemon: DaemonProcess): Promise<void> {
 }
 
 describe("the daemon's Node flags", () => {
-  it("lists a flag as missing unless it or another initial heap size is given", () => {
+  it("lists a flag as missing unless it, or a flag setting the same thing, is given on the command line or in NODE_OPTIONS", () => {
     expect(missingNodeFlags([])).toEqual([...daemonNodeFlags]);
     expect(missingNodeFlags(["--import", "tsx"])).toEqual([...daemonNodeFlags]);
-    expect(missingNodeFlags(["--initial-old-space-size=64"])).toEqual([]);
-    expect(missingNodeFlags(["--initial-old-space-size=200"])).toEqual([]);
-    expect(missingNodeFlags(["--initial-heap-size=128"])).toEqual([]);
+    expect(missingNodeFlags([...daemonNodeFlags])).toEqual([]);
+    expect(missingNodeFlags(["--initial-old-space-size=200"])).toEqual(["--max-semi-space-size=4"]);
+    expect(missingNodeFlags(["--initial-heap-size=128"])).toEqual(["--max-semi-space-size=4"]);
+    expect(missingNodeFlags(["--max-semi-space-size", "16"])).toEqual(["--initial-old-space-size=64"]);
+    expect(missingNodeFlags([], "--max-old-space-size=512 --max-semi-space-size=8")).toEqual(["--initial-old-space-size=64"]);
   });
 
   it("a daemon started without them restarts itself with them: same pid, its log still on stderr", async () => {
@@ -43,6 +45,18 @@ describe("the daemon's Node flags", () => {
       // The pid we started is the daemon that serves, and its stderr (the pipe read here) reached the log.
       expect(await healthy(daemon)).toBe(true);
       expect(daemon.stderr()).toMatch(/listening on/);
+    } finally {
+      await stopped(daemon);
+    }
+  });
+
+  it("keeps a young generation size set in NODE_OPTIONS (Node applies it before the command line's)", async () => {
+    const daemon = await startDaemonProcess(["--workspace", workspace], { ...daemonFromSource, env: { ...process.env, NODE_OPTIONS: "--max-semi-space-size=8" } });
+    try {
+      const argv = commandLine(daemon.child.pid!);
+      expect(argv).toContain("--initial-old-space-size=64");
+      expect(argv.filter((argument) => argument.startsWith("--max-semi-space-size"))).toEqual([]);
+      expect(await healthy(daemon)).toBe(true);
     } finally {
       await stopped(daemon);
     }

@@ -12,7 +12,7 @@ import { missingNodeFlags } from "./node-flags.js";
  */
 export function relaunchWithNodeFlags(): void {
   if (isSea()) return;
-  const missing = missingNodeFlags(process.execArgv);
+  const missing = missingNodeFlags(process.execArgv, process.env.NODE_OPTIONS);
   if (missing.length === 0) return;
   const native = loadNativeAddon();
   if (native === null) return;
