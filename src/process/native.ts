@@ -1,7 +1,5 @@
 import { accessSync, constants as fsConstants, statSync } from "node:fs";
 import path from "node:path";
-import v8 from "node:v8";
-import { runInNewContext } from "node:vm";
 import { findNativeFile, readable } from "./native-files.js";
 
 /** The parent-side fds of a command started by {@link NativeAddon.spawn}. */
@@ -63,42 +61,6 @@ export function loadNativeAddon(): NativeAddon | null {
     // Built for another Node or machine: do without.
   }
   return addon;
-}
-
-let trimTimer: NodeJS.Timeout | undefined;
-let releasedSinceTrim = 0;
-let collectGarbage: (() => void) | undefined;
-
-/** Output bytes released before a collection and trim are worth their cost (a full GC takes milliseconds). */
-const trimAfterBytes = 16 * 1024 * 1024;
-
-/**
- * Notes that `bytes` of output were released (records cleaned up, output dropped) and, once 16 MiB
- * have been, collects garbage and asks the allocator to give the freed memory back to the system,
- * at most once a second. Without both, the buffers wait for a collection the small JS heap does not
- * ask for, and then stay in glibc's arenas: RSS 552 MB after cleaning up 480 MB of output. A no-op
- * without the addon.
- */
-export function releaseOutputMemory(bytes: number): void {
-  releasedSinceTrim += bytes;
-  if (trimTimer !== undefined || releasedSinceTrim < trimAfterBytes || loadNativeAddon() === null) return;
-  trimTimer = setTimeout(() => {
-    trimTimer = undefined;
-    releasedSinceTrim = 0;
-    garbageCollector()();
-    // Buffers' memory is freed by the collector's callbacks after it returns: trim a moment later.
-    setTimeout(() => loadNativeAddon()?.trimMemory(), 100).unref();
-  }, 1000);
-  trimTimer.unref();
-}
-
-/** V8's full collection, exposed at run time (the documented --expose-gc flag, set late). */
-function garbageCollector(): () => void {
-  if (collectGarbage === undefined) {
-    v8.setFlagsFromString("--expose-gc");
-    collectGarbage = runInNewContext("gc") as () => void;
-  }
-  return collectGarbage;
 }
 
 /**

@@ -8,7 +8,7 @@ import { GroupLedger, type GroupReservation, type ReapReport } from "./group-led
 import { Launcher } from "./launcher.js";
 import { defaultKillGracePeriodMs, ManagedProcess, type ProcessStatus } from "./managed-process.js";
 import type { OutputReader } from "./output-buffer.js";
-import { releaseOutputMemory } from "./native.js";
+import { noteProcessStarted, releaseOutputMemory } from "./memory-reclaim.js";
 import { HelperStartError, spawnPipeChild } from "./pipe-child.js";
 import { spawnPtyChild } from "./pty-child.js";
 import type { SignalName } from "./signals.js";
@@ -509,6 +509,7 @@ export class ProcessManager {
     if (previous !== undefined) this.remove(previous);
     this.processes.set(managed.id, managed);
     this.liveCount++;
+    noteProcessStarted();
     void managed.exited.then(() => {
       this.liveCount--;
       this.countExitedOutput(managed);

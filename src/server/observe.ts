@@ -4,6 +4,7 @@ import { sandboxdVersion } from "../version.js";
 import { createPrettyStream } from "./pretty-stream.js";
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 import type { ManagedProcess, ProcessDescription, ProcessExit, ProcessManager } from "../process/index.js";
+import { memoryReclaims } from "../process/index.js";
 import { interceptOutcome } from "./call-outcome.js";
 import { codeToString } from "@connectrpc/connect/protocol-connect";
 import { peerKey, type Peer } from "./limits.js";
@@ -96,6 +97,17 @@ export function createDaemonMetrics(source: { manager: ProcessManager; connectio
     registers: [registry],
     collect() {
       this.set(source.manager.list().reduce((total, managed) => total + managed.retainedFrom.stdout + managed.retainedFrom.stderr, 0));
+    },
+  });
+  let reclaimsCounted = 0;
+  new Counter({
+    name: "sandboxd_memory_reclaims_total",
+    help: "Collections run to give memory back after work (a full GC and malloc_trim): after 100 process starts and a quiet second, or 16 MiB of output released.",
+    registers: [registry],
+    collect() {
+      const reclaims = memoryReclaims();
+      this.inc(reclaims - reclaimsCounted);
+      reclaimsCounted = reclaims;
     },
   });
   new Gauge({

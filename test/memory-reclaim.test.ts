@@ -1,0 +1,58 @@
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { startDaemonProcess, type DaemonProcess } from "./support/daemon-process.js";
+import { waitFor } from "./support/processes.js";
+import { collectExec, createUncompressedClient } from "./support/rpc.js";
+
+const workspace = mkdtempSync(path.join(tmpdir(), "sandboxd-memory-reclaim-"));
+let daemon: DaemonProcess;
+let connection: ReturnType<typeof createUncompressedClient>;
+
+beforeAll(async () => {
+  daemon = await startDaemonProcess(["--workspace", workspace]);
+  connection = createUncompressedClient(daemon.url);
+});
+
+afterAll(async () => {
+  connection?.close();
+  daemon?.child.kill("SIGTERM");
+  await daemon?.exited();
+  rmSync(workspace, { recursive: true, force: true });
+});
+
+/** The daemon's count of memory reclaims, from its /metrics (loopback, no token). */
+async function reclaims(): Promise<number> {
+  const metrics = await (await fetch(`${daemon.url}/metrics`)).text();
+  const match = /^sandboxd_memory_reclaims_total (\d+)$/m.exec(metrics);
+  if (match === null) throw new Error("no sandboxd_memory_reclaims_total in /metrics");
+  return Number(match[1]);
+}
+
+async function execs(count: number): Promise<void> {
+  let next = 0;
+  const worker = async () => {
+    while (next++ < count) expect((await collectExec(connection.client, { command: "true" })).exited.exitCode).toBe(0);
+  };
+  await Promise.all([worker(), worker(), worker(), worker()]);
+}
+
+const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+describe("giving memory back after a burst of commands", () => {
+  it("collects once when the daemon goes quiet after 100 process starts, and not again while it stays quiet", async () => {
+    expect(await reclaims()).toBe(0);
+    await execs(120);
+    await waitFor(async () => (await reclaims()) === 1, { timeoutMs: 10_000, intervalMs: 200, what: "a memory reclaim after the burst" });
+    await pause(2500);
+    expect(await reclaims()).toBe(1);
+  });
+
+  it("does not collect for fewer than 100 starts since the last collection", async () => {
+    const before = await reclaims();
+    await execs(40);
+    await pause(2500);
+    expect(await reclaims()).toBe(before);
+  });
+});
