@@ -1,6 +1,7 @@
 import { spawn } from "node:child_process";
 import { createClient } from "@connectrpc/connect";
 import { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
+import { daemonNodeFlags } from "../../src/cli/node-flags.js";
 import { createSandboxConnection } from "../../src/client/transport.js";
 import { spawnAndRead } from "../baseline.js";
 import { buildFloorServer } from "../build.js";
@@ -12,13 +13,13 @@ import { megabytesPerSecond, percentile, runConcurrently, timeMs } from "../stat
 /**
  * What connect-es, protobuf-es and Node's HTTP/2 cost with nothing of sandboxd's in the way: the
  * Exec figures of exec-latency.ts and exec-throughput.ts run against bench/floor-server.ts, a
- * connect-node server with the daemon's settings whose Exec answers at once without a process. The
- * rows are information, not goals: they show how much of each daemon figure is the RPC stack the
- * issue asks us to keep, measured in the same run with the same client.
+ * connect-node server with the daemon's settings and Node flags whose Exec answers at once without
+ * a process. The rows are information, not goals: they show how much of each daemon figure is the
+ * RPC stack the issue asks us to keep, measured in the same run with the same client.
  */
 export async function measureConnectFloor(size: BenchSize): Promise<Row[]> {
   const entry = await buildFloorServer();
-  const server = spawn(process.execPath, [entry], { stdio: ["ignore", "pipe", "inherit"] });
+  const server = startFloorServer(entry);
   try {
     const port = await listeningPort(server.stdout!);
     const connection = createSandboxConnection({ baseUrl: `http://127.0.0.1:${port}`, acceptCompression: false });
@@ -117,9 +118,14 @@ export async function measureConnectFloor(size: BenchSize): Promise<Row[]> {
   }
 }
 
+/** The floor server with the daemon's Node flags (src/cli/node-flags.ts), as the daemon runs. */
+function startFloorServer(entry: string) {
+  return spawn(process.execPath, [...daemonNodeFlags, entry], { stdio: ["ignore", "pipe", "inherit"] });
+}
+
 /** RSS of a fresh floor server idle and 5 s after `size.memoryExecs` calls, 4 in flight. */
 async function rssAfterCalls(entry: string, size: BenchSize): Promise<{ idle: number; after: number }> {
-  const server = spawn(process.execPath, [entry], { stdio: ["ignore", "pipe", "inherit"] });
+  const server = startFloorServer(entry);
   try {
     const port = await listeningPort(server.stdout!);
     const connection = createSandboxConnection({ baseUrl: `http://127.0.0.1:${port}`, acceptCompression: false });
