@@ -447,6 +447,10 @@ static napi_value exec_program(napi_env env, napi_callback_info info) {
   char **argv = strings_from(env, args[1]);
   int error = ENOMEM;
   if (file != NULL && argv != NULL && argv[0] != NULL) {
+    /* With --cpu-prof, V8's sampler thread sends SIGPROF to this thread: one pending at the exec would
+     * kill the new image (default action) before it installs a handler. Ignored, a pending one is
+     * discarded; the new image's profiler installs its own handler over the inherited SIG_IGN. */
+    signal(SIGPROF, SIG_IGN);
     sigset_t none;
     sigemptyset(&none);
     pthread_sigmask(SIG_SETMASK, &none, NULL);

@@ -41,7 +41,7 @@ export async function startDaemonProcess(flags: readonly string[], command: Daem
   let stderr = "";
   child.stderr!.on("data", (data: Buffer) => (stderr += data.toString()));
   const exit = new Promise<void>((resolve) => child.once("exit", () => resolve()));
-  const url: string = await waitFor<string | undefined>(() => /listening on (\S+)/.exec(stderr)?.[1] ?? (child.exitCode !== null ? `exited: ${stderr}` : undefined), {
+  const url: string = await waitFor<string | undefined>(() => /listening on (\S+)/.exec(stderr)?.[1] ?? (child.exitCode !== null || child.signalCode !== null ? `exited (${child.exitCode ?? child.signalCode}): ${stderr}` : undefined), {
     timeoutMs: 30_000,
     what: "the daemon to listen",
   }) as string;
