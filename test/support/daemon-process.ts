@@ -45,6 +45,6 @@ export async function startDaemonProcess(flags: readonly string[], command: Daem
     timeoutMs: 30_000,
     what: "the daemon to listen",
   }) as string;
-  if (url.startsWith("exited: ")) throw new Error(`the daemon exited before it listened; it said:\n${stderr}`);
+  if (url.startsWith("exited (")) throw new Error(`the daemon exited before it listened; it said:\n${stderr}`);
   return { child, url, stderr: () => stderr, exited: () => exit };
 }
