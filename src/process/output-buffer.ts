@@ -73,7 +73,7 @@ const droppedData = new Uint8Array(0);
  */
 export class OutputBuffer {
   private readonly capacityBytes: number;
-  private readonly onBackpressure?: (paused: boolean) => void;
+  private onBackpressure?: (paused: boolean) => void;
   /** Retained chunks from index `head` on; the entries before it were dropped and await compaction. */
   private chunks: StoredChunk[] = [];
   private head = 0;
@@ -152,6 +152,8 @@ export class OutputBuffer {
   end(): void {
     if (this.ended) return;
     this.ended = true;
+    // No producer is left to pause or resume; a record that lingers keeps no closure over its child.
+    this.onBackpressure = undefined;
     this.notify();
   }
 

@@ -8,6 +8,7 @@ import { GroupLedger, type GroupReservation, type ReapReport } from "./group-led
 import { Launcher } from "./launcher.js";
 import { defaultKillGracePeriodMs, ManagedProcess, type ProcessStatus } from "./managed-process.js";
 import type { OutputReader } from "./output-buffer.js";
+import { ExpiryQueue } from "./expiry-queue.js";
 import { noteProcessStarted, releaseOutputMemory } from "./memory-reclaim.js";
 import { HelperStartError, spawnPipeChild } from "./pipe-child.js";
 import { spawnPtyChild } from "./pty-child.js";
@@ -167,10 +168,11 @@ export interface ProcessFilter {
  */
 export class ProcessManager {
   private readonly processes = new Map<string, ManagedProcess>();
-  private readonly cleanupTimers = new Map<string, NodeJS.Timeout>();
   private readonly outputCapacityBytes: number;
   private readonly maxProcesses: number;
   private readonly lingerMs: number;
+  /** Exited records with autoCleanup, removed {@link lingerMs} after their exit. */
+  private readonly lingering: ExpiryQueue;
   private readonly baseEnvironment: Record<string, string>;
   /** Spawns commands as the right user with their forks capped. */
   readonly launcher: Launcher;
@@ -210,6 +212,10 @@ export class ProcessManager {
     this.outputCapacityBytes = options.outputCapacityBytes ?? defaultOutputCapacityBytes;
     this.maxProcesses = options.maxProcesses ?? defaultMaxProcesses;
     this.lingerMs = options.lingerMs ?? defaultLingerMs;
+    this.lingering = new ExpiryQueue(this.lingerMs, (id, sequence) => {
+      const managed = this.processes.get(id);
+      if (managed?.sequence === sequence) this.remove(managed);
+    });
     this.baseEnvironment = options.baseEnvironment ?? createBaseEnvironment();
     this.launcher = options.launcher ?? Launcher.create();
     if (options.stateDirectory !== undefined) this.ledger = new GroupLedger(options.stateDirectory);
@@ -464,8 +470,7 @@ export class ProcessManager {
     await Promise.all(live.map((managed) => managed.exited));
     await Promise.all(this.releases);
     this.launcher.close();
-    for (const timer of this.cleanupTimers.values()) clearTimeout(timer);
-    this.cleanupTimers.clear();
+    this.lingering.clear();
   }
 
   /**
@@ -514,9 +519,7 @@ export class ProcessManager {
       this.liveCount--;
       this.countExitedOutput(managed);
       if (!managed.description.autoCleanup || this.processes.get(managed.id) !== managed) return;
-      const timer = setTimeout(() => this.remove(managed), this.lingerMs);
-      timer.unref();
-      this.cleanupTimers.set(managed.id, timer);
+      this.lingering.add(managed.id, managed.sequence);
     });
   }
 
@@ -567,8 +570,6 @@ export class ProcessManager {
     }
     this.processes.delete(managed.id);
     releaseOutputMemory(managed.retainedBytes);
-    clearTimeout(this.cleanupTimers.get(managed.id));
-    this.cleanupTimers.delete(managed.id);
   }
 }
 
