@@ -15,6 +15,10 @@
  *       { code, signal } (one of them null).
  *   resize(fd, cols, rows) sets a terminal's size.
  *   trimMemory() gives the memory freed by the allocator back to the system (malloc_trim).
+ *   lowMemory() tells V8 the process is low on memory (Node's exported node::LowMemoryNotification,
+ *       found with dlsym: a plain void function of Node's embedder API, so no C++ headers are needed):
+ *       full collections that also shrink the young generation. Returns false where Node does not
+ *       export it.
  *   hideFromSameUser() makes this process not dumpable (PR_SET_DUMPABLE 0): processes of the same
  *       uid can then no longer read its /proc/<pid>/environ or memory, or ptrace it; exec gives the
  *       commands it starts their own, dumpable, state back.
@@ -27,6 +31,7 @@
  * the daemon runs without it (see src/process/native.ts).
  */
 #define _GNU_SOURCE
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
@@ -415,6 +420,21 @@ static napi_value trim_memory(napi_env env, napi_callback_info info) {
   return result;
 }
 
+static napi_value low_memory(napi_env env, napi_callback_info info) {
+  (void)info;
+  static void (*notify)(void) = NULL;
+  static int looked_up = 0;
+  if (!looked_up) {
+    looked_up = 1;
+    /* node.h: NODE_EXTERN void LowMemoryNotification(); (namespace node) */
+    notify = (void (*)(void))dlsym(RTLD_DEFAULT, "_ZN4node21LowMemoryNotificationEv");
+  }
+  if (notify != NULL) notify();
+  napi_value result;
+  napi_get_boolean(env, notify != NULL, &result);
+  return result;
+}
+
 static napi_value die_with_parent(napi_env env, napi_callback_info info) {
   size_t argc = 1;
   napi_value args[1], result;
@@ -478,6 +498,7 @@ NAPI_MODULE_INIT() {
   if (!export_function(env, exports, "spawn", spawn_command) || !export_function(env, exports, "spawnAsync", spawn_async) ||
       !export_function(env, exports, "reap", reap) ||
       !export_function(env, exports, "resize", resize) || !export_function(env, exports, "trimMemory", trim_memory) ||
+      !export_function(env, exports, "lowMemory", low_memory) ||
       !export_function(env, exports, "dieWithParent", die_with_parent) ||
       !export_function(env, exports, "hideFromSameUser", hide_from_same_user) ||
       !export_function(env, exports, "execProgram", exec_program)) {

@@ -1,7 +1,9 @@
 import { mkdtempSync, rmSync } from "node:fs";
+import v8 from "node:v8";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { loadNativeAddon } from "../src/process/native.js";
 import { startDaemonProcess, type DaemonProcess } from "./support/daemon-process.js";
 import { waitFor } from "./support/processes.js";
 import { collectExec, createUncompressedClient } from "./support/rpc.js";
@@ -47,6 +49,19 @@ describe("giving memory back after a burst of commands", () => {
     await waitFor(async () => (await reclaims()) === 1, { timeoutMs: 10_000, intervalMs: 200, what: "a memory reclaim after the burst" });
     await pause(2500);
     expect(await reclaims()).toBe(1);
+  });
+
+  it("the addon reaches Node's low-memory collection, which gives the young generation back", () => {
+    const native = loadNativeAddon();
+    expect(native, "the addon is built by npm ci").not.toBeNull();
+    const newSpace = () => v8.getHeapSpaceStatistics().find((space) => space.space_name === "new_space")!.space_size;
+    // Survivors of young collections grow the young generation; the low-memory collection shrinks it again.
+    const kept: object[][] = [];
+    for (let round = 0; round < 200; round++) kept.push(Array.from({ length: 2000 }, (_, index) => ({ index, round })));
+    const grown = newSpace();
+    kept.length = 0;
+    expect(native!.lowMemory()).toBe(true);
+    expect(newSpace()).toBeLessThan(grown);
   });
 
   it("does not collect for fewer than 100 starts since the last collection", async () => {

@@ -31,6 +31,8 @@ export interface NativeAddon {
   reap(pid: number): { code: number | null; signal: number | null } | undefined;
   resize(fd: number, cols: number, rows: number): void;
   trimMemory(): boolean;
+  /** Tells V8 the process is low on memory (node::LowMemoryNotification): full collections that also shrink the young generation; false where Node does not export it. */
+  lowMemory(): boolean;
   /** Has the kernel send this process `signal` (a number) when its parent exits; returns the parent's pid now. */
   dieWithParent(signal: number): number;
   /** Makes this process non-dumpable: same-uid processes can no longer read its environ or memory. */

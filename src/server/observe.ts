@@ -102,7 +102,7 @@ export function createDaemonMetrics(source: { manager: ProcessManager; connectio
   let reclaimsCounted = 0;
   new Counter({
     name: "sandboxd_memory_reclaims_total",
-    help: "Collections run to give memory back after work (a full GC and malloc_trim): after 100 process starts and a quiet second, or 16 MiB of output released.",
+    help: "Collections run to give memory back after work (V8's low-memory collection and malloc_trim): after 100 process starts and a quiet second, or 16 MiB of output released.",
     registers: [registry],
     collect() {
       const reclaims = memoryReclaims();
