@@ -43,12 +43,15 @@ async function execs(count: number): Promise<void> {
 const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 describe("giving memory back after a burst of commands", () => {
-  it("collects once when the daemon goes quiet after 100 process starts, and not again while it stays quiet", async () => {
-    expect(await reclaims()).toBe(0);
-    await execs(120);
-    await waitFor(async () => (await reclaims()) === 1, { timeoutMs: 10_000, intervalMs: 200, what: "a memory reclaim after the burst" });
-    await pause(2500);
+  it("collects once after starting, once when it goes quiet after 100 process starts, and not again while it stays quiet", async () => {
+    // What starting the daemon left behind, given back once it serves.
+    await waitFor(async () => (await reclaims()) === 1, { timeoutMs: 10_000, intervalMs: 100, what: "the reclaim after the start" });
+    await pause(1500);
     expect(await reclaims()).toBe(1);
+    await execs(120);
+    await waitFor(async () => (await reclaims()) === 2, { timeoutMs: 10_000, intervalMs: 200, what: "a memory reclaim after the burst" });
+    await pause(2500);
+    expect(await reclaims()).toBe(2);
   });
 
   it("the addon reaches Node's low-memory collection, which gives the young generation back", () => {
