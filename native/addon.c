@@ -83,7 +83,8 @@ static char *string_from(napi_env env, napi_value value) {
   return text;
 }
 
-/* Copies a JS array of strings into a NULL-terminated C array (free with free_strings). */
+/* Copies a JS array of strings into a NULL-terminated C array (free with free_strings); NULL when
+ * any element is not a string or memory runs out: never a shortened array. */
 static char **strings_from(napi_env env, napi_value array) {
   uint32_t count = 0;
   if (napi_get_array_length(env, array, &count) != napi_ok) return NULL;
@@ -91,8 +92,11 @@ static char **strings_from(napi_env env, napi_value array) {
   if (strings == NULL) return NULL;
   for (uint32_t i = 0; i < count; i++) {
     napi_value item;
-    napi_get_element(env, array, i, &item);
-    strings[i] = string_from(env, item);
+    if (napi_get_element(env, array, i, &item) != napi_ok || (strings[i] = string_from(env, item)) == NULL) {
+      for (uint32_t j = 0; j < i; j++) free(strings[j]);
+      free(strings);
+      return NULL;
+    }
   }
   return strings;
 }
@@ -459,30 +463,38 @@ static napi_value exec_program(napi_env env, napi_callback_info info) {
   size_t argc = 2;
   napi_value args[2];
   CHECK(napi_get_cb_info(env, info, &argc, args, NULL, NULL));
-  if (argc < 2) {
-    napi_throw_type_error(env, NULL, "usage: execProgram(file, argv)");
+  char *file = argc < 2 ? NULL : string_from(env, args[0]);
+  char **argv = argc < 2 ? NULL : strings_from(env, args[1]);
+  if (file == NULL || argv == NULL || argv[0] == NULL) {
+    free(file);
+    free_strings(argv);
+    napi_throw_type_error(env, NULL, "usage: execProgram(file: string, argv: string[]) with argv not empty");
     return NULL;
   }
-  char *file = string_from(env, args[0]);
-  char **argv = strings_from(env, args[1]);
-  int error = ENOMEM;
-  if (file != NULL && argv != NULL && argv[0] != NULL) {
-    /* With --cpu-prof, V8's sampler thread sends SIGPROF to this thread: one pending at the exec would
-     * kill the new image (default action) before it installs a handler. Ignored, a pending one is
-     * discarded; the new image's profiler installs its own handler over the inherited SIG_IGN. */
-    signal(SIGPROF, SIG_IGN);
-    sigset_t none;
-    sigemptyset(&none);
-    pthread_sigmask(SIG_SETMASK, &none, NULL);
-    /* Node marks every inherited fd close-on-exec at start (uv_disable_stdio_inheritance): stdin,
-     * stdout and stderr are kept, anything else inherited is left to close. */
-    for (int fd = 0; fd <= 2; fd++) {
-      int flags = fcntl(fd, F_GETFD);
-      if (flags >= 0) fcntl(fd, F_SETFD, flags & ~FD_CLOEXEC);
-    }
-    execv(file, argv);
-    error = errno;
+  /* With --cpu-prof, V8's sampler thread sends SIGPROF to this thread: one pending at the exec would
+   * kill the new image (default action) before its Node sets the signal up. Ignoring it discards a
+   * pending one. All of this is put back if the exec fails. */
+  struct sigaction ignore = {0}, profiling;
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  sigaction(SIGPROF, &ignore, &profiling);
+  sigset_t none, mask;
+  sigemptyset(&none);
+  pthread_sigmask(SIG_SETMASK, &none, &mask);
+  /* Node marks the fds it inherited close-on-exec at start (libuv's uv_disable_stdio_inheritance):
+   * stdin, stdout and stderr are kept; anything else inherited is left to close. */
+  int fd_flags[3];
+  for (int fd = 0; fd <= 2; fd++) {
+    fd_flags[fd] = fcntl(fd, F_GETFD);
+    if (fd_flags[fd] >= 0) fcntl(fd, F_SETFD, fd_flags[fd] & ~FD_CLOEXEC);
   }
+  execv(file, argv);
+  int error = errno;
+  for (int fd = 0; fd <= 2; fd++) {
+    if (fd_flags[fd] >= 0) fcntl(fd, F_SETFD, fd_flags[fd]);
+  }
+  pthread_sigmask(SIG_SETMASK, &mask, NULL);
+  sigaction(SIGPROF, &profiling, NULL);
   free(file);
   free_strings(argv);
   return throw_errno(env, error, "execv");

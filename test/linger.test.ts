@@ -1,12 +1,12 @@
 import { Code } from "@connectrpc/connect";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { ProcessStatus } from "../gen/sandbox/v1/sandbox_pb.js";
 import { ExpiryQueue } from "../src/process/expiry-queue.js";
 import { waitFor } from "./support/processes.js";
 import { rpcError, waitForExit } from "./support/rpc.js";
 import { startTestServer, type TestServer } from "./support/server.js";
 
-const lingerMs = 300;
+const lingerMs = 2000;
 let t: TestServer;
 
 beforeAll(async () => {
@@ -47,38 +47,64 @@ describe("exited records linger, then go", () => {
     await t.client.startProcess({ spec: { command: "true", processId: "reused" } });
     await waitForExit(t.client, "reused");
     expect((await t.client.cleanupProcesses({})).removedCount).toBeGreaterThanOrEqual(1);
-    await t.client.startProcess({ spec: { command: "sleep", args: ["5"], processId: "reused" } });
+    await t.client.startProcess({ spec: { command: "sleep", args: ["30"], processId: "reused" } });
     // Past the first record's expiry: the running one with the same id is still there.
-    await pause(lingerMs * 2);
+    await pause(lingerMs + 500);
     expect((await t.client.getProcess({ processId: "reused" })).process?.status).toBe(ProcessStatus.RUNNING);
     await t.client.killProcess({ processId: "reused", signal: "SIGKILL" });
   });
 });
 
 describe("ExpiryQueue", () => {
-  it("expires entries in the order added, each its delay after it was added, with keys and sequences as given", async () => {
+  afterEach(() => {
+    vi.useRealTimers();
+  });
+
+  it("expires entries in the order added, each its delay after it was added, with keys and sequences as given", () => {
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout", "performance"] });
     const expired: string[] = [];
     const queue = new ExpiryQueue(50, (key, sequence) => expired.push(`${key}:${sequence}`));
     queue.add("a", 1);
-    await pause(20);
+    vi.advanceTimersByTime(20);
     queue.add("b", 2);
     queue.add("a", 3);
-    await pause(40);
+    vi.advanceTimersByTime(40);
     expect(expired).toEqual(["a:1"]);
-    await pause(60);
+    vi.advanceTimersByTime(9);
+    expect(expired).toEqual(["a:1"]);
+    vi.advanceTimersByTime(1);
     expect(expired).toEqual(["a:1", "b:2", "a:3"]);
     expect(queue.size).toBe(0);
   });
 
-  it("clear() drops what is queued without expiring it", async () => {
+  it("clear() drops what is queued without expiring it", () => {
+    vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout", "performance"] });
     const expired: string[] = [];
     const queue = new ExpiryQueue(20, (key) => expired.push(key));
     queue.add("a", 1);
     queue.clear();
-    await pause(60);
+    vi.advanceTimersByTime(60);
     expect(expired).toEqual([]);
     queue.add("b", 2);
-    await pause(60);
+    vi.advanceTimersByTime(60);
     expect(expired).toEqual(["b"]);
+  });
+
+  it("waits out a delay longer than setTimeout takes without firing early or spinning", async () => {
+    // Node runs a timeout past 2^31 - 1 ms after 1 ms, with a TimeoutOverflowWarning each time.
+    const warnings: string[] = [];
+    const onWarning = (warning: Error) => warnings.push(warning.name);
+    process.on("warning", onWarning);
+    try {
+      const expired: string[] = [];
+      const queue = new ExpiryQueue(3_000_000_000, (key) => expired.push(key));
+      queue.add("a", 1);
+      await pause(100);
+      expect(expired).toEqual([]);
+      expect(warnings.filter((name) => name === "TimeoutOverflowWarning")).toEqual([]);
+      queue.clear();
+    } finally {
+      process.off("warning", onWarning);
+    }
   });
 });

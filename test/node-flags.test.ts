@@ -98,6 +98,35 @@ describe("the daemon's Node flags", () => {
     }
   });
 
+  it("npm start's script restarts itself with them before the daemon loads", async () => {
+    const daemon = await startDaemonProcess(["--workspace", workspace], { file: process.execPath, args: ["scripts/start.mjs"] });
+    try {
+      const argv = commandLine(daemon.child.pid!);
+      for (const flag of daemonNodeFlags) expect(argv).toContain(flag);
+      expect(argv.some((argument) => argument.endsWith("scripts/start.mjs"))).toBe(true);
+      expect(await healthy(daemon)).toBe(true);
+    } finally {
+      await stopped(daemon);
+    }
+  });
+
+  it("does not restart when told not to, or when a restart would lose the IPC channel of a forked daemon", async () => {
+    for (const command of [
+      { ...daemonFromSource, env: { ...process.env, SANDBOXD_NO_RELAUNCH: "1" } },
+      { ...daemonFromSource, ipc: true },
+    ]) {
+      const daemon = await startDaemonProcess(["--workspace", workspace], command);
+      try {
+        const argv = commandLine(daemon.child.pid!);
+        for (const flag of daemonNodeFlags) expect(argv).not.toContain(flag);
+        expect(await healthy(daemon)).toBe(true);
+        if (command.ipc === true) expect(daemon.child.connected).toBe(true);
+      } finally {
+        await stopped(daemon);
+      }
+    }
+  });
+
   it("runs without them when the native addon is not there to restart it", async () => {
     const daemon = await startDaemonProcess(["--workspace", workspace], { ...daemonFromSource, env: { ...process.env, SANDBOXD_NO_ADDON: "1" } });
     try {

@@ -4,9 +4,10 @@
  * relaunch.ts), then loads and starts the daemon (daemon.ts). The daemon is imported only after the check, so a
  * process that restarts itself with the flags has loaded next to nothing first.
  */
+import { fileURLToPath } from "node:url";
 import { relaunchWithNodeFlags } from "./relaunch.js";
 
-relaunchWithNodeFlags();
+relaunchWithNodeFlags(fileURLToPath(import.meta.url));
 import("./daemon.js")
   .then(({ runDaemon }) => runDaemon())
   .catch((error: unknown) => {

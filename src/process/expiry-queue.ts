@@ -1,3 +1,6 @@
+/** The longest delay setTimeout takes. */
+const maxTimerMs = 2 ** 31 - 1;
+
 /**
  * Expires entries a fixed time after each was added, in the order added, with one timer for all of
  * them: the records that linger after their exit. A timer per record cost each about 250 bytes (the
@@ -41,7 +44,8 @@ export class ExpiryQueue {
   }
 
   private arm(delayMs: number): void {
-    this.timer = setTimeout(() => this.run(), Math.max(0, delayMs));
+    // setTimeout takes at most 2^31 - 1 ms (it fires at once past that); run() re-arms for the rest.
+    this.timer = setTimeout(() => this.run(), Math.min(Math.max(0, delayMs), maxTimerMs));
     this.timer.unref();
   }
 
@@ -55,7 +59,12 @@ export class ExpiryQueue {
       this.expire(key, sequence);
     }
     // Expired entries stay at the front until they are half of the arrays: one copy per half.
-    if (this.head > 1024 && this.head * 2 > this.keys.length) {
+    if (this.head === this.keys.length) {
+      this.keys = [];
+      this.sequences = [];
+      this.dueAt = [];
+      this.head = 0;
+    } else if (this.head > 1024 && this.head * 2 > this.keys.length) {
       this.keys = this.keys.slice(this.head);
       this.sequences = this.sequences.slice(this.head);
       this.dueAt = this.dueAt.slice(this.head);

@@ -28,6 +28,7 @@ let lastStartMs = 0;
 let quietTimer: NodeJS.Timeout | undefined;
 let collections = 0;
 let collectGarbage: (() => void) | undefined;
+let reclaimAfterBursts = false;
 
 /**
  * Notes that `bytes` of output were released (records cleaned up, output dropped) and, once 16 MiB
@@ -47,12 +48,23 @@ export function releaseOutputMemory(bytes: number): void {
 
 /**
  * Notes that a process started. Once 100 have since the last collection, the daemon collects as
- * soon as no process has started for a second: after a burst of commands, not in the middle of one.
+ * soon as no process has started for a second: after a burst of commands, not in the middle of one
+ * (a command still streaming output may see the pause). Only after {@link reclaimMemoryAfterBursts}.
  */
 export function noteProcessStarted(): void {
+  if (!reclaimAfterBursts) return;
   startsSinceCollection++;
   lastStartMs = performance.now();
   if (quietTimer === undefined && startsSinceCollection >= collectAfterStarts) waitForQuiet(quietMs);
+}
+
+/**
+ * Turns on the collection after bursts of process starts ({@link noteProcessStarted}): for the
+ * daemon's own process (src/cli/daemon.ts), not for an embedder of the server, whose other work may
+ * not want the pause.
+ */
+export function reclaimMemoryAfterBursts(): void {
+  reclaimAfterBursts = true;
 }
 
 /**
@@ -78,7 +90,8 @@ function waitForQuiet(delayMs: number): void {
       return;
     }
     quietTimer = undefined;
-    collectAndTrim();
+    // A collection for released output may have run meanwhile and started the count again.
+    if (startsSinceCollection >= collectAfterStarts) collectAndTrim();
   }, delayMs);
   quietTimer.unref();
 }

@@ -22,6 +22,8 @@ export interface DaemonCommand {
   env?: NodeJS.ProcessEnv;
   /** Start it as the leader of a process group of its own, as a shell starts a foreground job. */
   detached?: boolean;
+  /** Give it an IPC channel, as `child_process.fork` and process managers such as PM2 do. */
+  ipc?: boolean;
 }
 
 /** The daemon from source through tsx, as the tests of a checkout run it. */
@@ -35,7 +37,7 @@ export async function startDaemonProcess(flags: readonly string[], command: Daem
   const child = spawn(command.file, [...(command.args ?? []), "--port", "0", ...flags], {
     cwd: command.cwd ?? repositoryRoot,
     env: command.env ?? process.env,
-    stdio: ["ignore", "ignore", "pipe"],
+    stdio: command.ipc === true ? ["ignore", "ignore", "pipe", "ipc"] : ["ignore", "ignore", "pipe"],
     detached: command.detached ?? false,
   });
   let stderr = "";
