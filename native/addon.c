@@ -13,6 +13,8 @@
  *       with the same object: the loop goes on while the child is created.
  *   reap(pid) collects a child that has exited without blocking: undefined while it runs, else
  *       { code, signal } (one of them null).
+ *   exitedChild() names a child of this process that has exited and is not collected yet, without
+ *       collecting it (waitid with WNOWAIT); 0 when none has.
  *   resize(fd, cols, rows) sets a terminal's size.
  *   trimMemory() gives the memory freed by the allocator back to the system (malloc_trim).
  *   lowMemory() tells V8 the process is low on memory (Node's exported node::LowMemoryNotification,
@@ -397,6 +399,21 @@ static napi_value reap(napi_env env, napi_callback_info info) {
   return result;
 }
 
+static napi_value exited_child(napi_env env, napi_callback_info info) {
+  (void)info;
+  siginfo_t child;
+  memset(&child, 0, sizeof child);
+  int pid = 0;
+  if (waitid(P_ALL, 0, &child, WEXITED | WNOHANG | WNOWAIT) == 0) {
+    pid = child.si_pid; /* 0 when no child has exited */
+  } else if (errno != ECHILD) {
+    return throw_errno(env, errno, "waitid");
+  }
+  napi_value result;
+  CHECK(napi_create_int32(env, pid, &result));
+  return result;
+}
+
 static napi_value resize(napi_env env, napi_callback_info info) {
   size_t argc = 3;
   napi_value args[3];
@@ -508,7 +525,7 @@ static int export_function(napi_env env, napi_value exports, const char *name, n
 
 NAPI_MODULE_INIT() {
   if (!export_function(env, exports, "spawn", spawn_command) || !export_function(env, exports, "spawnAsync", spawn_async) ||
-      !export_function(env, exports, "reap", reap) ||
+      !export_function(env, exports, "reap", reap) || !export_function(env, exports, "exitedChild", exited_child) ||
       !export_function(env, exports, "resize", resize) || !export_function(env, exports, "trimMemory", trim_memory) ||
       !export_function(env, exports, "lowMemory", low_memory) ||
       !export_function(env, exports, "dieWithParent", die_with_parent) ||

@@ -71,7 +71,8 @@ describe("background processes (seed 000)", () => {
     expect(await server.getStatus()).toBe("killed");
     expect(server.exitCode).toBe(143);
     expect(server.endTime).toBeInstanceOf(Date);
-    expect(groupMembers(server.pid!)).toEqual([]);
+    // node exits from its handler as the record closes: on a loaded machine it can still be leaving.
+    await waitFor(() => groupMembers(server.pid!).length === 0, { timeoutMs: 5000, what: "the group to be gone" });
   });
 
   it("getProcess is null for an unknown id; killProcess and getProcessLogs throw ProcessNotFoundError, made from the daemon's reason", async () => {

@@ -43,9 +43,36 @@ export function reapNow(pid: number): boolean {
   return true;
 }
 
-/** Reaps every waiting child that has exited (waitpid with WNOHANG, one pid at a time: never another's child). */
+/**
+ * Reaps every waiting child that has exited, never another's (child_process reaps its own). The
+ * kernel names the exited children one at a time (a peek that collects nothing) and each of ours is
+ * reaped: two calls an exit, however many children wait (asking each waiting pid cost 1,000 calls a
+ * SIGCHLD with 1,000 background processes: +0.4 ms of daemon CPU per exec). When the child named is
+ * not ours, or the peek fails, each waiting pid is asked instead.
+ */
 function sweep(): void {
   if (spawnsInFlight > 0) signalWhileSpawning = true;
+  for (;;) {
+    let pid: number;
+    try {
+      pid = addon!.exitedChild();
+    } catch {
+      pid = -1;
+    }
+    if (pid === 0) break;
+    if (pid < 0 || !waiting.has(pid) || !reapNow(pid)) {
+      askEachWaiting();
+      break;
+    }
+  }
+  if (waiting.size === 0 && safetyNet !== undefined) {
+    clearInterval(safetyNet);
+    safetyNet = undefined;
+  }
+}
+
+/** Asks each waiting pid whether it has exited (waitpid with WNOHANG), reaping those that have. */
+function askEachWaiting(): void {
   for (const [pid, resolve] of waiting) {
     let result;
     try {
@@ -57,10 +84,6 @@ function sweep(): void {
     if (result === undefined) continue;
     waiting.delete(pid);
     resolve(result.signal !== null ? { code: null, signal: signalName(result.signal) } : { code: result.code, signal: null });
-  }
-  if (waiting.size === 0 && safetyNet !== undefined) {
-    clearInterval(safetyNet);
-    safetyNet = undefined;
   }
 }
 

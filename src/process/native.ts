@@ -29,6 +29,8 @@ export interface NativeAddon {
     options: { cwd?: string; stdin: boolean; statusFd: boolean; pty?: { cols: number; rows: number } },
   ): Promise<NativeSpawned>;
   reap(pid: number): { code: number | null; signal: number | null } | undefined;
+  /** A child that has exited and is not collected yet, without collecting it (waitid, WNOWAIT); 0 when none. */
+  exitedChild(): number;
   resize(fd: number, cols: number, rows: number): void;
   trimMemory(): boolean;
   /** Tells V8 the process is low on memory (node::LowMemoryNotification): full collections that also shrink the young generation; false where Node does not export it. */
