@@ -4,6 +4,8 @@ export interface BenchSize {
   mode: "full" | "quick";
   /** Sequential exec("true") calls timed (after a warm-up). */
   sequentialCalls: number;
+  /** Execs timed each after half a second without calls (the first call after a pause). */
+  idleCalls: number;
   /** Calls in the concurrent exec figure, and callers in flight. */
   concurrentCalls: number;
   concurrency: number;
@@ -27,6 +29,7 @@ export interface BenchSize {
 export const fullSize: BenchSize = {
   mode: "full",
   sequentialCalls: 300,
+  idleCalls: 12,
   concurrentCalls: 800,
   concurrency: 16,
   execBytes: 1024 ** 3,
@@ -43,6 +46,7 @@ export const fullSize: BenchSize = {
 export const quickSize: BenchSize = {
   mode: "quick",
   sequentialCalls: 20,
+  idleCalls: 2,
   concurrentCalls: 32,
   concurrency: 16,
   execBytes: 8 * 1024 ** 2,

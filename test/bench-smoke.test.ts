@@ -14,6 +14,7 @@ const expectedIds = [
   "exec-cpu",
   "exec-first-byte-p50",
   "exec-latency-p99",
+  "exec-after-idle-p50",
   "exec-concurrent",
   "exec-throughput",
   "exec-throughput-http1",

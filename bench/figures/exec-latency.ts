@@ -46,6 +46,15 @@ export async function measureExecLatency(daemon: Daemon, size: BenchSize): Promi
     for (let index = 0; index < perRound; index++) http1.push(await timeMs(() => execTrue(daemon.http1Client)));
     for (let index = 0; index < perRound; index++) baseline.push(await timeMs(() => spawnAndRead("true")));
   }
+  // The first call after a pause, as an agent makes them: each after 0.5 s without calls, alternating.
+  const afterIdle: number[] = [];
+  const baselineAfterIdle: number[] = [];
+  for (let index = 0; index < size.idleCalls; index++) {
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    afterIdle.push(await timeMs(() => execTrue(daemon.client)));
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    baselineAfterIdle.push(await timeMs(() => spawnAndRead("true")));
+  }
   let sandboxdMs = 0;
   let baselineMs = 0;
   const concurrentRounds = 2;
@@ -98,6 +107,17 @@ export async function measureExecLatency(daemon: Daemon, size: BenchSize): Promi
       "max",
       2,
     ),
+    {
+      id: "exec-after-idle-p50",
+      figure: 'exec("true") after 0.5 s idle, p50',
+      unit: "ms",
+      value: percentile(afterIdle, 0.5),
+      baseline: percentile(baselineAfterIdle, 0.5),
+      ratio: percentile(afterIdle, 0.5) / percentile(baselineAfterIdle, 0.5),
+      goal: "-",
+      verdict: "info",
+      note: `${afterIdle.length} calls each, each the first after half a second without calls`,
+    },
     ratioRow(
       {
         id: "exec-concurrent",
