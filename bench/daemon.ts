@@ -153,10 +153,14 @@ export function readRssBytes(pid: number): number {
   }
 }
 
-function listeningUrl(child: ChildProcess, timeoutMs: number): Promise<string> {
+/**
+ * Resolves with the URL a server process logs on stderr (`listening on http://...`), the daemon's or
+ * the floor server's; rejects when it exits or `timeoutMs` passes first.
+ */
+export function listeningUrl(child: ChildProcess, timeoutMs: number): Promise<string> {
   return new Promise((resolve, reject) => {
     let text = "";
-    const timer = setTimeout(() => reject(new Error(`sandboxd did not listen within ${timeoutMs} ms: ${text}`)), timeoutMs);
+    const timer = setTimeout(() => reject(new Error(`the server did not listen within ${timeoutMs} ms: ${text}`)), timeoutMs);
     child.stderr!.setEncoding("utf8");
     const onData = (data: string) => {
       text += data;
@@ -173,7 +177,7 @@ function listeningUrl(child: ChildProcess, timeoutMs: number): Promise<string> {
     child.stderr!.on("data", onData);
     child.once("exit", (code) => {
       clearTimeout(timer);
-      reject(new Error(`sandboxd exited with ${code} before listening: ${text}`));
+      reject(new Error(`the server exited with ${code} before listening: ${text}`));
     });
   });
 }

@@ -6,7 +6,7 @@
  * per call and per MB is what connect-es, protobuf-es and Node's HTTP/2 cost before a process, a
  * pipe or anything of sandboxd's runs (bench/figures/connect-floor.ts).
  *
- * Prints `listening on <port>` once it serves; runs until killed.
+ * Logs `listening on <url>` on stderr once it serves, as the daemon does; runs until killed.
  */
 import http2 from "node:http2";
 import { create } from "@bufbuild/protobuf";
@@ -58,6 +58,6 @@ const server = http2.createServer({ settings: { initialWindowSize: 4 * 1024 * 10
 server.on("connection", (socket: import("node:net").Socket) => socket.setNoDelay(true));
 server.listen(0, "127.0.0.1", () => {
   const address = server.address();
-  process.stdout.write(`listening on ${typeof address === "object" && address !== null ? address.port : 0}\n`);
+  process.stderr.write(`listening on http://127.0.0.1:${typeof address === "object" && address !== null ? address.port : 0}\n`);
 });
 process.on("SIGTERM", () => process.exit(0));

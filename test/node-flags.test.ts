@@ -3,7 +3,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { daemonNodeFlags, missingNodeFlags } from "../src/cli/node-flags.js";
-import { daemonFromSource, startDaemonProcess, type DaemonProcess } from "./support/daemon-process.js";
+import { daemonFromSource, startDaemonProcess, type DaemonCommand, type DaemonProcess } from "./support/daemon-process.js";
 
 const workspace = mkdtempSync(path.join(tmpdir(), "sandboxd-node-flags-"));
 afterAll(() => rmSync(workspace, { recursive: true, force: true }));
@@ -23,6 +23,20 @@ async function stopped(daemon: DaemonProcess): Promise<void> {
   await daemon.exited();
 }
 
+/** Starts a daemon with `command`, checks it, serving, with the command line its pid runs now, and stops it. */
+async function withDaemon(command: DaemonCommand, check: (argv: string[], daemon: DaemonProcess) => void): Promise<void> {
+  const daemon = await startDaemonProcess(["--workspace", workspace], command);
+  try {
+    check(commandLine(daemon.child.pid!), daemon);
+    expect(await healthy(daemon)).toBe(true);
+  } finally {
+    await stopped(daemon);
+  }
+}
+
+/** The daemon from source with Node flags of its own before the script. */
+const fromSourceWith = (...nodeFlags: string[]): DaemonCommand => ({ ...daemonFromSource, args: [...nodeFlags, ...(daemonFromSource.args ?? [])] });
+
 describe("the daemon's Node flags", () => {
   it("lists a flag as missing unless it, or a flag setting the same thing, is given on the command line or in NODE_OPTIONS", () => {
     expect(missingNodeFlags([])).toEqual([...daemonNodeFlags]);
@@ -35,19 +49,14 @@ describe("the daemon's Node flags", () => {
   });
 
   it("a daemon started without them restarts itself with them: same pid, its log still on stderr", async () => {
-    const daemon = await startDaemonProcess(["--workspace", workspace]);
-    try {
-      const argv = commandLine(daemon.child.pid!);
+    await withDaemon(daemonFromSource, (argv, daemon) => {
       for (const flag of daemonNodeFlags) expect(argv).toContain(flag);
       // The loader flag and the daemon's own arguments survive the restart, in order.
       expect(argv.slice(1, 3)).toEqual(["--import", "tsx"]);
       expect(argv.slice(-3)).toEqual(["0", "--workspace", workspace]);
-      // The pid we started is the daemon that serves, and its stderr (the pipe read here) reached the log.
-      expect(await healthy(daemon)).toBe(true);
+      // The pid we started is the daemon that serves (withDaemon asks it), and its stderr (the pipe read here) reached the log.
       expect(daemon.stderr()).toMatch(/listening on/);
-    } finally {
-      await stopped(daemon);
-    }
+    });
   });
 
   it("restarts cleanly under V8's profiler (--cpu-prof signals the thread that execs) and writes the profile", async () => {
@@ -56,10 +65,7 @@ describe("the daemon's Node flags", () => {
     for (let attempt = 0; attempt < 3; attempt++) {
       const profiles = mkdtempSync(path.join(tmpdir(), "sandboxd-cpu-prof-"));
       try {
-        const daemon = await startDaemonProcess(["--workspace", workspace], {
-          ...daemonFromSource,
-          args: ["--cpu-prof", "--cpu-prof-interval=10", `--cpu-prof-dir=${profiles}`, ...(daemonFromSource.args ?? [])],
-        });
+        const daemon = await startDaemonProcess(["--workspace", workspace], fromSourceWith("--cpu-prof", "--cpu-prof-interval=10", `--cpu-prof-dir=${profiles}`));
         expect(await healthy(daemon)).toBe(true);
         await stopped(daemon);
         expect(daemon.child.exitCode).toBe(0);
@@ -72,42 +78,24 @@ describe("the daemon's Node flags", () => {
   });
 
   it("keeps a young generation size set in NODE_OPTIONS (Node applies it before the command line's)", async () => {
-    const daemon = await startDaemonProcess(["--workspace", workspace], { ...daemonFromSource, env: { ...process.env, NODE_OPTIONS: "--max-semi-space-size=8" } });
-    try {
-      const argv = commandLine(daemon.child.pid!);
+    await withDaemon({ ...daemonFromSource, env: { ...process.env, NODE_OPTIONS: "--max-semi-space-size=8" } }, (argv) => {
       expect(argv).toContain("--initial-old-space-size=64");
       expect(argv.filter((argument) => argument.startsWith("--max-semi-space-size"))).toEqual([]);
-      expect(await healthy(daemon)).toBe(true);
-    } finally {
-      await stopped(daemon);
-    }
+    });
   });
 
   it("keeps an initial heap size the operator chose", async () => {
-    const daemon = await startDaemonProcess(["--workspace", workspace], {
-      ...daemonFromSource,
-      args: ["--initial-old-space-size=96", ...(daemonFromSource.args ?? [])],
-    });
-    try {
-      const argv = commandLine(daemon.child.pid!);
+    await withDaemon(fromSourceWith("--initial-old-space-size=96"), (argv) => {
       expect(argv).toContain("--initial-old-space-size=96");
       expect(argv.filter((argument) => argument.startsWith("--initial-old-space-size"))).toHaveLength(1);
-      expect(await healthy(daemon)).toBe(true);
-    } finally {
-      await stopped(daemon);
-    }
+    });
   });
 
   it("npm start's script restarts itself with them before the daemon loads", async () => {
-    const daemon = await startDaemonProcess(["--workspace", workspace], { file: process.execPath, args: ["scripts/start.mjs"] });
-    try {
-      const argv = commandLine(daemon.child.pid!);
+    await withDaemon({ file: process.execPath, args: ["scripts/start.mjs"] }, (argv) => {
       for (const flag of daemonNodeFlags) expect(argv).toContain(flag);
       expect(argv.some((argument) => argument.endsWith("scripts/start.mjs"))).toBe(true);
-      expect(await healthy(daemon)).toBe(true);
-    } finally {
-      await stopped(daemon);
-    }
+    });
   });
 
   it("does not restart when told not to, or when a restart would lose the IPC channel of a forked daemon", async () => {
@@ -115,26 +103,16 @@ describe("the daemon's Node flags", () => {
       { ...daemonFromSource, env: { ...process.env, SANDBOXD_NO_RELAUNCH: "1" } },
       { ...daemonFromSource, ipc: true },
     ]) {
-      const daemon = await startDaemonProcess(["--workspace", workspace], command);
-      try {
-        const argv = commandLine(daemon.child.pid!);
+      await withDaemon(command, (argv, daemon) => {
         for (const flag of daemonNodeFlags) expect(argv).not.toContain(flag);
-        expect(await healthy(daemon)).toBe(true);
         if (command.ipc === true) expect(daemon.child.connected).toBe(true);
-      } finally {
-        await stopped(daemon);
-      }
+      });
     }
   });
 
   it("runs without them when the native addon is not there to restart it", async () => {
-    const daemon = await startDaemonProcess(["--workspace", workspace], { ...daemonFromSource, env: { ...process.env, SANDBOXD_NO_ADDON: "1" } });
-    try {
-      const argv = commandLine(daemon.child.pid!);
+    await withDaemon({ ...daemonFromSource, env: { ...process.env, SANDBOXD_NO_ADDON: "1" } }, (argv) => {
       for (const flag of daemonNodeFlags) expect(argv).not.toContain(flag);
-      expect(await healthy(daemon)).toBe(true);
-    } finally {
-      await stopped(daemon);
-    }
+    });
   });
 });

@@ -5,10 +5,11 @@ import { daemonNodeFlags } from "../../src/cli/node-flags.js";
 import { createSandboxConnection } from "../../src/client/transport.js";
 import { spawnAndRead } from "../baseline.js";
 import { buildFloorServer } from "../build.js";
-import { readCpuMs, readRssBytes } from "../daemon.js";
+import { listeningUrl, readCpuMs, readRssBytes } from "../daemon.js";
 import type { Row } from "../report.js";
 import type { BenchSize } from "../size.js";
 import { megabytesPerSecond, percentile, runConcurrently, timeMs } from "../stats.js";
+import { execTrue } from "./exec-latency.js";
 
 /**
  * What connect-es, protobuf-es and Node's HTTP/2 cost with nothing of sandboxd's in the way: the
@@ -21,12 +22,12 @@ export async function measureConnectFloor(size: BenchSize): Promise<Row[]> {
   const entry = await buildFloorServer();
   const server = startFloorServer(entry);
   try {
-    const port = await listeningPort(server.stdout!);
-    const connection = createSandboxConnection({ baseUrl: `http://127.0.0.1:${port}`, acceptCompression: false });
+    const connection = createSandboxConnection({ baseUrl: await listeningUrl(server, 20_000), acceptCompression: false });
     const client = createClient(SandboxService, connection.transport);
-    const call = async (command: string, args: string[] = []) => {
+    // The floor server's Exec of `stream N` answers N bytes of output and exits.
+    const streamBytes = async (count: number) => {
       let bytes = 0;
-      for await (const event of client.exec({ spec: { command, args } })) {
+      for await (const event of client.exec({ spec: { command: "stream", args: [String(count)] } })) {
         if (event.event.case === "output") bytes += event.event.value.data.length;
       }
       return bytes;
@@ -37,20 +38,20 @@ export async function measureConnectFloor(size: BenchSize): Promise<Row[]> {
     await pause(1000);
     const rssIdle = readRssBytes(pid) / 1e6;
     for (let index = 0; index < Math.min(20, size.sequentialCalls); index++) {
-      await call("true");
+      await execTrue(client);
       await spawnAndRead("true");
     }
     const calls: number[] = [];
     const spawns: number[] = [];
     const cpuBefore = readCpuMs(pid);
-    for (let index = 0; index < size.sequentialCalls; index++) calls.push(await timeMs(() => call("true")));
+    for (let index = 0; index < size.sequentialCalls; index++) calls.push(await timeMs(() => execTrue(client)));
     const cpuPerCall = (readCpuMs(pid) - cpuBefore) / size.sequentialCalls;
     for (let index = 0; index < size.sequentialCalls; index++) spawns.push(await timeMs(() => spawnAndRead("true")));
-    const concurrentMs = await runConcurrently(size.concurrentCalls, size.concurrency, () => call("true"));
+    const concurrentMs = await runConcurrently(size.concurrentCalls, size.concurrency, () => execTrue(client));
     const spawnConcurrentMs = await runConcurrently(size.concurrentCalls, size.concurrency, () => spawnAndRead("true"));
     const streamCpuBefore = readCpuMs(pid);
     let streamed = 0;
-    const streamMs = await timeMs(async () => (streamed = await call("stream", [String(size.execBytes)])));
+    const streamMs = await timeMs(async () => (streamed = await streamBytes(size.execBytes)));
     const cpuPerMb = (readCpuMs(pid) - streamCpuBefore) / (streamed / 1e6);
     connection.close();
     // A fresh server for the memory after calls, as the daemon's figure uses a daemon of its own.
@@ -120,21 +121,18 @@ export async function measureConnectFloor(size: BenchSize): Promise<Row[]> {
 
 /** The floor server with the daemon's Node flags (src/cli/node-flags.ts), as the daemon runs. */
 function startFloorServer(entry: string) {
-  return spawn(process.execPath, [...daemonNodeFlags, entry], { stdio: ["ignore", "pipe", "inherit"] });
+  return spawn(process.execPath, [...daemonNodeFlags, entry], { stdio: ["ignore", "ignore", "pipe"] });
 }
 
 /** RSS of a fresh floor server idle and 5 s after `size.memoryExecs` calls, 4 in flight. */
 async function rssAfterCalls(entry: string, size: BenchSize): Promise<{ idle: number; after: number }> {
   const server = startFloorServer(entry);
   try {
-    const port = await listeningPort(server.stdout!);
-    const connection = createSandboxConnection({ baseUrl: `http://127.0.0.1:${port}`, acceptCompression: false });
+    const connection = createSandboxConnection({ baseUrl: await listeningUrl(server, 20_000), acceptCompression: false });
     const client = createClient(SandboxService, connection.transport);
     await new Promise((resolve) => setTimeout(resolve, 1000));
     const idle = readRssBytes(server.pid!) / 1e6;
-    await runConcurrently(size.memoryExecs, 4, async () => {
-      for await (const event of client.exec({ spec: { command: "true" } })) void event;
-    });
+    await runConcurrently(size.memoryExecs, 4, () => execTrue(client));
     await new Promise((resolve) => setTimeout(resolve, 5000));
     const after = readRssBytes(server.pid!) / 1e6;
     connection.close();
@@ -142,20 +140,4 @@ async function rssAfterCalls(entry: string, size: BenchSize): Promise<{ idle: nu
   } finally {
     server.kill("SIGKILL");
   }
-}
-
-function listeningPort(stdout: NodeJS.ReadableStream): Promise<number> {
-  return new Promise((resolve, reject) => {
-    let text = "";
-    const timer = setTimeout(() => reject(new Error(`floor server did not listen: ${text}`)), 20_000);
-    stdout.setEncoding("utf8");
-    stdout.on("data", (data: string) => {
-      text += data;
-      const match = /listening on (\d+)/.exec(text);
-      if (match !== null) {
-        clearTimeout(timer);
-        resolve(Number(match[1]));
-      }
-    });
-  });
 }

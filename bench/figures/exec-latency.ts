@@ -46,15 +46,6 @@ export async function measureExecLatency(daemon: Daemon, size: BenchSize): Promi
     for (let index = 0; index < perRound; index++) http1.push(await timeMs(() => execTrue(daemon.http1Client)));
     for (let index = 0; index < perRound; index++) baseline.push(await timeMs(() => spawnAndRead("true")));
   }
-  // The first call after a pause, as an agent makes them: each after 0.5 s without calls, alternating.
-  const afterIdle: number[] = [];
-  const baselineAfterIdle: number[] = [];
-  for (let index = 0; index < size.idleCalls; index++) {
-    await new Promise((resolve) => setTimeout(resolve, 500));
-    afterIdle.push(await timeMs(() => execTrue(daemon.client)));
-    await new Promise((resolve) => setTimeout(resolve, 500));
-    baselineAfterIdle.push(await timeMs(() => spawnAndRead("true")));
-  }
   let sandboxdMs = 0;
   let baselineMs = 0;
   const concurrentRounds = 2;
@@ -62,6 +53,16 @@ export async function measureExecLatency(daemon: Daemon, size: BenchSize): Promi
   for (let round = 0; round < concurrentRounds; round++) {
     sandboxdMs += await runConcurrently(perConcurrentRound, size.concurrency, () => execTrue(daemon.client));
     baselineMs += await runConcurrently(perConcurrentRound, size.concurrency, () => spawnAndRead("true"));
+  }
+  // The first call after a pause, as an agent makes them: each after 0.5 s without calls, alternating;
+  // measured last, so the pauses touch none of the figures above.
+  const afterIdle: number[] = [];
+  const baselineAfterIdle: number[] = [];
+  for (let index = 0; index < size.idleCalls; index++) {
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    afterIdle.push(await timeMs(() => execTrue(daemon.client)));
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    baselineAfterIdle.push(await timeMs(() => spawnAndRead("true")));
   }
   const total = perConcurrentRound * concurrentRounds;
   const count = `${sandboxd.length} calls each`;

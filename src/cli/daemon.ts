@@ -1,4 +1,4 @@
-import { PidsCgroup, reclaimAfterStart, reclaimMemoryAfterBursts } from "../process/index.js";
+import { PidsCgroup, reclaimMemoryAsDaemon } from "../process/index.js";
 import { loadNativeAddon } from "../process/native.js";
 import { startServer, type SandboxServer, type SandboxServerOptions } from "../server/index.js";
 import { createLogger } from "../server/observe.js";
@@ -47,8 +47,7 @@ export async function runDaemon(): Promise<void> {
   }
   logger.info({ url: server.url, workspace: server.manager.workspace.roots }, `sandboxd listening on ${server.url} (workspace ${server.manager.workspace.roots.join(":")})`);
   logger.info(`sandboxd: ${securitySummary(command.options, server)}`);
-  reclaimAfterStart();
-  reclaimMemoryAfterBursts();
+  reclaimMemoryAsDaemon();
   let stopping = false;
   const stop = (signal: NodeJS.Signals) => {
     // Kept listening (not once): a second signal would otherwise take Node's default action and kill

@@ -60,16 +60,15 @@ export class ExpiryQueue {
     }
     // Expired entries stay at the front until they are half of the arrays: one copy per half.
     if (this.head === this.keys.length) {
-      this.keys = [];
-      this.sequences = [];
-      this.dueAt = [];
-      this.head = 0;
-    } else if (this.head > 1024 && this.head * 2 > this.keys.length) {
+      this.clear();
+      return;
+    }
+    if (this.head > 1024 && this.head * 2 > this.keys.length) {
       this.keys = this.keys.slice(this.head);
       this.sequences = this.sequences.slice(this.head);
       this.dueAt = this.dueAt.slice(this.head);
       this.head = 0;
     }
-    if (this.head < this.keys.length) this.arm(this.dueAt[this.head]! - now);
+    this.arm(this.dueAt[this.head]! - now);
   }
 }

@@ -1,6 +1,6 @@
 export { createBaseEnvironment, inheritedVariables } from "./environment.js";
 export { ProcessError, type ProcessErrorReason } from "./errors.js";
-export { memoryReclaims, reclaimAfterStart, reclaimMemoryAfterBursts } from "./memory-reclaim.js";
+export { memoryReclaims, reclaimMemoryAsDaemon } from "./memory-reclaim.js";
 export {
   defaultKillGracePeriodMs,
   ManagedProcess,

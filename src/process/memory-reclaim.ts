@@ -49,7 +49,7 @@ export function releaseOutputMemory(bytes: number): void {
 /**
  * Notes that a process started. Once 100 have since the last collection, the daemon collects as
  * soon as no process has started for a second: after a burst of commands, not in the middle of one
- * (a command still streaming output may see the pause). Only after {@link reclaimMemoryAfterBursts}.
+ * (a command still streaming output may see the pause). Only after {@link reclaimMemoryAsDaemon}.
  */
 export function noteProcessStarted(): void {
   if (!reclaimAfterBursts) return;
@@ -59,20 +59,13 @@ export function noteProcessStarted(): void {
 }
 
 /**
- * Turns on the collection after bursts of process starts ({@link noteProcessStarted}): for the
- * daemon's own process (src/cli/daemon.ts), not for an embedder of the server, whose other work may
- * not want the pause.
+ * Turns the daemon's reclaims on: one `delayMs` after it serves, for what starting it left behind
+ * (loading and compiling its modules, building its services: idle RSS 67.6 -> 62.9 MB), and one
+ * after each burst of process starts ({@link noteProcessStarted}). For the daemon's own process
+ * (src/cli/daemon.ts), not for an embedder of the server, whose other work may not want the pause.
  */
-export function reclaimMemoryAfterBursts(): void {
+export function reclaimMemoryAsDaemon(delayMs = 200): void {
   reclaimAfterBursts = true;
-}
-
-/**
- * Gives back what starting the daemon left behind (loading and compiling its modules, building its
- * services), `delayMs` after it serves: idle RSS 67.6 -> 62.9 MB. For the daemon's process only: an
- * embedder with other work may not want the pause.
- */
-export function reclaimAfterStart(delayMs = 200): void {
   setTimeout(collectAndTrim, delayMs).unref();
 }
 

@@ -85,13 +85,9 @@ class ExecSource:
         call = self._rpc.exec(self._request, metadata=self._rpc.metadata)
         try:
             async for response in call:
-                kind = response.WhichOneof("event")
-                if kind == "started":
-                    yield ProcessEvent(response.started)
-                elif kind == "output":
-                    yield OutputEvent(chunk_from_proto(response.output))
-                elif kind == "exited":
-                    yield ExitedEvent(response.exited)
+                event = command_event(response)
+                if event is not None:
+                    yield event
         finally:
             # After the exit this does nothing; otherwise it resets the stream and the daemon kills the command.
             call.cancel()
@@ -115,20 +111,28 @@ class LogsSource:
         call = self._rpc.stream_logs(request, metadata=self._rpc.metadata)
         try:
             async for response in call:
-                kind = response.WhichOneof("event")
-                if kind == "process":
-                    yield ProcessEvent(response.process)
-                elif kind == "output":
-                    yield OutputEvent(chunk_from_proto(response.output))
-                elif kind == "gap":
-                    gap = response.gap
-                    yield GapEvent(stream_name(gap.stream), gap.offset, gap.missed_bytes)
-                elif kind == "exited":
-                    yield ExitedEvent(response.exited)
-                elif kind == "caught_up":
-                    yield CaughtUpEvent()
+                event = command_event(response)
+                if event is not None:
+                    yield event
         finally:
             call.cancel()
+
+
+def command_event(response: pb.ExecResponse | pb.StreamLogsResponse) -> CommandEvent | None:
+    """The event an Exec or StreamLogs response carries (Exec's ``started`` is StreamLogs' ``process``); None for
+    one this SDK does not know."""
+    kind = response.WhichOneof("event")
+    if kind == "started" or kind == "process":
+        return ProcessEvent(getattr(response, kind))
+    if kind == "output":
+        return OutputEvent(chunk_from_proto(response.output))
+    if kind == "exited":
+        return ExitedEvent(response.exited)
+    if kind == "gap" and isinstance(response, pb.StreamLogsResponse):
+        return GapEvent(stream_name(response.gap.stream), response.gap.offset, response.gap.missed_bytes)
+    if kind == "caught_up":
+        return CaughtUpEvent()
+    return None
 
 
 def chunk_from_proto(chunk: pb.OutputChunk) -> OutputChunk:
