@@ -28,6 +28,9 @@
  *       stdin/stdout/stderr kept, an empty signal mask); returns only by throwing the error.
  *   dieWithParent(signal) asks the kernel to send this process `signal` when its parent exits
  *       (PR_SET_PDEATHSIG) and returns the parent's pid as it is now, to catch a parent gone before.
+ *   mount(source, target, type, flags, data) is mount(2) (flags: the MS_* bits); unmount(target,
+ *       flags) is umount2(2) (flags: MNT_*). Used to set a cgroup2 option, see
+ *       src/process/cgroup-moves.ts.
  *
  * Built at install by scripts/build-native.mjs against the headers of the node-api-headers package;
  * the daemon runs without it (see src/process/native.ts).
@@ -44,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -517,6 +521,43 @@ static napi_value exec_program(napi_env env, napi_callback_info info) {
   return throw_errno(env, error, "execv");
 }
 
+static napi_value mount_filesystem(napi_env env, napi_callback_info info) {
+  size_t argc = 5;
+  napi_value args[5];
+  CHECK(napi_get_cb_info(env, info, &argc, args, NULL, NULL));
+  int64_t flags = 0;
+  char *source = argc < 5 ? NULL : string_from(env, args[0]);
+  char *target = argc < 5 ? NULL : string_from(env, args[1]);
+  char *type = argc < 5 ? NULL : string_from(env, args[2]);
+  char *data = argc < 5 ? NULL : string_from(env, args[4]);
+  if (source == NULL || target == NULL || type == NULL || data == NULL || napi_get_value_int64(env, args[3], &flags) != napi_ok) {
+    free(source), free(target), free(type), free(data);
+    napi_throw_type_error(env, NULL, "usage: mount(source, target, type: string, flags: number, data: string)");
+    return NULL;
+  }
+  int result = mount(source, target, type, (unsigned long)flags, data);
+  int error = errno;
+  free(source), free(target), free(type), free(data);
+  return result == 0 ? NULL : throw_errno(env, error, "mount");
+}
+
+static napi_value unmount_filesystem(napi_env env, napi_callback_info info) {
+  size_t argc = 2;
+  napi_value args[2];
+  CHECK(napi_get_cb_info(env, info, &argc, args, NULL, NULL));
+  int32_t flags = 0;
+  char *target = argc < 2 ? NULL : string_from(env, args[0]);
+  if (target == NULL || napi_get_value_int32(env, args[1], &flags) != napi_ok) {
+    free(target);
+    napi_throw_type_error(env, NULL, "usage: unmount(target: string, flags: number)");
+    return NULL;
+  }
+  int result = umount2(target, flags);
+  int error = errno;
+  free(target);
+  return result == 0 ? NULL : throw_errno(env, error, "umount2");
+}
+
 static int export_function(napi_env env, napi_value exports, const char *name, napi_callback callback) {
   napi_value function;
   if (napi_create_function(env, name, NAPI_AUTO_LENGTH, callback, NULL, &function) != napi_ok) return 0;
@@ -530,7 +571,8 @@ NAPI_MODULE_INIT() {
       !export_function(env, exports, "lowMemory", low_memory) ||
       !export_function(env, exports, "dieWithParent", die_with_parent) ||
       !export_function(env, exports, "hideFromSameUser", hide_from_same_user) ||
-      !export_function(env, exports, "execProgram", exec_program)) {
+      !export_function(env, exports, "execProgram", exec_program) || !export_function(env, exports, "mount", mount_filesystem) ||
+      !export_function(env, exports, "unmount", unmount_filesystem)) {
     return NULL;
   }
   return exports;

@@ -1,3 +1,4 @@
+import { favorCgroupMoves } from "../process/cgroup-moves.js";
 import { PidsCgroup, reclaimMemoryAsDaemon } from "../process/index.js";
 import { loadNativeAddon } from "../process/native.js";
 import { startServer, type SandboxServer, type SandboxServerOptions } from "../server/index.js";
@@ -44,6 +45,11 @@ export async function runDaemon(): Promise<void> {
   } catch (error) {
     logger.fatal({ error: (error as Error).message }, `sandboxd: ${(error as Error).message}`);
     process.exit(1);
+  }
+  if (command.favorCgroupMoves && server.manager.launcher.usesCgroups) {
+    const moves = favorCgroupMoves();
+    const text = moves.state === "favored" ? `favordynmods on (${moves.by === "daemon" ? "turned on now, kernel-wide" : "already"})` : `favordynmods off, the first command after a pause waits for the kernel: ${moves.reason}`;
+    logger.info({ cgroupMoves: moves }, `sandboxd: cgroup moves: ${text}`);
   }
   logger.info({ url: server.url, workspace: server.manager.workspace.roots }, `sandboxd listening on ${server.url} (workspace ${server.manager.workspace.roots.join(":")})`);
   logger.info(`sandboxd: ${securitySummary(command.options, server)}`);

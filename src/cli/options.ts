@@ -16,7 +16,16 @@ export interface LoggingOptions {
 }
 
 /** Parsed command line: server options, or a request for help or the version. */
-export type CliCommand = { kind: "help" } | { kind: "version" } | { kind: "serve"; options: SandboxServerOptions; logging: LoggingOptions };
+export type CliCommand =
+  | { kind: "help" }
+  | { kind: "version" }
+  | {
+      kind: "serve";
+      options: SandboxServerOptions;
+      logging: LoggingOptions;
+      /** Whether to turn on the kernel's favordynmods cgroup option (see favorCgroupMoves). */
+      favorCgroupMoves: boolean;
+    };
 
 /**
  * Parses the daemon's arguments, with `SANDBOXD_*` variables as fallbacks (the table in flags.ts).
@@ -47,6 +56,7 @@ export function parseCommandLine(argv: readonly string[], env: NodeJS.ProcessEnv
       metricsPublic: flags.enabled("metrics-public"),
     },
     logging: { level: level as LogLevel, format },
+    favorCgroupMoves: !flags.enabled("no-favordynmods"),
   };
 }
 

@@ -131,6 +131,11 @@ export class Launcher {
     return this.cgroup?.maxTasksTotal;
   }
 
+  /** Whether commands join cgroups (a pids cgroup each, or the commands' memory and cpu ones) as they start. */
+  get usesCgroups(): boolean {
+    return this.cgroup !== undefined || this.resources !== undefined;
+  }
+
   /** Whether a user switch keeps supplementary groups (the helper present and the daemon root). */
   get initializesGroups(): boolean {
     return this.helper !== undefined && process.getuid?.() === 0;

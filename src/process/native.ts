@@ -41,6 +41,10 @@ export interface NativeAddon {
   hideFromSameUser(): void;
   /** Replaces this process with `file argv` (execv: same pid and environment, stdio kept); returns only by throwing. */
   execProgram(file: string, argv: readonly string[]): never;
+  /** mount(2): `flags` are the MS_* bits, `data` the filesystem's options. */
+  mount(source: string, target: string, type: string, flags: number, data: string): void;
+  /** umount2(2): `flags` are the MNT_* bits. */
+  unmount(target: string, flags: number): void;
 }
 
 let addon: NativeAddon | null | undefined;
