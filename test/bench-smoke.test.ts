@@ -21,6 +21,7 @@ const expectedIds = [
   "exec-cpu-per-mb",
   "ghz",
   "floor-call-p50",
+  "floor-call-p99",
   "floor-cpu-per-call",
   "floor-concurrent",
   "floor-throughput",

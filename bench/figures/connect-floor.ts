@@ -72,6 +72,16 @@ export async function measureConnectFloor(size: BenchSize): Promise<Row[]> {
         note: `${calls.length} calls; baseline: spawn("true") p50 in the same run`,
       },
       {
+        id: "floor-call-p99",
+        figure: "connect-es alone: Exec-shaped call, no process, p99",
+        unit: "ms",
+        value: percentile(calls, 0.99),
+        baseline: percentile(spawns, 0.99),
+        ratio: percentile(calls, 0.99) / percentile(spawns, 0.99),
+        ...info,
+        note: `${calls.length} calls; baseline: spawn("true") p99 in the same run`,
+      },
+      {
         id: "floor-cpu-per-call",
         figure: "connect-es alone: server CPU per call",
         unit: "ms",
