@@ -1,19 +1,24 @@
 import { existsSync, readdirSync, readFileSync, rmdirSync } from "node:fs";
 import path from "node:path";
 
-/** The pids of a cgroup's tasks (its `cgroup.procs`); empty when it is gone or unreadable. */
-export function cgroupMembers(directory: string): number[] {
+/** The pids of a cgroup's tasks (its `cgroup.procs`); undefined when it is gone, empty when unreadable. */
+export function cgroupMembers(directory: string): number[] | undefined {
   try {
     return readFileSync(path.join(directory, "cgroup.procs"), "utf8").split("\n").filter(Boolean).map(Number);
-  } catch {
-    return [];
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === "ENOENT" ? undefined : [];
   }
 }
 
 /** Sends SIGKILL to every task of a cgroup; tasks gone meanwhile are skipped. Returns how many were signalled. */
 export function killCgroupMembers(directory: string): number {
+  return killTasks(cgroupMembers(directory) ?? []);
+}
+
+/** Sends SIGKILL to each pid; ones gone meanwhile are skipped. Returns how many were signalled. */
+export function killTasks(pids: readonly number[]): number {
   let killed = 0;
-  for (const pid of cgroupMembers(directory)) {
+  for (const pid of pids) {
     try {
       process.kill(pid, "SIGKILL");
       killed++;

@@ -1,6 +1,6 @@
 import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
-import { cgroupMembers, killCgroupMembers, removeCgroupQuietly, removeLeftoverCgroups } from "./cgroup-leftovers.js";
+import { cgroupMembers, killTasks, removeCgroupQuietly, removeLeftoverCgroups } from "./cgroup-leftovers.js";
 
 /**
  * PidsCgroup is a directory of the cgroup `pids` controller (v2, or v1's pids hierarchy) that the
@@ -95,9 +95,10 @@ export class PidsCgroup {
    */
   async remove(directory: string): Promise<void> {
     for (let attempt = 0; attempt < 50; attempt++) {
-      killCgroupMembers(directory);
-      if (!existsSync(directory)) return;
-      if (cgroupMembers(directory).length === 0) {
+      // One read of cgroup.procs per attempt: this runs once for every command that ends.
+      const members = cgroupMembers(directory);
+      if (members === undefined) return;
+      if (members.length === 0) {
         const maxTasks = this.caps.get(directory);
         if (maxTasks !== undefined && this.free.length < maxFreeCgroups) {
           this.free.push({ directory, maxTasks });
@@ -111,6 +112,7 @@ export class PidsCgroup {
           // Busy after all: try again.
         }
       }
+      killTasks(members);
       await new Promise((resolve) => setTimeout(resolve, 20));
     }
   }
