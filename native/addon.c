@@ -28,9 +28,10 @@
  *       stdin/stdout/stderr kept, an empty signal mask); returns only by throwing the error.
  *   dieWithParent(signal) asks the kernel to send this process `signal` when its parent exits
  *       (PR_SET_PDEATHSIG) and returns the parent's pid as it is now, to catch a parent gone before.
- *   mount(source, target, type, flags, data) is mount(2) (flags: the MS_* bits); unmount(target,
- *       flags) is umount2(2) (flags: MNT_*). Used to set a cgroup2 option, see
- *       src/process/cgroup-moves.ts.
+ *   configureFilesystem(type, flags) creates a superblock of filesystem `type` with the given flag
+ *       options and mounts nothing (fsopen, fsconfig FSCONFIG_SET_FLAG each, FSCONFIG_CMD_CREATE): for
+ *       cgroup2, whose one hierarchy takes the options of each new superblock request, that sets its
+ *       options kernel-wide. See src/process/cgroup-moves.ts.
  *
  * Built at install by scripts/build-native.mjs against the headers of the node-api-headers package;
  * the daemon runs without it (see src/process/native.ts).
@@ -47,7 +48,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <sys/mount.h>
+#include <sys/syscall.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -521,41 +522,40 @@ static napi_value exec_program(napi_env env, napi_callback_info info) {
   return throw_errno(env, error, "execv");
 }
 
-static napi_value mount_filesystem(napi_env env, napi_callback_info info) {
-  size_t argc = 5;
-  napi_value args[5];
-  CHECK(napi_get_cb_info(env, info, &argc, args, NULL, NULL));
-  int64_t flags = 0;
-  char *source = argc < 5 ? NULL : string_from(env, args[0]);
-  char *target = argc < 5 ? NULL : string_from(env, args[1]);
-  char *type = argc < 5 ? NULL : string_from(env, args[2]);
-  char *data = argc < 5 ? NULL : string_from(env, args[4]);
-  if (source == NULL || target == NULL || type == NULL || data == NULL || napi_get_value_int64(env, args[3], &flags) != napi_ok) {
-    free(source), free(target), free(type), free(data);
-    napi_throw_type_error(env, NULL, "usage: mount(source, target, type: string, flags: number, data: string)");
-    return NULL;
-  }
-  int result = mount(source, target, type, (unsigned long)flags, data);
-  int error = errno;
-  free(source), free(target), free(type), free(data);
-  return result == 0 ? NULL : throw_errno(env, error, "mount");
-}
+/* fsconfig(2) commands, as <linux/mount.h> numbers them (older C libraries lack the names). */
+#define FSCONFIG_FLAG 0
+#define FSCONFIG_CREATE 6
 
-static napi_value unmount_filesystem(napi_env env, napi_callback_info info) {
+static napi_value configure_filesystem(napi_env env, napi_callback_info info) {
   size_t argc = 2;
   napi_value args[2];
   CHECK(napi_get_cb_info(env, info, &argc, args, NULL, NULL));
-  int32_t flags = 0;
-  char *target = argc < 2 ? NULL : string_from(env, args[0]);
-  if (target == NULL || napi_get_value_int32(env, args[1], &flags) != napi_ok) {
-    free(target);
-    napi_throw_type_error(env, NULL, "usage: unmount(target: string, flags: number)");
+  char *type = argc < 2 ? NULL : string_from(env, args[0]);
+  char **flags = argc < 2 ? NULL : strings_from(env, args[1]);
+  if (type == NULL || flags == NULL) {
+    free(type);
+    free_strings(flags);
+    napi_throw_type_error(env, NULL, "usage: configureFilesystem(type: string, flags: string[])");
     return NULL;
   }
-  int result = umount2(target, flags);
-  int error = errno;
-  free(target);
-  return result == 0 ? NULL : throw_errno(env, error, "umount2");
+  int error = 0;
+  const char *failed = "fsopen";
+#ifdef SYS_fsopen
+  /* FSOPEN_CLOEXEC is 1. */
+  int fd = (int)syscall(SYS_fsopen, type, 1U);
+  if (fd < 0) error = errno;
+  for (char **flag = flags; error == 0 && *flag != NULL; flag++) {
+    failed = "fsconfig";
+    if (syscall(SYS_fsconfig, fd, FSCONFIG_FLAG, *flag, NULL, 0) != 0) error = errno;
+  }
+  if (error == 0 && syscall(SYS_fsconfig, fd, FSCONFIG_CREATE, NULL, NULL, 0) != 0) error = errno;
+  if (fd >= 0) close(fd);
+#else
+  error = ENOSYS;
+#endif
+  free(type);
+  free_strings(flags);
+  return error == 0 ? NULL : throw_errno(env, error, failed);
 }
 
 static int export_function(napi_env env, napi_value exports, const char *name, napi_callback callback) {
@@ -571,8 +571,8 @@ NAPI_MODULE_INIT() {
       !export_function(env, exports, "lowMemory", low_memory) ||
       !export_function(env, exports, "dieWithParent", die_with_parent) ||
       !export_function(env, exports, "hideFromSameUser", hide_from_same_user) ||
-      !export_function(env, exports, "execProgram", exec_program) || !export_function(env, exports, "mount", mount_filesystem) ||
-      !export_function(env, exports, "unmount", unmount_filesystem)) {
+      !export_function(env, exports, "execProgram", exec_program) ||
+      !export_function(env, exports, "configureFilesystem", configure_filesystem)) {
     return NULL;
   }
   return exports;

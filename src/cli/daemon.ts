@@ -46,7 +46,8 @@ export async function runDaemon(): Promise<void> {
     logger.fatal({ error: (error as Error).message }, `sandboxd: ${(error as Error).message}`);
     process.exit(1);
   }
-  if (command.favorCgroupMoves && server.manager.launcher.usesCgroups) {
+  // Root only: a daemon given cgroups of its own by delegation cannot set the kernel's options anyway.
+  if (command.favorCgroupMoves && process.getuid?.() === 0 && server.manager.launcher.usesCgroups) {
     const moves = favorCgroupMoves();
     const text = moves.state === "favored" ? `favordynmods on (${moves.by === "daemon" ? "turned on now, kernel-wide" : "already"})` : `favordynmods off, the first command after a pause waits for the kernel: ${moves.reason}`;
     logger.info({ cgroupMoves: moves }, `sandboxd: cgroup moves: ${text}`);

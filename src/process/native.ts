@@ -41,10 +41,11 @@ export interface NativeAddon {
   hideFromSameUser(): void;
   /** Replaces this process with `file argv` (execv: same pid and environment, stdio kept); returns only by throwing. */
   execProgram(file: string, argv: readonly string[]): never;
-  /** mount(2): `flags` are the MS_* bits, `data` the filesystem's options. */
-  mount(source: string, target: string, type: string, flags: number, data: string): void;
-  /** umount2(2): `flags` are the MNT_* bits. */
-  unmount(target: string, flags: number): void;
+  /**
+   * Creates a superblock of filesystem `type` with these flag options and mounts nothing (fsopen,
+   * fsconfig): for cgroup2 this sets the hierarchy's options, kernel-wide. Throws the errno error.
+   */
+  configureFilesystem(type: string, flags: readonly string[]): void;
 }
 
 let addon: NativeAddon | null | undefined;
