@@ -481,12 +481,20 @@ static napi_value hide_from_same_user(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
-static napi_value exec_program(napi_env env, napi_callback_info info) {
+/* Reads the (string, string[]) arguments of a call; both NULL, or either, when they are missing or wrong. */
+static void read_string_and_strings(napi_env env, napi_callback_info info, char **text, char ***strings) {
   size_t argc = 2;
   napi_value args[2];
-  CHECK(napi_get_cb_info(env, info, &argc, args, NULL, NULL));
-  char *file = argc < 2 ? NULL : string_from(env, args[0]);
-  char **argv = argc < 2 ? NULL : strings_from(env, args[1]);
+  *text = NULL;
+  *strings = NULL;
+  if (napi_get_cb_info(env, info, &argc, args, NULL, NULL) != napi_ok || argc < 2) return;
+  *text = string_from(env, args[0]);
+  *strings = strings_from(env, args[1]);
+}
+
+static napi_value exec_program(napi_env env, napi_callback_info info) {
+  char *file, **argv;
+  read_string_and_strings(env, info, &file, &argv);
   if (file == NULL || argv == NULL || argv[0] == NULL) {
     free(file);
     free_strings(argv);
@@ -527,11 +535,8 @@ static napi_value exec_program(napi_env env, napi_callback_info info) {
 #define FSCONFIG_CREATE 6
 
 static napi_value configure_filesystem(napi_env env, napi_callback_info info) {
-  size_t argc = 2;
-  napi_value args[2];
-  CHECK(napi_get_cb_info(env, info, &argc, args, NULL, NULL));
-  char *type = argc < 2 ? NULL : string_from(env, args[0]);
-  char **flags = argc < 2 ? NULL : strings_from(env, args[1]);
+  char *type, **flags;
+  read_string_and_strings(env, info, &type, &flags);
   if (type == NULL || flags == NULL) {
     free(type);
     free_strings(flags);
