@@ -59,6 +59,8 @@ export async function measureConnectFloor(size: BenchSize): Promise<Row[]> {
     const info = { goal: "-", verdict: "info" } as const;
     const p50 = percentile(calls, 0.5);
     const spawnP50 = percentile(spawns, 0.5);
+    const p99 = percentile(calls, 0.99);
+    const spawnP99 = percentile(spawns, 0.99);
     const perSecond = (calls: number, ms: number) => calls / (ms / 1000);
     return [
       {
@@ -75,9 +77,9 @@ export async function measureConnectFloor(size: BenchSize): Promise<Row[]> {
         id: "floor-call-p99",
         figure: "connect-es alone: Exec-shaped call, no process, p99",
         unit: "ms",
-        value: percentile(calls, 0.99),
-        baseline: percentile(spawns, 0.99),
-        ratio: percentile(calls, 0.99) / percentile(spawns, 0.99),
+        value: p99,
+        baseline: spawnP99,
+        ratio: p99 / spawnP99,
         ...info,
         note: `${calls.length} calls; baseline: spawn("true") p99 in the same run`,
       },

@@ -2,6 +2,7 @@ import { lstatSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node
 import { tmpdir } from "node:os";
 import path from "node:path";
 import sea from "node:sea";
+import { processExists } from "../process/process-exists.js";
 
 /**
  * The native files the one-file daemon carries as assets (see scripts/build-one-file.mjs): the
@@ -41,7 +42,7 @@ function removeStaleUnpacked(root: string): void {
   }
   for (const entry of entries) {
     const owner = /^sandboxd-(\d+)-[A-Za-z0-9]{6}$/.exec(entry);
-    if (owner === null || Number(owner[1]) === process.pid || isRunning(Number(owner[1]))) continue;
+    if (owner === null || Number(owner[1]) === process.pid || processExists(Number(owner[1]))) continue;
     const directory = path.join(root, entry);
     try {
       const stat = lstatSync(directory);
@@ -49,15 +50,6 @@ function removeStaleUnpacked(root: string): void {
     } catch {
       // Gone meanwhile, or not ours to look at.
     }
-  }
-}
-
-function isRunning(pid: number): boolean {
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (error) {
-    return (error as NodeJS.ErrnoException).code === "EPERM";
   }
 }
 

@@ -63,21 +63,21 @@ export function parseCommandLine(argv: readonly string[], env: NodeJS.ProcessEnv
 function integer(flags: DaemonFlagValues, name: string, fallback: number, min: number, max?: number): number;
 function integer(flags: DaemonFlagValues, name: string, fallback: undefined, min: number, max?: number): number | undefined;
 function integer(flags: DaemonFlagValues, name: string, fallback: number | undefined, min: number, max = Number.MAX_SAFE_INTEGER) {
-  const text = flags.text(name);
-  if (text === undefined) return fallback;
-  const value = Number(text);
-  if (text.trim() === "" || !Number.isInteger(value) || value < min || value > max) {
-    throw new Error(`--${name} must be an integer from ${min} to ${max}, got ${JSON.stringify(text)}`);
-  }
-  return value;
+  return numberFlag(flags, name, min, max, "integer") ?? fallback;
 }
 
 function decimal(flags: DaemonFlagValues, name: string, min: number, max: number): number | undefined {
+  return numberFlag(flags, name, min, max, "number");
+}
+
+/** A flag's number from `min` to `max` (an integer, or any finite number), undefined when it is not given; throws a one-line error otherwise. */
+function numberFlag(flags: DaemonFlagValues, name: string, min: number, max: number, kind: "integer" | "number"): number | undefined {
   const text = flags.text(name);
   if (text === undefined) return undefined;
   const value = Number(text);
-  if (text.trim() === "" || !Number.isFinite(value) || value < min || value > max) {
-    throw new Error(`--${name} must be a number from ${min} to ${max}, got ${JSON.stringify(text)}`);
+  const valid = kind === "integer" ? Number.isInteger(value) : Number.isFinite(value);
+  if (text.trim() === "" || !valid || value < min || value > max) {
+    throw new Error(`--${name} must be ${kind === "integer" ? "an integer" : "a number"} from ${min} to ${max}, got ${JSON.stringify(text)}`);
   }
   return value;
 }

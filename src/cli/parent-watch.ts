@@ -1,6 +1,6 @@
-import { readFileSync } from "node:fs";
 import { constants } from "node:os";
 import { loadNativeAddon } from "../process/native.js";
+import { processRunning } from "../process/process-exists.js";
 
 /**
  * Whether npm started this daemon as the command itself: `npm start` in this package (npm execs the
@@ -25,7 +25,7 @@ export function exitWithNpmParent(environment: NodeJS.ProcessEnv = process.env):
   if (!startedByNpm(environment)) return;
   const gone = () => process.kill(process.pid, "SIGTERM");
   const parent = process.ppid;
-  if (parent === 1 || !isRunning(parent)) {
+  if (parent === 1 || !processRunning(parent)) {
     gone();
     return;
   }
@@ -42,12 +42,4 @@ export function exitWithNpmParent(environment: NodeJS.ProcessEnv = process.env):
     }
   }, 1000);
   timer.unref();
-}
-
-function isRunning(pid: number): boolean {
-  try {
-    return !/^\d+ \(.*\) Z/.test(readFileSync(`/proc/${pid}/stat`, "utf8"));
-  } catch {
-    return false;
-  }
 }

@@ -1,5 +1,6 @@
-import { existsSync, readdirSync, readFileSync, rmdirSync } from "node:fs";
+import { readdirSync, readFileSync, rmdirSync } from "node:fs";
 import path from "node:path";
+import { processExists } from "./process-exists.js";
 
 /** The pids of a cgroup's tasks (its `cgroup.procs`); undefined when it is gone, empty when unreadable. */
 export function cgroupMembers(directory: string): number[] | undefined {
@@ -54,7 +55,7 @@ export function removeLeftoverCgroups(parent: string): number {
   let killed = 0;
   for (const entry of entries) {
     const owner = /^sandboxd\.(\d+)\.\d+$/.exec(entry);
-    if (owner === null || existsSync(`/proc/${owner[1]}`)) continue;
+    if (owner === null || processExists(Number(owner[1]))) continue;
     const directory = path.join(parent, entry);
     try {
       const children = readdirSync(directory, { withFileTypes: true }).filter((child) => child.isDirectory());

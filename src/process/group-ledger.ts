@@ -1,5 +1,6 @@
-import { closeSync, constants as fsConstants, existsSync, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, unlinkSync, writeSync } from "node:fs";
+import { closeSync, constants as fsConstants, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, unlinkSync, writeSync } from "node:fs";
 import path from "node:path";
+import { processExists } from "./process-exists.js";
 
 const ownStartTime = processStartTime(process.pid);
 /** The process group of the daemon itself: never a target. */
@@ -144,7 +145,7 @@ export class GroupLedger {
       if (!entry.endsWith(".json") && pendingOwner === null) continue;
       // A reservation of a daemon still running is its business; a dead one's may hold a record
       // written just before the rename.
-      if (pendingOwner !== null && Number(pendingOwner[1]) !== process.pid && existsSync(`/proc/${pendingOwner[1]}`)) continue;
+      if (pendingOwner !== null && Number(pendingOwner[1]) !== process.pid && processExists(Number(pendingOwner[1]))) continue;
       const file = path.join(this.directory, entry);
       if (pendingOwner !== null && readFileSync(file, "utf8").trim() === "") {
         removeQuietly(file);
