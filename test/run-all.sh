@@ -6,10 +6,20 @@ cd "$(dirname "$0")/.."
 
 echo "== buf lint, format and breaking"
 npx buf lint
-# proto/grpc is vendored as upstream wrote it: only our own contract is held to buf format.
-npx buf format --diff --exit-code --path proto/sandbox
+# proto/grpc is vendored as upstream wrote it: only our own files are held to buf format.
+npx buf format --diff --exit-code --path proto/sandbox --path proto/process
 # Against the released contract; moving the baseline on purpose: proto/baseline/README.md.
 npx buf breaking --against proto/baseline/sandbox-v1.binpb
+# process.v1 is KEP-539.2's, not ours to change: without comments it must build to the very bytes the KEP's own
+# file builds to (proto/baseline/process-v1.binpb), so no name, number, type or option drifts, added or removed.
+kep_image=$(mktemp)
+npx buf build --exclude-source-info --path proto/process -o "$kep_image"
+if ! cmp -s "$kep_image" proto/baseline/process-v1.binpb; then
+  rm -f "$kep_image"
+  echo "proto/process/v1/process.proto no longer matches KEP-539.2's process.proto (proto/baseline/README.md)" >&2
+  exit 1
+fi
+rm -f "$kep_image"
 
 echo "== gen/ is what buf generate writes"
 npx buf generate
