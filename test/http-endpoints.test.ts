@@ -1,7 +1,9 @@
 import http from "node:http";
 import { afterEach, describe, expect, it } from "vitest";
+import { startServer } from "../src/server/index.js";
 import { startTestServer, type TestServer } from "./support/server.js";
 import { waitFor } from "./support/processes.js";
+import { runCommand } from "./support/tools.js";
 
 /** One HTTP/1.1 request on `agent`'s kept-alive connections; resolves with status, headers and body. */
 function request(url: string, init: { method?: string; headers?: Record<string, string>; body?: string; agent?: http.Agent } = {}) {
@@ -76,5 +78,46 @@ describe("CORS for browser pages on other origins", () => {
     expect(call.status).toBe(200);
     expect(call.headers["access-control-allow-origin"]).toBe("https://ide.example.com");
     expect(call.headers["access-control-expose-headers"]).toContain("Grpc-Status");
+  });
+});
+
+describe("a daemon without a token stays closed to web pages", () => {
+  let test: TestServer | undefined;
+  afterEach(async () => {
+    await test?.close();
+    test = undefined;
+  });
+
+  it("refuses --cors-origin * at start, through startServer and the command line; a named origin or a token is fine", async () => {
+    await expect(startServer({ port: 0, corsOrigins: ["*"] })).rejects.toThrow(/refusing --cors-origin \* without a token: any web page/);
+    await expect(startServer({ port: 0, corsOrigins: ["https://ide.example.com", "*"] })).rejects.toThrow(/refusing --cors-origin \*/);
+    // Undefined: left out of the daemon's environment, whatever this one has.
+    const environment = { SANDBOXD_CORS_ORIGINS: "*", SANDBOXD_TOKEN: undefined, SANDBOXD_TOKEN_FILE: undefined };
+    const refused = await runCommand(process.execPath, ["--import", "tsx", "src/cli/sandboxd.ts", "--port", "0", "--log-format", "json"], { env: environment });
+    expect(refused.code).not.toBe(0);
+    expect(refused.stderr).toContain("refusing --cors-origin * without a token");
+    test = await startTestServer({ corsOrigins: ["*"], token: "cors-token" });
+    await test.close();
+    test = await startTestServer({ corsOrigins: ["https://ide.example.com"] });
+  });
+
+  it("answers GET /metrics, like every call, only to a loopback Host", async () => {
+    test = await startTestServer();
+    const { port } = test.server;
+    const foreign = await request(`${test.server.url}/metrics`, { headers: { host: `evil.example:${port}` } });
+    expect(foreign.status).toBe(403);
+    expect(foreign.body).toContain("host not allowed");
+    expect(foreign.body).not.toContain("sandboxd_");
+    const rebound = await request(`${test.server.url}/sandbox.v1.SandboxService/ListProcesses`, {
+      method: "POST",
+      headers: { host: `evil.example:${port}`, "content-type": "application/json" },
+      body: "{}",
+    });
+    expect(rebound.status).toBe(403);
+    for (const host of [`127.0.0.1:${port}`, `localhost:${port}`]) {
+      const own = await request(`${test.server.url}/metrics`, { headers: { host } });
+      expect(own.status).toBe(200);
+      expect(own.body).toMatch(/^sandboxd_connections \d+$/m);
+    }
   });
 });

@@ -95,7 +95,7 @@ export const daemonFlags: readonly DaemonFlag[] = [
     type: "string",
     separator: ",",
     value: "<origin>",
-    help: "let browser pages of this origin call the daemon (Connect, gRPC-Web); repeatable, * for any",
+    help: "let browser pages of this origin call the daemon (Connect, gRPC-Web); repeatable, * for any (needs a token)",
   },
   { name: "tls-cert", env: "SANDBOXD_TLS_CERT", type: "string", value: "<file>", help: "serve TLS with this PEM certificate chain; needs --tls-key" },
   { name: "tls-key", env: "SANDBOXD_TLS_KEY", type: "string", value: "<file>", help: "the PEM private key of --tls-cert" },

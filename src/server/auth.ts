@@ -135,3 +135,16 @@ export function assertSafeUserSwitch(options: { token?: string; runAs?: { name: 
       "(start sudo processes, read, write or kill every other process); set --token-file or SANDBOXD_TOKEN",
   );
 }
+
+/**
+ * Refuses `--cors-origin *` without a token: every web page a user of this machine opens could then
+ * call the daemon over loopback from its scripts and run commands. An origin named one by one stays
+ * allowed: its pages are ones the operator chose to trust. Throws an Error that says so.
+ */
+export function assertSafeCors(options: { token?: string; corsOrigins?: readonly string[] }): void {
+  if (options.token !== undefined || !(options.corsOrigins ?? []).includes("*")) return;
+  throw new Error(
+    "refusing --cors-origin * without a token: any web page opened on this machine could run commands through the daemon; " +
+      "name the origins that may call it, or set --token-file or SANDBOXD_TOKEN",
+  );
+}

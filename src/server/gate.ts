@@ -43,7 +43,10 @@ export interface GateOptions {
    * of unauthenticated streams. Default {@link defaultMaxResetsPerSecond}.
    */
   maxResetsPerSecond?: number;
-  /** Plain-HTTP health and CORS, answered before the checks on calls (a preflight carries no token). */
+  /**
+   * Plain-HTTP health, metrics and CORS, answered after the Host check and before the checks on
+   * calls (a preflight carries no token).
+   */
   endpoints?: HttpEndpoints;
   /** Called with each call refused for its token, for logs and metrics. */
   onAuthFailure?: (request: AnyRequest) => void;
@@ -89,8 +92,8 @@ export function createGate(handler: RequestHandler, options: GateOptions): Gate 
   };
 
   const serve: RequestHandler = (request, response) => {
-    if (options.endpoints?.answer(request, response)) return;
-    options.endpoints?.decorate(request, response);
+    // The Host first, before the plain-HTTP endpoints too: a page that reached a daemon without a
+    // token by DNS rebinding must not read its metrics either.
     if (!options.anyHost) {
       const host = hostOf(request);
       if (host === undefined || !isLoopbackHost(host)) {
@@ -105,6 +108,8 @@ export function createGate(handler: RequestHandler, options: GateOptions): Gate 
         );
       }
     }
+    if (options.endpoints?.answer(request, response)) return;
+    options.endpoints?.decorate(request, response);
     const service = serviceOf(request.url ?? "");
     if (!open.has(service)) {
       if (hasToken !== undefined && !hasToken(request.headers.authorization)) {

@@ -3,7 +3,7 @@ export { defaultKillGracePeriodMs } from "../process/index.js";
 export { createSandboxService, type SandboxServiceOptions } from "./sandbox-service.js";
 export { defaultHost, defaultPort, startServer, type SandboxServer, type SandboxServerOptions } from "./server.js";
 export { errorDomain, errorInfoOf, sandboxError, toConnectError, type ErrorReasonName } from "./errors.js";
-export { assertSafeBinding, assertSafeUserSwitch, createAuthInterceptor, isLoopbackHost, publicServices, resolveToken, type AuthOptions, type TokenSources } from "./auth.js";
+export { assertSafeBinding, assertSafeCors, assertSafeUserSwitch, createAuthInterceptor, isLoopbackHost, publicServices, resolveToken, type AuthOptions, type TokenSources } from "./auth.js";
 export { defaultKeepaliveIntervalMs, defaultKeepaliveTimeoutMs, watchSessionLiveness, type KeepaliveOptions } from "./keepalive.js";
 export {
   connectionContextValues,

@@ -2,7 +2,7 @@ import { setMaxListeners } from "node:events";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { createProcessManager, defaultOutputCapacityBytes, type ProcessManager, type ProcessManagerOptions } from "../process/index.js";
 import { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
-import { assertSafeBinding, assertSafeUserSwitch } from "./auth.js";
+import { assertSafeBinding, assertSafeCors, assertSafeUserSwitch } from "./auth.js";
 import { createHealthStatus, type HealthStatus } from "./health.js";
 import { watchSessionLiveness, type KeepaliveOptions } from "./keepalive.js";
 import {
@@ -47,8 +47,8 @@ export interface SandboxServerOptions extends ProcessManagerOptions {
   /** Keepalive pings that find dead peers. */
   keepalive?: KeepaliveOptions;
   /**
-   * Origins whose browser pages may call the daemon over Connect and gRPC-Web (CORS); `*` for any.
-   * None by default.
+   * Origins whose browser pages may call the daemon over Connect and gRPC-Web (CORS); `*` for any,
+   * which needs a `token`. None by default.
    */
   corsOrigins?: readonly string[];
   /** Where calls, process starts and exits, and refusals are logged. Default: nowhere (a library stays quiet). */
@@ -97,6 +97,7 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
   const host = options.host ?? defaultHost;
   assertSafeBinding({ host, token: options.token, insecure: options.insecure });
   assertSafeUserSwitch(options);
+  assertSafeCors(options);
   const logger = options.logger ?? createLogger({ level: "silent" });
   let listenerForMetrics: { connections: number } | undefined;
   let metrics: DaemonMetrics | undefined;
