@@ -7,7 +7,7 @@ import { fileURLToPath } from "node:url";
 import { createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { SandboxService } from "../gen/sandbox/v1/sandbox_pb.js";
-import { createSandboxConnection, type SandboxConnection } from "../src/client/transport.js";
+import { createSandboxConnection, type SandboxConnection } from "../src/client/core/transport.js";
 
 /** Root of the repository. */
 export const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");

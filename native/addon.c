@@ -8,7 +8,7 @@
  *       pipe on fd 3 (for sandboxd-exec), every signal at its default and an empty signal mask.
  *       options: { cwd?: string, stdin: boolean, pty?: { cols, rows }, statusFd: boolean }
  *       returns { pid, stdin?, stdout, stderr?, status?, master?, slave?, ptyPath? } (parent-side
- *       fds, close-on-exec; the PTY's slave stays open in the parent, see src/process/pty-child.ts).
+ *       fds, close-on-exec; the PTY's slave stays open in the parent, see src/process/spawn/pty-child.ts).
  *   spawnAsync(file, argv, envp, options) does the same on a thread of libuv's pool and resolves
  *       with the same object: the loop goes on while the child is created.
  *   reap(pid) collects a child that has exited without blocking: undefined while it runs, else
@@ -31,10 +31,10 @@
  *   configureFilesystem(type, flags) creates a superblock of filesystem `type` with the given flag
  *       options and mounts nothing (fsopen, fsconfig FSCONFIG_SET_FLAG each, FSCONFIG_CMD_CREATE): for
  *       cgroup2, whose one hierarchy takes the options of each new superblock request, that sets its
- *       options kernel-wide. See src/process/cgroup-moves.ts.
+ *       options kernel-wide. See src/process/cgroups/cgroup-moves.ts.
  *
  * Built at install by scripts/build-native.mjs against the headers of the node-api-headers package;
- * the daemon runs without it (see src/process/native.ts).
+ * the daemon runs without it (see src/process/native/native.ts).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>

@@ -3,7 +3,7 @@
 //   native/sandboxd-exec.c -> build/sandboxd-exec   the helper every command starts through
 //   native/addon.c         -> build/sandboxd.node   a Node-API addon (posix_spawn, ptys, malloc_trim)
 // A machine without a compiler still gets a working daemon: it warns at start, refuses --user, leaks
-// the fds it inherited into commands, and keeps freed memory (see src/process/exec-helper.ts, native.ts).
+// the fds it inherited into commands, and keeps freed memory (see src/process/native/exec-helper.ts, native.ts).
 import { execFileSync } from "node:child_process";
 import { mkdirSync } from "node:fs";
 import { createRequire } from "node:module";

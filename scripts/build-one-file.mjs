@@ -56,7 +56,7 @@ await build({
 });
 
 // The daemon's V8 flags, from the module the daemon itself reads them from (it imports nothing).
-const flagsSource = await transform(readFileSync(path.join(root, "src/cli/node-flags.ts"), "utf8"), { loader: "ts", format: "esm" });
+const flagsSource = await transform(readFileSync(path.join(root, "src/cli/sandboxd/node-flags.ts"), "utf8"), { loader: "ts", format: "esm" });
 const { daemonNodeFlags } = await import(`data:text/javascript,${encodeURIComponent(flagsSource.code)}`);
 
 const blob = path.join(work, "sandboxd.blob");
@@ -68,7 +68,7 @@ writeFileSync(
     output: blob,
     disableExperimentalSEAWarning: true,
     useCodeCache: true,
-    // The daemon's V8 flags (src/cli/node-flags.ts), applied by Node 24.6 and later; older ones ignore it.
+    // The daemon's V8 flags (src/cli/sandboxd/node-flags.ts), applied by Node 24.6 and later; older ones ignore it.
     execArgv: daemonNodeFlags,
     assets: { "sandboxd-exec": path.join(root, "build/sandboxd-exec"), "sandboxd.node": path.join(root, "build/sandboxd.node") },
   }),

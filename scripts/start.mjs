@@ -11,6 +11,6 @@ if (!existsSync(entry)) {
   process.exit(1);
 }
 // Restart with the daemon's Node flags here, before the daemon loads: this file is the main script.
-const { relaunchWithNodeFlags } = await import(pathToFileURL(path.join(path.dirname(entry), "relaunch.js")).href);
+const { relaunchWithNodeFlags } = await import(pathToFileURL(path.join(path.dirname(entry), "sandboxd", "relaunch.js")).href);
 relaunchWithNodeFlags(fileURLToPath(import.meta.url));
 await import(pathToFileURL(entry).href);

@@ -1,6 +1,6 @@
 import { getEventListeners } from "node:events";
 import { describe, expect, it } from "vitest";
-import { abortableDelay, linkSignals, onAbort, raceSignal } from "../src/process/abort.js";
+import { abortableDelay, linkSignals, onAbort, raceSignal } from "../src/shared/abort.js";
 
 describe("linkSignals", () => {
   it("aborts with the first source's reason, and leaves no listener on a long-lived source once disposed or aborted", () => {
@@ -96,13 +96,13 @@ describe("the modules a client shares with the daemon", () => {
   it("abort.ts and limits.ts import nothing, and load without any native module", async () => {
     const { readFileSync } = await import("node:fs");
     const { runCommand, repositoryRoot } = await import("./support/tools.js");
-    for (const file of ["src/process/abort.ts", "src/process/limits.ts"]) {
+    for (const file of ["src/shared/abort.ts", "src/shared/limits.ts"]) {
       expect(readFileSync(`${repositoryRoot}/${file}`, "utf8")).not.toMatch(/^\s*(import|export .* from)\b/m);
     }
     // Any native addon (node-pty, the daemon's own) is loaded through process.dlopen: make it fail.
     const script = `process.dlopen = () => { throw new Error("a native module was loaded"); };
-      const limits = await import("./src/process/limits.ts");
-      const abort = await import("./src/process/abort.ts");
+      const limits = await import("./src/shared/limits.ts");
+      const abort = await import("./src/shared/abort.ts");
       console.log(typeof limits.ptySizeProblem, typeof abort.raceSignal);`;
     const result = await runCommand(process.execPath, ["--import", "tsx", "--input-type=module", "-e", script]);
     expect(result.stderr.replace(/^npm warn .*\n/gm, "")).toBe("");

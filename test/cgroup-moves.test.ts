@@ -2,10 +2,10 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { cgroupFavoringMoves, favorCgroupMoves } from "../src/process/cgroup-moves.js";
+import { cgroupFavoringMoves, favorCgroupMoves } from "../src/process/cgroups/cgroup-moves.js";
 import { connect } from "../src/client/index.js";
 import { Launcher } from "../src/process/index.js";
-import { loadNativeAddon } from "../src/process/native.js";
+import { loadNativeAddon } from "../src/process/native/native.js";
 import { startDaemonProcess, type DaemonProcess } from "./support/daemon-process.js";
 
 const workspace = mkdtempSync(path.join(tmpdir(), "sandboxd-cgroup-moves-"));

@@ -207,7 +207,7 @@ describe("the client entry point", () => {
   }
 
   /** The process manager's modules the client may load: they import nothing (abort plumbing, limits). */
-  const sharedModules = ["src/process/abort.ts", "src/process/limits.ts"];
+  const sharedModules = ["src/shared/abort.ts", "src/shared/limits.ts"];
 
   it("statically reaches neither src/server, nor src/process beyond its dependency-free modules, nor node-pty", () => {
     const seen = new Set<string>();

@@ -13,7 +13,7 @@ import {
   type Process,
   type Sandbox,
 } from "../src/client/index.js";
-import { InputStream } from "../src/client/input-stream.js";
+import { InputStream } from "../src/client/core/input-stream.js";
 import { groupMembers, waitFor } from "./support/processes.js";
 import { sleepMarker, sleepers } from "./support/rpc.js";
 import { startTestServer, type TestServer } from "./support/server.js";

@@ -1,7 +1,7 @@
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { daemonFlags, daemonFlagsTable } from "../src/cli/flags.js";
-import { parseCommandLine, usage } from "../src/cli/options.js";
+import { daemonFlags, daemonFlagsTable } from "../src/cli/sandboxd/flags.js";
+import { parseCommandLine, usage } from "../src/cli/sandboxd/options.js";
 import { startTestServer } from "./support/server.js";
 import { repositoryRoot, runCommand } from "./support/tools.js";
 

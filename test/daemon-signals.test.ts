@@ -2,7 +2,7 @@ import { mkdtempSync, realpathSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
-import { startedByNpm } from "../src/cli/parent-watch.js";
+import { startedByNpm } from "../src/cli/sandboxd/parent-watch.js";
 import { connect } from "../src/client/index.js";
 import { startDaemonProcess, type DaemonCommand } from "./support/daemon-process.js";
 import { isAlive, waitFor } from "./support/processes.js";

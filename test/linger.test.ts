@@ -1,7 +1,7 @@
 import { Code } from "@connectrpc/connect";
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { ProcessStatus } from "../gen/sandbox/v1/sandbox_pb.js";
-import { ExpiryQueue } from "../src/process/expiry-queue.js";
+import { ExpiryQueue } from "../src/process/housekeeping/expiry-queue.js";
 import { waitFor } from "./support/processes.js";
 import { rpcError, waitForExit } from "./support/rpc.js";
 import { startTestServer, type TestServer } from "./support/server.js";

@@ -3,7 +3,7 @@ import v8 from "node:v8";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { loadNativeAddon } from "../src/process/native.js";
+import { loadNativeAddon } from "../src/process/native/native.js";
 import { startDaemonProcess, type DaemonProcess } from "./support/daemon-process.js";
 import { waitFor } from "./support/processes.js";
 import { collectExec, createUncompressedClient } from "./support/rpc.js";

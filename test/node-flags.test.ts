@@ -2,7 +2,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { daemonNodeFlags, missingNodeFlags } from "../src/cli/node-flags.js";
+import { daemonNodeFlags, missingNodeFlags } from "../src/cli/sandboxd/node-flags.js";
 import { daemonFromSource, startDaemonProcess, type DaemonCommand, type DaemonProcess } from "./support/daemon-process.js";
 
 const workspace = mkdtempSync(path.join(tmpdir(), "sandboxd-node-flags-"));

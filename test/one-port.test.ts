@@ -6,7 +6,7 @@ import { createConnectTransport, createGrpcTransport, createGrpcWebTransport, Ht
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../gen/grpc/health/v1/health_pb.js";
 import { SandboxService } from "../gen/sandbox/v1/sandbox_pb.js";
-import { parseCommandLine } from "../src/cli/options.js";
+import { parseCommandLine } from "../src/cli/sandboxd/options.js";
 import { createListener } from "../src/server/index.js";
 import { createTestCertificates, type TestCertificates } from "./support/certificates.js";
 import { waitFor } from "./support/processes.js";

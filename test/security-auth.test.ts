@@ -5,7 +5,7 @@ import { createClient, type Interceptor } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SandboxService } from "../gen/sandbox/v1/sandbox_pb.js";
-import { parseCommandLine } from "../src/cli/options.js";
+import { parseCommandLine } from "../src/cli/sandboxd/options.js";
 import { assertSafeBinding, createAuthInterceptor, isLoopbackHost, resolveToken } from "../src/server/index.js";
 import { Code, collectExec, rpcError, streamError } from "./support/rpc.js";
 import { startTestServer, type TestServer } from "./support/server.js";

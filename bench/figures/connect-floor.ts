@@ -1,8 +1,8 @@
 import { spawn } from "node:child_process";
 import { createClient } from "@connectrpc/connect";
 import { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
-import { daemonNodeFlags } from "../../src/cli/node-flags.js";
-import { createSandboxConnection } from "../../src/client/transport.js";
+import { daemonNodeFlags } from "../../src/cli/sandboxd/node-flags.js";
+import { createSandboxConnection } from "../../src/client/core/transport.js";
 import { spawnAndRead } from "../baseline.js";
 import { buildFloorServer } from "../build.js";
 import { listeningUrl, readCpuMs, readRssBytes } from "../daemon.js";
@@ -131,7 +131,7 @@ export async function measureConnectFloor(size: BenchSize): Promise<Row[]> {
   }
 }
 
-/** The floor server with the daemon's Node flags (src/cli/node-flags.ts), as the daemon runs. */
+/** The floor server with the daemon's Node flags (src/cli/sandboxd/node-flags.ts), as the daemon runs. */
 function startFloorServer(entry: string) {
   return spawn(process.execPath, [...daemonNodeFlags, entry], { stdio: ["ignore", "ignore", "pipe"] });
 }

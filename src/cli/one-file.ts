@@ -3,5 +3,5 @@
  * executable application): unpacks the native files it carries, then runs the daemon's command line.
  * Import order is evaluation order: the files are in place before the daemon looks for them.
  */
-import "./one-file-natives.js";
+import "./sandboxd/one-file-natives.js";
 import "./sandboxd.js";

@@ -5,8 +5,8 @@
  *
  * @module
  */
-import { flushed } from "./local-output.js";
-import { runSandbox } from "./program.js";
+import { flushed } from "./sandbox/local-output.js";
+import { runSandbox } from "./sandbox/program.js";
 
 const code = await runSandbox(process.argv.slice(2));
 await Promise.all([flushed(process.stdout), flushed(process.stderr)]);

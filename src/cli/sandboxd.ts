@@ -5,10 +5,10 @@
  * process that restarts itself with the flags has loaded next to nothing first.
  */
 import { fileURLToPath } from "node:url";
-import { relaunchWithNodeFlags } from "./relaunch.js";
+import { relaunchWithNodeFlags } from "./sandboxd/relaunch.js";
 
 relaunchWithNodeFlags(fileURLToPath(import.meta.url));
-import("./daemon.js")
+import("./sandboxd/daemon.js")
   .then(({ runDaemon }) => runDaemon())
   .catch((error: unknown) => {
     process.stderr.write(`sandboxd: ${(error as Error).message}\n`);

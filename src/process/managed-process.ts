@@ -1,8 +1,8 @@
-import { raceSignal } from "./abort.js";
+import { raceSignal } from "../shared/abort.js";
 import { ProcessError } from "./errors.js";
-import { maxPendingInputBytes, ptySizeProblem } from "./limits.js";
-import type { SpawnedChild } from "./child.js";
-import { OutputBuffer, type OutputReader, type OutputStreamName, type StreamOffsets } from "./output-buffer.js";
+import { maxPendingInputBytes, ptySizeProblem } from "../shared/limits.js";
+import type { SpawnedChild } from "./spawn/child.js";
+import { OutputBuffer, type OutputReader, type OutputStreamName, type StreamOffsets } from "./output/output-buffer.js";
 import type { SignalName } from "./signals.js";
 
 /** Lifecycle state of a process, as in seed 000. */

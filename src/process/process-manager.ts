@@ -4,14 +4,14 @@ import { userInfo } from "node:os";
 import path from "node:path";
 import { createBaseEnvironment } from "./environment.js";
 import { ProcessError } from "./errors.js";
-import { GroupLedger, type GroupReservation, type ReapReport } from "./group-ledger.js";
-import { Launcher } from "./launcher.js";
+import { GroupLedger, type GroupReservation, type ReapReport } from "./housekeeping/group-ledger.js";
+import { Launcher } from "./spawn/launcher.js";
 import { defaultKillGracePeriodMs, ManagedProcess, type ProcessStatus } from "./managed-process.js";
-import type { OutputReader } from "./output-buffer.js";
-import { ExpiryQueue } from "./expiry-queue.js";
-import { noteProcessStarted, releaseOutputMemory } from "./memory-reclaim.js";
-import { HelperStartError, spawnPipeChild } from "./pipe-child.js";
-import { spawnPtyChild } from "./pty-child.js";
+import type { OutputReader } from "./output/output-buffer.js";
+import { ExpiryQueue } from "./housekeeping/expiry-queue.js";
+import { noteProcessStarted, releaseOutputMemory } from "./housekeeping/memory-reclaim.js";
+import { HelperStartError, spawnPipeChild } from "./spawn/pipe-child.js";
+import { spawnPtyChild } from "./spawn/pty-child.js";
 import type { SignalName } from "./signals.js";
 import { rootIdentity, type UserIdentity } from "./user.js";
 import {
@@ -28,7 +28,7 @@ import {
   ptySizeProblem,
   stdinDataProblem,
   timeoutProblem,
-} from "./limits.js";
+} from "../shared/limits.js";
 import { Workspace } from "./workspace.js";
 
 /** What to run and how: the process manager's view of a request. */

@@ -1,12 +1,12 @@
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import pino, { type Logger } from "pino";
-import { sandboxdVersion } from "../version.js";
+import { sandboxdVersion } from "../shared/version.js";
 import { createPrettyStream } from "./pretty-stream.js";
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 import { memoryReclaims, type ManagedProcess, type ProcessDescription, type ProcessExit, type ProcessManager } from "../process/index.js";
-import { interceptOutcome } from "./call-outcome.js";
+import { interceptOutcome } from "./rpc/call-outcome.js";
 import { codeToString } from "@connectrpc/connect/protocol-connect";
-import { peerKey, type Peer } from "./limits.js";
+import { peerKey, type Peer } from "./rpc/limits.js";
 
 /** Log levels, quietest last. */
 export const logLevels = ["trace", "debug", "info", "warn", "error", "fatal", "silent"] as const;

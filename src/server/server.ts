@@ -2,9 +2,9 @@ import { setMaxListeners } from "node:events";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { createProcessManager, defaultOutputCapacityBytes, type ProcessManager, type ProcessManagerOptions } from "../process/index.js";
 import { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
-import { assertSafeBinding, assertSafeCors, assertSafeUserSwitch } from "./auth.js";
-import { createHealthStatus, type HealthStatus } from "./health.js";
-import { watchSessionLiveness, type KeepaliveOptions } from "./keepalive.js";
+import { assertSafeBinding, assertSafeCors, assertSafeUserSwitch } from "./rpc/auth.js";
+import { createHealthStatus, type HealthStatus } from "./rpc/health.js";
+import { watchSessionLiveness, type KeepaliveOptions } from "./http/keepalive.js";
 import {
   connectionContextValues,
   createCallLimitInterceptor,
@@ -12,15 +12,15 @@ import {
   defaultMaxCallsPerConnection,
   defaultMaxMessageBytes,
   type CallLimitOptions,
-} from "./limits.js";
-import { createGate, type GateOptions } from "./gate.js";
-import { createHttpEndpoints } from "./http-endpoints.js";
+} from "./rpc/limits.js";
+import { createGate, type GateOptions } from "./http/gate.js";
+import { createHttpEndpoints } from "./http/http-endpoints.js";
 import { createDaemonMetrics, createLogger, createObserveInterceptor, createProcessAudit, type DaemonMetrics } from "./observe.js";
 import type { Logger } from "pino";
-import { createListener, defaultPrefaceTimeoutMs, type ListenerOptions, type TlsOptions } from "./listener.js";
-import { withErrorAnswers } from "./error-answers.js";
-import { createRoutes } from "./routes.js";
-import { shuttingDownError } from "./errors.js";
+import { createListener, defaultPrefaceTimeoutMs, type ListenerOptions, type TlsOptions } from "./http/listener.js";
+import { withErrorAnswers } from "./http/error-answers.js";
+import { createRoutes } from "./rpc/routes.js";
+import { shuttingDownError } from "./rpc/errors.js";
 
 /** Default port of sandboxd. */
 export const defaultPort = 7007;

@@ -7,8 +7,8 @@ import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-no
 import { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
 import { createProcessManager, type ProcessManager, type ProcessManagerOptions } from "../../src/process/index.js";
 import { createRoutes, startServer, type SandboxServer, type SandboxServerOptions } from "../../src/server/index.js";
-import { shuttingDownError } from "../../src/server/errors.js";
-import { withErrorAnswers } from "../../src/server/error-answers.js";
+import { shuttingDownError } from "../../src/server/rpc/errors.js";
+import { withErrorAnswers } from "../../src/server/http/error-answers.js";
 
 /** A fresh temporary directory (realpath) for a test's workspace; remove it when done. */
 export function createWorkspace(prefix = "sandboxd-test-"): string {

@@ -1,0 +1,185 @@
+import { Command } from "commander";
+import { classifyFailure, sandboxV1, toSandboxError, type CommandHandle, type Sandbox } from "../../../client/index.js";
+import { addConnectionOptions, closeSandbox, openSandbox, type ConnectionFlags } from "../connection.js";
+import { CliError, exitCodes } from "../exit-codes.js";
+import { BrokenPipeError, LocalOutput } from "../local-output.js";
+import { onSignals, signalExitCode, sigpipeExitCode } from "../signals.js";
+import { addSpecOptions, commandArgumentHelp, type SpecFlags } from "../spec-options.js";
+import { StdinRelay, type InputTarget } from "../stdin-relay.js";
+import { onTerminalResize, RawMode, terminalSize } from "../terminal.js";
+
+/** The flags of `sandbox exec`. */
+export interface ExecFlags extends SpecFlags, ConnectionFlags {}
+
+/** Creates the `exec` command; `finish` receives its exit code. */
+export function createExecCommand(finish: (code: number) => void): Command {
+  const command = new Command("exec")
+    .summary("run a command in the sandbox and wait for it")
+    .description(
+      "Run a command in the sandbox and wait for it, as `docker exec` and `kubectl exec` do: its stdout and stderr " +
+        "arrive on this terminal's own streams byte for byte, and this exits with its exit code (128 + n when signal n " +
+        "ended it; 125 when sandbox itself failed). The command is killed if this client goes away.\n\n" +
+        "Ctrl-C sends SIGINT to the command and a second Ctrl-C abandons it (the daemon kills it); with -it, Ctrl-C " +
+        "is typed into the command's terminal, as every other key is.",
+    )
+    .usage("[options] [--] <command> [args...]");
+  addSpecOptions(command, {
+    interactive: "pass this terminal's stdin to the command; its end (Ctrl-D, end of a pipe) is passed on",
+    tty: "run the command in a pseudo-terminal of this terminal's size; with -i this terminal goes raw until the end",
+  });
+  addConnectionOptions(command);
+  return command
+    .argument("<command...>", commandArgumentHelp)
+    .passThroughOptions()
+    .action(async (argv: string[], flags: ExecFlags) => finish(await runExec(argv, flags)));
+}
+
+/** Runs `sandbox exec` and resolves with its exit code; throws a CliError or SandboxError when sandbox itself fails. */
+export async function runExec(argv: string[], flags: ExecFlags): Promise<number> {
+  if (flags.tty === true && flags.interactive === true && !process.stdin.isTTY) {
+    throw new CliError("the input device is not a TTY: drop -t, or run this from a terminal");
+  }
+  const sandbox = await openSandbox(flags);
+  try {
+    return await new ExecSession(sandbox, argv, flags).run();
+  } finally {
+    await closeSandbox(sandbox);
+  }
+}
+
+/** Where an exec session is. */
+type SessionState =
+  | { kind: "starting" }
+  | { kind: "running"; processId: string; interrupted: boolean }
+  /** This client gave up on the command because of a local signal; the exit code is 128 + its number. */
+  | { kind: "abandoned"; signal: NodeJS.Signals };
+
+/**
+ * ExecSession is one `sandbox exec`: the command runs through the Exec call (so the daemon kills
+ * it when this client goes away, and slows it rather than dropping output when this terminal is
+ * slow), its output goes to this process's stdout and stderr, and with -i this process's stdin goes
+ * to it over SendInput. With -t its terminal follows this one's size, and with -it this terminal is
+ * raw until the end, whatever ends it.
+ */
+class ExecSession {
+  private state: SessionState = { kind: "starting" };
+  private readonly call = new AbortController();
+  private readonly output = new LocalOutput();
+  private readonly cleanups: (() => void)[] = [];
+  private handle?: Promise<CommandHandle>;
+
+  constructor(
+    private readonly sandbox: Sandbox,
+    private readonly argv: string[],
+    private readonly flags: ExecFlags,
+  ) {}
+
+  async run(): Promise<number> {
+    this.cleanups.push(onSignals(["SIGINT", "SIGTERM", "SIGHUP"], (signal) => this.localSignal(signal)));
+    try {
+      const size = this.flags.tty === true ? terminalSize() : undefined;
+      const events = this.sandbox.client.exec(
+        {
+          spec: {
+            command: this.argv[0],
+            args: this.argv.slice(1),
+            env: this.flags.env,
+            cwd: this.flags.workdir ?? "",
+            timeoutMs: this.flags.timeout ?? 0,
+            sessionId: this.sandbox.sessionId,
+            stdin: this.flags.interactive === true,
+            pty: this.flags.tty === true ? { cols: size?.cols ?? 0, rows: size?.rows ?? 0, term: process.env.TERM ?? "" } : undefined,
+          },
+        },
+        { signal: this.call.signal },
+      );
+      for await (const response of events) {
+        const event = response.event;
+        if (event.case === "started") this.started(event.value.processId);
+        else if (event.case === "output") await this.output.write(event.value.stream === sandboxV1.OutputStream.STDERR ? "stderr" : "stdout", event.value.data);
+        else if (event.case === "exited") {
+          const code = this.exited(event.value);
+          // As a local command killed by SIGPIPE: the reader of our output went away before the end.
+          return this.output.brokenPipe ? sigpipeExitCode : code;
+        }
+      }
+      throw new CliError("the daemon ended the call without the command's exit");
+    } catch (error) {
+      if (this.state.kind === "abandoned") return signalExitCode(this.state.signal) ?? exitCodes.relayFailure;
+      // The reader of our output went away (`| head`): leaving cancels the call, which kills the command.
+      if (error instanceof BrokenPipeError) return sigpipeExitCode;
+      if (error instanceof CliError) throw error;
+      // A connection cut or reset under the call: say that, not the transport's code.
+      if (classifyFailure(error, false) !== "fatal") {
+        throw new CliError(`lost the connection to the daemon: ${toSandboxError(error).message}`, { cause: error });
+      }
+      throw toSandboxError(error);
+    } finally {
+      this.cleanup();
+      this.call.abort();
+    }
+  }
+
+  /** The command was spawned: resizes and input can go to it now. */
+  private started(processId: string): void {
+    if (this.state.kind !== "starting") return;
+    this.state = { kind: "running", processId, interrupted: false };
+    if (this.flags.tty === true) {
+      this.cleanups.push(onTerminalResize((size) => void this.inputHandle().then((handle) => handle.resize(size.cols, size.rows)).catch(() => {})));
+    }
+    if (this.flags.interactive !== true) return;
+    if (this.flags.tty === true && process.stdin.isTTY) {
+      const raw = RawMode.enter(process.stdin);
+      this.cleanups.push(() => raw.restore());
+    }
+    const target: InputTarget = {
+      sendInput: async (data) => (await this.inputHandle()).sendInput(data),
+      closeInput: async () => (await this.inputHandle()).closeInput(),
+    };
+    // Input that cannot be delivered means the command exited or closed its stdin: its exit follows.
+    const relay = new StdinRelay(process.stdin, target, { closeAtEnd: true, onError: () => {} });
+    this.cleanups.push(() => relay.stop());
+  }
+
+  /** The command exited: its exit code, after a line on stderr when it could not start or ran out of time. */
+  private exited(exited: { exitCode?: number; signal: string; timedOut: boolean; error: string }): number {
+    this.cleanup();
+    const code = exited.exitCode ?? signalExitCode(exited.signal);
+    if (code === undefined) throw new CliError(`the command ended without an exit code (signal ${JSON.stringify(exited.signal)})`);
+    if (exited.error !== "") process.stderr.write(`sandbox: ${exited.error}\n`);
+    if (exited.timedOut) process.stderr.write(`sandbox: the command ran past --timeout and was killed (${exited.signal || "SIGKILL"})\n`);
+    return code;
+  }
+
+  /**
+   * A signal reached this process. SIGINT (Ctrl-C without a raw terminal) is passed to the command
+   * once, as `docker run` passes it; a second one, SIGTERM or SIGHUP abandon the command:
+   * cancelling the call makes the daemon kill it.
+   */
+  private localSignal(signal: NodeJS.Signals): void {
+    const state = this.state;
+    if (signal === "SIGINT" && state.kind === "running" && !state.interrupted) {
+      state.interrupted = true;
+      void this.inputHandle()
+        .then((handle) => handle.kill("SIGINT", { gracePeriodMs: -1 }))
+        .catch(() => {});
+      return;
+    }
+    if (state.kind === "abandoned") return;
+    this.state = { kind: "abandoned", signal };
+    this.call.abort();
+  }
+
+  /** A handle of the running command for input, resizes and signals; made on first use. */
+  private inputHandle(): Promise<CommandHandle> {
+    const state = this.state;
+    if (state.kind !== "running") return Promise.reject(new CliError("the command is not running"));
+    this.handle ??= this.sandbox.attach(state.processId);
+    return this.handle;
+  }
+
+  /** Stops relaying and puts the terminal back; runs once, whichever way the session ends. */
+  private cleanup(): void {
+    for (const cleanup of this.cleanups.splice(0).reverse()) cleanup();
+  }
+}

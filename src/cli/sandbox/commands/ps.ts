@@ -1,0 +1,113 @@
+import { Command, Option } from "commander";
+import type { CommandHandle, ProcessStatus } from "../../../client/index.js";
+import { addConnectionOptions, closeSandbox, openSandbox, type ConnectionFlags } from "../connection.js";
+import { exitCodes } from "../exit-codes.js";
+
+/** The flags of `sandbox ps`. */
+export interface PsFlags extends ConnectionFlags {
+  /** Also exited processes (-a). */
+  all?: boolean;
+  /** Only this session's processes (--session). */
+  session?: string;
+  /** Output format (-o). */
+  output: "table" | "json";
+}
+
+/** Statuses of a process still alive. */
+const liveStatuses: readonly ProcessStatus[] = ["starting", "running"];
+
+/** Creates the `ps` command; `finish` receives its exit code. */
+export function createPsCommand(finish: (code: number) => void): Command {
+  const command = new Command("ps")
+    .summary("list processes")
+    .description(
+      "List the daemon's live processes, oldest first, as a table or as JSON (-o json: an array of objects with " +
+        "id, pid, status, exitCode, signal, sessionId, startTime, endTime, command and args). " +
+        "With -a, exited processes whose records the daemon still keeps are listed too.",
+    )
+    .option("-a, --all", "also list exited processes")
+    .option("--session <id>", "only the processes of this session")
+    .addOption(new Option("-o, --output <format>", "output format").choices(["table", "json"]).default("table"));
+  addConnectionOptions(command);
+  return command.action(async (flags: PsFlags) => finish(await runPs(flags)));
+}
+
+/** One process as `ps -o json` prints it. */
+export interface ProcessRow {
+  id: string;
+  pid: number | null;
+  status: ProcessStatus;
+  exitCode: number | null;
+  signal: string | null;
+  sessionId: string | null;
+  startTime: string;
+  endTime: string | null;
+  command: string;
+  args: string[];
+}
+
+/** Runs `sandbox ps`. */
+export async function runPs(flags: PsFlags): Promise<number> {
+  const sandbox = await openSandbox(flags, { sessionId: flags.session });
+  try {
+    const statuses = flags.all === true ? undefined : liveStatuses;
+    const handles = await sandbox.listProcesses({ all: flags.session === undefined, statuses });
+    const rows = handles.map(toRow);
+    process.stdout.write(flags.output === "json" ? `${JSON.stringify(rows, null, 2)}\n` : table(rows, new Date()));
+    return exitCodes.ok;
+  } finally {
+    await closeSandbox(sandbox);
+  }
+}
+
+function toRow(handle: CommandHandle): ProcessRow {
+  return {
+    id: handle.id,
+    pid: handle.pid ?? null,
+    status: handle.status,
+    exitCode: handle.exitCode ?? null,
+    signal: handle.exit?.signal ?? null,
+    sessionId: handle.sessionId ?? null,
+    startTime: handle.startTime.toISOString(),
+    endTime: handle.endTime?.toISOString() ?? null,
+    command: handle.command,
+    args: [...handle.args],
+  };
+}
+
+/** The rows as a table with a header, columns padded to their widest cell. */
+function table(rows: readonly ProcessRow[], now: Date): string {
+  const header = ["ID", "PID", "STATUS", "AGE", "SESSION", "COMMAND"];
+  const cells = rows.map((row) => [
+    row.id,
+    row.pid === null ? "-" : String(row.pid),
+    statusText(row),
+    age(new Date(row.startTime), now),
+    row.sessionId ?? "-",
+    [row.command, ...row.args].map((word, index) => (index === 0 && row.args.length === 0 ? word : shellQuote(word))).join(" "),
+  ]);
+  const widths = header.map((title, column) => Math.max(title.length, ...cells.map((line) => line[column].length)));
+  return [header, ...cells].map((line) => line.map((cell, column) => (column === line.length - 1 ? cell : cell.padEnd(widths[column]))).join("  ")).join("\n") + "\n";
+}
+
+/** `running`, `completed (0)`, `failed (3)`, `killed (SIGTERM)`. */
+function statusText(row: ProcessRow): string {
+  if (row.signal !== null) return `${row.status} (${row.signal})`;
+  if (row.exitCode !== null) return `${row.status} (${row.exitCode})`;
+  return row.status;
+}
+
+/** How long ago `start` was, as kubectl's AGE column says it: 42s, 5m, 3h, 2d. */
+function age(start: Date, now: Date): string {
+  const seconds = Math.max(0, Math.floor((now.getTime() - start.getTime()) / 1000));
+  if (seconds < 120) return `${seconds}s`;
+  if (seconds < 7200) return `${Math.floor(seconds / 60)}m`;
+  if (seconds < 172_800) return `${Math.floor(seconds / 3600)}h`;
+  return `${Math.floor(seconds / 86_400)}d`;
+}
+
+/** A word as a POSIX shell would need it written: as is when safe, else in single quotes. */
+function shellQuote(word: string): string {
+  if (/^[\w@%+=:,./-]+$/.test(word)) return word;
+  return `'${word.replaceAll("'", `'\\''`)}'`;
+}

@@ -1,0 +1,105 @@
+import { favorCgroupMoves } from "../../process/cgroups/cgroup-moves.js";
+import { PidsCgroup, reclaimMemoryAsDaemon } from "../../process/index.js";
+import { loadNativeAddon } from "../../process/native/native.js";
+import { startServer, type SandboxServer, type SandboxServerOptions } from "../../server/index.js";
+import { createLogger } from "../../server/observe.js";
+import { sandboxdVersion } from "../../shared/version.js";
+import { parseCommandLine, usage } from "./options.js";
+import { exitWithNpmParent } from "./parent-watch.js";
+
+/**
+ * Starts the daemon from the command line (`process.argv`) and shuts it down gracefully on SIGTERM or
+ * SIGINT. The `sandboxd` command (sandboxd.ts) calls it once the process runs with the daemon's Node flags.
+ */
+export async function runDaemon(): Promise<void> {
+  let command;
+  try {
+    command = parseCommandLine(process.argv.slice(2));
+  } catch (error) {
+    process.stderr.write(`sandboxd: ${(error as Error).message}\n(sandboxd --help lists the flags)\n`);
+    process.exit(2);
+  }
+  // Children get a clean environment anyway; this only keeps the token out of anything this process
+  // passes on later.
+  delete process.env.SANDBOXD_TOKEN;
+  // What the delete cannot do: /proc/<pid>/environ still shows the environment the daemon was started
+  // with (a token in SANDBOXD_TOKEN among it) to every process of its uid, and so would its memory.
+  // Not dumpable, those files belong to root and a command running as the daemon's own user cannot read
+  // them; exec gives each command its own dumpable state back.
+  loadNativeAddon()?.hideFromSameUser();
+  if (process.argv.some((arg) => arg === "--token" || arg.startsWith("--token="))) {
+    process.stderr.write("sandboxd: warning: --token is visible to every local user in the process list; prefer --token-file\n");
+  }
+  if (command.kind === "help") {
+    process.stdout.write(usage);
+    return;
+  }
+  if (command.kind === "version") {
+    process.stdout.write(`sandboxd ${sandboxdVersion}\n`);
+    return;
+  }
+  const logger = createLogger({ level: command.logging.level, format: command.logging.format });
+  let server: SandboxServer;
+  try {
+    server = await startServer({ ...command.options, logger, log: (message) => logger.warn(message) });
+  } catch (error) {
+    logger.fatal({ error: (error as Error).message }, `sandboxd: ${(error as Error).message}`);
+    process.exit(1);
+  }
+  // Root only: a daemon given cgroups of its own by delegation cannot set the kernel's options anyway.
+  if (command.favorCgroupMoves && process.getuid?.() === 0 && server.manager.launcher.usesCgroups) {
+    const moves = favorCgroupMoves();
+    const text = moves.state === "favored" ? `favordynmods on (${moves.by === "daemon" ? "turned on now, kernel-wide" : "already"})` : `favordynmods off, the first command after a pause waits for the kernel: ${moves.reason}`;
+    logger.info({ cgroupMoves: moves }, `sandboxd: cgroup moves: ${text}`);
+  }
+  logger.info({ url: server.url, workspace: server.manager.workspace.roots }, `sandboxd listening on ${server.url} (workspace ${server.manager.workspace.roots.join(":")})`);
+  logger.info(`sandboxd: ${securitySummary(command.options, server)}`);
+  reclaimMemoryAsDaemon();
+  let stopping = false;
+  const stop = (signal: NodeJS.Signals) => {
+    // Kept listening (not once): a second signal would otherwise take Node's default action and kill
+    // the daemon halfway through its shutdown, leaving its commands running. Ctrl-C on `npm start`
+    // sends two SIGINTs: the terminal's to the whole group, and the one npm passes on.
+    if (stopping) {
+      logger.info({ signal }, `sandboxd: ${signal} again, still shutting down`);
+      return;
+    }
+    stopping = true;
+    logger.info({ signal }, `sandboxd: ${signal}, shutting down`);
+    const forced = setTimeout(() => process.exit(1), 10_000);
+    forced.unref();
+    void server.close().then(() => process.exit(0));
+  };
+  process.on("SIGTERM", stop);
+  process.on("SIGINT", stop);
+  exitWithNpmParent();
+}
+
+/** One line on how the daemon is guarded; never the token itself. */
+function securitySummary(options: SandboxServerOptions, server: SandboxServer): string {
+  const manager = server.manager;
+  const access = options.token !== undefined ? "bearer token required" : options.insecure ? "NO TOKEN (--insecure)" : "no token (loopback only)";
+  const user = options.runAs ? `${options.runAs.name} (uid ${options.runAs.uid})` : "the daemon's user";
+  const leftoverTasks = PidsCgroup.leftoverTasksKilled;
+  const reaped = [
+    manager.reaped ? `killed ${manager.reaped.killedGroups.length} process groups left by a previous daemon (state directory)` : "",
+    leftoverTasks > 0 ? `killed ${leftoverTasks} tasks left in a previous daemon's cgroups` : "",
+  ]
+    .filter(Boolean)
+    .map((text) => `, ${text}`)
+    .join("");
+  const helper =
+    manager.launcher.helper === undefined
+      ? "; WARNING: the sandboxd-exec helper was not built (no C compiler at install?): fds this daemon inherited reach commands and a working directory is not re-checked as it is entered"
+      : "";
+  const addon =
+    loadNativeAddon() === null
+      ? "; WARNING: the native addon (build/sandboxd.node) is not loaded: commands start with a fork of the daemon (slower), freed memory is not trimmed"
+      : "";
+  const applied = manager.launcher.resources?.applied;
+  const resources =
+    applied === undefined
+      ? "; commands share the daemon's memory and CPU (no writable memory or cpu cgroup)"
+      : `; commands: ${applied.memoryBytes !== undefined ? `${Math.round(applied.memoryBytes / 1048576)} MiB of memory together` : "no memory limit"}, ${applied.cpuWeight !== undefined ? `CPU weight ${applied.cpuWeight} of the daemon's` : "no CPU weight"}`;
+  return `${access}; commands run as ${user}; fork cap: ${manager.launcher.forkLimit(options.runAs?.uid)}${resources}${reaped}${helper}${addon}`;
+}

@@ -1,0 +1,149 @@
+import { constants as osConstants } from "node:os";
+import { timestampDate } from "@bufbuild/protobuf/wkt";
+import { ProcessStatus as ProtoStatus, type ProcessExited, type ProcessInfo } from "../../../gen/sandbox/v1/sandbox_pb.js";
+
+/**
+ * ProcessStatus is the lifecycle state of a process: `starting` while spawned, `running`, then
+ * `completed` (exit 0), `failed` (non-zero exit), `killed` (ended by a signal: a kill, timeout or
+ * cancel) or `error` (could not start).
+ */
+export type ProcessStatus = "starting" | "running" | "completed" | "failed" | "killed" | "error";
+
+/** Every {@link ProcessStatus}, in lifecycle order. */
+export const processStatuses: readonly ProcessStatus[] = ["starting", "running", "completed", "failed", "killed", "error"];
+
+const fromProto: Record<number, ProcessStatus> = {
+  [ProtoStatus.STARTING]: "starting",
+  [ProtoStatus.RUNNING]: "running",
+  [ProtoStatus.COMPLETED]: "completed",
+  [ProtoStatus.FAILED]: "failed",
+  [ProtoStatus.KILLED]: "killed",
+  [ProtoStatus.ERROR]: "error",
+};
+
+/** Converts a protobuf status; `error` for an unspecified or unknown value. */
+export function statusFromProto(status: ProtoStatus): ProcessStatus {
+  return fromProto[status] ?? "error";
+}
+
+/** Converts a status to its protobuf enum value. */
+export function statusToProto(status: ProcessStatus): ProtoStatus {
+  return Number(Object.entries(fromProto).find(([, name]) => name === status)?.[0] ?? ProtoStatus.UNSPECIFIED) as ProtoStatus;
+}
+
+/** ProcessExit says how a process ended, as the daemon reported it. */
+export interface ProcessExit {
+  /** Final status: completed, failed, killed or error. */
+  status: ProcessStatus;
+  /**
+   * The exit code. A process ended by a signal has no exit code of its own; it is reported as
+   * 128 + the signal's number (137 for SIGKILL, 143 for SIGTERM), as a shell reports it, with
+   * `signal` set. A program that was not found is 127.
+   */
+  exitCode: number;
+  /** Name of the signal that ended it (`"SIGKILL"`), undefined when it exited on its own. */
+  signal?: string;
+  /** Whether it was killed because its timeout expired. */
+  timedOut: boolean;
+  /**
+   * Whether a kill was requested (kill(), a cancelled call, the daemon shutting down). It says
+   * nothing of how the process ended: one that caught SIGTERM and exited 0 has this set with
+   * status `completed`; `signal` tells whether a signal ended it.
+   */
+  killRequested: boolean;
+  /** When it started. */
+  startTime: Date;
+  /** When it ended. */
+  endTime: Date;
+  /** How long it ran, in milliseconds. */
+  durationMs: number;
+  /** Total bytes written to stdout. */
+  stdoutBytes: number;
+  /** Total bytes written to stderr. */
+  stderrBytes: number;
+  /** Why it could not start, for status error. */
+  error?: string;
+}
+
+/**
+ * The exit code to report for an exit: the process's own, else 128 + the number of the signal that
+ * ended it; undefined when the daemon gave neither (never invented).
+ */
+export function exitCodeOf(exited: Pick<ProcessExited, "exitCode" | "signal">): number | undefined {
+  if (exited.exitCode !== undefined) return exited.exitCode;
+  const number = (osConstants.signals as Record<string, number | undefined>)[exited.signal];
+  return number === undefined ? undefined : 128 + number;
+}
+
+/** Converts a ProcessExited message; undefined when it carries no exit code and no known signal. */
+export function exitFromProto(exited: ProcessExited): ProcessExit | undefined {
+  const exitCode = exitCodeOf(exited);
+  if (exitCode === undefined) return undefined;
+  const startTime = exited.startTime ? timestampDate(exited.startTime) : new Date(0);
+  const endTime = exited.endTime ? timestampDate(exited.endTime) : startTime;
+  const duration = exited.duration;
+  return {
+    status: statusFromProto(exited.status),
+    exitCode,
+    signal: exited.signal || undefined,
+    timedOut: exited.timedOut,
+    killRequested: exited.killed,
+    startTime,
+    endTime,
+    durationMs: duration ? Number(duration.seconds) * 1000 + duration.nanos / 1e6 : endTime.getTime() - startTime.getTime(),
+    stdoutBytes: Number(exited.stdoutBytes),
+    stderrBytes: Number(exited.stderrBytes),
+    error: exited.error || undefined,
+  };
+}
+
+/** ProcessDetails is what the daemon's record says about a process when it was last seen. */
+export interface ProcessDetails {
+  /** The process id: client-chosen or a UUID. */
+  id: string;
+  /** Operating-system pid, also its process group id; undefined if never spawned. */
+  pid?: number;
+  /** The command as given. */
+  command: string;
+  /** The arguments (argv form); empty for a shell command line. */
+  args: string[];
+  /** Status when last seen. */
+  status: ProcessStatus;
+  /** Session id, if any. */
+  sessionId?: string;
+  /** Resolved working directory. */
+  cwd: string;
+  /** Whether it runs in a PTY. */
+  pty: boolean;
+  /** Whether its stdin is open for input now (started with `stdin: true` and not closed since). */
+  stdinOpen: boolean;
+  /** When it started. */
+  startTime: Date;
+  /** Whether the record is removed automatically after exit. */
+  autoCleanup: boolean;
+  /** How it ended; undefined while running. */
+  exit?: ProcessExit;
+}
+
+/** Converts a ProcessInfo message. */
+export function detailsFromProto(info: ProcessInfo): ProcessDetails {
+  return {
+    id: info.processId,
+    pid: info.pid === 0 ? undefined : info.pid,
+    command: info.command,
+    args: [...info.args],
+    status: statusFromProto(info.status),
+    sessionId: info.sessionId || undefined,
+    cwd: info.cwd,
+    pty: info.pty,
+    stdinOpen: info.stdin,
+    startTime: info.startTime ? timestampDate(info.startTime) : new Date(),
+    autoCleanup: info.autoCleanup,
+    exit: info.exit && exitFromProto(info.exit),
+  };
+}
+
+/** The command line a process runs, for display: the command, then its arguments. */
+export function commandLine(details: { readonly command: string; readonly args: readonly string[] }): string {
+  return [details.command, ...details.args].join(" ");
+}

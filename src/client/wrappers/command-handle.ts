@@ -1,0 +1,66 @@
+import type { InputAck } from "../core/input-stream.js";
+import { ProcessHandle, type KillOptions } from "../core/process-handle.js";
+import { reconnectSettings } from "../core/reconnect-policy.js";
+
+/**
+ * CommandHandle mirrors the LangSmith sandbox SDK's `CommandHandle`: what `sandbox.run(command,
+ * { wait: false })` resolves with. It is a {@link ProcessHandle} (async-iterable output chunks,
+ * `result`, `sendInput()`, `lastStdoutOffset`/`lastStderrOffset`, `reconnect()`, `commandId`,
+ * `pid`) whose `kill()` sends SIGKILL by default, as that API's does.
+ *
+ * Auto-reconnect behaves as that API documents: after the daemon goes away for a restart (its
+ * "1001 Going Away": the SHUTTING_DOWN reason, or a graceful HTTP/2 GOAWAY) the handle reconnects
+ * at once; after a network error or an unexpected close it backs off exponentially from
+ * `BACKOFF_BASE` milliseconds up to `BACKOFF_MAX`, with jitter, for at most `MAX_AUTO_RECONNECTS`
+ * consecutive failures; after `kill()` it does not reconnect. The three statics are shared by
+ * every handle of this client.
+ */
+export class CommandHandle extends ProcessHandle {
+  /** Consecutive failed reconnect attempts before a handle gives up (default 5). */
+  static get MAX_AUTO_RECONNECTS(): number {
+    return reconnectSettings.maxAttempts;
+  }
+  static set MAX_AUTO_RECONNECTS(value: number) {
+    reconnectSettings.maxAttempts = value;
+  }
+
+  /** Ceiling of the first backoff in milliseconds, doubled on each consecutive failure (default 500). */
+  static get BACKOFF_BASE(): number {
+    return reconnectSettings.backoffBaseMs;
+  }
+  static set BACKOFF_BASE(value: number) {
+    reconnectSettings.backoffBaseMs = value;
+  }
+
+  /** Largest backoff ceiling in milliseconds (default 10000). */
+  static get BACKOFF_MAX(): number {
+    return reconnectSettings.backoffMaxMs;
+  }
+  static set BACKOFF_MAX(value: number) {
+    reconnectSettings.backoffMaxMs = value;
+  }
+
+  /**
+   * Sends `signal` to the command's whole process group: SIGKILL by default, as LangSmith's
+   * `CommandHandle.kill()` does. The stream then ends with the exit; the handle does not reconnect.
+   * That API's kill() returns nothing, so this may be called without awaiting it: a failure then
+   * goes unreported instead of becoming an unhandled rejection.
+   */
+  override kill(signal = "SIGKILL", options: KillOptions = {}): Promise<void> {
+    return handled(super.kill(signal, options));
+  }
+
+  /**
+   * Writes `data` to the command's stdin (see {@link ProcessHandle.sendInput}). Like kill(), it
+   * may be called without awaiting it, as LangSmith's `sendInput()` returns nothing.
+   */
+  override sendInput(data: string | Uint8Array): Promise<InputAck> {
+    return handled(super.sendInput(data));
+  }
+}
+
+/** `promise`, with a rejection handler attached so that not awaiting it is not an unhandled rejection. */
+function handled<T>(promise: Promise<T>): Promise<T> {
+  promise.catch(() => {});
+  return promise;
+}

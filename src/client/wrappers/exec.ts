@@ -1,0 +1,212 @@
+import type { CommandFinished } from "../core/command-finished.js";
+import { checkOptions, commandOptionNames, optionNames, type CommandOptions } from "../core/command-options.js";
+import { linkSignals } from "../../shared/abort.js";
+import { ExecutionTimeoutError, SandboxError, toSandboxError } from "../core/errors.js";
+import { launch, type LaunchContext } from "../core/launch.js";
+import { StreamDecoder, type OutputStreamName } from "../core/output.js";
+import { commandLine } from "../core/process-record.js";
+
+/**
+ * The options every Cloudflare-style call takes, as that SDK's `BaseExecOptions`: the command's
+ * options with its time limit named `timeout` (in milliseconds, as there), plus argv form, PTY,
+ * stdin input and sudo.
+ */
+export interface BaseExecOptions extends Pick<CommandOptions, "sessionId" | "env" | "cwd" | "encoding" | "args" | "pty" | "sudo" | "input"> {
+  /**
+   * Maximum execution time in milliseconds; 0 for none. exec() and execStream() default to the
+   * sandbox's `timeoutMs`, background processes to none.
+   */
+  timeout?: number;
+}
+
+/** Options of `exec()`, as the Cloudflare Sandbox SDK's `ExecOptions`. */
+export interface ExecOptions extends BaseExecOptions {
+  /** Streams output through the callbacks as it arrives; `onComplete` is called only with it. */
+  stream?: boolean;
+  /** Text as it arrives, per stream, decoded incrementally (never a split character). */
+  onOutput?: (stream: OutputStreamName, data: string) => void;
+  /** The result, when `stream` is true. */
+  onComplete?: (result: ExecResult) => void;
+  /** The error exec() is about to reject with. */
+  onError?: (error: Error) => void;
+  /** Aborting cancels the call, which kills the command's process group; exec() rejects with the signal's reason. */
+  signal?: AbortSignal;
+}
+
+/** Options of `execStream()`, as the Cloudflare Sandbox SDK's `StreamOptions`. */
+export interface StreamOptions extends BaseExecOptions {
+  /** Accepted as that SDK accepts it; chunks are as the daemon sends them. */
+  bufferSize?: number;
+  /** Aborting cancels the call and kills the command; the stream then yields an `error` event and ends. */
+  signal?: AbortSignal;
+}
+
+/** The result of `exec(command, options)`, as the Cloudflare Sandbox SDK's `ExecResult`, plus `output` and `signal`. */
+export interface ExecResult {
+  /** Whether the command succeeded (exitCode === 0). */
+  success: boolean;
+  /** The exit code; 128 + the signal number when a signal ended the command. */
+  exitCode: number;
+  /** Standard output as text. */
+  stdout: string;
+  /** Standard error as text. */
+  stderr: string;
+  /** Both streams joined in arrival order. With `pty`, everything is here and in stdout. */
+  output: string;
+  /** The command that was executed, with its arguments. */
+  command: string;
+  /** How long the command ran, in milliseconds. */
+  duration: number;
+  /** ISO timestamp of when the command started. */
+  timestamp: string;
+  /** Session the command ran in. */
+  sessionId?: string;
+  /** Name of the signal that ended the command (`"SIGTERM"`), undefined when it exited. */
+  signal?: string;
+}
+
+/** The result of `exec(command, args, options)`, as the Together sandbox SDK's `exec()`: the exit code and the joined output. */
+export interface ExecOutput {
+  /** The exit code; 128 + the signal number when a signal ended the command (137 after a timeout). */
+  exitCode: number;
+  /** Both streams joined in arrival order. */
+  output: string;
+}
+
+/** One event of `execStream()`, as the Cloudflare Sandbox SDK's `ExecEvent`: `start`, `stdout`/`stderr` text, then `complete` or `error`. */
+export interface ExecEvent {
+  /** What happened. */
+  type: "start" | "stdout" | "stderr" | "complete" | "error";
+  /** ISO timestamp of the event. */
+  timestamp: string;
+  /** The text, for stdout and stderr. */
+  data?: string;
+  /** The command, for start. */
+  command?: string;
+  /** The exit code, for complete. */
+  exitCode?: number;
+  /** The result, for complete. */
+  result?: ExecResult;
+  /** The failure, for error. */
+  error?: Error;
+}
+
+/** The field names of {@link BaseExecOptions}. */
+export const baseExecOptionNames = optionNames<BaseExecOptions>({
+  sessionId: true,
+  env: true,
+  cwd: true,
+  encoding: true,
+  args: true,
+  pty: true,
+  sudo: true,
+  input: true,
+  timeout: true,
+});
+const execOptionNames = optionNames<ExecOptions>({ ...baseExecOptionNames, stream: true, onOutput: true, onComplete: true, onError: true, signal: true });
+const streamOptionNames = optionNames<StreamOptions>({ ...baseExecOptionNames, bufferSize: true, signal: true });
+const { args: _args, ...argvExecOptionNames } = commandOptionNames;
+
+/** The command's options for a Cloudflare-style call: `timeout` is the core's `timeoutMs`. */
+export function fromBaseExecOptions<T extends BaseExecOptions>(options: T): Omit<T, "timeout"> & Pick<CommandOptions, "timeoutMs"> {
+  const { timeout, ...rest } = options;
+  return { ...rest, timeoutMs: timeout };
+}
+
+/**
+ * Runs a command and waits for it, in either of two shapes:
+ * - `exec(command, options?)`, as the Cloudflare Sandbox SDK's: resolves with an
+ *   {@link ExecResult} whatever the exit code; rejects with {@link ExecutionTimeoutError} when the
+ *   `timeout` killed the command, with a SandboxError when the daemon refuses it or the stream
+ *   ends without an exit, and with `signal`'s reason when aborted (the command is killed).
+ * - `exec(command, args, options?)`, as the Together sandbox SDK's: resolves with
+ *   `{ exitCode, output }` whatever the exit code (a command killed by the time limit has 137);
+ *   rejects when there is no exit code to give.
+ * A second argument of any other shape is a SandboxError INVALID_ARGUMENT.
+ */
+export async function exec(
+  context: LaunchContext,
+  command: string,
+  second?: ExecOptions | readonly string[],
+  third?: Omit<CommandOptions, "args">,
+): Promise<ExecResult | ExecOutput> {
+  if (Array.isArray(second)) {
+    checkOptions(third, argvExecOptionNames, "exec(command, args, options)");
+    const finished = await (await launch(context, command, { ...third, args: second }, "wait")).result;
+    return { exitCode: finished.exitCode, output: finished.output() };
+  }
+  if (third !== undefined) throw new SandboxError("exec(command, options) takes no third argument; arguments go in an array: exec(command, args, options)", "INVALID_ARGUMENT");
+  checkOptions(second, execOptionNames, "exec(command, options)");
+  return execWithResult(context, command, (second ?? {}) as ExecOptions);
+}
+
+async function execWithResult(context: LaunchContext, command: string, options: ExecOptions): Promise<ExecResult> {
+  const { stream, onComplete, onError, ...rest } = options;
+  const timeoutMs = options.timeout ?? context.defaults.timeoutMs;
+  try {
+    const handle = await launch(context, command, fromBaseExecOptions(rest), "wait");
+    const finished = await handle.result;
+    if (finished.timedOut) throw new ExecutionTimeoutError(timeoutMs);
+    const result = toExecResult(finished, commandLine(handle), handle.sessionId);
+    if (stream === true) onComplete?.(result);
+    return result;
+  } catch (error) {
+    const failure: Error = options.signal?.aborted ? options.signal.reason : toSandboxError(error);
+    onError?.(failure);
+    throw failure;
+  }
+}
+
+/**
+ * Runs a command as an async iterable of {@link ExecEvent}s, as the Cloudflare Sandbox SDK's
+ * `execStream()`: `start`, `stdout`/`stderr` text, then `complete` with the result, or one `error`
+ * event that ends the stream (an {@link ExecutionTimeoutError} when the `timeout` killed the
+ * command). Leaving the loop early cancels the call, which kills the command.
+ */
+export async function* execStream(context: LaunchContext, command: string, options: StreamOptions = {}): AsyncGenerator<ExecEvent> {
+  checkOptions(options, streamOptionNames, "execStream");
+  const { bufferSize: _bufferSize, ...rest } = options;
+  const stop = linkSignals(options.signal);
+  const timeoutMs = options.timeout ?? context.defaults.timeoutMs;
+  const now = () => new Date().toISOString();
+  let failure: Error | undefined;
+  try {
+    const handle = await launch(context, command, { ...fromBaseExecOptions(rest), signal: stop.signal }, "wait");
+    yield { type: "start", timestamp: now(), command: commandLine(handle) };
+    const decoder = new StreamDecoder(options.encoding);
+    for await (const chunk of handle) {
+      const data = decoder.decode(chunk.stream, chunk.data);
+      if (data !== "") yield { type: chunk.stream, timestamp: now(), data };
+    }
+    for (const stream of ["stdout", "stderr"] as const) {
+      const data = decoder.flush(stream);
+      if (data !== "") yield { type: stream, timestamp: now(), data };
+    }
+    const finished = await handle.result;
+    if (finished.timedOut) throw new ExecutionTimeoutError(timeoutMs);
+    const result = toExecResult(finished, commandLine(handle), handle.sessionId);
+    yield { type: "complete", timestamp: now(), exitCode: result.exitCode, result };
+  } catch (error) {
+    failure = options.signal?.aborted ? options.signal.reason : toSandboxError(error);
+  } finally {
+    // Leaving the loop early (or failing) cancels the call, which kills the command; after the exit it does nothing.
+    stop.abort(new SandboxError("the stream was left early", "CANCELED"));
+  }
+  if (failure !== undefined) yield { type: "error", timestamp: now(), error: failure };
+}
+
+/** Converts a finished command to an ExecResult. */
+export function toExecResult(finished: CommandFinished, command: string, sessionId: string | undefined): ExecResult {
+  return {
+    success: finished.exitCode === 0,
+    exitCode: finished.exitCode,
+    stdout: finished.stdout(),
+    stderr: finished.stderr(),
+    output: finished.output(),
+    command,
+    duration: finished.exit.durationMs,
+    timestamp: finished.exit.startTime.toISOString(),
+    sessionId,
+    signal: finished.signal,
+  };
+}

@@ -1,0 +1,71 @@
+import { readdirSync, readFileSync, rmdirSync } from "node:fs";
+import path from "node:path";
+import { processExists } from "../../shared/process-exists.js";
+
+/** The pids of a cgroup's tasks (its `cgroup.procs`); undefined when it is gone, empty when unreadable. */
+export function cgroupMembers(directory: string): number[] | undefined {
+  try {
+    return readFileSync(path.join(directory, "cgroup.procs"), "utf8").split("\n").filter(Boolean).map(Number);
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === "ENOENT" ? undefined : [];
+  }
+}
+
+/** Sends SIGKILL to every task of a cgroup; tasks gone meanwhile are skipped. Returns how many were signalled. */
+export function killCgroupMembers(directory: string): number {
+  return killTasks(cgroupMembers(directory) ?? []);
+}
+
+/** Sends SIGKILL to each pid; ones gone meanwhile are skipped. Returns how many were signalled. */
+export function killTasks(pids: readonly number[]): number {
+  let killed = 0;
+  for (const pid of pids) {
+    try {
+      process.kill(pid, "SIGKILL");
+      killed++;
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  return killed;
+}
+
+/** Removes an empty cgroup directory; one still busy (or gone) is left as it is. */
+export function removeCgroupQuietly(directory: string): void {
+  try {
+    rmdirSync(directory);
+  } catch {
+    // Busy or gone.
+  }
+}
+
+/**
+ * Kills the tasks of, and removes, the cgroups `sandboxd.<pid>.<n>` under `parent` that belong to
+ * sandboxd daemons no longer running (a daemon killed with SIGKILL leaves them, its commands inside),
+ * with the per-command cgroups below them. Returns how many tasks were sent SIGKILL. The killed tasks
+ * take a moment to go: a directory that cannot be removed now is removed at a later start.
+ */
+export function removeLeftoverCgroups(parent: string): number {
+  let entries: string[];
+  try {
+    entries = readdirSync(parent);
+  } catch {
+    return 0;
+  }
+  let killed = 0;
+  for (const entry of entries) {
+    const owner = /^sandboxd\.(\d+)\.\d+$/.exec(entry);
+    if (owner === null || processExists(Number(owner[1]))) continue;
+    const directory = path.join(parent, entry);
+    try {
+      const children = readdirSync(directory, { withFileTypes: true }).filter((child) => child.isDirectory());
+      killed += killCgroupMembers(directory);
+      for (const child of children) killed += killCgroupMembers(path.join(directory, child.name));
+      for (const child of children) removeCgroupQuietly(path.join(directory, child.name));
+      removeCgroupQuietly(directory);
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  return killed;
+}

@@ -1,0 +1,255 @@
+import { accessSync, constants as fsConstants, readdirSync, readFileSync } from "node:fs";
+import { encodeHelperEnvironment, findExecHelper } from "../native/exec-helper.js";
+import { PidsCgroup } from "../cgroups/pids-cgroup.js";
+import { ResourceCgroup, type ResourceLimits } from "../cgroups/resource-cgroup.js";
+import type { UserIdentity } from "../user.js";
+
+/** Default most tasks (processes and threads) one command may have at once. */
+export const defaultMaxTasksPerCommand = 1024;
+
+/**
+ * Default most tasks of all commands together: a quarter of the kernel's pid_max, at most 16384, so
+ * commands can never take every pid of the machine (32768 here: 8192).
+ */
+export const defaultMaxTasksTotal = Math.min(16_384, Math.floor(readPidMax() / 4));
+
+function readPidMax(): number {
+  try {
+    return Number(readFileSync("/proc/sys/kernel/pid_max", "utf8").trim()) || 32_768;
+  } catch {
+    return 32_768;
+  }
+}
+
+/** How a fork bomb inside a command is capped, as detected by {@link Launcher.create}. */
+export type ForkLimit =
+  /** A cgroup per command with `pids.max`: exact, per command, works for root too. */
+  | "cgroup-pids"
+  /** RLIMIT_NPROC (set by the helper, or util-linux `prlimit`): counts every process of the command's uid, and the kernel ignores it for root. */
+  | "rlimit-nproc"
+  /** Nothing available (or disabled). */
+  | "none";
+
+/** Options for {@link Launcher.create}. */
+export interface LauncherOptions {
+  /** Most tasks one command may have at once; 0 disables the cap. Default {@link defaultMaxTasksPerCommand}. */
+  maxTasksPerCommand?: number;
+  /**
+   * Most tasks of all commands together (the daemon's cgroup's `pids.max`); 0 for no cap. Default
+   * {@link defaultMaxTasksTotal}. Only with cgroups: RLIMIT_NPROC has no daemon-wide form.
+   */
+  maxTasksTotal?: number;
+  /** Look for a cgroup pids controller; false forces the rlimit fallback. Default true. */
+  cgroups?: boolean;
+  /**
+   * Memory and CPU of all commands together (see {@link ResourceCgroup}); false for none. Default:
+   * the defaults of {@link ResourceLimits}, where a cgroup v1 memory or cpu hierarchy is writable.
+   */
+  resources?: ResourceLimits | false;
+  /** Path of the native helper; null to run without it. Default: {@link findExecHelper}. */
+  execHelper?: string | null;
+}
+
+/** What to launch: a command as the process manager resolved it. */
+export interface LaunchRequest {
+  /** Program, looked up in `env.PATH` when it has no slash. */
+  file: string;
+  /** Arguments, without the program name. */
+  args: readonly string[];
+  /** The command's complete environment. */
+  env: Readonly<Record<string, string>>;
+  /** Absolute, resolved working directory. */
+  cwd: string;
+  /** Whether the command runs in a PTY (the helper then reports failures on the terminal). */
+  pty: boolean;
+  /**
+   * Whether `cwd` is a workspace root itself: no component of it is the client's to swap, so it
+   * needs no check as it is entered.
+   */
+  cwdIsRoot: boolean;
+}
+
+/** How to spawn one command: the program, arguments, environment and ids to pass to spawn. */
+export interface LaunchPlan {
+  file: string;
+  args: string[];
+  /** The environment to spawn with: the helper's encoding of the command's, or the command's own. */
+  env: Record<string, string>;
+  /** Working directory to spawn in; "" when the helper enters (and verifies) it. */
+  cwd: string;
+  /** The helper reports a failed start on fd 3 (see {@link parseHelperStatus}); pipe commands only. */
+  statusFd: boolean;
+  /** Releases what the plan holds (the command's cgroup) once the command's group has exited. */
+  release(): Promise<void>;
+}
+
+/**
+ * Launcher turns a command into what to spawn so that it runs as the right user, with that user's
+ * supplementary groups, in a working directory nobody swapped meanwhile, with its fork count capped,
+ * and with no fd the daemon inherited. All of that is the job of the native helper
+ * (`native/sandboxd-exec.c`, see {@link findExecHelper}), which execs the command in the end, so the
+ * pid spawned is the command's pid and process group id:
+ *
+ *     sandboxd-exec --cgroup <cgroup.procs> --uid U --gid G --groups NAME --cwd DIR -- <program> <args...>
+ *
+ * The helper runs with an environment the daemon fixed; the client's variables reach only the
+ * command, after the switch to its user. Without the helper (no C compiler at install) commands run
+ * as the daemon's user only, joining their cgroup through a shell wrapper or capped by util-linux
+ * `prlimit`, and a user switch is refused.
+ */
+export class Launcher {
+  private constructor(
+    private readonly maxTasks: number,
+    private readonly cgroup: PidsCgroup | undefined,
+    /** The commands' parent in the memory and cpu controllers, when writable. */
+    readonly resources: ResourceCgroup | undefined,
+    private readonly prlimit: string | undefined,
+    /** The native helper's path, or undefined when it is not available. */
+    readonly helper: string | undefined,
+    /** Whether the daemon holds fds it inherited (see hasInheritedFds): every command then goes through the helper. */
+    private readonly inheritedFds: boolean,
+  ) {}
+
+  /** Detects cgroups, the native helper and prlimit on this machine. */
+  static create(options: LauncherOptions = {}): Launcher {
+    const maxTasks = options.maxTasksPerCommand ?? defaultMaxTasksPerCommand;
+    const cgroup = maxTasks > 0 && options.cgroups !== false ? PidsCgroup.detect(options.maxTasksTotal ?? defaultMaxTasksTotal) : undefined;
+    const helper = options.execHelper === null ? undefined : (options.execHelper ?? findExecHelper());
+    const resources = options.resources === false ? undefined : ResourceCgroup.detect(options.resources ?? {});
+    return new Launcher(maxTasks, cgroup, resources, findProgram("prlimit"), helper, hasInheritedFds());
+  }
+
+  /** How fork bombs are capped for a command run as `uid`. */
+  forkLimit(uid: number = process.getuid?.() ?? 0): ForkLimit {
+    if (this.maxTasks <= 0) return "none";
+    if (this.cgroup !== undefined) return "cgroup-pids";
+    return (this.helper !== undefined || this.prlimit !== undefined) && uid !== 0 ? "rlimit-nproc" : "none";
+  }
+
+  /** Most tasks of all commands together, where a cgroup enforces it; undefined otherwise. */
+  get maxTasksTotal(): number | undefined {
+    return this.cgroup?.maxTasksTotal;
+  }
+
+  /** Whether commands join cgroups (a pids cgroup each, or the commands' memory and cpu ones) as they start. */
+  get usesCgroups(): boolean {
+    return this.cgroup !== undefined || this.resources !== undefined;
+  }
+
+  /** Whether a user switch keeps supplementary groups (the helper present and the daemon root). */
+  get initializesGroups(): boolean {
+    return this.helper !== undefined && process.getuid?.() === 0;
+  }
+
+  /** Whether commands may run as a user other than the daemon's: only through the helper. */
+  get canSwitchUser(): boolean {
+    return this.helper !== undefined;
+  }
+
+  /**
+   * Plans the spawn of a command as `identity` (the daemon's own user when undefined). Throws when
+   * the command's cgroup cannot be created, or when a user switch is asked for without the helper.
+   */
+  plan(request: LaunchRequest, identity: UserIdentity | undefined): LaunchPlan {
+    const daemonUid = process.getuid?.() ?? 0;
+    const switching = identity !== undefined && (identity.uid !== daemonUid || identity.gid !== process.getgid?.());
+    const limit = this.forkLimit(identity?.uid ?? daemonUid);
+    let release = async () => {};
+    let procsFile: string | undefined;
+    if (limit === "cgroup-pids") {
+      const cgroup = this.cgroup!;
+      const created = cgroup.create(this.maxTasks);
+      procsFile = created.procsFile;
+      release = () => cgroup.remove(created.directory);
+    }
+    this.resources?.ensure();
+    const procsFiles = [...(procsFile !== undefined ? [procsFile] : []), ...(this.resources?.procsFiles ?? [])];
+    // The helper costs an exec. A command it has nothing to do for (same user, a root as cwd, no fd
+    // inherited) starts without it: a shell command line joins its cgroups itself, first thing.
+    const shellLine = request.file === "/bin/sh" && request.args.length === 2 && request.args[0] === "-c";
+    const helperNeeded = switching || !request.cwdIsRoot || this.inheritedFds || (procsFiles.length > 0 && !shellLine);
+    if (this.helper !== undefined && helperNeeded) {
+      const options: string[] = [];
+      for (const file of procsFiles) options.push("--cgroup", file);
+      if (limit === "rlimit-nproc") options.push("--nproc", String(this.maxTasks));
+      if (switching) {
+        options.push("--uid", String(identity.uid), "--gid", String(identity.gid));
+        // A uid without a passwd entry has no groups to look up: the switch clears them.
+        if (identity.name !== String(identity.uid)) options.push("--groups", identity.name);
+        if (request.pty) options.push("--tty-owner");
+      }
+      options.push("--cwd", request.cwd);
+      if (!request.pty) options.push("--status-fd", "3");
+      return {
+        file: this.helper,
+        args: [...options, "--", request.file, ...request.args],
+        env: encodeHelperEnvironment(request.env),
+        cwd: "",
+        statusFd: !request.pty,
+        release,
+      };
+    }
+    if (switching) {
+      void release();
+      throw new Error("running commands as another user needs the sandboxd-exec helper, which was not built");
+    }
+    let argv = [request.file, ...request.args];
+    if (limit === "rlimit-nproc" && this.prlimit === undefined) {
+      void release();
+      throw new Error("no way to cap this command's tasks: neither the sandboxd-exec helper nor prlimit is here");
+    }
+    if (limit === "rlimit-nproc") argv = [this.prlimit!, `--nproc=${this.maxTasks}:${this.maxTasks}`, "--", ...argv];
+    if (procsFiles.length > 0 && shellLine && argv[0] === "/bin/sh") {
+      // Joined on the command's own line, so error messages keep their line numbers: one shell, no wrapper.
+      const joins = procsFiles.map((file) => `echo $$ > ${shellQuote(file)}`).join(" && ");
+      argv = ["/bin/sh", "-c", `{ ${joins}; } || exit; ${request.args[1]}`];
+    } else if (procsFiles.length > 0) {
+      // Same user as the command: a wrapper shell with the client's environment gains nothing.
+      const joins = procsFiles.map((file) => `echo $$ > ${shellQuote(file)}`).join(" && ");
+      argv = ["/bin/sh", "-c", `${joins} && exec "$@"`, "sandboxd-join", ...argv];
+    }
+    return { file: argv[0], args: argv.slice(1), env: { ...request.env }, cwd: request.cwd, statusFd: false, release };
+  }
+
+  /** Removes the daemon's cgroup directories, once every command has been released. */
+  close(): void {
+    this.cgroup?.close();
+    this.resources?.close();
+  }
+}
+
+/** Quotes a string for a POSIX shell command line. */
+function shellQuote(text: string): string {
+  return `'${text.replaceAll("'", `'\\''`)}'`;
+}
+
+/**
+ * Whether this process holds an fd above 2 that is not close-on-exec: one it inherited (Node opens
+ * everything close-on-exec). Such an fd would reach every command spawned without the helper.
+ */
+function hasInheritedFds(): boolean {
+  try {
+    for (const entry of readdirSync("/proc/self/fd")) {
+      const fd = Number(entry);
+      if (fd <= 2) continue;
+      const flags = /^flags:\s+(\d+)/m.exec(readFileSync(`/proc/self/fdinfo/${fd}`, "utf8"))?.[1];
+      // O_CLOEXEC is 02000000 (octal) in the flags fdinfo reports.
+      if (flags !== undefined && (parseInt(flags, 8) & 0o2000000) === 0) return true;
+    }
+    return false;
+  } catch {
+    return true;
+  }
+}
+
+function findProgram(name: string): string | undefined {
+  for (const dir of ["/usr/bin", "/bin", "/usr/sbin", "/sbin", "/usr/local/bin"]) {
+    try {
+      accessSync(`${dir}/${name}`, fsConstants.X_OK);
+      return `${dir}/${name}`;
+    } catch {
+      // Try the next.
+    }
+  }
+  return undefined;
+}

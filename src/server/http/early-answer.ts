@@ -1,0 +1,83 @@
+import type http from "node:http";
+import http2 from "node:http2";
+import type { ConnectError } from "@connectrpc/connect";
+import { codeToHttpStatus, errorToJson } from "@connectrpc/connect/protocol-connect";
+import { grpcStatusDetails, withErrorInfo } from "../rpc/errors.js";
+
+/** A request of either HTTP version, as the listener hands it over. */
+export type AnyRequest = http.IncomingMessage | http2.Http2ServerRequest;
+/** A response of either HTTP version. */
+export type AnyResponse = http.ServerResponse | http2.Http2ServerResponse;
+
+/**
+ * Percent-encodes a `grpc-message` as the gRPC spec asks: every byte of the UTF-8 encoding outside
+ * printable ASCII (0x20-0x7E), and `%` itself. Spaces, colons and slashes stay as they are.
+ */
+export function encodeGrpcMessage(message: string): string {
+  let encoded = "";
+  for (const byte of Buffer.from(message, "utf8")) {
+    encoded += byte >= 0x20 && byte <= 0x7e && byte !== 0x25 ? String.fromCharCode(byte) : `%${byte.toString(16).toUpperCase().padStart(2, "0")}`;
+  }
+  return encoded;
+}
+
+/**
+ * Answers a call with an error before its request body is read, in the protocol its content type
+ * names: gRPC and gRPC-Web get a trailers-only response (with `grpc-status-details-bin`), a Connect
+ * stream its end-of-stream message, a Connect unary call (or anything else) the JSON error with the
+ * code's HTTP status; each carries the error's details, a `google.rpc.ErrorInfo` among them (one by
+ * its code is added when it has none). The request body is never read: an HTTP/2 stream is reset
+ * once the answer is out, an HTTP/1.1 connection closed.
+ */
+export function answerEarly(request: AnyRequest, response: AnyResponse, refusal: ConnectError): void {
+  const error = withErrorInfo(refusal);
+  const contentType = String(request.headers["content-type"] ?? "");
+  const headers: Record<string, string> = {};
+  let status = 200;
+  let body: Buffer;
+  if (contentType.startsWith("application/grpc")) {
+    // gRPC and gRPC-Web alike: the status travels in the headers of a trailers-only answer.
+    headers["content-type"] = contentType.startsWith("application/grpc-web") ? contentType : "application/grpc+proto";
+    headers["grpc-status"] = String(error.code);
+    headers["grpc-message"] = encodeGrpcMessage(error.rawMessage);
+    headers["grpc-status-details-bin"] = grpcStatusDetails(error);
+    body = Buffer.alloc(0);
+  } else if (contentType.startsWith("application/connect+")) {
+    const endStream = Buffer.from(JSON.stringify({ error: errorToJson(error, undefined) }));
+    const prefix = Buffer.alloc(5);
+    prefix[0] = 0b10;
+    prefix.writeUInt32BE(endStream.length, 1);
+    headers["content-type"] = contentType;
+    body = Buffer.concat([prefix, endStream]);
+  } else {
+    status = codeToHttpStatus(error.code);
+    headers["content-type"] = "application/json";
+    body = Buffer.from(JSON.stringify(errorToJson(error, undefined)));
+  }
+  const stream = "stream" in request ? request.stream : undefined;
+  if (stream !== undefined && body.length === 0) {
+    // A gRPC trailers-only answer is one HEADERS frame that ends the stream. Written through the
+    // compatibility response it would be HEADERS, then an empty DATA frame with END_STREAM, which
+    // grpc-core clients (Python, C++, Go's too in places) report as UNKNOWN "Stream removed"
+    // instead of the status in the headers.
+    if (!stream.destroyed && !stream.headersSent) {
+      stream.respond({ ":status": status, ...headers, "content-length": "0" }, { endStream: true });
+      stream.once("finish", () => {
+        if (!stream.destroyed) stream.close(http2.constants.NGHTTP2_NO_ERROR);
+      });
+    }
+    return;
+  }
+  if (stream === undefined) {
+    // The body was not read, so the connection cannot carry another request.
+    headers.connection = "close";
+    response.once("finish", () => request.socket.destroySoon());
+  } else {
+    response.once("finish", () => {
+      if (!stream.destroyed) stream.close(http2.constants.NGHTTP2_NO_ERROR);
+    });
+  }
+  headers["content-length"] = String(body.length);
+  (response as http.ServerResponse).writeHead(status, headers);
+  (response as http.ServerResponse).end(body);
+}

@@ -1,0 +1,127 @@
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { DurationSchema, timestampFromDate, type Timestamp } from "@bufbuild/protobuf/wkt";
+import {
+  OutputStream,
+  ProcessStatus as ProtoStatus,
+  type OutputChunkSchema,
+  type OutputGapSchema,
+  type ProcessExitedSchema,
+  type ProcessInfoSchema,
+  type ProcessSpec as ProtoSpec,
+} from "../../../gen/sandbox/v1/sandbox_pb.js";
+import type { ManagedProcess, OutputChunk, OutputGap, ProcessExit, ProcessSpec, ProcessStatus } from "../../process/index.js";
+import { sandboxError } from "./errors.js";
+
+const statusToProto: Record<ProcessStatus, ProtoStatus> = {
+  starting: ProtoStatus.STARTING,
+  running: ProtoStatus.RUNNING,
+  completed: ProtoStatus.COMPLETED,
+  failed: ProtoStatus.FAILED,
+  killed: ProtoStatus.KILLED,
+  error: ProtoStatus.ERROR,
+};
+
+/** Converts a manager status to its protobuf enum value. */
+export function toProtoStatus(status: ProcessStatus): ProtoStatus {
+  return statusToProto[status];
+}
+
+/** Converts a protobuf status to the manager's; INVALID_ARGUMENT for unspecified or unknown values. */
+export function fromProtoStatus(status: ProtoStatus): ProcessStatus {
+  const entry = Object.entries(statusToProto).find(([, value]) => value === status);
+  if (entry === undefined) {
+    throw sandboxError("INVALID_ARGUMENT", `invalid process status: ${status}`, { metadata: { field: "statuses" } });
+  }
+  return entry[0] as ProcessStatus;
+}
+
+/** Converts a request's ProcessSpec; INVALID_ARGUMENT when it is missing. */
+export function fromProtoSpec(spec: ProtoSpec | undefined): ProcessSpec {
+  if (spec === undefined) throw sandboxError("INVALID_ARGUMENT", "spec is required", { metadata: { field: "spec" } });
+  return {
+    command: spec.command,
+    args: spec.args,
+    env: spec.env,
+    cwd: spec.cwd,
+    timeoutMs: spec.timeoutMs,
+    processId: spec.processId,
+    sessionId: spec.sessionId,
+    pty: spec.pty && { cols: spec.pty.cols, rows: spec.pty.rows, term: spec.pty.term },
+    stdin: spec.stdin,
+    stdinData: spec.stdinData.length > 0 ? spec.stdinData : undefined,
+    autoCleanup: spec.autoCleanup,
+    sudo: spec.sudo,
+  };
+}
+
+function timestamp(date: Date): Timestamp {
+  return timestampFromDate(date);
+}
+
+/** Converts an exit to a ProcessExited message. */
+export function toProtoExit(exit: ProcessExit): MessageInitShape<typeof ProcessExitedSchema> {
+  const seconds = Math.floor(exit.durationMs / 1000);
+  return {
+    status: toProtoStatus(exit.status),
+    exitCode: exit.exitCode ?? undefined,
+    signal: exit.signal ?? "",
+    timedOut: exit.timedOut,
+    killed: exit.killed,
+    startTime: timestamp(exit.startTime),
+    endTime: timestamp(exit.endTime),
+    duration: create(DurationSchema, {
+      seconds: BigInt(seconds),
+      nanos: Math.round((exit.durationMs - seconds * 1000) * 1e6),
+    }),
+    stdoutBytes: BigInt(exit.stdoutBytes),
+    stderrBytes: BigInt(exit.stderrBytes),
+    error: exit.error ?? "",
+  };
+}
+
+/** Converts a process record to a ProcessInfo message. */
+export function toProtoInfo(managed: ManagedProcess): MessageInitShape<typeof ProcessInfoSchema> {
+  const { description, exit } = managed;
+  return {
+    processId: description.id,
+    pid: managed.pid,
+    command: description.command,
+    args: [...description.args],
+    status: toProtoStatus(managed.status),
+    sessionId: description.sessionId,
+    cwd: description.cwd,
+    pty: description.pty,
+    stdin: !managed.isInputClosed,
+    startTime: timestamp(managed.startTime),
+    exit: exit && toProtoExit(exit),
+    stdoutBytes: BigInt(managed.outputOffsets.stdout),
+    stderrBytes: BigInt(managed.outputOffsets.stderr),
+    autoCleanup: description.autoCleanup,
+  };
+}
+
+/**
+ * The record as Exec's `started` event shows it: as it was when spawned, running, with no exit and
+ * no output yet, even when a fast command has already ended by the time the event is built (its end
+ * comes as `exited`, after its output). A process that never started keeps its error status.
+ */
+export function toProtoStartedInfo(managed: ManagedProcess): MessageInitShape<typeof ProcessInfoSchema> {
+  const info = toProtoInfo(managed);
+  if (managed.pid === 0 || managed.exit === undefined) return info;
+  return { ...info, status: ProtoStatus.RUNNING, exit: undefined, stdin: managed.description.acceptsInput, stdoutBytes: 0n, stderrBytes: 0n };
+}
+
+/** Converts a manager stream name to the protobuf enum value. */
+export function toProtoStream(stream: "stdout" | "stderr"): OutputStream {
+  return stream === "stdout" ? OutputStream.STDOUT : OutputStream.STDERR;
+}
+
+/** Converts an output chunk. */
+export function toProtoChunk(chunk: OutputChunk): MessageInitShape<typeof OutputChunkSchema> {
+  return { stream: toProtoStream(chunk.stream), offset: BigInt(chunk.offset), data: chunk.data };
+}
+
+/** Converts an output gap. */
+export function toProtoGap(gap: OutputGap): MessageInitShape<typeof OutputGapSchema> {
+  return { stream: toProtoStream(gap.stream), offset: BigInt(gap.offset), missedBytes: BigInt(gap.missedBytes) };
+}
