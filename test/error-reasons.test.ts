@@ -309,8 +309,14 @@ describe("every reason in the proto, from a real call against a real server (cod
       "OFFSET_OUT_OF_RANGE", "HOST_NOT_ALLOWED", "STATE_NOT_RECORDED", "SERVICE_NOT_FOUND", "PROTOCOL_ERROR",
     ];
     const untested = ["CANCELED", "INTERNAL", "DEADLINE_EXCEEDED", "SPAWN_FAILED"];
+    // The file service's reasons, each triggered in test/files-errors.test.ts.
+    const files = [
+      "PATH_NOT_FOUND", "PATH_ALREADY_EXISTS", "PATH_OUTSIDE_WORKSPACE", "PATH_NOT_ACCESSIBLE", "IS_A_DIRECTORY", "NOT_A_DIRECTORY",
+      "DIRECTORY_NOT_EMPTY", "NOT_A_REGULAR_FILE", "STORAGE_EXHAUSTED", "CONTENT_MISMATCH", "CROSS_DEVICE", "WORKSPACE_ROOT",
+      "READ_ONLY_FILESYSTEM", "SYMLINK_LOOP", "FILE_BUSY",
+    ];
     const names = Object.keys(ErrorReason).filter((name) => Number.isNaN(Number(name)) && name !== "UNSPECIFIED");
-    expect([...tested, ...untested].sort()).toEqual(names.sort());
+    expect([...tested, ...untested, ...files].sort()).toEqual(names.sort());
   });
 });
 

@@ -39,6 +39,21 @@ const codeByReason = {
   INTERNAL: Code.Internal,
   DEADLINE_EXCEEDED: Code.DeadlineExceeded,
   PROTOCOL_ERROR: Code.Unimplemented,
+  PATH_NOT_FOUND: Code.NotFound,
+  PATH_ALREADY_EXISTS: Code.AlreadyExists,
+  PATH_OUTSIDE_WORKSPACE: Code.PermissionDenied,
+  PATH_NOT_ACCESSIBLE: Code.PermissionDenied,
+  IS_A_DIRECTORY: Code.FailedPrecondition,
+  NOT_A_DIRECTORY: Code.FailedPrecondition,
+  DIRECTORY_NOT_EMPTY: Code.FailedPrecondition,
+  NOT_A_REGULAR_FILE: Code.FailedPrecondition,
+  STORAGE_EXHAUSTED: Code.ResourceExhausted,
+  CONTENT_MISMATCH: Code.DataLoss,
+  CROSS_DEVICE: Code.FailedPrecondition,
+  WORKSPACE_ROOT: Code.FailedPrecondition,
+  READ_ONLY_FILESYSTEM: Code.FailedPrecondition,
+  SYMLINK_LOOP: Code.FailedPrecondition,
+  FILE_BUSY: Code.FailedPrecondition,
 } as const satisfies Record<ErrorReasonName, Code>;
 
 /** The status code a reason is sent with. */

@@ -52,9 +52,11 @@ const (
 	ErrorReason_ERROR_REASON_PROCESS_ALREADY_EXISTS ErrorReason = 2
 	// RESOURCE_EXHAUSTED: a limit of the daemon is reached. Metadata: `limit`,
 	// the daemon flag that sets it ("max-processes", "max-calls",
-	// "max-calls-per-connection", "max-message-bytes") or, for a fixed limit,
-	// its name ("max-pending-input-bytes", "max-public-calls"); `value`, the
-	// limit.
+	// "max-calls-per-connection", "max-message-bytes", "max-transfers",
+	// "max-transfers-per-connection", "max-watches-per-connection") or, for a
+	// fixed limit, its name ("max-pending-input-bytes", "max-public-calls",
+	// the kernel's "fs.inotify.max_user_watches" and
+	// "fs.inotify.max_user_instances"); `value`, the limit.
 	ErrorReason_ERROR_REASON_LIMIT_EXCEEDED ErrorReason = 3
 	// INVALID_ARGUMENT: the request is malformed or a field is out of bounds.
 	// Metadata: `field`, the request field at fault, where one is.
@@ -115,6 +117,61 @@ const (
 	// unsupported compression (UNIMPLEMENTED), a malformed header, a method
 	// that does not exist. The status code says which.
 	ErrorReason_ERROR_REASON_PROTOCOL_ERROR ErrorReason = 22
+	// NOT_FOUND: a file service path (or one of its parents) does not exist.
+	// Metadata: `path`, as requested.
+	ErrorReason_ERROR_REASON_PATH_NOT_FOUND ErrorReason = 23
+	// ALREADY_EXISTS: something exists at a path the call must create (Write
+	// with `fail_if_exists`, MakeDir without `parents`, Move without
+	// `overwrite`). Metadata: `path`.
+	ErrorReason_ERROR_REASON_PATH_ALREADY_EXISTS ErrorReason = 24
+	// PERMISSION_DENIED: a file service path resolves outside every workspace
+	// root: through `..`, as an absolute path, or through a symlink (one
+	// swapped in during the call included). Metadata: `path`, as requested.
+	ErrorReason_ERROR_REASON_PATH_OUTSIDE_WORKSPACE ErrorReason = 25
+	// PERMISSION_DENIED: the daemon's user (the `--user` one, when set) may not
+	// do this to the path: the same refusal a command would get. Metadata:
+	// `path`, `errno` ("EACCES" or "EPERM").
+	ErrorReason_ERROR_REASON_PATH_NOT_ACCESSIBLE ErrorReason = 26
+	// FAILED_PRECONDITION: the path is a directory and the call needs
+	// something else (Read, Write, a file moved over a directory). Metadata:
+	// `path`.
+	ErrorReason_ERROR_REASON_IS_A_DIRECTORY ErrorReason = 27
+	// FAILED_PRECONDITION: the path, or one of its parents, is not a directory
+	// and the call needs one (List, Watch, a parent of a new file). Metadata:
+	// `path`.
+	ErrorReason_ERROR_REASON_NOT_A_DIRECTORY ErrorReason = 28
+	// FAILED_PRECONDITION: the directory has entries (Remove without
+	// `recursive`, a directory moved over another). Metadata: `path`.
+	ErrorReason_ERROR_REASON_DIRECTORY_NOT_EMPTY ErrorReason = 29
+	// FAILED_PRECONDITION: the path is neither a regular file nor a directory
+	// where the call needs one (Write over a device, Read of a FIFO or socket).
+	// Metadata: `path`, `type` (a FileType name without its prefix, "FIFO").
+	ErrorReason_ERROR_REASON_NOT_A_REGULAR_FILE ErrorReason = 30
+	// RESOURCE_EXHAUSTED: the filesystem is full, a disk quota is reached, or
+	// the file would exceed the largest file allowed. A write that fails this
+	// way leaves the old file intact. Metadata: `path`, `errno` ("ENOSPC",
+	// "EDQUOT" or "EFBIG").
+	ErrorReason_ERROR_REASON_STORAGE_EXHAUSTED ErrorReason = 31
+	// DATA_LOSS: a Write's bytes do not match its header's `expected_size_bytes`
+	// or `expected_sha256`; nothing was written. Metadata: `path`, `field`,
+	// `expected`, `actual`.
+	ErrorReason_ERROR_REASON_CONTENT_MISMATCH ErrorReason = 32
+	// FAILED_PRECONDITION: a Move between two filesystems, which cannot be
+	// atomic. Metadata: `source`, `destination`.
+	ErrorReason_ERROR_REASON_CROSS_DEVICE ErrorReason = 33
+	// FAILED_PRECONDITION: the path is a workspace root, which cannot be
+	// removed or moved. Metadata: `path`.
+	ErrorReason_ERROR_REASON_WORKSPACE_ROOT ErrorReason = 34
+	// FAILED_PRECONDITION: the path lies on a read-only filesystem. Metadata:
+	// `path`.
+	ErrorReason_ERROR_REASON_READ_ONLY_FILESYSTEM ErrorReason = 35
+	// FAILED_PRECONDITION: resolving the path met too many symlinks (a loop).
+	// Metadata: `path`.
+	ErrorReason_ERROR_REASON_SYMLINK_LOOP ErrorReason = 36
+	// FAILED_PRECONDITION: the entry is in use and the kernel refused the
+	// change (a mount point, a running program being replaced). Metadata:
+	// `path`, `errno`.
+	ErrorReason_ERROR_REASON_FILE_BUSY ErrorReason = 37
 )
 
 // Enum value maps for ErrorReason.
@@ -143,6 +200,21 @@ var (
 		20: "ERROR_REASON_INTERNAL",
 		21: "ERROR_REASON_DEADLINE_EXCEEDED",
 		22: "ERROR_REASON_PROTOCOL_ERROR",
+		23: "ERROR_REASON_PATH_NOT_FOUND",
+		24: "ERROR_REASON_PATH_ALREADY_EXISTS",
+		25: "ERROR_REASON_PATH_OUTSIDE_WORKSPACE",
+		26: "ERROR_REASON_PATH_NOT_ACCESSIBLE",
+		27: "ERROR_REASON_IS_A_DIRECTORY",
+		28: "ERROR_REASON_NOT_A_DIRECTORY",
+		29: "ERROR_REASON_DIRECTORY_NOT_EMPTY",
+		30: "ERROR_REASON_NOT_A_REGULAR_FILE",
+		31: "ERROR_REASON_STORAGE_EXHAUSTED",
+		32: "ERROR_REASON_CONTENT_MISMATCH",
+		33: "ERROR_REASON_CROSS_DEVICE",
+		34: "ERROR_REASON_WORKSPACE_ROOT",
+		35: "ERROR_REASON_READ_ONLY_FILESYSTEM",
+		36: "ERROR_REASON_SYMLINK_LOOP",
+		37: "ERROR_REASON_FILE_BUSY",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":            0,
@@ -168,6 +240,21 @@ var (
 		"ERROR_REASON_INTERNAL":               20,
 		"ERROR_REASON_DEADLINE_EXCEEDED":      21,
 		"ERROR_REASON_PROTOCOL_ERROR":         22,
+		"ERROR_REASON_PATH_NOT_FOUND":         23,
+		"ERROR_REASON_PATH_ALREADY_EXISTS":    24,
+		"ERROR_REASON_PATH_OUTSIDE_WORKSPACE": 25,
+		"ERROR_REASON_PATH_NOT_ACCESSIBLE":    26,
+		"ERROR_REASON_IS_A_DIRECTORY":         27,
+		"ERROR_REASON_NOT_A_DIRECTORY":        28,
+		"ERROR_REASON_DIRECTORY_NOT_EMPTY":    29,
+		"ERROR_REASON_NOT_A_REGULAR_FILE":     30,
+		"ERROR_REASON_STORAGE_EXHAUSTED":      31,
+		"ERROR_REASON_CONTENT_MISMATCH":       32,
+		"ERROR_REASON_CROSS_DEVICE":           33,
+		"ERROR_REASON_WORKSPACE_ROOT":         34,
+		"ERROR_REASON_READ_ONLY_FILESYSTEM":   35,
+		"ERROR_REASON_SYMLINK_LOOP":           36,
+		"ERROR_REASON_FILE_BUSY":              37,
 	}
 )
 
@@ -2592,7 +2679,8 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x06stderr\x18\x03 \x01(\fR\x06stderr\x12#\n" +
 	"\rstdout_offset\x18\x04 \x01(\x04R\fstdoutOffset\x12#\n" +
 	"\rstderr_offset\x18\x05 \x01(\x04R\fstderrOffset\x121\n" +
-	"\aprocess\x18\x06 \x01(\v2\x17.sandbox.v1.ProcessInfoR\aprocess*\xa0\x06\n" +
+	"\aprocess\x18\x06 \x01(\v2\x17.sandbox.v1.ProcessInfoR\aprocess*\xad\n" +
+	"\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\"\n" +
 	"\x1eERROR_REASON_PROCESS_NOT_FOUND\x10\x01\x12'\n" +
@@ -2617,7 +2705,22 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x1eERROR_REASON_SERVICE_NOT_FOUND\x10\x13\x12\x19\n" +
 	"\x15ERROR_REASON_INTERNAL\x10\x14\x12\"\n" +
 	"\x1eERROR_REASON_DEADLINE_EXCEEDED\x10\x15\x12\x1f\n" +
-	"\x1bERROR_REASON_PROTOCOL_ERROR\x10\x16*\xd6\x01\n" +
+	"\x1bERROR_REASON_PROTOCOL_ERROR\x10\x16\x12\x1f\n" +
+	"\x1bERROR_REASON_PATH_NOT_FOUND\x10\x17\x12$\n" +
+	" ERROR_REASON_PATH_ALREADY_EXISTS\x10\x18\x12'\n" +
+	"#ERROR_REASON_PATH_OUTSIDE_WORKSPACE\x10\x19\x12$\n" +
+	" ERROR_REASON_PATH_NOT_ACCESSIBLE\x10\x1a\x12\x1f\n" +
+	"\x1bERROR_REASON_IS_A_DIRECTORY\x10\x1b\x12 \n" +
+	"\x1cERROR_REASON_NOT_A_DIRECTORY\x10\x1c\x12$\n" +
+	" ERROR_REASON_DIRECTORY_NOT_EMPTY\x10\x1d\x12#\n" +
+	"\x1fERROR_REASON_NOT_A_REGULAR_FILE\x10\x1e\x12\"\n" +
+	"\x1eERROR_REASON_STORAGE_EXHAUSTED\x10\x1f\x12!\n" +
+	"\x1dERROR_REASON_CONTENT_MISMATCH\x10 \x12\x1d\n" +
+	"\x19ERROR_REASON_CROSS_DEVICE\x10!\x12\x1f\n" +
+	"\x1bERROR_REASON_WORKSPACE_ROOT\x10\"\x12%\n" +
+	"!ERROR_REASON_READ_ONLY_FILESYSTEM\x10#\x12\x1d\n" +
+	"\x19ERROR_REASON_SYMLINK_LOOP\x10$\x12\x1a\n" +
+	"\x16ERROR_REASON_FILE_BUSY\x10%*\xd6\x01\n" +
 	"\rProcessStatus\x12\x1e\n" +
 	"\x1aPROCESS_STATUS_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17PROCESS_STATUS_STARTING\x10\x01\x12\x1a\n" +
