@@ -108,7 +108,7 @@ describe("sudo needs a root daemon", () => {
 
 describe("resolving users", () => {
   it("resolves names and uids, and refuses unknown names", () => {
-    expect(resolveUser("root")).toEqual({ name: "root", uid: 0, gid: 0, home: "/root" });
+    expect(resolveUser("root")).toMatchObject({ name: "root", uid: 0, gid: 0, home: "/root", shell: expect.stringMatching(/^\//) });
     expect(resolveUser("0").name).toBe("root");
     expect(resolveUser("54321")).toEqual({ name: "54321", uid: 54321, gid: 54321, home: "/" });
     expect(() => resolveUser("no-such-user-sandboxd")).toThrow("unknown user: no-such-user-sandboxd");

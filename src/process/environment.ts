@@ -1,29 +1,23 @@
-/** Variables of the daemon's own environment that children inherit; nothing else leaks. */
-export const inheritedVariables: readonly string[] = [
-  "PATH",
-  "HOME",
-  "USER",
-  "LOGNAME",
-  "SHELL",
-  "LANG",
-  "LANGUAGE",
-  "LC_ALL",
-  "LC_CTYPE",
-  "TZ",
-  "TMPDIR",
-];
+import type { UserIdentity } from "./user.js";
+
+/** The PATH of every command: the system's directories, as the official Node and Debian images set it. */
+export const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 /**
- * Builds the clean base environment for child processes: the {@link inheritedVariables} of
- * `source` (the daemon's environment by default) and a default PATH when it has none. The
- * daemon's token, Node options and anything else are left out.
+ * Builds the base environment of child processes: `PATH` ({@link defaultPath}) and `LANG=C.UTF-8`,
+ * defined here and never read from the daemon's own environment, so how the daemon was started
+ * (`npm start` puts `node_modules/.bin` and npm's helper directories first in PATH, a shell its own
+ * variables) changes nothing a command sees. The variables naming the command's user come from
+ * {@link identityEnvironment}; the request adds its own on top.
  */
-export function createBaseEnvironment(source: NodeJS.ProcessEnv = process.env): Record<string, string> {
-  const base: Record<string, string> = {};
-  for (const name of inheritedVariables) {
-    const value = source[name];
-    if (value !== undefined) base[name] = value;
-  }
-  base.PATH ??= "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
-  return base;
+export function createBaseEnvironment(): Record<string, string> {
+  return { PATH: defaultPath, LANG: "C.UTF-8" };
+}
+
+/**
+ * The variables naming the user a command runs as, from the password database: `HOME`, `USER`,
+ * `LOGNAME`, and `SHELL` (the user's login shell, `/bin/sh` when unknown).
+ */
+export function identityEnvironment(identity: UserIdentity): Record<string, string> {
+  return { HOME: identity.home, USER: identity.name, LOGNAME: identity.name, SHELL: identity.shell ?? "/bin/sh" };
 }

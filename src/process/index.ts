@@ -1,4 +1,4 @@
-export { createBaseEnvironment, inheritedVariables } from "./environment.js";
+export { createBaseEnvironment, defaultPath, identityEnvironment } from "./environment.js";
 export { ProcessError, type ProcessErrorReason } from "./errors.js";
 export { memoryReclaims, reclaimMemoryAsDaemon } from "./housekeeping/memory-reclaim.js";
 export {

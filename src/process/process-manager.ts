@@ -1,8 +1,7 @@
 import { randomUUID } from "node:crypto";
 import { accessSync, constants as fsConstants, statSync } from "node:fs";
-import { userInfo } from "node:os";
 import path from "node:path";
-import { createBaseEnvironment } from "./environment.js";
+import { createBaseEnvironment, identityEnvironment } from "./environment.js";
 import { ProcessError } from "./errors.js";
 import { GroupLedger, type GroupReservation, type ReapReport } from "./housekeeping/group-ledger.js";
 import { Launcher } from "./spawn/launcher.js";
@@ -13,7 +12,7 @@ import { noteProcessStarted, releaseOutputMemory } from "./housekeeping/memory-r
 import { HelperStartError, spawnPipeChild } from "./spawn/pipe-child.js";
 import { spawnPtyChild } from "./spawn/pty-child.js";
 import type { SignalName } from "./signals.js";
-import { rootIdentity, type UserIdentity } from "./user.js";
+import { currentUser, rootIdentity, type UserIdentity } from "./user.js";
 import {
   defaultPtyCols,
   defaultPtyRows,
@@ -116,7 +115,10 @@ export interface ProcessManagerOptions {
   maxProcesses?: number;
   /** How long an exited record with auto-cleanup stays readable, in milliseconds. Default 60 s. */
   lingerMs?: number;
-  /** The base environment of children. Default: {@link createBaseEnvironment}. */
+  /**
+   * The base environment of children, under the variables naming their user (HOME, USER, LOGNAME,
+   * SHELL) and the request's own. Default: {@link createBaseEnvironment}, never the daemon's own.
+   */
   baseEnvironment?: Record<string, string>;
   /**
    * Run commands as this user, unless `sudo`: its uid, gid and supplementary groups (see
@@ -193,7 +195,7 @@ export class ProcessManager {
   private readonly allowSudo: boolean;
   private readonly log?: (message: string) => void;
   private readonly onOutputBytes?: (stream: "stdout" | "stderr", bytes: number) => void;
-  private daemonUser?: string;
+  private daemonUser?: UserIdentity;
 
   /**
    * Use {@link createProcessManager}, which resolves the workspace roots. Only the fields of
@@ -291,7 +293,7 @@ export class ProcessManager {
     const args = spec.args ?? [];
     const useShell = args.length === 0;
     const identity = spec.sudo ? rootIdentity : this.runAs;
-    const env: Record<string, string> = { ...this.baseEnvironment, ...identityEnvironment(identity), ...spec.env };
+    const env: Record<string, string> = { ...this.baseEnvironment, ...identityEnvironment(identity ?? this.ownUser()), ...spec.env };
     if (spec.pty) env.TERM = spec.pty.term || env.TERM || "xterm-256color";
     const stdin = planStdin({ stdin: spec.stdin, stdinDataBytes: spec.stdinData?.length, pty: spec.pty !== undefined });
     let reservation: GroupReservation | undefined;
@@ -401,7 +403,12 @@ export class ProcessManager {
   /** The name of the user a command runs as: root with sudo, the `runAs` user, or the daemon's own. */
   commandUser(sudo: boolean): string {
     if (sudo) return "root";
-    return this.runAs?.name ?? (this.daemonUser ??= daemonUserName());
+    return (this.runAs ?? this.ownUser()).name;
+  }
+
+  /** The daemon's own user, whom commands run as without `runAs` or `sudo`; looked up once. */
+  private ownUser(): UserIdentity {
+    return (this.daemonUser ??= currentUser());
   }
 
   /** Returns a record, or throws a ProcessError (PROCESS_NOT_FOUND). */
@@ -606,11 +613,6 @@ function workingDirectoryRefusal(failure: HelperStartError, cwd: string): Proces
 }
 
 /** HOME, USER and LOGNAME of the user a command runs as; nothing when it runs as the daemon's user. */
-function identityEnvironment(identity: UserIdentity | undefined): Record<string, string> {
-  if (identity === undefined) return {};
-  return { HOME: identity.home, USER: identity.name, LOGNAME: identity.name };
-}
-
 /** Refuses a spec outside the bounds of limits.ts with a ProcessError (INVALID_ARGUMENT, naming the field). */
 function validateSpec(spec: ProcessSpec): void {
   const invalid = (field: string, message: string) => new ProcessError(message, "INVALID_ARGUMENT", { metadata: { field } });
@@ -689,10 +691,3 @@ function findProgramProblem(file: string, searchPath: string, cwd: string): { me
   return { message: `program not found: ${file}`, exitCode: 127 };
 }
 
-function daemonUserName(): string {
-  try {
-    return userInfo().username;
-  } catch {
-    return String(process.getuid?.() ?? "");
-  }
-}

@@ -1,5 +1,6 @@
 import { execFileSync } from "node:child_process";
 import { readFileSync } from "node:fs";
+import { userInfo } from "node:os";
 
 /** A user to run commands as, resolved from the password database. */
 export interface UserIdentity {
@@ -11,6 +12,8 @@ export interface UserIdentity {
   gid: number;
   /** Home directory (HOME); "/" when unknown. */
   home: string;
+  /** Login shell (SHELL); undefined when unknown. */
+  shell?: string;
 }
 
 /**
@@ -31,6 +34,21 @@ export function resolveUser(user: string): UserIdentity {
 /** The identity of root, what `sudo` runs as. */
 export const rootIdentity: UserIdentity = { name: "root", uid: 0, gid: 0, home: "/root" };
 
+/**
+ * The identity of the daemon's own user, from the password database (getpwuid), never from HOME,
+ * USER or LOGNAME; a uid without an entry gets its number as name and HOME=/.
+ */
+export function currentUser(): UserIdentity {
+  const uid = process.getuid?.() ?? 0;
+  const gid = process.getgid?.() ?? uid;
+  try {
+    const info = userInfo();
+    return { name: info.username, uid, gid, home: info.homedir || "/", shell: info.shell ?? undefined };
+  } catch {
+    return { name: String(uid), uid, gid, home: "/" };
+  }
+}
+
 function passwdEntry(user: string): UserIdentity | undefined {
   let lines: string[];
   try {
@@ -41,9 +59,9 @@ function passwdEntry(user: string): UserIdentity | undefined {
     lines = readFileSync("/etc/passwd", "utf8").split("\n");
   }
   for (const line of lines) {
-    const [name, , uid, gid, , home] = line.split(":");
+    const [name, , uid, gid, , home, shell] = line.split(":");
     if (name === undefined || uid === undefined || gid === undefined) continue;
-    if (name === user || uid === user) return { name, uid: Number(uid), gid: Number(gid), home: home || "/" };
+    if (name === user || uid === user) return { name, uid: Number(uid), gid: Number(gid), home: home || "/", shell: shell || undefined };
   }
   return undefined;
 }
