@@ -34,6 +34,7 @@ describe("grpcurl with no proto file, through server reflection", () => {
       "grpc.health.v1.Health",
       "grpc.reflection.v1.ServerReflection",
       "grpc.reflection.v1alpha.ServerReflection",
+      "process.v1.ProcessService",
       "sandbox.v1.SandboxService",
     ]);
   });

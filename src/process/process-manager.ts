@@ -36,6 +36,11 @@ export interface ProcessSpec {
   command: string;
   /** Program arguments; when non-empty, `command` runs directly with no shell. */
   args?: readonly string[];
+  /**
+   * Whether `command` is a shell command line: false runs it as a program even with no `args` (argv
+   * as KEP-539.2's `ProcessConfig.command` gives it). Default: true when `args` is empty.
+   */
+  shell?: boolean;
   /** Variables added to the clean base environment. */
   env?: Readonly<Record<string, string>>;
   /** Working directory inside the workspace; the first root when empty. */
@@ -170,6 +175,8 @@ export interface ProcessFilter {
  */
 export class ProcessManager {
   private readonly processes = new Map<string, ManagedProcess>();
+  /** The records of processes that run, by OS pid (see {@link getRunning}). */
+  private readonly running = new Map<number, ManagedProcess>();
   private readonly outputCapacityBytes: number;
   private readonly maxProcesses: number;
   private readonly lingerMs: number;
@@ -291,7 +298,7 @@ export class ProcessManager {
     this.checkAdmission(options.signal);
     this.checkRoom(id);
     const args = spec.args ?? [];
-    const useShell = args.length === 0;
+    const useShell = spec.shell ?? args.length === 0;
     const identity = spec.sudo ? rootIdentity : this.runAs;
     const env: Record<string, string> = { ...this.baseEnvironment, ...identityEnvironment(identity ?? this.ownUser()), ...spec.env };
     if (spec.pty) env.TERM = spec.pty.term || env.TERM || "xterm-256color";
@@ -362,6 +369,7 @@ export class ProcessManager {
         ? spawnPtyChild({ ...childOptions, cols: spec.pty.cols || defaultPtyCols, rows: spec.pty.rows || defaultPtyRows })
         : await spawnPipeChild(childOptions);
       managed.attach(child);
+      this.indexPid(managed, child.pid);
       try {
         reservation?.commit(child.pid, id);
       } catch (cause) {
@@ -415,6 +423,19 @@ export class ProcessManager {
   get(id: string): ManagedProcess {
     const managed = this.processes.get(id);
     if (managed === undefined) throw new ProcessError(`process not found: ${id}`, "PROCESS_NOT_FOUND", { metadata: { process_id: id } });
+    return managed;
+  }
+
+  /**
+   * Returns the record of the running process whose OS pid (its process group's id) is `pid`, as
+   * KEP-539.2's process service names processes; throws a ProcessError (PROCESS_NOT_FOUND) when no
+   * process of this manager with that pid runs (an exited one included).
+   */
+  getRunning(pid: number): ManagedProcess {
+    const managed = this.running.get(pid);
+    if (managed === undefined || managed.exit !== undefined) {
+      throw new ProcessError(`no running process has pid ${pid}`, "PROCESS_NOT_FOUND", { metadata: { pid: String(pid) } });
+    }
     return managed;
   }
 
@@ -500,6 +521,14 @@ export class ProcessManager {
         metadata: { limit: "max-processes", value: String(this.maxProcesses) },
       });
     }
+  }
+
+  /** Indexes a record that runs by its pid until it exits (a later process given the same pid replaces it). */
+  private indexPid(managed: ManagedProcess, pid: number): void {
+    this.running.set(pid, managed);
+    void managed.exited.then(() => {
+      if (this.running.get(pid) === managed) this.running.delete(pid);
+    });
   }
 
   /** Pins a reader on a new record's output, with the ways to let go of it. */

@@ -1,6 +1,7 @@
 import { setMaxListeners } from "node:events";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { createProcessManager, defaultOutputCapacityBytes, type ProcessManager, type ProcessManagerOptions } from "../process/index.js";
+import { ProcessService } from "../../gen/process/v1/process_pb.js";
 import { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
 import { assertSafeBinding, assertSafeCors, assertSafeUserSwitch } from "./rpc/auth.js";
 import { createHealthStatus, type HealthStatus } from "./rpc/health.js";
@@ -114,7 +115,7 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
   setMaxListeners(0, shutdown.signal);
   const limits = createCallLimitInterceptor(options.callLimits);
   const maxMessageBytes = options.maxMessageBytes ?? defaultMaxMessageBytes;
-  const health = createHealthStatus([SandboxService.typeName]);
+  const health = createHealthStatus([SandboxService.typeName, ProcessService.typeName]);
   const adapter = connectNodeAdapter({
     routes: withErrorAnswers(createRoutes({ manager, health, audit })),
     shutdownSignal: shutdown.signal,

@@ -3,7 +3,9 @@ import { Health } from "../../../gen/grpc/health/v1/health_pb.js";
 import { ServerReflection } from "../../../gen/grpc/reflection/v1/reflection_pb.js";
 import { ServerReflection as ServerReflectionV1alpha } from "../../../gen/grpc/reflection/v1alpha/reflection_pb.js";
 import { file_google_rpc_error_details } from "../../../gen/google/rpc/error_details_pb.js";
+import { ProcessService } from "../../../gen/process/v1/process_pb.js";
 import { SandboxService } from "../../../gen/sandbox/v1/sandbox_pb.js";
+import { createProcessService } from "../agent-sandbox/index.js";
 import { createHealthService, createHealthStatus, type HealthStatus } from "./health.js";
 import { createReflectionIndex, createReflectionService, createReflectionServiceV1alpha } from "./reflection.js";
 import { createSandboxService, type SandboxServiceOptions } from "./sandbox-service.js";
@@ -18,19 +20,21 @@ export interface RoutesOptions extends SandboxServiceOptions {
 }
 
 /** The services {@link createRoutes} serves, as server reflection lists them. */
-export const servedServices = [SandboxService, Health, ServerReflection, ServerReflectionV1alpha] as const;
+export const servedServices = [SandboxService, ProcessService, Health, ServerReflection, ServerReflectionV1alpha] as const;
 
 /**
  * Creates the routes function: the seam between the RPC layer and the listener, as in
- * connect-es's `connectNodeAdapter({ routes })`. It serves `sandbox.v1.SandboxService`, gRPC health
- * and gRPC server reflection (v1 and v1alpha).
+ * connect-es's `connectNodeAdapter({ routes })`. It serves `sandbox.v1.SandboxService`, KEP-539.2's
+ * `process.v1.ProcessService` on the same process manager, gRPC health and gRPC server reflection (v1
+ * and v1alpha).
  */
 export function createRoutes(options: RoutesOptions): (router: ConnectRouter) => void {
-  const health = options.health ?? createHealthStatus([SandboxService.typeName]);
+  const health = options.health ?? createHealthStatus([SandboxService.typeName, ProcessService.typeName]);
   // Every failure carries a google.rpc.ErrorInfo: reflection lets grpcurl and buf curl print it.
   const reflection = createReflectionIndex(servedServices, [file_google_rpc_error_details]);
   return (router) => {
     router.service(SandboxService, createSandboxService(options));
+    router.service(ProcessService, createProcessService(options));
     router.service(Health, createHealthService(health));
     router.service(ServerReflection, createReflectionService(reflection));
     router.service(ServerReflectionV1alpha, createReflectionServiceV1alpha(reflection));

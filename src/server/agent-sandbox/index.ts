@@ -1,0 +1,1 @@
+export { createProcessService, droppedBytesTrailers, processIdHeader, type ProcessServiceOptions } from "./process-service.js";
