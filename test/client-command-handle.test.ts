@@ -106,13 +106,16 @@ describe("CommandHandle (seed 001)", () => {
 
   it("an iterator that leaves while still replaying releases the stream: the result arrives with every byte", async () => {
     const mib = 1024 * 1024;
-    const handle = await sandbox.run(`head -c ${mib} /dev/zero; sleep 0.3; head -c ${6 * mib} /dev/zero`, { wait: false });
-    void handle.follow();
-    await waitFor(() => handle.lastStdoutOffset >= mib, { what: "the first MiB" });
+    let received = 0;
+    const handle = await sandbox.run(`head -c ${mib} /dev/zero; sleep 0.3; head -c ${6 * mib} /dev/zero`, {
+      wait: false,
+      onOutput: (_stream, data) => (received += data.length),
+    });
+    await waitFor(() => received >= mib, { what: "the first MiB" });
     const iterator = handle[Symbol.asyncIterator]();
     // The first replayed chunk subscribes the iterator; its queue then fills (4 MiB) and holds the stream back.
     expect((await iterator.next()).done).toBe(false);
-    await waitFor(() => handle.lastStdoutOffset >= 5 * mib, { what: "the iterator's queue to fill" });
+    await waitFor(() => received >= 5 * mib, { what: "the iterator's queue to fill" });
     await iterator.return(undefined);
     const result = await handle.wait({ timeoutMs: 10_000 });
     expect(result.exitCode).toBe(0);
@@ -249,6 +252,40 @@ describe("CommandHandle (seed 001)", () => {
     expect(after.find((chunk) => chunk.stream === "stderr")?.offset).toBe(offsets.stderr);
     expect(joinChecked([...before, ...after], "stdout").toString()).toBe(expectedStdout);
     expect(joinChecked([...before, ...after], "stderr").toString()).toBe(expectedStderr);
+  });
+
+  it("reconnect() resumes where the loop left off, though the handle received more after it", async () => {
+    // The handle goes on receiving for its result after the loop leaves; the user saw only "one".
+    // Each line waits for a line of input, so the order is the test's and not the machine's speed.
+    let received = "";
+    const handle = await sandbox.startProcess("echo one; read a; echo two; read b; echo three", {
+      stdin: true,
+      onOutput: (_stream, data) => (received += data),
+    });
+    for await (const chunk of handle) {
+      expect(Buffer.from(chunk.data).toString()).toBe("one\n");
+      break;
+    }
+    expect(handle.lastStdoutOffset).toBe(4);
+    await handle.sendInput("\n");
+    await waitFor(() => received === "one\ntwo\n", { what: "the handle to receive the second line" });
+    // Still where the user is, not where the handle's stream is.
+    expect(handle.lastStdoutOffset).toBe(4);
+    const resumed = await handle.reconnect();
+    const after: OutputChunk[] = [];
+    const iterating = (async () => {
+      for await (const chunk of resumed) after.push(chunk);
+    })();
+    await waitFor(() => after.length > 0, { what: "the resumed handle's first chunk" });
+    expect(after[0]).toMatchObject({ stream: "stdout", offset: 4 });
+    expect(Buffer.from(after[0].data).toString()).toBe("two\n");
+    await resumed.sendInput("\n");
+    await iterating;
+    expect(Buffer.concat(after.map((chunk) => chunk.data)).toString()).toBe("two\nthree\n");
+    expect(after.at(-1)?.offset).toBe(8);
+    // The result holds each byte once: the first handle's part below offset 4, the rest received again.
+    expect((await resumed.result).stdout()).toBe("one\ntwo\nthree\n");
+    expect(resumed.lastStdoutOffset).toBe(14);
   });
 
   for (const protocol of ["grpc", "connect"] as const) {

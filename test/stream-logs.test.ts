@@ -42,6 +42,27 @@ afterAll(async () => {
   await t.close();
 });
 
+/** Permits handed from one task to another: `next()` resolves once `grant()` was called once more than before. */
+function createPacer(): { grant(): void; next(): Promise<void>; readonly granted: number } {
+  let granted = 0;
+  let taken = 0;
+  let wake: (() => void) | undefined;
+  return {
+    grant() {
+      granted++;
+      wake?.();
+    },
+    async next() {
+      while (taken >= granted) await new Promise<void>((resolve) => (wake = resolve));
+      wake = undefined;
+      taken++;
+    },
+    get granted() {
+      return granted;
+    },
+  };
+}
+
 /** Checks the guaranteed first and last events and returns the last. */
 function expectFraming(events: readonly LogsEvent[], last: "exited" | "caughtUp"): LogsEvent {
   expect(events[0].case).toBe("process");
@@ -200,10 +221,26 @@ describe("a stalled follower beside a fast one", () => {
     const pieces = 32;
     const expected = Buffer.concat(Array.from({ length: pieces }, () => megabyte));
     const { process } = await t.client.startProcess({
-      // Paced so the fast follower keeps up comfortably; 32 MiB is four times what the server retains.
-      spec: { command: `for i in $(seq ${pieces}); do cat megabyte.bin; sleep 0.03; done`, autoCleanup: false },
+      // Paced by the fast follower, not the clock: each megabyte waits for a line of input, sent once the fast
+      // follower has every byte so far, so it never falls behind however busy the machine is (a clock-paced
+      // printer outran it on a loaded machine and it met a gap). 32 MiB is four times what the server retains.
+      spec: { command: `for i in $(seq ${pieces}); do cat megabyte.bin; [ $i = ${pieces} ] || read line || exit 1; done`, stdin: true, autoCleanup: false },
     });
     const processId = process!.processId;
+    const pacer = createPacer();
+    async function* input(): AsyncGenerator<MessageInitShape<typeof SendInputRequestSchema>> {
+      yield { input: { case: "open" as const, value: { processId } } };
+      // One line after each megabyte but the last; the process exits after that one on its own.
+      for (let piece = 1; piece < pieces; piece++) {
+        await pacer.next();
+        yield { input: { case: "data" as const, value: Buffer.from("\n") } };
+      }
+    }
+    const feeding = (async () => {
+      for await (const _ of t.client.sendInput(input())) {
+        // Acknowledged.
+      }
+    })();
 
     // The stalled follower, on a connection of its own, reads the first event and then nothing.
     const stalledController = new AbortController();
@@ -211,7 +248,15 @@ describe("a stalled follower beside a fast one", () => {
     try {
       expect((await stalled.next()).value?.event.case).toBe("process");
 
-      const fastEvents = await collectLogs(fast.client, { processId, follow: true });
+      const fastEvents: LogsEvent[] = [];
+      let fastBytes = 0;
+      for await (const { event } of fast.client.streamLogs({ processId, follow: true })) {
+        fastEvents.push(event);
+        if (event.case !== "output") continue;
+        fastBytes += event.value.data.length;
+        while (pacer.granted < Math.floor(fastBytes / megabyte.length)) pacer.grant();
+      }
+      await feeding;
       const fastLast = expectFraming(fastEvents, "exited");
       expect(fastLast.case === "exited" && fastLast.value.status).toBe(ProcessStatus.COMPLETED);
       expect(fastEvents.some((event) => event.case === "gap")).toBe(false);

@@ -135,6 +135,10 @@ class AsyncCommandHandle:
         self._info = info
         self._exit: ProcessExit | None = info.exit if info is not None and info.status not in _LIVE else None
         self._offsets: dict[StreamName, int] = dict(offsets or {"stdout": 0, "stderr": 0})
+        # Where the user is: offsets after the last chunk an iterator handed over (None until one did). The pump
+        # goes on receiving for the result while nobody iterates, so it can be ahead of what the user saw.
+        self._seen: dict[StreamName, int] | None = None
+        self._from: dict[StreamName, int] = dict(self._offsets)
         self._output = retained
         self._encoding = encoding or context.encoding
         self._state: _State = _NotFollowing()
@@ -241,13 +245,15 @@ class AsyncCommandHandle:
 
     @property
     def last_stdout_offset(self) -> int:
-        """Offset after the last stdout byte this handle received: where a reconnect resumes."""
-        return self._offsets["stdout"]
+        """Offset after the last stdout byte handed to you: yielded by an iterator of this handle (or skipped by an
+        OutputLostError it raised), or, while none yielded anything, received for the result. Where ``reconnect()``
+        resumes; it does not move once your loop has left."""
+        return self._resume_offsets()["stdout"]
 
     @property
     def last_stderr_offset(self) -> int:
-        """Offset after the last stderr byte this handle received: where a reconnect resumes."""
-        return self._offsets["stderr"]
+        """Offset after the last stderr byte handed to you, as ``last_stdout_offset`` says for stdout."""
+        return self._resume_offsets()["stderr"]
 
     @property
     def auto_reconnects(self) -> int:
@@ -310,17 +316,19 @@ class AsyncCommandHandle:
 
     async def reconnect(self) -> AsyncCommandHandle:
         """Returns a new handle that resumes this command's stream exactly at ``last_stdout_offset`` and
-        ``last_stderr_offset``: iterating it yields only bytes from there on, while its result also holds the output
-        this handle kept. This handle stops following: its iterators end with a SandboxError of code ``DETACHED``."""
+        ``last_stderr_offset``: iterating it yields only bytes from there on (what this handle received past them but
+        never yielded comes again), while its result also holds the output this handle kept below them. This handle
+        stops following: its iterators end with a SandboxError of code ``DETACHED``."""
         await self._started
         assert self._info is not None
         await self._stop(_detached())
+        offsets = self._resume_offsets()
         return AsyncCommandHandle(
             self._context,
             LogsSource(self._context.rpc, self._info.process_id),
             info=self._info,
-            offsets=dict(self._offsets),
-            retained=RetainedOutput(self._output.limit_bytes, self._output),
+            offsets=offsets,
+            retained=RetainedOutput(self._output.limit_bytes, self._output, up_to=offsets),
             encoding=self._encoding,
         )
 
@@ -509,12 +517,30 @@ class AsyncCommandHandle:
         try:
             self._follow()
             for chunk in replay:
+                self._saw(chunk.stream, chunk.end)
                 yield chunk
-            while (chunk_or_end := await queue.get()) is not None:
+            while True:
+                try:
+                    chunk_or_end = await queue.get()
+                except OutputLostError as lost:
+                    # The user was told of the hole: where they are is past it.
+                    self._saw(lost.stream, lost.offset + lost.missed_bytes)
+                    raise
+                if chunk_or_end is None:
+                    return
+                self._saw(chunk_or_end.stream, chunk_or_end.end)
                 yield chunk_or_end
         finally:
             self._subscribers.discard(queue)
             queue.close()
+
+    def _saw(self, stream: StreamName, end: int) -> None:
+        if self._seen is None:
+            self._seen = dict(self._from)
+        self._seen[stream] = max(self._seen[stream], end)
+
+    def _resume_offsets(self) -> dict[StreamName, int]:
+        return dict(self._seen if self._seen is not None else self._offsets)
 
     def _adopt(self, info: ProcessInfo) -> None:
         self._info = info

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import codecs
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal, Self
@@ -110,19 +111,30 @@ class RetainedOutput:
     """RetainedOutput keeps the chunks a handle received for its result, at most ``limit_bytes`` of them.
 
     Beyond the limit the oldest chunks are dropped and counted per stream. Chunks carried over from an earlier
-    handle (see ``reconnect()``) count towards the result but are never replayed to the new handle's iterators.
+    handle (see ``reconnect()``) count towards the result but are never replayed to the new handle's iterators;
+    only what lies below ``up_to`` is carried (the new handle receives the rest again).
     """
 
-    def __init__(self, limit_bytes: float, inherited: RetainedOutput | None = None) -> None:
+    def __init__(self, limit_bytes: float, inherited: RetainedOutput | None = None, *, up_to: dict[StreamName, int] | None = None) -> None:
         #: Most bytes kept; ``math.inf`` for no limit.
         self.limit_bytes = limit_bytes
         self._chunks: list[tuple[OutputChunk, bool]] = []
         self._size = 0
-        self.dropped_bytes: dict[StreamName, int] = {"stdout": 0, "stderr": 0}
+        # The byte ranges dropped, per stream: [start, end) pairs in order, adjacent ones merged.
+        self._dropped: dict[StreamName, list[list[int]]] = {"stdout": [], "stderr": []}
         if inherited is not None:
-            self.dropped_bytes = dict(inherited.dropped_bytes)
+            for stream in ("stdout", "stderr"):
+                bound = up_to[stream] if up_to is not None else math.inf
+                self._dropped[stream] = [[start, int(min(end, bound))] for start, end in inherited._dropped[stream] if start < bound]
             for chunk in inherited.retained():
-                self._push(chunk, True)
+                kept = chunk if up_to is None else _below(chunk, up_to[chunk.stream])
+                if kept is not None:
+                    self._push(kept, True)
+
+    @property
+    def dropped_bytes(self) -> dict[StreamName, int]:
+        """Bytes dropped from the front of each stream so far."""
+        return {stream: sum(end - start for start, end in ranges) for stream, ranges in self._dropped.items()}
 
     def push(self, chunk: OutputChunk) -> None:
         """Keeps a chunk this handle received, dropping the oldest beyond the limit."""
@@ -142,4 +154,17 @@ class RetainedOutput:
         while self._size > self.limit_bytes and self._chunks:
             dropped, _ = self._chunks.pop(0)
             self._size -= len(dropped.data)
-            self.dropped_bytes[dropped.stream] += len(dropped.data)
+            ranges = self._dropped[dropped.stream]
+            if ranges and ranges[-1][1] == dropped.offset:
+                ranges[-1][1] = dropped.end
+            else:
+                ranges.append([dropped.offset, dropped.end])
+
+
+def _below(chunk: OutputChunk, bound: int) -> OutputChunk | None:
+    """The part of ``chunk`` below offset ``bound``, or None when nothing of it is."""
+    if chunk.offset >= bound:
+        return None
+    if chunk.end <= bound:
+        return chunk
+    return OutputChunk(chunk.stream, chunk.data[: bound - chunk.offset], chunk.offset)

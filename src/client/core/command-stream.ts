@@ -132,6 +132,9 @@ export class CommandStream {
         const events = this.source.open(this.target.offsets(), call.signal)[Symbol.asyncIterator]();
         for (let next = await events.next(); !next.done; next = await events.next()) {
           if (attempt > 0) this.s = { t: "open", attempt: (attempt = 0) };
+          // A call cancelled by stop() can still hand over a message it had read: the owner has
+          // stopped, so nothing more is applied (a reconnect() starts from offsets that hold still).
+          if (stop.aborted) throw stop.reason;
           const finished = await this.target.apply(next.value, stop);
           if (finished !== undefined) {
             await readToEnd(events, call);

@@ -205,14 +205,18 @@ export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
     return this.record.exit;
   }
 
-  /** Offset after the last stdout byte this handle received: where a reconnect resumes. */
+  /**
+   * Offset after the last stdout byte handed to you: yielded by an iterator of this handle (or
+   * skipped by an OutputLostError it threw), or, while none yielded anything, received for the
+   * result. Where {@link reconnect} resumes; it does not move once your loop has left.
+   */
   get lastStdoutOffset(): number {
-    return this.output.offsets.stdout;
+    return this.output.resumeOffsets.stdout;
   }
 
-  /** Offset after the last stderr byte this handle received: where a reconnect resumes. */
+  /** Offset after the last stderr byte handed to you, as {@link lastStdoutOffset} says for stdout. */
   get lastStderrOffset(): number {
-    return this.output.offsets.stderr;
+    return this.output.resumeOffsets.stderr;
   }
 
   /** How many times this handle reconnected on its own. */
@@ -299,10 +303,11 @@ export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
 
   /**
    * Returns a new handle (of this handle's class) that resumes this command's stream exactly at
-   * `lastStdoutOffset` and `lastStderrOffset`: iterating it yields only bytes from there on, while
-   * its `result` also holds the output this handle kept, under the same limit. A signal that kills
-   * the command moves to the new handle. This handle stops following: its iterators end with a
-   * SandboxError of code DETACHED.
+   * `lastStdoutOffset` and `lastStderrOffset`: iterating it yields only bytes from there on (what
+   * this handle received past them but never yielded comes again), while its `result` also holds
+   * the output this handle kept below them, under the same limit. A signal that kills the command
+   * moves to the new handle. This handle stops following: its iterators end with a SandboxError of
+   * code DETACHED.
    */
   async reconnect(): Promise<this> {
     await this.record.started;
@@ -310,7 +315,8 @@ export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
     this.detach();
     await this.stream.settled();
     const Handle = this.constructor as new (context: CommandContext, start: HandleStart, options: HandleOptions) => this;
-    const next = new Handle(this.context, { kind: "process", details: this.record.details!, from: this.output.offsets, retained: this.output.retained }, this.options);
+    const start: HandleStart = { kind: "process", details: this.record.details!, from: this.output.resumeOffsets, retained: this.output.retained };
+    const next = new Handle(this.context, start, this.options);
     if (killSignal !== undefined) next.killOnAbort(killSignal);
     return next;
   }

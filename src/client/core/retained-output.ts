@@ -1,4 +1,4 @@
-import type { OutputChunk, OutputOffsets } from "./output.js";
+import type { OutputChunk, OutputOffsets, OutputStreamName } from "./output.js";
 
 /**
  * RetainedOutput is the output a handle keeps for its `result`: the chunks in arrival order,
@@ -12,23 +12,29 @@ export class RetainedOutput {
   private bytes = 0;
   /** How many leading chunks were carried over from an earlier handle (minus those dropped since). */
   private carriedCount: number;
-  private readonly dropped: OutputOffsets;
+  /** The byte ranges dropped, per stream: [start, end) pairs in order, adjacent ones merged. */
+  private readonly dropped: Record<OutputStreamName, Array<[number, number]>>;
 
-  /** `limitBytes` of data at most (Infinity keeps everything); `carried` continues an earlier handle's output. */
+  /**
+   * `limitBytes` of data at most (Infinity keeps everything); `carried` continues an earlier handle's
+   * output, of which only the bytes below `upTo` are kept (the new handle receives the rest again).
+   */
   constructor(
     readonly limitBytes: number,
     carried?: RetainedOutput,
+    upTo?: OutputOffsets,
   ) {
-    this.chunks = carried?.retained() ?? [];
+    this.chunks = (carried?.retained() ?? []).flatMap((chunk) => below(chunk, upTo));
     this.carriedCount = this.chunks.length;
-    this.dropped = { ...(carried?.dropped ?? { stdout: 0, stderr: 0 }) };
+    this.dropped = { stdout: clip(carried?.dropped.stdout, upTo?.stdout), stderr: clip(carried?.dropped.stderr, upTo?.stderr) };
     for (const chunk of this.chunks) this.bytes += chunk.data.length;
     this.trim();
   }
 
   /** Bytes dropped from the front of each stream so far (0, 0 when nothing was dropped). */
   get droppedBytes(): OutputOffsets {
-    return { ...this.dropped };
+    const total = (ranges: Array<[number, number]>) => ranges.reduce((sum, [start, end]) => sum + end - start, 0);
+    return { stdout: total(this.dropped.stdout), stderr: total(this.dropped.stderr) };
   }
 
   /** Appends a chunk, dropping the oldest ones while more than the limit is retained. */
@@ -52,7 +58,11 @@ export class RetainedOutput {
     while (this.bytes > this.limitBytes && this.head < this.chunks.length) {
       const chunk = this.chunks[this.head++];
       this.bytes -= chunk.data.length;
-      this.dropped[chunk.stream] += chunk.data.length;
+      const ranges = this.dropped[chunk.stream];
+      const end = chunk.offset + chunk.data.length;
+      const last = ranges.at(-1);
+      if (last !== undefined && last[1] === chunk.offset) last[1] = end;
+      else ranges.push([chunk.offset, end]);
       if (this.carriedCount > 0) this.carriedCount--;
     }
     // Splice in batches so dropping stays linear over a long-running follow.
@@ -61,4 +71,17 @@ export class RetainedOutput {
       this.head = 0;
     }
   }
+}
+
+/** The part of `chunk` below `upTo` (all of it without a bound), as a list of zero or one chunk. */
+function below(chunk: OutputChunk, upTo: OutputOffsets | undefined): OutputChunk[] {
+  if (upTo === undefined) return [chunk];
+  const keep = upTo[chunk.stream] - chunk.offset;
+  if (keep <= 0) return [];
+  return keep >= chunk.data.length ? [chunk] : [{ ...chunk, data: chunk.data.subarray(0, keep) }];
+}
+
+/** Copies dropped `ranges`, only what lies below `upTo` (all of them without a bound). */
+function clip(ranges: ReadonlyArray<[number, number]> = [], upTo = Infinity): Array<[number, number]> {
+  return ranges.filter(([start]) => start < upTo).map(([start, end]) => [start, Math.min(end, upTo)]);
 }
