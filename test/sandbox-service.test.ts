@@ -1,8 +1,7 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ProcessStatus, type SendInputRequestSchema } from "../gen/sandbox/v1/sandbox_pb.js";
-import { defaultListPageSize, maxListPageSize } from "../src/shared/limits.js";
-import { pageSize } from "../src/server/rpc/page-token.js";
+import { defaultListPageSize, maxListPageSize, pageSize } from "../src/server/rpc/page-token.js";
 import { expectReason } from "./support/errors.js";
 import { waitFor } from "./support/processes.js";
 import { Code, collectExec, collectLogs, outputChunks, rpcError, sleepMarker, streamError, waitForExit } from "./support/rpc.js";

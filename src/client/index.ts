@@ -25,8 +25,8 @@ export type { RunOptions } from "./wrappers/run.js";
 export type { Command, RunCommandOptions, RunCommandParams } from "./wrappers/run-command.js";
 export { isExecResult, isProcess, isProcessStatus } from "./wrappers/process-views.js";
 export type { LogEvent, Process } from "./wrappers/process-views.js";
-export { processStatuses } from "./core/process-record.js";
-export type { ProcessDetails, ProcessExit, ProcessStatus } from "./core/process-record.js";
+export { processStatuses, type ProcessStatus } from "../shared/process-status.js";
+export type { ProcessDetails, ProcessExit } from "./core/process-record.js";
 export { canTransition, sandboxTransitions } from "./lifecycle.js";
 export type { SandboxStatus } from "./lifecycle.js";
 export {

@@ -1,26 +1,16 @@
+import type { ErrorReasonName } from "../shared/error-reasons.js";
+
 /**
  * Why a process-manager operation was refused: the names of sandbox.v1's `ErrorReason` values (without
- * their `ERROR_REASON_` prefix) that the process manager can give. The RPC layer sends the reason as
- * it is, in a `google.rpc.ErrorInfo`, and maps it to a status code in one table; this module knows
- * nothing of RPC.
+ * their `ERROR_REASON_` prefix), all but those only the RPC layer gives (authentication, the Host
+ * check, routing, protocol failures, deadlines and unexpected failures). The RPC layer sends the
+ * reason as it is, in a `google.rpc.ErrorInfo`, and maps it to a status code in one table; this
+ * module knows nothing of RPC.
  */
-export type ProcessErrorReason =
-  | "PROCESS_NOT_FOUND"
-  | "PROCESS_ALREADY_EXISTS"
-  | "LIMIT_EXCEEDED"
-  | "INVALID_ARGUMENT"
-  | "CWD_OUTSIDE_WORKSPACE"
-  | "CWD_NOT_FOUND"
-  | "CWD_NOT_ACCESSIBLE"
-  | "SUDO_NOT_ALLOWED"
-  | "PROCESS_NOT_RUNNING"
-  | "STDIN_NOT_OPEN"
-  | "PTY_NOT_OPEN"
-  | "OFFSET_OUT_OF_RANGE"
-  | "SPAWN_FAILED"
-  | "STATE_NOT_RECORDED"
-  | "SHUTTING_DOWN"
-  | "CANCELED";
+export type ProcessErrorReason = Exclude<
+  ErrorReasonName,
+  "UNAUTHENTICATED" | "HOST_NOT_ALLOWED" | "SERVICE_NOT_FOUND" | "INTERNAL" | "DEADLINE_EXCEEDED" | "PROTOCOL_ERROR"
+>;
 
 /** Options for {@link ProcessError}. */
 export interface ProcessErrorOptions {

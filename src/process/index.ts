@@ -1,6 +1,6 @@
 export { createBaseEnvironment, defaultPath, identityEnvironment } from "./environment.js";
 export { ProcessError, type ProcessErrorReason } from "./errors.js";
-export { memoryReclaims, reclaimMemoryAsDaemon } from "./housekeeping/memory-reclaim.js";
+export { memoryReclaims, reclaimMemoryAsDaemon } from "./housekeeping/index.js";
 export {
   defaultKillGracePeriodMs,
   ManagedProcess,
@@ -16,7 +16,7 @@ export {
   type OutputItem,
   type OutputStreamName,
   type StreamOffsets,
-} from "./output/output-buffer.js";
+} from "./output/index.js";
 export {
   createProcessManager,
   defaultLingerMs,
@@ -31,9 +31,9 @@ export {
 } from "./process-manager.js";
 export { parseSignal, signalName, type SignalName } from "./signals.js";
 export { Workspace } from "./workspace.js";
-export { GroupLedger, processStartTime, type ReapReport } from "./housekeeping/group-ledger.js";
-export { defaultMaxTasksPerCommand, defaultMaxTasksTotal, Launcher, type ForkLimit, type LaunchPlan, type LauncherOptions } from "./spawn/launcher.js";
-export { PidsCgroup } from "./cgroups/pids-cgroup.js";
+export { GroupLedger, processStartTime, type ReapReport } from "./housekeeping/index.js";
+export { defaultMaxTasksPerCommand, defaultMaxTasksTotal, Launcher, type ForkLimit, type LaunchPlan, type LauncherOptions } from "./spawn/index.js";
+export { PidsCgroup } from "./cgroups/index.js";
 export { resolveUser, rootIdentity, type UserIdentity } from "./user.js";
 export * from "../shared/limits.js";
-export { defaultCommandsMemoryBytes, ResourceCgroup, type ResourceLimits } from "./cgroups/resource-cgroup.js";
+export { defaultCommandsMemoryBytes, ResourceCgroup, type ResourceLimits } from "./cgroups/index.js";

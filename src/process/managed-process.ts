@@ -1,12 +1,12 @@
 import { raceSignal } from "../shared/abort.js";
 import { ProcessError } from "./errors.js";
 import { maxPendingInputBytes, ptySizeProblem } from "../shared/limits.js";
-import type { SpawnedChild } from "./spawn/child.js";
-import { OutputBuffer, type OutputReader, type OutputStreamName, type StreamOffsets } from "./output/output-buffer.js";
+import type { SpawnedChild } from "./spawn/index.js";
+import { OutputBuffer, type OutputReader, type OutputStreamName, type StreamOffsets } from "./output/index.js";
 import type { SignalName } from "./signals.js";
+import type { ProcessStatus } from "../shared/process-status.js";
 
-/** Lifecycle state of a process, as in seed 000. */
-export type ProcessStatus = "starting" | "running" | "completed" | "failed" | "killed" | "error";
+export type { ProcessStatus };
 
 /** Stands in for a promise's resolving function once it was called. */
 const settled = (): void => {};

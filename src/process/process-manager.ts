@@ -3,14 +3,10 @@ import { accessSync, constants as fsConstants, statSync } from "node:fs";
 import path from "node:path";
 import { createBaseEnvironment, identityEnvironment } from "./environment.js";
 import { ProcessError } from "./errors.js";
-import { GroupLedger, type GroupReservation, type ReapReport } from "./housekeeping/group-ledger.js";
-import { Launcher } from "./spawn/launcher.js";
+import { GroupLedger, type GroupReservation, type ReapReport, ExpiryQueue, noteProcessStarted, releaseOutputMemory } from "./housekeeping/index.js";
+import { Launcher, HelperStartError, spawnPipeChild, spawnPtyChild } from "./spawn/index.js";
 import { defaultKillGracePeriodMs, ManagedProcess, type ProcessStatus } from "./managed-process.js";
-import type { OutputReader } from "./output/output-buffer.js";
-import { ExpiryQueue } from "./housekeeping/expiry-queue.js";
-import { noteProcessStarted, releaseOutputMemory } from "./housekeeping/memory-reclaim.js";
-import { HelperStartError, spawnPipeChild } from "./spawn/pipe-child.js";
-import { spawnPtyChild } from "./spawn/pty-child.js";
+import type { OutputReader } from "./output/index.js";
 import type { SignalName } from "./signals.js";
 import { currentUser, rootIdentity, type UserIdentity } from "./user.js";
 import {

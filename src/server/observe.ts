@@ -4,9 +4,8 @@ import { sandboxdVersion } from "../shared/version.js";
 import { createPrettyStream } from "./pretty-stream.js";
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 import { memoryReclaims, type ManagedProcess, type ProcessDescription, type ProcessExit, type ProcessManager } from "../process/index.js";
-import { interceptOutcome } from "./rpc/call-outcome.js";
+import { interceptOutcome, peerKey, type Peer } from "./rpc/index.js";
 import { codeToString } from "@connectrpc/connect/protocol-connect";
-import { peerKey, type Peer } from "./rpc/limits.js";
 
 /** Log levels, quietest last. */
 export const logLevels = ["trace", "debug", "info", "warn", "error", "fatal", "silent"] as const;

@@ -3,25 +3,11 @@ import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { createProcessManager, defaultOutputCapacityBytes, type ProcessManager, type ProcessManagerOptions } from "../process/index.js";
 import { ProcessService } from "../../gen/process/v1/process_pb.js";
 import { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
-import { assertSafeBinding, assertSafeCors, assertSafeUserSwitch } from "./rpc/auth.js";
-import { createHealthStatus, type HealthStatus } from "./rpc/health.js";
-import { watchSessionLiveness, type KeepaliveOptions } from "./http/keepalive.js";
-import {
-  connectionContextValues,
-  createCallLimitInterceptor,
-  createErrorMessageLimitInterceptor,
-  defaultMaxCallsPerConnection,
-  defaultMaxMessageBytes,
-  type CallLimitOptions,
-} from "./rpc/limits.js";
-import { createGate, type GateOptions } from "./http/gate.js";
-import { createHttpEndpoints } from "./http/http-endpoints.js";
+import { assertSafeBinding, assertSafeCors, assertSafeUserSwitch, createHealthStatus, type HealthStatus, connectionContextValues, createCallLimitInterceptor, createErrorMessageLimitInterceptor, defaultMaxCallsPerConnection, defaultMaxMessageBytes, type CallLimitOptions, shuttingDownError } from "./rpc/index.js";
+import { createRoutes } from "./routes.js";
+import { watchSessionLiveness, type KeepaliveOptions, createGate, type GateOptions, createHttpEndpoints, createListener, defaultPrefaceTimeoutMs, type ListenerOptions, type TlsOptions, withErrorAnswers } from "./http/index.js";
 import { createDaemonMetrics, createLogger, createObserveInterceptor, createProcessAudit, type DaemonMetrics } from "./observe.js";
 import type { Logger } from "pino";
-import { createListener, defaultPrefaceTimeoutMs, type ListenerOptions, type TlsOptions } from "./http/listener.js";
-import { withErrorAnswers } from "./http/error-answers.js";
-import { createRoutes } from "./rpc/routes.js";
-import { shuttingDownError } from "./rpc/errors.js";
 
 /** Default port of sandboxd. */
 export const defaultPort = 7007;

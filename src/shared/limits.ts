@@ -8,8 +8,6 @@
  * node-pty, no native addon).
  */
 
-/** Largest value of a protobuf int32 field (`timeout_ms`, `grace_period_ms`, `page_size`): 2^31 - 1. */
-export const maxInt32 = 2 ** 31 - 1;
 /** Longest process id and session id, in characters. */
 export const maxIdLength = 256;
 /** Longest command, argument or environment entry (`NAME=VALUE`), in UTF-8 bytes: Linux's MAX_ARG_STRLEN. */
@@ -30,12 +28,8 @@ export const maxPtyDimension = 10_000;
 export const defaultPtyCols = 80;
 /** PTY height, in rows, of a command that asks for a PTY without a size. */
 export const defaultPtyRows = 24;
-/** Longest timeout, in milliseconds: what a Node timer can wait, and the largest int32. */
-export const maxTimeoutMs = maxInt32;
-/** Records in a page of ListProcesses that asks for no size (`page_size` 0). */
-export const defaultListPageSize = 1000;
-/** Most records in a page of ListProcesses; a larger `page_size` is taken as this. */
-export const maxListPageSize = 1000;
+/** Longest timeout, in milliseconds: what a Node timer can wait (2^31 - 1, also the largest protobuf int32). */
+export const maxTimeoutMs = 2 ** 31 - 1;
 /** Most stdin bytes a process may have pending (accepted, not yet handed to the OS), `stdin_data` included: 8 MiB. */
 export const maxPendingInputBytes = 8 * 1024 * 1024;
 

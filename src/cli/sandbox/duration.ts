@@ -1,9 +1,7 @@
 import { InvalidArgumentError } from "commander";
+import { maxTimeoutMs } from "../../shared/limits.js";
 
 const unitMilliseconds: Readonly<Record<string, number>> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
-
-/** Largest time limit the daemon takes, in milliseconds (ProcessSpec.timeout_ms is an int32). */
-export const maxTimeoutMs = 2_147_483_647;
 
 /**
  * Parses a duration as kubectl and Go write one (`90s`, `1m30s`, `1.5h`, `250ms`), or a plain

@@ -1,8 +1,7 @@
-import { favorCgroupMoves } from "../../process/cgroups/cgroup-moves.js";
+import { favorCgroupMoves } from "../../process/cgroups/index.js";
 import { PidsCgroup, reclaimMemoryAsDaemon } from "../../process/index.js";
-import { loadNativeAddon } from "../../process/native/native.js";
-import { startServer, type SandboxServer, type SandboxServerOptions } from "../../server/index.js";
-import { createLogger } from "../../server/observe.js";
+import { loadNativeAddon } from "../../process/native/index.js";
+import { startServer, type SandboxServer, type SandboxServerOptions, createLogger } from "../../server/index.js";
 import { sandboxdVersion } from "../../shared/version.js";
 import { parseCommandLine, usage } from "./options.js";
 import { exitWithNpmParent } from "./parent-watch.js";

@@ -1,8 +1,6 @@
 import { readFileSync } from "node:fs";
-import type { SandboxServerOptions, TlsOptions } from "../../server/index.js";
+import { type SandboxServerOptions, type TlsOptions, defaultHost, defaultPort, resolveToken, logLevels, type LogLevel } from "../../server/index.js";
 import { Launcher, resolveUser } from "../../process/index.js";
-import { defaultHost, defaultPort, resolveToken } from "../../server/index.js";
-import { logLevels, type LogLevel } from "../../server/observe.js";
 import { daemonUsage, readDaemonFlags, type DaemonFlagValues } from "./flags.js";
 
 /** The daemon's command-line help. */

@@ -1,5 +1,5 @@
 import { constants } from "node:os";
-import { loadNativeAddon } from "../../process/native/native.js";
+import { loadNativeAddon } from "../../process/native/index.js";
 import { processRunning } from "../../shared/process-exists.js";
 
 /**

@@ -2,7 +2,7 @@ import cluster from "node:cluster";
 import { realpathSync } from "node:fs";
 import inspector from "node:inspector";
 import { isSea } from "node:sea";
-import { loadNativeAddon } from "../../process/native/native.js";
+import { loadNativeAddon } from "../../process/native/index.js";
 import { missingNodeFlags } from "./node-flags.js";
 
 /** Node flags after which `process.argv[1]` is not a script to run again. */

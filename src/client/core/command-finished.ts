@@ -1,5 +1,6 @@
 import { decodeChunks, joinBytes, type DecodedOutput, type OutputChunk, type OutputOffsets } from "./output.js";
-import type { ProcessExit, ProcessStatus } from "./process-record.js";
+import type { ProcessExit } from "./process-record.js";
+import type { ProcessStatus } from "../../shared/process-status.js";
 
 /**
  * CommandFinished is a command that has exited, with everything it printed, as Vercel Sandbox's

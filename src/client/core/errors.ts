@@ -1,27 +1,12 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import { ErrorInfoSchema, type ErrorInfo } from "../../../gen/google/rpc/error_details_pb.js";
-
-/** The `domain` of the `google.rpc.ErrorInfo` details the daemon sends. */
-export const errorDomain = "sandbox.v1";
+import { errorInfoOf, type ErrorReasonName } from "../../shared/error-reasons.js";
 
 /**
  * SandboxErrorReason names why the daemon refused a call: the `reason` of the `google.rpc.ErrorInfo`
  * detail every daemon failure carries (sandbox.proto's `ErrorReason` values without their prefix).
- * A daemon newer than this client may send reasons not listed here; they arrive unchanged.
+ * A daemon newer than this client may send reasons its generated enum lacks; they arrive unchanged.
  */
-export type SandboxErrorReason =
-  | "PROCESS_NOT_FOUND"
-  | "PROCESS_ALREADY_EXISTS"
-  | "LIMIT_EXCEEDED"
-  | "INVALID_ARGUMENT"
-  | "CWD_OUTSIDE_WORKSPACE"
-  | "SUDO_NOT_ALLOWED"
-  | "PROCESS_NOT_RUNNING"
-  | "STDIN_NOT_OPEN"
-  | "UNAUTHENTICATED"
-  | "SHUTTING_DOWN"
-  | "SPAWN_FAILED"
-  | (string & {});
+export type SandboxErrorReason = ErrorReasonName | (string & {});
 
 /** What a {@link SandboxError} is made of besides its message and code. */
 export interface SandboxErrorOptions {
@@ -183,11 +168,6 @@ export class OutputLostError extends SandboxError {
     this.offset = offset;
     this.missedBytes = missedBytes;
   }
-}
-
-/** The daemon's `google.rpc.ErrorInfo` detail of a failed call, or undefined when it carries none. */
-export function errorInfoOf(error: ConnectError): ErrorInfo | undefined {
-  return error.findDetails(ErrorInfoSchema).find((info) => info.domain === errorDomain);
 }
 
 /**

@@ -12,7 +12,8 @@ import { CommandStream, type SettledState } from "./command-stream.js";
 import { ExecutionTimeoutError, SandboxError, toSandboxError } from "./errors.js";
 import { InputStream, type InputAck } from "./input-stream.js";
 import { StreamDecoder, type OutputChunk, type OutputOffsets, type OutputStreamName } from "./output.js";
-import { detailsFromProto, exitFromProto, type ProcessDetails, type ProcessExit, type ProcessStatus } from "./process-record.js";
+import { detailsFromProto, exitFromProto, type ProcessDetails, type ProcessExit } from "./process-record.js";
+import type { ProcessStatus } from "../../shared/process-status.js";
 import type { Process } from "../wrappers/process-views.js";
 import type { RetainedOutput } from "./retained-output.js";
 

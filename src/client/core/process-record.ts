@@ -1,34 +1,11 @@
 import { constants as osConstants } from "node:os";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import { ProcessStatus as ProtoStatus, type ProcessExited, type ProcessInfo } from "../../../gen/sandbox/v1/sandbox_pb.js";
-
-/**
- * ProcessStatus is the lifecycle state of a process: `starting` while spawned, `running`, then
- * `completed` (exit 0), `failed` (non-zero exit), `killed` (ended by a signal: a kill, timeout or
- * cancel) or `error` (could not start).
- */
-export type ProcessStatus = "starting" | "running" | "completed" | "failed" | "killed" | "error";
-
-/** Every {@link ProcessStatus}, in lifecycle order. */
-export const processStatuses: readonly ProcessStatus[] = ["starting", "running", "completed", "failed", "killed", "error"];
-
-const fromProto: Record<number, ProcessStatus> = {
-  [ProtoStatus.STARTING]: "starting",
-  [ProtoStatus.RUNNING]: "running",
-  [ProtoStatus.COMPLETED]: "completed",
-  [ProtoStatus.FAILED]: "failed",
-  [ProtoStatus.KILLED]: "killed",
-  [ProtoStatus.ERROR]: "error",
-};
+import type { ProcessStatus as ProtoStatus, ProcessExited, ProcessInfo } from "../../../gen/sandbox/v1/sandbox_pb.js";
+import { processStatusFromProto, type ProcessStatus } from "../../shared/process-status.js";
 
 /** Converts a protobuf status; `error` for an unspecified or unknown value. */
 export function statusFromProto(status: ProtoStatus): ProcessStatus {
-  return fromProto[status] ?? "error";
-}
-
-/** Converts a status to its protobuf enum value. */
-export function statusToProto(status: ProcessStatus): ProtoStatus {
-  return Number(Object.entries(fromProto).find(([, name]) => name === status)?.[0] ?? ProtoStatus.UNSPECIFIED) as ProtoStatus;
+  return processStatusFromProto(status) ?? "error";
 }
 
 /** ProcessExit says how a process ended, as the daemon reported it. */

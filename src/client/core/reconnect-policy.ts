@@ -1,5 +1,5 @@
 import { Code, ConnectError } from "@connectrpc/connect";
-import { errorInfoOf } from "./errors.js";
+import { errorInfoOf } from "../../shared/error-reasons.js";
 
 /** What a failed stream calls for: resume at once, resume after a backoff, or give up. */
 export type FailureKind = "going-away" | "transient" | "fatal";

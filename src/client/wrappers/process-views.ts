@@ -3,7 +3,7 @@ import { OutputLostError } from "../core/errors.js";
 import type { ExecResult } from "./exec.js";
 import { StreamDecoder } from "../core/output.js";
 import type { ProcessHandle } from "../core/process-handle.js";
-import { processStatuses, type ProcessStatus } from "../core/process-record.js";
+import { processStatuses, type ProcessStatus } from "../../shared/process-status.js";
 
 /**
  * Process is a background process as the Cloudflare Sandbox SDK's `Process` shows it. Every

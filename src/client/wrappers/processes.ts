@@ -7,7 +7,8 @@ import { baseExecOptionNames, fromBaseExecOptions, type BaseExecOptions } from "
 import { launch, type LaunchContext } from "../core/launch.js";
 import { StreamDecoder, type OutputOffsets } from "../core/output.js";
 import { ProcessHandle, readProcessLogs } from "../core/process-handle.js";
-import { exitCodeOf, statusToProto, type ProcessStatus } from "../core/process-record.js";
+import { exitCodeOf } from "../core/process-record.js";
+import { processStatusToProto, type ProcessStatus } from "../../shared/process-status.js";
 import { logEvents, type LogEvent, type Process } from "./process-views.js";
 
 /** What the process calls need from a running sandbox besides launching commands. */
@@ -67,7 +68,7 @@ export async function startProcess(context: LaunchContext, command: string, opti
 
 /** Lists processes (as handles), oldest first: the sandbox's sessions, or every process with `all`; every page of them. */
 export async function listProcesses(context: ProcessesContext, options: ListProcessesOptions = {}): Promise<ProcessHandle[]> {
-  const statuses = (options.statuses ?? []).map(statusToProto);
+  const statuses = (options.statuses ?? []).map(processStatusToProto);
   const sessions = options.all === true ? [""] : context.sessions();
   const lists = await Promise.all(sessions.map((sessionId) => listAllPages(context, { sessionId, statuses })));
   return lists

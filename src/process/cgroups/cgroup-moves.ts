@@ -1,5 +1,5 @@
 import { readFileSync } from "node:fs";
-import { loadNativeAddon } from "../native/native.js";
+import { loadNativeAddon } from "../native/index.js";
 
 /**
  * Whether moving a process into a cgroup is fast on this machine, as {@link favorCgroupMoves} left it:

@@ -1,6 +1,6 @@
 import v8 from "node:v8";
 import { runInNewContext } from "node:vm";
-import { loadNativeAddon } from "../native/native.js";
+import { loadNativeAddon } from "../native/index.js";
 
 /**
  * Gives memory back to the system after work: V8's low-memory collection, and a moment later the

@@ -1,4 +1,4 @@
-import type { OutputStreamName } from "../output/output-buffer.js";
+import type { OutputStreamName } from "../output/index.js";
 
 /** How a child's leader process ended: an exit code, or the signal that killed it. */
 export interface ChildExit {

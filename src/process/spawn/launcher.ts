@@ -1,7 +1,6 @@
 import { accessSync, constants as fsConstants, readdirSync, readFileSync } from "node:fs";
-import { encodeHelperEnvironment, findExecHelper } from "../native/exec-helper.js";
-import { PidsCgroup } from "../cgroups/pids-cgroup.js";
-import { ResourceCgroup, type ResourceLimits } from "../cgroups/resource-cgroup.js";
+import { encodeHelperEnvironment, findExecHelper } from "../native/index.js";
+import { PidsCgroup, ResourceCgroup, type ResourceLimits } from "../cgroups/index.js";
 import type { UserIdentity } from "../user.js";
 
 /** Default most tasks (processes and threads) one command may have at once. */

@@ -1,5 +1,5 @@
 import type { ChildExit } from "./child.js";
-import type { NativeAddon } from "../native/native.js";
+import type { NativeAddon } from "../native/index.js";
 import { signalName } from "../signals.js";
 
 /** Children started by the addon that have not been reaped, with what to tell when they are. */

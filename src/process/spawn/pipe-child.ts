@@ -1,8 +1,7 @@
 import { spawn, type StdioOptions } from "node:child_process";
 import net from "node:net";
 import type { Readable, Writable } from "node:stream";
-import { parseHelperStatus, type HelperFailure } from "../native/exec-helper.js";
-import { executablePath, loadNativeAddon, type NativeAddon, type NativeSpawned } from "../native/native.js";
+import { parseHelperStatus, type HelperFailure, executablePath, loadNativeAddon, type NativeAddon, type NativeSpawned } from "../native/index.js";
 import { listenForNativeExits, reapNow, spawnStarting, watchNativeExit } from "./native-exits.js";
 import { outputDrainLimitMs, outputQuietMs, type ChildExit, type SpawnChildOptions, type SpawnedChild } from "./child.js";
 

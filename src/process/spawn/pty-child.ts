@@ -4,7 +4,7 @@ import { createRequire } from "node:module";
 import { ProcessError } from "../errors.js";
 import tty from "node:tty";
 import { outputDrainLimitMs, type ChildExit, type SpawnChildOptions, type SpawnedChild } from "./child.js";
-import { executablePath, loadNativeAddon } from "../native/native.js";
+import { executablePath, loadNativeAddon } from "../native/index.js";
 import { listenForNativeExits, reapNow, watchNativeExit } from "./native-exits.js";
 import { signalName } from "../signals.js";
 

@@ -2,7 +2,7 @@ import type http from "node:http";
 import http2 from "node:http2";
 import type { ConnectError } from "@connectrpc/connect";
 import { codeToHttpStatus, errorToJson } from "@connectrpc/connect/protocol-connect";
-import { grpcStatusDetails, withErrorInfo } from "../rpc/errors.js";
+import { grpcStatusDetails, withErrorInfo } from "../rpc/index.js";
 
 /** A request of either HTTP version, as the listener hands it over. */
 export type AnyRequest = http.IncomingMessage | http2.Http2ServerRequest;

@@ -2,7 +2,7 @@ import { Code, ConnectError, type ConnectRouter } from "@connectrpc/connect";
 import type { UniversalHandler, UniversalServerResponse } from "@connectrpc/connect/protocol";
 import { codeFromString, codeToHttpStatus, errorToJson } from "@connectrpc/connect/protocol-connect";
 import { encodeGrpcMessage } from "./early-answer.js";
-import { grpcStatusDetails, sandboxError, withErrorInfo } from "../rpc/errors.js";
+import { grpcStatusDetails, sandboxError, withErrorInfo } from "../rpc/index.js";
 
 /**
  * Wraps every handler of the routes so that each error answer, whoever made it, reads the same in

@@ -1,8 +1,7 @@
 import http2 from "node:http2";
 import type net from "node:net";
-import { createTokenCheck, isLoopbackHost, publicServices as defaultPublicServices } from "../rpc/auth.js";
+import { createTokenCheck, isLoopbackHost, publicServices as defaultPublicServices, sandboxError } from "../rpc/index.js";
 import { answerEarly, type AnyRequest, type AnyResponse } from "./early-answer.js";
-import { sandboxError } from "../rpc/errors.js";
 import type { HttpEndpoints } from "./http-endpoints.js";
 import type { RequestHandler } from "./listener.js";
 

@@ -1,7 +1,7 @@
 import { cors } from "@connectrpc/connect";
 import type { Registry } from "prom-client";
 import { sandboxdVersion } from "../../shared/version.js";
-import { createTokenCheck } from "../rpc/auth.js";
+import { createTokenCheck } from "../rpc/index.js";
 import type { AnyRequest, AnyResponse } from "./early-answer.js";
 
 /** Options for {@link createHttpEndpoints}. */

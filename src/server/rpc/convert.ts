@@ -11,28 +11,20 @@ import {
 } from "../../../gen/sandbox/v1/sandbox_pb.js";
 import type { ManagedProcess, OutputChunk, OutputGap, ProcessExit, ProcessSpec, ProcessStatus } from "../../process/index.js";
 import { sandboxError } from "./errors.js";
-
-const statusToProto: Record<ProcessStatus, ProtoStatus> = {
-  starting: ProtoStatus.STARTING,
-  running: ProtoStatus.RUNNING,
-  completed: ProtoStatus.COMPLETED,
-  failed: ProtoStatus.FAILED,
-  killed: ProtoStatus.KILLED,
-  error: ProtoStatus.ERROR,
-};
+import { processStatusFromProto, processStatusToProto } from "../../shared/process-status.js";
 
 /** Converts a manager status to its protobuf enum value. */
 export function toProtoStatus(status: ProcessStatus): ProtoStatus {
-  return statusToProto[status];
+  return processStatusToProto(status);
 }
 
 /** Converts a protobuf status to the manager's; INVALID_ARGUMENT for unspecified or unknown values. */
 export function fromProtoStatus(status: ProtoStatus): ProcessStatus {
-  const entry = Object.entries(statusToProto).find(([, value]) => value === status);
-  if (entry === undefined) {
+  const known = processStatusFromProto(status);
+  if (known === undefined) {
     throw sandboxError("INVALID_ARGUMENT", `invalid process status: ${status}`, { metadata: { field: "statuses" } });
   }
-  return entry[0] as ProcessStatus;
+  return known;
 }
 
 /** Converts a request's ProcessSpec; INVALID_ARGUMENT when it is missing. */

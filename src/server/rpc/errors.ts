@@ -1,16 +1,12 @@
 import { create } from "@bufbuild/protobuf";
 import { anyPack } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, encodeBinaryHeader } from "@connectrpc/connect";
-import { ErrorInfoSchema, type ErrorInfo } from "../../../gen/google/rpc/error_details_pb.js";
+import { ErrorInfoSchema } from "../../../gen/google/rpc/error_details_pb.js";
 import { StatusSchema } from "../../../gen/google/rpc/status_pb.js";
-import type { ErrorReason } from "../../../gen/sandbox/v1/sandbox_pb.js";
 import { ProcessError } from "../../process/index.js";
+import { errorDomain, errorInfoOf, type ErrorReasonName } from "../../shared/error-reasons.js";
 
-/** The `domain` of every `google.rpc.ErrorInfo` the daemon sends. */
-export const errorDomain = "sandbox.v1";
-
-/** A reason a failure can carry: the name of a sandbox.v1 `ErrorReason` value without its prefix. */
-export type ErrorReasonName = Exclude<keyof typeof ErrorReason, "UNSPECIFIED">;
+export { errorDomain, errorInfoOf, type ErrorReasonName };
 
 /**
  * The status code of each reason: the one table that maps them. A reason the proto gains and this
@@ -101,11 +97,6 @@ export function sandboxError(reason: ErrorReasonName, message: string, options: 
   const error = new ConnectError(message, codeByReason[reason], undefined, undefined, options.cause);
   error.details.push({ desc: ErrorInfoSchema, value: { reason, domain: errorDomain, metadata: { ...options.metadata } } });
   return error;
-}
-
-/** The ErrorInfo of an error of the daemon's domain, or undefined when it carries none. */
-export function errorInfoOf(error: ConnectError): ErrorInfo | undefined {
-  return error.findDetails(ErrorInfoSchema).find((info) => info.domain === errorDomain);
 }
 
 /**

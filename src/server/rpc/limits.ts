@@ -1,8 +1,6 @@
-import type http from "node:http";
-import type http2 from "node:http2";
-import type net from "node:net";
 import { interceptOutcome } from "./call-outcome.js";
-import { ConnectError, createContextKey, createContextValues, type ContextValues, type Interceptor } from "@connectrpc/connect";
+import { connectionKey } from "./call-context.js";
+import { ConnectError, type Interceptor } from "@connectrpc/connect";
 import { onAbort } from "../../shared/abort.js";
 import { sandboxError } from "./errors.js";
 
@@ -29,59 +27,6 @@ export interface CallCounter {
   readonly active: number;
 }
 
-/**
- * The connection a call arrived on (an HTTP/2 session or an HTTP/1.1 socket), set by
- * {@link connectionContextValues}.
- */
-export const connectionKey = createContextKey<object | undefined>(undefined, { description: "sandboxd connection" });
-
-/** Who is calling: the peer's address and port, and with mutual TLS its certificate's subject. */
-export interface Peer {
-  /** `address:port` of the client's end of the connection. */
-  address: string;
-  /** The client certificate's subject (`CN=...`), with mutual TLS. */
-  subject?: string;
-}
-
-/** The {@link Peer} of a call, set by {@link connectionContextValues}. */
-export const peerKey = createContextKey<Peer | undefined>(undefined, { description: "sandboxd peer" });
-
-/**
- * An AbortSignal that fires as soon as the client resets the call's HTTP/2 stream (or closes its
- * HTTP/1.1 connection), set by {@link connectionContextValues}. It fires in the same turn as the
- * reset is read, where the handler context's signal comes a turn later: a call reset right after
- * its request (HEADERS, DATA, RST_STREAM in one packet) is seen as gone before it spawns anything.
- */
-export const clientGoneKey = createContextKey<AbortSignal | undefined>(undefined, { description: "sandboxd client gone" });
-
-/**
- * Builds the context values of a request for connectNodeAdapter's `contextValues`: the connection
- * it came on, so per-connection limits can count it, and a signal of the client going away.
- */
-export function connectionContextValues(request: http.IncomingMessage | http2.Http2ServerRequest): ContextValues {
-  const values = createContextValues();
-  const stream = "stream" in request ? request.stream : undefined;
-  const connection = stream !== undefined ? stream.session : request.socket;
-  if (connection !== undefined && connection !== null) values.set(connectionKey, connection);
-  const gone = new AbortController();
-  if (stream !== undefined) {
-    if (stream.destroyed) gone.abort();
-    else stream.once("aborted", () => gone.abort());
-  } else {
-    // Held here: Node clears request.socket once the request is done.
-    const socket = request.socket as net.Socket | null;
-    if (socket === null || socket.destroyed) {
-      gone.abort();
-    } else {
-      const onClose = () => gone.abort();
-      socket.once("close", onClose);
-      (request as http.IncomingMessage).once("close", () => socket.off("close", onClose));
-    }
-  }
-  values.set(clientGoneKey, gone.signal);
-  values.set(peerKey, peerOf(request.socket as net.Socket | null));
-  return values;
-}
 
 /**
  * Creates a server interceptor that counts calls in progress, on each connection and in all, and
@@ -156,16 +101,4 @@ export function createErrorMessageLimitInterceptor(maxLength = defaultMaxErrorMe
     return shortened;
   };
   return interceptOutcome(() => ({ mapError: shorten }));
-}
-
-function peerOf(socket: net.Socket | null): Peer | undefined {
-  if (socket === null) return undefined;
-  const host = socket.remoteAddress?.includes(":") ? `[${socket.remoteAddress}]` : socket.remoteAddress;
-  const peer: Peer = { address: `${host ?? "?"}:${socket.remotePort ?? 0}` };
-  const tlsSocket = socket as net.Socket & { getPeerCertificate?: () => { subject?: Record<string, string> } };
-  const subject = typeof tlsSocket.getPeerCertificate === "function" ? tlsSocket.getPeerCertificate()?.subject : undefined;
-  if (subject !== undefined && Object.keys(subject).length > 0) {
-    peer.subject = Object.entries(subject).map(([key, value]) => `${key}=${value}`).join(",");
-  }
-  return peer;
 }

@@ -1,6 +1,10 @@
 import { createHash, randomBytes } from "node:crypto";
-import { defaultListPageSize, maxListPageSize } from "../../process/index.js";
 import { sandboxError } from "./errors.js";
+
+/** Records in a page of ListProcesses that asks for no size (`page_size` 0). */
+export const defaultListPageSize = 1000;
+/** Most records in a page of ListProcesses; a larger `page_size` is taken as this. */
+export const maxListPageSize = 1000;
 
 /** What a page token is bound to: the list's filter, and the daemon run that issued it. */
 export interface PageScope {

@@ -13,7 +13,7 @@ import { onAbort, raceSignal } from "../../shared/abort.js";
 import { defaultKillGracePeriodMs, parseSignal, type ManagedProcess, type ProcessManager } from "../../process/index.js";
 import { fromProtoSpec, fromProtoStatus, toProtoChunk, toProtoExit, toProtoGap, toProtoInfo, toProtoStartedInfo } from "./convert.js";
 import { sandboxError, throwIfShuttingDown, withConnectErrors } from "./errors.js";
-import { clientGoneKey, peerKey } from "./limits.js";
+import { clientGoneKey, peerKey } from "./call-context.js";
 import type { ProcessAudit } from "../observe.js";
 import { pageSize, PageTokens } from "./page-token.js";
 

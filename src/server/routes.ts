@@ -1,14 +1,21 @@
 import type { ConnectRouter } from "@connectrpc/connect";
-import { Health } from "../../../gen/grpc/health/v1/health_pb.js";
-import { ServerReflection } from "../../../gen/grpc/reflection/v1/reflection_pb.js";
-import { ServerReflection as ServerReflectionV1alpha } from "../../../gen/grpc/reflection/v1alpha/reflection_pb.js";
-import { file_google_rpc_error_details } from "../../../gen/google/rpc/error_details_pb.js";
-import { ProcessService } from "../../../gen/process/v1/process_pb.js";
-import { SandboxService } from "../../../gen/sandbox/v1/sandbox_pb.js";
-import { createProcessService } from "../agent-sandbox/index.js";
-import { createHealthService, createHealthStatus, type HealthStatus } from "./health.js";
-import { createReflectionIndex, createReflectionService, createReflectionServiceV1alpha } from "./reflection.js";
-import { createSandboxService, type SandboxServiceOptions } from "./sandbox-service.js";
+import { Health } from "../../gen/grpc/health/v1/health_pb.js";
+import { ServerReflection } from "../../gen/grpc/reflection/v1/reflection_pb.js";
+import { ServerReflection as ServerReflectionV1alpha } from "../../gen/grpc/reflection/v1alpha/reflection_pb.js";
+import { file_google_rpc_error_details } from "../../gen/google/rpc/error_details_pb.js";
+import { ProcessService } from "../../gen/process/v1/process_pb.js";
+import { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
+import { createProcessService } from "./agent-sandbox/index.js";
+import {
+  createHealthService,
+  createHealthStatus,
+  createReflectionIndex,
+  createReflectionService,
+  createReflectionServiceV1alpha,
+  createSandboxService,
+  type HealthStatus,
+  type SandboxServiceOptions,
+} from "./rpc/index.js";
 
 /** Options for {@link createRoutes}. */
 export interface RoutesOptions extends SandboxServiceOptions {

@@ -1,0 +1,9 @@
+/**
+ * Housekeeping's door: what the daemon does beside running commands (the ledger that reaps groups a
+ * killed daemon left, lingering records' expiry, giving memory back after work).
+ *
+ * @module
+ */
+export { ExpiryQueue } from "./expiry-queue.js";
+export { GroupLedger, type GroupReservation, processStartTime, type ReapReport } from "./group-ledger.js";
+export { memoryReclaims, noteProcessStarted, reclaimMemoryAsDaemon, releaseOutputMemory } from "./memory-reclaim.js";

@@ -1,0 +1,12 @@
+/**
+ * The HTTP layer's door: the listener (one port, HTTP/1.1 and HTTP/2, TLS), the gate in front of the
+ * RPC routes (Host check, public-call limits, early answers), the plain-HTTP endpoints (probes,
+ * metrics, CORS), session keepalive and the uniform error answers of every protocol.
+ *
+ * @module
+ */
+export { withErrorAnswers } from "./error-answers.js";
+export { createGate, type GateOptions } from "./gate.js";
+export { createHttpEndpoints } from "./http-endpoints.js";
+export { defaultKeepaliveIntervalMs, defaultKeepaliveTimeoutMs, type KeepaliveOptions, watchSessionLiveness } from "./keepalive.js";
+export { createListener, defaultPrefaceTimeoutMs, type Listener, type ListenerOptions, type RequestHandler, type TlsOptions } from "./listener.js";
