@@ -45,7 +45,7 @@ export interface SandboxServerOptions extends ProcessManagerOptions {
   /** Serve `GET /metrics` without the token. Default false: with a token, metrics need it too. */
   metricsPublic?: boolean;
   /** Limits of connections: how many, and how long HTTP/1.1 requests and silent connections may take. */
-  listener?: Pick<ListenerOptions, "maxConnections" | "headersTimeoutMs" | "requestTimeoutMs" | "prefaceTimeoutMs">;
+  listener?: Pick<ListenerOptions, "maxConnections" | "maxConnectionsPerPeer" | "headersTimeoutMs" | "requestTimeoutMs" | "prefaceTimeoutMs">;
   /** Limits of the calls answered without a token (health), and of calls a client resets. */
   gate?: Pick<GateOptions, "maxPublicCallsPerConnection" | "maxPublicCalls" | "maxWatchStreams" | "publicRequestTimeoutMs" | "maxResetsPerSecond">;
   /**
@@ -150,6 +150,7 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
   const listener = createListener(gate.serve, {
     ...options.listener,
     tls: options.tls,
+    proven: gate.proven,
     http2: { maxSessionMemory: maxSessionMemoryMb, settings: { initialWindowSize: 4 * 1024 * 1024, maxConcurrentStreams: maxStreams } },
     onSession: (session) => {
       watchSessionLiveness(session, options.keepalive);

@@ -81,6 +81,14 @@ export const daemonFlags: readonly DaemonFlag[] = [
   { name: "max-calls", env: "SANDBOXD_MAX_CALLS", type: "string", value: "<n>", help: "calls in progress on the daemon", defaultText: "4096" },
   { name: "max-calls-per-connection", env: "SANDBOXD_MAX_CALLS_PER_CONNECTION", type: "string", value: "<n>", help: "calls in progress on one connection", defaultText: "256" },
   { name: "max-connections", env: "SANDBOXD_MAX_CONNECTIONS", type: "string", value: "<n>", help: "connections open at once, every protocol", defaultText: "1024" },
+  {
+    name: "max-connections-per-peer",
+    env: "SANDBOXD_MAX_CONNECTIONS_PER_PEER",
+    type: "string",
+    value: "<n>",
+    help: "connections one peer address (IPv6: its /64) may hold before its first authenticated call, 0 for no cap",
+    defaultText: "a quarter of --max-connections",
+  },
   { name: "keepalive-ms", env: "SANDBOXD_KEEPALIVE_MS", type: "string", value: "<n>", help: "ping interval that finds dead peers", defaultText: "30000" },
   {
     name: "state-dir",

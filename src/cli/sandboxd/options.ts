@@ -114,7 +114,7 @@ function securityOptions(flags: DaemonFlagValues, env: NodeJS.ProcessEnv): Sandb
       maxCallsPerConnection: integer(flags, "max-calls-per-connection", undefined, 1),
     },
     keepalive: keepaliveMs === undefined ? undefined : { intervalMs: keepaliveMs, timeoutMs: keepaliveMs },
-    listener: { maxConnections: integer(flags, "max-connections", undefined, 1) },
+    listener: { maxConnections: integer(flags, "max-connections", undefined, 1), maxConnectionsPerPeer: integer(flags, "max-connections-per-peer", undefined, 0) },
     stateDirectory: flags.text("state-dir"),
     corsOrigins: flags.list("cors-origin"),
   };

@@ -70,6 +70,7 @@ export function createGate(handler: RequestHandler, options: GateOptions): Gate 
   let publicCalls = 0;
   let watchStreams = 0;
   const admittedConnections = new WeakSet<object>();
+  const provenConnections = new WeakSet<object>();
   const maxResets = options.maxResetsPerSecond ?? defaultMaxResetsPerSecond;
   const resets = new WeakMap<object, { second: number; count: number }>();
   /** Counts a call the client reset against its connection, which is closed past the limit. */
@@ -119,6 +120,7 @@ export function createGate(handler: RequestHandler, options: GateOptions): Gate 
       const connection = connectionOf(request);
       if (connection === undefined) return; // Reset before it got here.
       admittedConnections.add(connection);
+      provenConnections.add(connection);
       countResets(request);
       return handler(request, response);
     }
@@ -148,7 +150,7 @@ export function createGate(handler: RequestHandler, options: GateOptions): Gate 
     });
     handler(request, response);
   };
-  return { serve, admitted: (connection) => admittedConnections.has(connection) };
+  return { serve, admitted: (connection) => admittedConnections.has(connection), proven: (connection) => provenConnections.has(connection) };
 }
 
 /** What {@link createGate} makes: the guarded handler and what it let through. */
@@ -160,6 +162,11 @@ export interface Gate {
    * a connection that never gets one can be closed (see `startServer`).
    */
   admitted(connection: object): boolean;
+  /**
+   * Whether a call on this connection was let through with the token (any call but health on a
+   * daemon without one): the listener never closes such a connection to make room for another.
+   */
+  proven(connection: object): boolean;
 }
 
 /** The service part of a request path, `/grpc.health.v1.Health/Check` -> `grpc.health.v1.Health`. */

@@ -2,6 +2,7 @@ import http from "node:http";
 import http2 from "node:http2";
 import net, { type AddressInfo } from "node:net";
 import type tls from "node:tls";
+import { createConnectionBudget, defaultMaxConnectionsPerPeer, peerOfAddress, type BudgetedConnection } from "./connection-budget.js";
 
 /** What every HTTP/2 connection starts with (RFC 9113 §3.4); no HTTP/1.x request can. */
 const http2Preface = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1");
@@ -15,8 +16,13 @@ export const defaultPrefaceTimeoutMs = 10_000;
 export const defaultHeadersTimeoutMs = 10_000;
 /** Default time from an HTTP/1.1 request's headers to the end of its body, in milliseconds. */
 export const defaultRequestTimeoutMs = 60_000;
-/** Default most connections open at once; more are closed as they arrive. */
+/** Default most connections open at once (see {@link ListenerOptions.maxConnections}). */
 export const defaultMaxConnections = 1024;
+/**
+ * Time an HTTP/1.1 connection answered 408 is given to read the answer and close, in milliseconds;
+ * it is destroyed then, whether the peer read it or not.
+ */
+export const timedOutCloseGraceMs = 1000;
 
 /** A request handler for both HTTP versions, such as connectNodeAdapter's. */
 export type RequestHandler = (
@@ -58,8 +64,24 @@ export interface ListenerOptions {
   headersTimeoutMs?: number;
   /** Time from an HTTP/1.1 request's headers to the end of its body. Default {@link defaultRequestTimeoutMs}. */
   requestTimeoutMs?: number;
-  /** Most connections open at once, every protocol counted; more are closed at once. Default {@link defaultMaxConnections}. */
+  /**
+   * Most connections open at once, every protocol counted. A newcomer to a full budget takes the
+   * place of the oldest connection that made no authenticated call yet (see `proven`), of the peer
+   * holding the most of them; it is closed at once when there is none. Default {@link defaultMaxConnections}.
+   */
   maxConnections?: number;
+  /**
+   * Most connections one peer address (an IPv6 peer: its /64) may hold that made no authenticated
+   * call yet; past it the peer's own oldest such connection is closed for the newcomer. 0 for no
+   * such cap. Default a quarter of `maxConnections` ({@link defaultMaxConnectionsPerPeer}).
+   */
+  maxConnectionsPerPeer?: number;
+  /**
+   * Whether a connection (an HTTP/2 session or an HTTP/1.1 socket, as requests carry them) made a
+   * call the daemon let through with the token: such connections are never closed for a newcomer.
+   * Default: none is.
+   */
+  proven?: (connection: object) => boolean;
 }
 
 /**
@@ -95,7 +117,44 @@ export function createListener(handler: RequestHandler, options: ListenerOptions
   const undecided = new Set<net.Socket>();
   let ending = false;
 
+  const maxConnections = options.maxConnections ?? defaultMaxConnections;
+  const budget = createConnectionBudget({
+    maxConnections,
+    maxConnectionsPerPeer: options.maxConnectionsPerPeer ?? defaultMaxConnectionsPerPeer(maxConnections),
+  });
+  /**
+   * The budget's entry of every accepted socket, by its address pair: the HTTP/2 session or TLS
+   * socket later made on top of it is found by the same pair, and becomes what the entry asks
+   * `proven` about and closes.
+   */
+  const accepted = new Map<string, BudgetedConnection & { connection: object; close: () => void }>();
+  /** Counts a newly accepted TCP socket, making room if needed; false when it must be refused. */
+  const admit = (socket: net.Socket): boolean => {
+    const key = addressPair(socket);
+    const entry = {
+      peer: peerOfAddress(socket.remoteAddress),
+      connection: socket as object,
+      proven: () => options.proven?.(entry.connection) ?? false,
+      close: () => socket.destroy(),
+    };
+    if (!budget.admit(entry)) return false;
+    accepted.set(key, entry);
+    socket.once("close", () => {
+      budget.release(entry);
+      accepted.delete(key);
+    });
+    return true;
+  };
+  /** Makes `connection`, built on the accepted socket `socket`, what its budget entry asks and closes. */
+  const adopt = (socket: net.Socket, connection: object, close: () => void) => {
+    const entry = accepted.get(addressPair(socket));
+    if (entry === undefined) return;
+    entry.connection = connection;
+    entry.close = close;
+  };
+
   const trackSession = (session: http2.ServerHttp2Session) => {
+    adopt(session.socket as net.Socket, session, () => session.destroy());
     sessions.add(session);
     session.once("close", () => sessions.delete(session));
     options.onSession?.(session);
@@ -115,8 +174,14 @@ export function createListener(handler: RequestHandler, options: ListenerOptions
         waitingForHeaders.delete(socket);
         // An idle kept-alive connection closes silently: a 408 there could be read by a pooled client
         // as the answer to its next request.
-        if (answeredBefore) socket.destroySoon();
-        else socket.end("HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+        if (answeredBefore) {
+          socket.destroySoon();
+          return;
+        }
+        socket.end("HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n");
+        // end() only half-closes: a peer that never reads nor closes would hold the socket forever.
+        const grace = setTimeout(() => socket.destroy(), timedOutCloseGraceMs);
+        socket.once("close", () => clearTimeout(grace));
       }, headersTimeoutMs),
     );
   };
@@ -172,9 +237,17 @@ export function createListener(handler: RequestHandler, options: ListenerOptions
       serve,
     );
     secure.on("session", trackSession);
-    secure.on("connection", (socket: net.Socket) => socket.setNoDelay(true));
+    secure.on("connection", (socket: net.Socket) => {
+      if (!admit(socket)) {
+        socket.destroy();
+        return;
+      }
+      socket.setNoDelay(true);
+    });
     secure.on("secureConnection", (socket: tls.TLSSocket) => {
-      if (socket.alpnProtocol !== "h2") trackHttp1Socket(socket);
+      if (socket.alpnProtocol === "h2") return;
+      adopt(socket, socket, () => socket.destroy());
+      trackHttp1Socket(socket);
     });
     server = secure;
   } else {
@@ -183,6 +256,10 @@ export function createListener(handler: RequestHandler, options: ListenerOptions
     const http1Server = http.createServer(serve);
     const prefaceTimeoutMs = options.prefaceTimeoutMs ?? defaultPrefaceTimeoutMs;
     server = net.createServer((socket) => {
+      if (!admit(socket)) {
+        socket.destroy();
+        return;
+      }
       // Node's own HTTP servers set this on the sockets they accept; these are accepted here. Without
       // it, Nagle's algorithm held each small response frame until the client's delayed ACK: 40 ms
       // per streaming call on HTTP/1.1.
@@ -226,8 +303,6 @@ export function createListener(handler: RequestHandler, options: ListenerOptions
     });
   }
 
-  server.maxConnections = options.maxConnections ?? defaultMaxConnections;
-
   return {
     server,
     get connections() {
@@ -257,4 +332,9 @@ export function createListener(handler: RequestHandler, options: ListenerOptions
       for (const socket of undecided) socket.destroy();
     },
   };
+}
+
+/** The address pair of a TCP connection, which no other open connection of the listener shares. */
+function addressPair(socket: net.Socket): string {
+  return `${socket.remoteAddress}|${socket.remotePort}|${socket.localAddress}|${socket.localPort}`;
 }
