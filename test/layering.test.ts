@@ -61,6 +61,9 @@ const mayImport: Readonly<Record<string, readonly string[]>> = {
   cli: ["client", "server", "process", "shared"],
 };
 
+/** The layers whose rooms (their subdirectories) are entered through a door; cli/ holds programs, shared/ leaves. */
+const roomedLayers = ["process", "files", "server", "client"];
+
 /** Packages of the RPC layer: the process and file domains know nothing of RPC. */
 const rpcPackage = /^@connectrpc\//;
 
@@ -139,6 +142,22 @@ describe("the layers of src/", () => {
 
   it("import only the layers they may: client and process never server, client never process, shared nothing", () => {
     expect(violations(graph)).toEqual([]);
+  });
+
+  it("have one door each: every layer that others import, and every room within it, has an index.ts", () => {
+    const directories = new Set([...graph.keys()].map((file) => path.posix.dirname(file)));
+    const rooms = [...directories].filter((directory) => {
+      const [, layer, room] = directory.split("/");
+      return roomedLayers.includes(layer) && room !== undefined && directory === `src/${layer}/${room}`;
+    });
+    const missing = [...roomedLayers.map((layer) => `src/${layer}`), ...rooms].filter(
+      (room) => directories.has(room) && !graph.has(`${room}/index.ts`),
+    );
+    expect(missing).toEqual([]);
+  });
+
+  it("have no circle of imports: the client's wrappers depend on its core, never the reverse", () => {
+    expect(cycles(graph).map((circle) => circle.join(" -> "))).toEqual([]);
   });
 
   it("would catch a client importing the process manager, a domain importing RPC, and a room entered sideways", () => {

@@ -12,21 +12,21 @@
  */
 export { connect, Sandbox } from "./sandbox.js";
 export type { CloseOptions, SandboxDescription, SandboxOptions } from "./sandbox.js";
-export { ProcessHandle } from "./core/process-handle.js";
-export type { CommandContext, CommandLog, KillOptions, WaitOptions } from "./core/process-handle.js";
-export { CommandHandle } from "./wrappers/command-handle.js";
-export { CommandFinished } from "./core/command-finished.js";
-export { DEFAULT_MAX_RETAINED_BYTES } from "./core/command-options.js";
-export type { CommandOptions, PtySize } from "./core/command-options.js";
-export type { StreamState } from "./core/command-stream.js";
-export type { BaseExecOptions, ExecEvent, ExecOptions, ExecOutput, ExecResult, StreamOptions } from "./wrappers/exec.js";
-export type { ListProcessesOptions, ProcessOptions } from "./wrappers/processes.js";
-export type { RunOptions } from "./wrappers/run.js";
-export type { Command, RunCommandOptions, RunCommandParams } from "./wrappers/run-command.js";
-export { isExecResult, isProcess, isProcessStatus } from "./wrappers/process-views.js";
-export type { LogEvent, Process } from "./wrappers/process-views.js";
+export { ProcessHandle } from "./core/index.js";
+export type { CommandContext, CommandLog, KillOptions, WaitOptions } from "./core/index.js";
+export { CommandHandle } from "./wrappers/index.js";
+export { CommandFinished } from "./core/index.js";
+export { DEFAULT_MAX_RETAINED_BYTES } from "./core/index.js";
+export type { CommandOptions, PtySize } from "./core/index.js";
+export type { StreamState } from "./core/index.js";
+export type { BaseExecOptions, ExecEvent, ExecOptions, ExecOutput, ExecResult, StreamOptions } from "./wrappers/index.js";
+export type { ListProcessesOptions, ProcessOptions } from "./wrappers/index.js";
+export type { RunOptions } from "./wrappers/index.js";
+export type { Command, RunCommandOptions, RunCommandParams } from "./wrappers/index.js";
+export { isExecResult, isProcess, isProcessStatus } from "./wrappers/index.js";
+export type { LogEvent, Process } from "./wrappers/index.js";
 export { processStatuses, type ProcessStatus } from "../shared/process-status.js";
-export type { ProcessDetails, ProcessExit } from "./core/process-record.js";
+export type { ProcessDetails, ProcessExit } from "./core/index.js";
 export { canTransition, sandboxTransitions } from "./lifecycle.js";
 export type { SandboxStatus } from "./lifecycle.js";
 export {
@@ -39,15 +39,15 @@ export {
   SandboxError,
   StdinNotOpenError,
   toSandboxError,
-} from "./core/errors.js";
-export type { SandboxErrorOptions, SandboxErrorReason } from "./core/errors.js";
-export { backoffDelay, classifyFailure, reconnectSettings } from "./core/reconnect-policy.js";
-export type { FailureKind } from "./core/reconnect-policy.js";
-export { StreamDecoder } from "./core/output.js";
-export type { OutputChunk, OutputOffsets, OutputStreamName } from "./core/output.js";
-export type { InputAck } from "./core/input-stream.js";
-export { createSandboxConnection, defaultPingIntervalMs, defaultPingTimeoutMs } from "./core/transport.js";
-export type { SandboxConnection, SandboxConnectionOptions, SandboxProtocol } from "./core/transport.js";
+} from "./core/index.js";
+export type { SandboxErrorOptions, SandboxErrorReason } from "./core/index.js";
+export { backoffDelay, classifyFailure, reconnectSettings } from "./core/index.js";
+export type { FailureKind } from "./core/index.js";
+export { StreamDecoder } from "./core/index.js";
+export type { OutputChunk, OutputOffsets, OutputStreamName } from "./core/index.js";
+export type { InputAck } from "./core/index.js";
+export { createSandboxConnection, defaultPingIntervalMs, defaultPingTimeoutMs } from "./core/index.js";
+export type { SandboxConnection, SandboxConnectionOptions, SandboxProtocol } from "./core/index.js";
 /** The generated service descriptor and messages, for raw RPCs with `createClient`. */
 export * as sandboxV1 from "../../gen/sandbox/v1/sandbox_pb.js";
 export { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";

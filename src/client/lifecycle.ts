@@ -1,4 +1,4 @@
-import { SandboxError } from "./core/errors.js";
+import { SandboxError } from "./core/index.js";
 
 /**
  * SandboxStatus is a sandbox's lifecycle state, as the Orbiter agent framework's `SandboxStatus`:

@@ -1,20 +1,9 @@
 import { randomBytes } from "node:crypto";
 import { ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
-import type { CommandFinished } from "./core/command-finished.js";
-import type { CommandHandle } from "./wrappers/command-handle.js";
-import type { CommandDefaults, CommandOptions } from "./core/command-options.js";
-import { isUnreachable, SandboxError, toSandboxError } from "./core/errors.js";
-import { exec, execStream, type ExecEvent, type ExecOptions, type ExecOutput, type ExecResult, type StreamOptions } from "./wrappers/exec.js";
+import { type CommandFinished, type CommandDefaults, type CommandOptions, isUnreachable, SandboxError, toSandboxError, type OutputOffsets, type ProcessHandle, createSandboxConnection, type SandboxConnection, type SandboxConnectionOptions } from "./core/index.js";
+import { type CommandHandle, exec, execStream, type ExecEvent, type ExecOptions, type ExecOutput, type ExecResult, type StreamOptions, type LogEvent, type ListProcessesOptions, type ProcessesContext, type ProcessOptions, runCommand, type Command, type RunCommandOptions, type RunCommandParams, run, type RunOptions, processes } from "./wrappers/index.js";
 import { Lifecycle, type SandboxStatus } from "./lifecycle.js";
-import type { OutputOffsets } from "./core/output.js";
-import type { ProcessHandle } from "./core/process-handle.js";
-import type { LogEvent } from "./wrappers/process-views.js";
-import * as processes from "./wrappers/processes.js";
-import type { ListProcessesOptions, ProcessesContext, ProcessOptions } from "./wrappers/processes.js";
-import { runCommand, type Command, type RunCommandOptions, type RunCommandParams } from "./wrappers/run-command.js";
-import { run, type RunOptions } from "./wrappers/run.js";
-import { createSandboxConnection, type SandboxConnection, type SandboxConnectionOptions } from "./core/transport.js";
 
 /** Options of a {@link Sandbox}: the connection's, and what the sandbox adds to its commands. */
 export interface SandboxOptions extends SandboxConnectionOptions {

@@ -4,7 +4,7 @@ import { sandboxdVersion } from "../shared/version.js";
 import { createPrettyStream } from "./pretty-stream.js";
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 import { memoryReclaims, type ManagedProcess, type ProcessDescription, type ProcessExit, type ProcessManager } from "../process/index.js";
-import { interceptOutcome, peerKey, type Peer } from "./rpc/index.js";
+import { interceptOutcome, peerKey, type Peer, type ProcessAudit } from "./rpc/index.js";
 import { codeToString } from "@connectrpc/connect/protocol-connect";
 
 /** Log levels, quietest last. */
@@ -149,12 +149,6 @@ export function createObserveInterceptor(logger: Logger, metrics: DaemonMetrics)
 export interface ProcessAuditOptions {
   /** Log command lines and arguments (they may carry secrets). Default false: the program name only. */
   logCommands?: boolean;
-}
-
-/** Writes the audit lines of processes: who started what, and how it ended. */
-export interface ProcessAudit {
-  /** A process was started (or failed to) on behalf of `peer`. */
-  started(managed: ManagedProcess, peer: Peer | undefined, user: string): void;
 }
 
 /**

@@ -14,7 +14,6 @@ import { InputStream, type InputAck } from "./input-stream.js";
 import { StreamDecoder, type OutputChunk, type OutputOffsets, type OutputStreamName } from "./output.js";
 import { detailsFromProto, exitFromProto, type ProcessDetails, type ProcessExit } from "./process-record.js";
 import type { ProcessStatus } from "../../shared/process-status.js";
-import type { Process } from "../wrappers/process-views.js";
 import type { RetainedOutput } from "./retained-output.js";
 
 /** What a handle needs from the sandbox that made it. */
@@ -88,7 +87,7 @@ type HandleStart =
  * It is what startProcess() resolves with (the Cloudflare Sandbox SDK's `Process`), and a detached
  * runCommand() (Vercel Sandbox's `Command`); {@link CommandHandle} is the LangSmith-style subclass.
  */
-export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposable, Process {
+export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposable {
   private readonly record: CommandRecord;
   private readonly output: CommandOutput;
   private readonly stream: CommandStream;

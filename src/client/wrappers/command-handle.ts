@@ -1,6 +1,4 @@
-import type { InputAck } from "../core/input-stream.js";
-import { ProcessHandle, type KillOptions } from "../core/process-handle.js";
-import { reconnectSettings } from "../core/reconnect-policy.js";
+import { type InputAck, ProcessHandle, type KillOptions, reconnectSettings } from "../core/index.js";
 
 /**
  * CommandHandle mirrors the LangSmith sandbox SDK's `CommandHandle`: what `sandbox.run(command,

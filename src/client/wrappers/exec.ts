@@ -1,10 +1,5 @@
-import type { CommandFinished } from "../core/command-finished.js";
-import { checkOptions, commandOptionNames, optionNames, type CommandOptions } from "../core/command-options.js";
+import { type CommandFinished, checkOptions, commandOptionNames, optionNames, type CommandOptions, ExecutionTimeoutError, SandboxError, toSandboxError, launch, type LaunchContext, StreamDecoder, type OutputStreamName, commandLine } from "../core/index.js";
 import { linkSignals } from "../../shared/abort.js";
-import { ExecutionTimeoutError, SandboxError, toSandboxError } from "../core/errors.js";
-import { launch, type LaunchContext } from "../core/launch.js";
-import { StreamDecoder, type OutputStreamName } from "../core/output.js";
-import { commandLine } from "../core/process-record.js";
 
 /**
  * The options every Cloudflare-style call takes, as that SDK's `BaseExecOptions`: the command's

@@ -1,8 +1,6 @@
 import { onAbort } from "../../shared/abort.js";
-import { OutputLostError } from "../core/errors.js";
+import { OutputLostError, StreamDecoder, type ProcessHandle } from "../core/index.js";
 import type { ExecResult } from "./exec.js";
-import { StreamDecoder } from "../core/output.js";
-import type { ProcessHandle } from "../core/process-handle.js";
 import { processStatuses, type ProcessStatus } from "../../shared/process-status.js";
 
 /**

@@ -1,13 +1,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { ProcessInfo, ProcessStatus as ProtoStatus } from "../../../gen/sandbox/v1/sandbox_pb.js";
-import { chunkFromProto } from "../core/command-source.js";
-import { checkOptions, optionNames, type CommandOptions } from "../core/command-options.js";
-import { toSandboxError } from "../core/errors.js";
+import { chunkFromProto, checkOptions, optionNames, type CommandOptions, toSandboxError, launch, type LaunchContext, StreamDecoder, type OutputOffsets, ProcessHandle, readProcessLogs, exitCodeOf } from "../core/index.js";
 import { baseExecOptionNames, fromBaseExecOptions, type BaseExecOptions } from "./exec.js";
-import { launch, type LaunchContext } from "../core/launch.js";
-import { StreamDecoder, type OutputOffsets } from "../core/output.js";
-import { ProcessHandle, readProcessLogs } from "../core/process-handle.js";
-import { exitCodeOf } from "../core/process-record.js";
 import { processStatusToProto, type ProcessStatus } from "../../shared/process-status.js";
 import { logEvents, type LogEvent, type Process } from "./process-views.js";
 

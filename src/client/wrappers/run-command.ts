@@ -1,8 +1,4 @@
-import type { CommandFinished } from "../core/command-finished.js";
-import { checkOptions, commandOptionNames, type CommandOptions } from "../core/command-options.js";
-import { SandboxError } from "../core/errors.js";
-import { launch, type LaunchContext } from "../core/launch.js";
-import type { ProcessHandle } from "../core/process-handle.js";
+import { type CommandFinished, checkOptions, commandOptionNames, type CommandOptions, SandboxError, launch, type LaunchContext, type ProcessHandle } from "../core/index.js";
 
 /**
  * Options of `runCommand()`, as Vercel Sandbox's `runCommand(cmd, args, opts)`: the command's

@@ -1,7 +1,5 @@
-import type { CommandFinished } from "../core/command-finished.js";
+import { type CommandFinished, checkOptions, commandOptionNames, type CommandOptions, launch, type LaunchContext } from "../core/index.js";
 import { CommandHandle } from "./command-handle.js";
-import { checkOptions, commandOptionNames, type CommandOptions } from "../core/command-options.js";
-import { launch, type LaunchContext } from "../core/launch.js";
 
 /**
  * Options of `run()`, as the LangSmith sandbox SDK's `run(command, { timeout, wait })`: the

@@ -11,8 +11,7 @@ import {
 } from "../../../gen/process/v1/process_pb.js";
 import { onAbort, raceSignal } from "../../shared/abort.js";
 import type { ManagedProcess, ProcessExit, ProcessManager, ProcessSpec, SignalName } from "../../process/index.js";
-import { clientGoneKey, peerKey, sandboxError, throwIfShuttingDown, withConnectErrors } from "../rpc/index.js";
-import type { ProcessAudit } from "../observe.js";
+import { clientGoneKey, peerKey, sandboxError, throwIfShuttingDown, withConnectErrors, type ProcessAudit } from "../rpc/index.js";
 
 /** Dependencies of {@link createProcessService}. */
 export interface ProcessServiceOptions {

@@ -14,7 +14,7 @@ import { defaultKillGracePeriodMs, parseSignal, type ManagedProcess, type Proces
 import { fromProtoSpec, fromProtoStatus, toProtoChunk, toProtoExit, toProtoGap, toProtoInfo, toProtoStartedInfo } from "./convert.js";
 import { sandboxError, throwIfShuttingDown, withConnectErrors } from "./errors.js";
 import { clientGoneKey, peerKey } from "./call-context.js";
-import type { ProcessAudit } from "../observe.js";
+import type { ProcessAudit } from "./process-audit.js";
 import { pageSize, PageTokens } from "./page-token.js";
 
 /** Dependencies of {@link createSandboxService}. */
