@@ -1,12 +1,12 @@
 # syntax=docker/dockerfile:1
-# sandboxd's container image: the daemon under tini, as an unprivileged user, listening on 0.0.0.0:7007.
+# sandboxd's container image: the daemon under tini, listening on 0.0.0.0:7007, its commands as `sandbox`.
 #
 #   docker build -t sandboxd .
 #   docker run -d -p 7007:7007 -e SANDBOXD_TOKEN="$(openssl rand -hex 32)" sandboxd
 #
-# Commands run as the daemon's user, `sandbox` (uid 10001), in /workspace. To keep commands away from the
-# daemon (its memory, environment, signals), run the daemon as root and the commands as `sandbox`:
-#   docker run --user 0 ... sandboxd --user sandbox
+# tini and the daemon run as root; commands run as the unprivileged user `sandbox` (uid 10001, SANDBOXD_USER),
+# in /workspace. So a command cannot read the token, which the container's environment hands to tini and the
+# daemon (their /proc/<pid>/environ and memory belong to root), nor signal either of them.
 # docs/OPERATIONS.md has the flags, probes and the Kubernetes and systemd set-ups. The bases are build
 # arguments; CI builds this file with buildah from stand-ins it assembles (test/side/image.sh).
 ARG NODE_IMAGE=node:22-bookworm-slim
@@ -41,14 +41,18 @@ RUN --mount=type=cache,target=/root/.npm npm ci --omit=dev --ignore-scripts --no
 COPY --from=build /src/build/sandboxd-exec /src/build/sandboxd.node ./build/
 COPY --from=build /src/dist/src ./dist/src
 COPY --from=build /src/dist/gen ./dist/gen
-# The daemon's files belong to root: commands running as `sandbox` cannot change them.
+# The daemon's files belong to root: commands running as `sandbox` cannot change them. SANDBOXD_USER names
+# `sandbox` by its uid (the daemon finds its name, groups and HOME in /etc/passwd), as USER would.
 ENV NODE_ENV=production \
     SANDBOXD_HOST=0.0.0.0 \
     SANDBOXD_PORT=7007 \
-    SANDBOXD_WORKSPACE=/workspace
+    SANDBOXD_WORKSPACE=/workspace \
+    SANDBOXD_USER=10001
 EXPOSE 7007
 WORKDIR /workspace
-USER 10001:10001
+# Root, so that commands run as another user than the daemon's and its init's (--user needs a token: the
+# daemon refuses to start without one, as it does on 0.0.0.0 anyway).
+USER 0:0
 # Plain HTTP on the daemon's own port; not for a daemon serving TLS (probe grpc.health.v1 instead).
 HEALTHCHECK --interval=15s --timeout=3s --start-period=10s --retries=3 \
   CMD ["node", "-e", "require('http').get({host:'127.0.0.1',port:process.env.SANDBOXD_PORT,path:'/healthz',timeout:2000},r=>process.exit(r.statusCode===200?0:1)).on('error',()=>process.exit(1))"]

@@ -1,10 +1,10 @@
-import { chmodSync, copyFileSync, mkdtempSync, realpathSync, rmSync } from "node:fs";
+import { chmodSync, mkdtempSync, realpathSync, rmSync } from "node:fs";
 import { tmpdir, userInfo } from "node:os";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { connect } from "../src/client/index.js";
-import { build } from "esbuild";
 import { defaultPath, resolveUser } from "../src/process/index.js";
+import { bundleDaemon } from "./support/daemon-bundle.js";
 import { startDaemonProcess, type DaemonCommand } from "./support/daemon-process.js";
 import { repositoryRoot } from "./support/tools.js";
 
@@ -21,33 +21,17 @@ describe("the token in the daemon's environment", () => {
     chmodSync(workspace, 0o755);
     cleanups.push(() => rmSync(workspace, { recursive: true, force: true }));
     // The daemon runs as nobody, as in a container image with a non-root user, and so do its commands. The
-    // checkout may sit where nobody cannot reach it (a 0700 temporary directory): the daemon is bundled into
-    // one file beside copies of its native parts, in a directory nobody can read.
-    const bundle = realpathSync(mkdtempSync(path.join(tmpdir(), "sandboxd-environ-bundle-")));
-    chmodSync(bundle, 0o755);
-    cleanups.push(() => rmSync(bundle, { recursive: true, force: true }));
-    await build({
-      entryPoints: [path.join(repositoryRoot, "src/cli/sandboxd.ts")],
-      outfile: path.join(bundle, "sandboxd.mjs"),
-      bundle: true,
-      platform: "node",
-      format: "esm",
-      target: "node20",
-      external: ["node-pty"],
-      banner: { js: "import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);" },
-      logLevel: "error",
-    });
-    for (const file of ["sandboxd-exec", "sandboxd.node"]) copyFileSync(path.join(repositoryRoot, "build", file), path.join(bundle, file));
-    chmodSync(path.join(bundle, "sandboxd-exec"), 0o755);
+    // checkout may sit where nobody cannot reach it: the daemon runs from a bundle nobody can read.
+    const bundle = await bundleDaemon();
+    cleanups.push(() => bundle.remove());
     const daemon = await startDaemonProcess(["--workspace", workspace, "--log-format", "json"], {
       file: "setpriv",
-      args: [`--reuid=${nobody}`, `--regid=${nobody}`, "--clear-groups", process.execPath, path.join(bundle, "sandboxd.mjs")],
+      args: [`--reuid=${nobody}`, `--regid=${nobody}`, "--clear-groups", process.execPath, bundle.script],
       cwd: workspace,
       env: {
         ...process.env,
         SANDBOXD_TOKEN: "token-only-the-daemon-knows",
-        SANDBOXD_EXEC_HELPER: path.join(bundle, "sandboxd-exec"),
-        SANDBOXD_NATIVE_ADDON: path.join(bundle, "sandboxd.node"),
+        ...bundle.env,
       },
     });
     cleanups.push(() => daemon.child.kill("SIGKILL"));
@@ -62,6 +46,8 @@ describe("the token in the daemon's environment", () => {
       expect(result.stdout).not.toContain("token-only-the-daemon-knows");
       expect(result.stderr).toContain("Permission denied");
       expect(result.exitCode).not.toBe(0);
+      // It can still signal the daemon, and the daemon says so at start.
+      expect(daemon.stderr()).toContain("WARNING: commands run as the daemon's own user: they can signal it");
     } finally {
       await sandbox.close();
     }

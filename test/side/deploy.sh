@@ -7,7 +7,10 @@
 #                             at the unit's ExecStart path (in a private mount namespace); systemd-sysusers
 #                             --dry-run of the sysusers file
 #   both                      every SANDBOXD_* variable they set is one the daemon knows; the manifest's user
-#                             and port are the image's; a token file of a credential's mode (0400) is accepted
+#                             and port are the image's; a token file of a credential's mode (0400) is accepted;
+#                             in the image, the manifest and the unit the daemon runs as root and its commands
+#                             as another user, and the token never comes from the environment of the manifest
+#                             or the unit; the manifest's NetworkPolicy selects its pods and admits their port
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source test/side/lib/apt.sh
@@ -38,12 +41,10 @@ for name in $(grep -ohE '\bSANDBOXD_[A-Z_]+' deploy/kubernetes/*.yaml deploy/sys
 done
 result "every SANDBOXD_* variable in deploy/ and the Dockerfile is in sandboxd --help" "$([ -z "$unknown" ]; echo $?)" "unknown:$unknown"
 
-image_user=$(awk '$1 == "USER" { split($2, a, ":"); print a[1] }' Dockerfile)
-image_port=$(grep -oE 'SANDBOXD_PORT=[0-9]+' Dockerfile | cut -d= -f2)
-manifest_user=$(grep -oE 'runAsUser: [0-9]+' deploy/kubernetes/sandboxd.yaml | awk '{ print $2 }')
-manifest_ports=$(grep -oE '(containerPort|port): [0-9]+' deploy/kubernetes/sandboxd.yaml | awk '{ print $2 }' | sort -u | tr '\n' ' ')
-result "the manifest runs as the image's user ($image_user) on its port ($image_port)" \
-  "$([ "$manifest_user" = "$image_user" ] && [ "$manifest_ports" = "$image_port " ]; echo $?)" "runAsUser $manifest_user, ports $manifest_ports"
+# The manifest against the image (its USER and ENV) and itself, read with the YAML parser kubernetes-validate uses.
+status=0
+out=$("$venv/bin/python" test/side/deploy/manifest.py deploy/kubernetes/sandboxd.yaml Dockerfile 2>&1) || status=$?
+result "the manifest runs the image's user (root, commands as another), its token from a root-only file, its port behind a NetworkPolicy" "$status" "$out"
 
 # LoadCredential= gives a service running as root (as this unit does) a file of mode 0400: the daemon
 # must start with it as its token file.
@@ -76,8 +77,13 @@ out=$(unshare --mount --propagation private -- bash -c '
   SYSTEMD_LOG_LEVEL=notice systemd-analyze verify "$1/deploy/systemd/sandboxd.service"' _ "$PWD" 2>&1) || status=$?
 [ -z "$out" ] || status=1
 result "systemd-analyze verify deploy/systemd/sandboxd.service" "$status" "$out"
-grep -q '^KillMode=control-group$' deploy/systemd/sandboxd.service && grep -q '^LoadCredential=token:' deploy/systemd/sandboxd.service
-result "the unit kills its whole cgroup and takes the token as a credential" "$?"
+status=0
+grep -q '^KillMode=control-group$' deploy/systemd/sandboxd.service && grep -q '^LoadCredential=token:' deploy/systemd/sandboxd.service || status=1
+# Root (no User=), commands as another user, and no token among the unit's variables (systemd would hand it to the daemon's environment).
+grep -qE '^(User|DynamicUser)=' deploy/systemd/sandboxd.service && status=1
+grep -qE '^Environment=SANDBOXD_USER=[a-z0-9]' deploy/systemd/sandboxd.service || status=1
+grep -qE '^Environment=.*SANDBOXD_TOKEN=' deploy/systemd/sandboxd.service && status=1
+result "the unit kills its whole cgroup, runs the daemon as root and its commands as another user, takes the token as a credential" "$status"
 mkdir -p "$work/sysusers-root/etc"
 status=0
 out=$(systemd-sysusers --root="$work/sysusers-root" --dry-run "$PWD/deploy/systemd/sandboxd.sysusers" 2>&1) || status=$?

@@ -11,16 +11,17 @@ import { exitWithNpmParent } from "./parent-watch.js";
  * SIGINT. The `sandboxd` command (sandboxd.ts) calls it once the process runs with the daemon's Node flags.
  */
 export async function runDaemon(): Promise<void> {
+  // The token is read from a copy: out of this process's environment first, it reaches no program
+  // the daemon starts, not even those it runs while it reads its flags (getent for --user).
+  const environment = { ...process.env };
+  delete process.env.SANDBOXD_TOKEN;
   let command;
   try {
-    command = parseCommandLine(process.argv.slice(2));
+    command = parseCommandLine(process.argv.slice(2), environment);
   } catch (error) {
     process.stderr.write(`sandboxd: ${(error as Error).message}\n(sandboxd --help lists the flags)\n`);
     process.exit(2);
   }
-  // Children get a clean environment anyway; this only keeps the token out of anything this process
-  // passes on later.
-  delete process.env.SANDBOXD_TOKEN;
   // What the delete cannot do: /proc/<pid>/environ still shows the environment the daemon was started
   // with (a token in SANDBOXD_TOKEN among it) to every process of its uid, and so would its memory.
   // Not dumpable, those files belong to root and a command running as the daemon's own user cannot read
@@ -100,5 +101,9 @@ function securitySummary(options: SandboxServerOptions, server: SandboxServer): 
     applied === undefined
       ? "; commands share the daemon's memory and CPU (no writable memory or cpu cgroup)"
       : `; commands: ${applied.memoryBytes !== undefined ? `${Math.round(applied.memoryBytes / 1048576)} MiB of memory together` : "no memory limit"}, ${applied.cpuWeight !== undefined ? `CPU weight ${applied.cpuWeight} of the daemon's` : "no CPU weight"}`;
-  return `${access}; commands run as ${user}; fork cap: ${manager.launcher.forkLimit(options.runAs?.uid)}${resources}${reaped}${helper}${addon}`;
+  const sameUser =
+    options.token !== undefined && (options.runAs === undefined || options.runAs.uid === process.getuid?.())
+      ? "; WARNING: commands run as the daemon's own user: they can signal it, and read the token wherever a process of that user keeps it (the environment of what started the daemon, when it came through SANDBOXD_TOKEN); run the daemon as root with --user"
+      : "";
+  return `${access}; commands run as ${user}; fork cap: ${manager.launcher.forkLimit(options.runAs?.uid)}${resources}${reaped}${helper}${addon}${sameUser}`;
 }

@@ -2,7 +2,9 @@
 // would, from the image's own configuration (entrypoint, user, environment, working directory), with its
 // entrypoint as PID 1 of a new PID namespace (unshare + chroot; no container engine runs here), on the host's
 // network. Then calls the daemon inside: health over gRPC and HTTP, the image's HEALTHCHECK, Exec as the
-// image's unprivileged user, zombie reaping by the init, SIGTERM; and again as root with --user.
+// image's unprivileged user, zombie reaping by the init, SIGTERM; and a command that looks for the token in
+// every process of the container and tries to signal the daemon and the init, with the token given as
+// `docker run -e` gives it (in the init's environment) and as a Kubernetes Secret file.
 //   usage: node --import tsx test/side/image/smoke.ts ROOTFS CONFIG_JSON
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { chownSync, readFileSync, writeFileSync } from "node:fs";
@@ -14,6 +16,7 @@ import { HealthCheckResponse_ServingStatus, Health } from "../../../gen/grpc/hea
 import { SandboxService } from "../../../gen/sandbox/v1/sandbox_pb.js";
 import { waitFor } from "../../support/processes.js";
 import { collectExec } from "../../support/rpc.js";
+import { tokenProbeArgs, type TokenProbeReport } from "../../support/token-probe.js";
 
 /** The parts of an image's Docker configuration (`buildah inspect --type image IMAGE (.Docker.config)`) used here. */
 interface ImageConfig {
@@ -119,20 +122,51 @@ async function text(command: string, rpc: ReturnType<typeof client>): Promise<{ 
   return { stdout: result.stdout.toString(), stderr: result.stderr.toString(), exitCode: result.exited.exitCode };
 }
 
-/** The image as it is run by default: its own user, token from a 0600 file of that user. */
-async function defaultUser(): Promise<void> {
-  const [uid, gid] = (config.User ?? "").split(":");
-  check("the image runs as a non-root user by default", config.User !== undefined && Number(uid) > 0, `User ${config.User}`);
-  const token = `image-${process.pid}`;
-  writeFileSync(path.join(rootfs, "run/sandboxd-token"), token, { mode: 0o600 });
-  chownSync(path.join(rootfs, "run/sandboxd-token"), Number(uid), Number(gid ?? uid));
+/** The uid and gid of `name` in the image's password database. */
+function imageUser(name: string): { uid: number; gid: number } {
+  const entry = readFileSync(path.join(rootfs, "etc/passwd"), "utf8").split("\n").find((line) => line.startsWith(`${name}:`));
+  const [, , uid, gid] = (entry ?? "").split(":");
+  return { uid: Number(uid), gid: Number(gid) };
+}
+
+/**
+ * Runs the token probe (test/support/token-probe.ts) as a command and checks that it finds the token in no
+ * process of the container (environ, cmdline, memory it may read) and that the kernel refuses it every signal
+ * to the daemon and to the init above it.
+ */
+async function checkTokenHidden(label: string, token: string, rpc: ReturnType<typeof client>): Promise<void> {
+  const result = await collectExec(rpc.sandbox, { command: "node", args: tokenProbeArgs(token), timeoutMs: 60_000 });
+  let report: TokenProbeReport | undefined;
+  try {
+    report = JSON.parse(result.stdout.toString()) as TokenProbeReport;
+  } catch {
+    check(`${label}: the token probe ran`, false, `${result.stdout.toString()}${result.stderr.toString()}`);
+    return;
+  }
+  check(`${label}: a command finds the token in no process's environ, cmdline or memory (${report.processes} processes)`,
+    report.found.length === 0 && report.processes >= 2, JSON.stringify(report));
+  const chain = report.ancestors.map((process) => `${process.name}:${process.signal}`).join(" ");
+  check(`${label}: a command cannot signal the daemon nor the init (${chain})`,
+    report.ancestors.length === 2 && report.ancestors[0]!.name === "node" && report.ancestors[1]!.pid === 1 && report.ancestors.every((process) => process.signal === "EPERM"),
+    JSON.stringify(report.ancestors));
+}
+
+/** The image as it is run by default: root, commands as `sandbox`, the token in the environment as `docker run -e` puts it. */
+async function defaultImage(): Promise<void> {
+  const sandbox = imageUser("sandbox");
+  const [uid] = (config.User ?? "").split(":");
+  const env = new Map((config.Env ?? []).map((entry) => [entry.slice(0, entry.indexOf("=")), entry.slice(entry.indexOf("=") + 1)]));
+  check("the daemon and its init run as root, commands as sandbox (SANDBOXD_USER)",
+    Number(uid) === 0 && sandbox.uid > 0 && [String(sandbox.uid), "sandbox"].includes(env.get("SANDBOXD_USER") ?? ""), `User ${config.User}, SANDBOXD_USER ${env.get("SANDBOXD_USER")}`);
+  const token = `image-${process.pid}-${Date.now()}`;
   const port = await freePort();
-  const container = await startContainer(config.User!, { SANDBOXD_PORT: String(port), SANDBOXD_TOKEN_FILE: "/run/sandboxd-token" }, []);
+  const container = await startContainer(config.User ?? "0:0", { SANDBOXD_PORT: String(port), SANDBOXD_TOKEN: token }, []);
   const rpc = client(container.url, token);
   try {
     check("the daemon listens on all addresses at SANDBOXD_PORT", container.url === `http://0.0.0.0:${port}` || container.url.endsWith(`:${port}`), container.url);
     const log = container.log.join("");
     check("the native helper and addon are in the image", !log.includes("WARNING"), log);
+    check("the daemon says commands run as sandbox", log.includes("commands run as sandbox"), log);
 
     const healthz = await fetch(`http://127.0.0.1:${port}/healthz`);
     const readyz = await fetch(`http://127.0.0.1:${port}/readyz`);
@@ -141,18 +175,22 @@ async function defaultUser(): Promise<void> {
     check("grpc.health.v1 Check answers SERVING", health.status === HealthCheckResponse_ServingStatus.SERVING, String(health.status));
 
     const probe = config.Healthcheck?.Test ?? [];
-    const probeArgv = inContainer(config.User!, { SANDBOXD_PORT: String(port) }, probe.slice(1));
+    const probeArgv = inContainer(config.User ?? "0:0", { SANDBOXD_PORT: String(port) }, probe.slice(1));
     const result = spawnSync(probeArgv[0], probeArgv.slice(1), { encoding: "utf8", timeout: 20_000 });
     check("the image's HEALTHCHECK passes", probe[0] === "CMD" && result.status === 0, `${JSON.stringify(probe)} exit ${result.status}: ${result.stderr}`);
 
-    const who = await text("id -u; id -g; pwd; test -w . && echo workspace-writable; test -w /opt/sandboxd/dist || echo daemon-read-only", rpc);
-    check("Exec runs as the image's user in /workspace, which it may write, and not the daemon's files",
-      who.stdout === `${uid}\n${gid ?? uid}\n/workspace\nworkspace-writable\ndaemon-read-only\n` && who.exitCode === 0, JSON.stringify(who));
+    const who = await text("id -u; id -g; id -un; echo $HOME; pwd; test -w . && echo workspace-writable; test -w /opt/sandboxd/dist || echo daemon-read-only", rpc);
+    check("Exec runs as sandbox in /workspace, which it may write, and not the daemon's files",
+      who.stdout === `${sandbox.uid}\n${sandbox.gid}\nsandbox\n/home/sandbox\n/workspace\nworkspace-writable\ndaemon-read-only\n` && who.exitCode === 0, JSON.stringify(who));
     const streams = await text("echo out; echo err >&2; exit 7", rpc);
     check("Exec streams stdout and stderr and reports the exit code", streams.stdout === "out\n" && streams.stderr === "err\n" && streams.exitCode === 7, JSON.stringify(streams));
 
     const refused = await collectExec(client(container.url, "wrong").sandbox, { command: "true" }).then(() => undefined, (error: unknown) => ConnectError.from(error));
     check("a wrong token is refused with UNAUTHENTICATED", refused?.code === Code.Unauthenticated, String(refused));
+
+    await checkTokenHidden("token in the environment", token, rpc);
+    const after = await text("echo still serving", rpc);
+    check("the daemon serves on after the attempts", after.stdout === "still serving\n", JSON.stringify(after));
 
     // A process in a session of its own, left behind by its command, is re-parented to PID 1, which must reap it
     // when it ends (the daemon may end it with its command). Without an init (node as PID 1) it stays a zombie.
@@ -169,32 +207,37 @@ async function defaultUser(): Promise<void> {
     check("the default container answered", false, `${String(error)}\n${container.log.join("")}`);
   } finally {
     rpc.close();
-    await stop(container, "default user");
+    await stop(container, "default");
   }
 }
 
-/** The image run as root with --user: commands run as the unprivileged user, the daemon stays root. */
-async function rootWithUser(): Promise<void> {
-  const [uid] = (config.User ?? "").split(":");
-  const token = `image-root-${process.pid}`;
-  writeFileSync(path.join(rootfs, "run/sandboxd-root-token"), token, { mode: 0o600 });
-  chownSync(path.join(rootfs, "run/sandboxd-root-token"), 0, 0);
+/** The image as the Kubernetes manifest runs it: the token in a root-only file, as a Secret is mounted, and nowhere in the environment. */
+async function tokenFile(): Promise<void> {
+  const token = `image-file-${process.pid}-${Date.now()}`;
+  writeFileSync(path.join(rootfs, "run/sandboxd-token"), token, { mode: 0o400 });
+  chownSync(path.join(rootfs, "run/sandboxd-token"), 0, 0);
   const port = await freePort();
-  const container = await startContainer("0:0", { SANDBOXD_PORT: String(port), SANDBOXD_TOKEN_FILE: "/run/sandboxd-root-token" }, ["--user", "sandbox"]);
+  let container: Container;
+  try {
+    container = await startContainer(config.User ?? "0:0", { SANDBOXD_PORT: String(port), SANDBOXD_TOKEN_FILE: "/run/sandboxd-token" }, []);
+  } catch (error) {
+    check("the token-file container started", false, String(error));
+    return;
+  }
   const rpc = client(container.url, token);
   try {
-    const who = await text("id -u; id -un; echo $HOME", rpc);
-    check("as root with --user sandbox, commands run as sandbox", who.stdout === `${uid}\nsandbox\n/home/sandbox\n` && who.exitCode === 0, JSON.stringify(who));
-    check("the daemon says commands run as sandbox", container.log.join("").includes("commands run as sandbox"), container.log.join(""));
+    const who = await text("id -un; cat /run/sandboxd-token", rpc);
+    check("with a token file: commands run as sandbox and cannot read the file", who.stdout === "sandbox\n" && who.exitCode !== 0 && who.stderr.includes("Permission denied"), JSON.stringify(who));
+    await checkTokenHidden("token file", token, rpc);
   } catch (error) {
-    check("the root container answered", false, `${String(error)}\n${container.log.join("")}`);
+    check("the token-file container answered", false, `${String(error)}\n${container.log.join("")}`);
   } finally {
     rpc.close();
-    await stop(container, "root with --user");
+    await stop(container, "token file");
   }
 }
 
-await defaultUser();
-await rootWithUser();
+await defaultImage();
+await tokenFile();
 console.log(`${passed} passed, ${failed} failed`);
 process.exit(failed === 0 && passed > 0 ? 0 : 1);
