@@ -44,7 +44,8 @@ function readGraph(): ModuleGraph {
     for (const entry of readdirSync(path.join(repositoryRoot, directory), { withFileTypes: true })) {
       const relative = path.posix.join(directory, entry.name);
       if (entry.isDirectory()) walk(relative);
-      else if (entry.name.endsWith(".ts")) graph.set(relative, importsOf(relative, readFileSync(path.join(repositoryRoot, relative), "utf8")));
+      else if (entry.name.endsWith(".ts"))
+        graph.set(relative, importsOf(relative, readFileSync(path.join(repositoryRoot, relative), "utf8")));
     }
   };
   walk("src");
@@ -73,7 +74,9 @@ const isInside = (file: string, directory: string) => file.startsWith(`${directo
 /** Every rule the graph breaks, one line each (`from -> to: why`). */
 function violations(graph: ModuleGraph): string[] {
   const found: string[] = [];
-  const doors = new Set([...graph.keys()].filter((file) => file.endsWith("/index.ts")).map((file) => path.posix.dirname(file)));
+  const doors = new Set(
+    [...graph.keys()].filter((file) => file.endsWith("/index.ts")).map((file) => path.posix.dirname(file)),
+  );
   for (const [file, imports] of graph) {
     const layer = layerOf(file);
     const allowed = mayImport[layer];
@@ -137,7 +140,11 @@ describe("the layers of src/", () => {
     expect(targets("src/server/server.ts")).toContain("src/process/index.ts");
     expect(targets("src/server/server.ts")).toContain("@connectrpc/connect-node");
     expect(targets("src/cli/sandboxd.ts")).toContain("src/cli/sandboxd/daemon.ts");
-    expect(graph.get("src/process/errors.ts")).toContainEqual({ target: "src/shared/error-reasons.ts", isPackage: false, typeOnly: true });
+    expect(graph.get("src/process/errors.ts")).toContainEqual({
+      target: "src/shared/error-reasons.ts",
+      isPackage: false,
+      typeOnly: true,
+    });
   });
 
   it("import only the layers they may: client and process never server, client never process, shared nothing", () => {

@@ -32,6 +32,10 @@ fi
 echo "== type check"
 npx tsc --noEmit
 
+# Biome formats and lints the TypeScript; biome.jsonc says which files it holds to that so far.
+echo "== format and lint"
+npx biome ci --error-on-warnings .
+
 if [ -f test/setup-tools.sh ]; then
   echo "== external tools"
   bash test/setup-tools.sh

@@ -5,14 +5,49 @@
  * @module
  */
 export { CommandFinished } from "./command-finished.js";
-export { checkOptions, type CommandDefaults, commandOptionNames, type CommandOptions, DEFAULT_MAX_RETAINED_BYTES, optionNames, type PtySize } from "./command-options.js";
+export {
+  checkOptions,
+  type CommandDefaults,
+  commandOptionNames,
+  type CommandOptions,
+  DEFAULT_MAX_RETAINED_BYTES,
+  optionNames,
+  type PtySize,
+} from "./command-options.js";
 export { chunkFromProto } from "./command-source.js";
-export { type StreamState } from "./command-stream.js";
-export { ExecutionTimeoutError, isUnreachable, LimitExceededError, OutputLostError, ProcessAlreadyExistsError, ProcessNotFoundError, ProcessNotRunningError, SandboxError, type SandboxErrorOptions, type SandboxErrorReason, StdinNotOpenError, toSandboxError } from "./errors.js";
-export { type InputAck } from "./input-stream.js";
+export type { StreamState } from "./command-stream.js";
+export {
+  ExecutionTimeoutError,
+  isUnreachable,
+  LimitExceededError,
+  OutputLostError,
+  ProcessAlreadyExistsError,
+  ProcessNotFoundError,
+  ProcessNotRunningError,
+  SandboxError,
+  type SandboxErrorOptions,
+  type SandboxErrorReason,
+  StdinNotOpenError,
+  toSandboxError,
+} from "./errors.js";
+export type { InputAck } from "./input-stream.js";
 export { launch, type LaunchContext } from "./launch.js";
 export { type OutputChunk, type OutputOffsets, type OutputStreamName, StreamDecoder } from "./output.js";
-export { type CommandContext, type CommandLog, type KillOptions, ProcessHandle, readProcessLogs, type WaitOptions } from "./process-handle.js";
+export {
+  type CommandContext,
+  type CommandLog,
+  type KillOptions,
+  ProcessHandle,
+  readProcessLogs,
+  type WaitOptions,
+} from "./process-handle.js";
 export { commandLine, exitCodeOf, type ProcessDetails, type ProcessExit } from "./process-record.js";
 export { backoffDelay, classifyFailure, type FailureKind, reconnectSettings } from "./reconnect-policy.js";
-export { createSandboxConnection, defaultPingIntervalMs, defaultPingTimeoutMs, type SandboxConnection, type SandboxConnectionOptions, type SandboxProtocol } from "./transport.js";
+export {
+  createSandboxConnection,
+  defaultPingIntervalMs,
+  defaultPingTimeoutMs,
+  type SandboxConnection,
+  type SandboxConnectionOptions,
+  type SandboxProtocol,
+} from "./transport.js";

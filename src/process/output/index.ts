@@ -3,4 +3,12 @@
  *
  * @module
  */
-export { OutputBuffer, type OutputChunk, type OutputGap, type OutputItem, OutputReader, type OutputStreamName, type StreamOffsets } from "./output-buffer.js";
+export {
+  OutputBuffer,
+  type OutputChunk,
+  type OutputGap,
+  type OutputItem,
+  OutputReader,
+  type OutputStreamName,
+  type StreamOffsets,
+} from "./output-buffer.js";

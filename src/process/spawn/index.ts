@@ -4,7 +4,14 @@
  *
  * @module
  */
-export { type SpawnedChild } from "./child.js";
-export { defaultMaxTasksPerCommand, defaultMaxTasksTotal, type ForkLimit, Launcher, type LauncherOptions, type LaunchPlan } from "./launcher.js";
+export type { SpawnedChild } from "./child.js";
+export {
+  defaultMaxTasksPerCommand,
+  defaultMaxTasksTotal,
+  type ForkLimit,
+  Launcher,
+  type LauncherOptions,
+  type LaunchPlan,
+} from "./launcher.js";
 export { HelperStartError, spawnPipeChild } from "./pipe-child.js";
 export { spawnPtyChild } from "./pty-child.js";

@@ -8,5 +8,17 @@
 export { withErrorAnswers } from "./error-answers.js";
 export { createGate, type GateOptions } from "./gate.js";
 export { createHttpEndpoints } from "./http-endpoints.js";
-export { defaultKeepaliveIntervalMs, defaultKeepaliveTimeoutMs, type KeepaliveOptions, watchSessionLiveness } from "./keepalive.js";
-export { createListener, defaultPrefaceTimeoutMs, type Listener, type ListenerOptions, type RequestHandler, type TlsOptions } from "./listener.js";
+export {
+  defaultKeepaliveIntervalMs,
+  defaultKeepaliveTimeoutMs,
+  type KeepaliveOptions,
+  watchSessionLiveness,
+} from "./keepalive.js";
+export {
+  createListener,
+  defaultPrefaceTimeoutMs,
+  type Listener,
+  type ListenerOptions,
+  type RequestHandler,
+  type TlsOptions,
+} from "./listener.js";

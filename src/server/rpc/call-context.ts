@@ -34,7 +34,9 @@ export const peerKey = createContextKey<Peer | undefined>(undefined, { descripti
  * reset is read, where the handler context's signal comes a turn later: a call reset right after
  * its request (HEADERS, DATA, RST_STREAM in one packet) is seen as gone before it spawns anything.
  */
-export const clientGoneKey = createContextKey<AbortSignal | undefined>(undefined, { description: "sandboxd client gone" });
+export const clientGoneKey = createContextKey<AbortSignal | undefined>(undefined, {
+  description: "sandboxd client gone",
+});
 
 /**
  * Builds the context values of a request for connectNodeAdapter's `contextValues`: the connection
@@ -70,9 +72,12 @@ function peerOf(socket: net.Socket | null): Peer | undefined {
   const host = socket.remoteAddress?.includes(":") ? `[${socket.remoteAddress}]` : socket.remoteAddress;
   const peer: Peer = { address: `${host ?? "?"}:${socket.remotePort ?? 0}` };
   const tlsSocket = socket as net.Socket & { getPeerCertificate?: () => { subject?: Record<string, string> } };
-  const subject = typeof tlsSocket.getPeerCertificate === "function" ? tlsSocket.getPeerCertificate()?.subject : undefined;
+  const subject =
+    typeof tlsSocket.getPeerCertificate === "function" ? tlsSocket.getPeerCertificate()?.subject : undefined;
   if (subject !== undefined && Object.keys(subject).length > 0) {
-    peer.subject = Object.entries(subject).map(([key, value]) => `${key}=${value}`).join(",");
+    peer.subject = Object.entries(subject)
+      .map(([key, value]) => `${key}=${value}`)
+      .join(",");
   }
   return peer;
 }

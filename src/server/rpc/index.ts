@@ -4,12 +4,49 @@
  *
  * @module
  */
-export { assertSafeBinding, assertSafeCors, assertSafeUserSwitch, type AuthOptions, createAuthInterceptor, createTokenCheck, isLoopbackHost, publicServices, resolveToken, type TokenSources } from "./auth.js";
+export {
+  assertSafeBinding,
+  assertSafeCors,
+  assertSafeUserSwitch,
+  type AuthOptions,
+  createAuthInterceptor,
+  createTokenCheck,
+  isLoopbackHost,
+  publicServices,
+  resolveToken,
+  type TokenSources,
+} from "./auth.js";
 export { clientGoneKey, connectionContextValues, connectionKey, type Peer, peerKey } from "./call-context.js";
 export { interceptOutcome } from "./call-outcome.js";
 export type { ProcessAudit } from "./process-audit.js";
-export { errorDomain, errorInfoOf, type ErrorReasonName, grpcStatusDetails, sandboxError, shuttingDownError, throwIfShuttingDown, toConnectError, withConnectErrors, withErrorInfo } from "./errors.js";
+export {
+  errorDomain,
+  errorInfoOf,
+  type ErrorReasonName,
+  grpcStatusDetails,
+  sandboxError,
+  shuttingDownError,
+  throwIfShuttingDown,
+  toConnectError,
+  withConnectErrors,
+  withErrorInfo,
+} from "./errors.js";
 export { createHealthService, createHealthStatus, type HealthStatus, ServingStatus } from "./health.js";
-export { type CallCounter, type CallLimitOptions, createCallLimitInterceptor, createErrorMessageLimitInterceptor, defaultMaxCalls, defaultMaxCallsPerConnection, defaultMaxErrorMessageLength, defaultMaxMessageBytes } from "./limits.js";
-export { answerReflectionRequest, createReflectionIndex, createReflectionService, createReflectionServiceV1alpha, type ReflectionIndex } from "./reflection.js";
+export {
+  type CallCounter,
+  type CallLimitOptions,
+  createCallLimitInterceptor,
+  createErrorMessageLimitInterceptor,
+  defaultMaxCalls,
+  defaultMaxCallsPerConnection,
+  defaultMaxErrorMessageLength,
+  defaultMaxMessageBytes,
+} from "./limits.js";
+export {
+  answerReflectionRequest,
+  createReflectionIndex,
+  createReflectionService,
+  createReflectionServiceV1alpha,
+  type ReflectionIndex,
+} from "./reflection.js";
 export { createSandboxService, type SandboxServiceOptions } from "./sandbox-service.js";
