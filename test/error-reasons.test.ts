@@ -313,7 +313,7 @@ describe("every reason in the proto, from a real call against a real server (cod
     const files = [
       "PATH_NOT_FOUND", "PATH_ALREADY_EXISTS", "PATH_OUTSIDE_WORKSPACE", "PATH_NOT_ACCESSIBLE", "IS_A_DIRECTORY", "NOT_A_DIRECTORY",
       "DIRECTORY_NOT_EMPTY", "NOT_A_REGULAR_FILE", "STORAGE_EXHAUSTED", "CONTENT_MISMATCH", "CROSS_DEVICE", "WORKSPACE_ROOT",
-      "READ_ONLY_FILESYSTEM", "SYMLINK_LOOP", "FILE_BUSY",
+      "READ_ONLY_FILESYSTEM", "SYMLINK_LOOP", "FILE_BUSY", "FILE_SERVICE_UNAVAILABLE",
     ];
     const names = Object.keys(ErrorReason).filter((name) => Number.isNaN(Number(name)) && name !== "UNSPECIFIED");
     expect([...tested, ...untested, ...files].sort()).toEqual(names.sort());

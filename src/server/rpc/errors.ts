@@ -50,6 +50,7 @@ const codeByReason = {
   READ_ONLY_FILESYSTEM: Code.FailedPrecondition,
   SYMLINK_LOOP: Code.FailedPrecondition,
   FILE_BUSY: Code.FailedPrecondition,
+  FILE_SERVICE_UNAVAILABLE: Code.FailedPrecondition,
 } as const satisfies Record<ErrorReasonName, Code>;
 
 /** The status code a reason is sent with. */

@@ -172,6 +172,10 @@ const (
 	// change (a mount point, a running program being replaced). Metadata:
 	// `path`, `errno`.
 	ErrorReason_ERROR_REASON_FILE_BUSY ErrorReason = 37
+	// FAILED_PRECONDITION: the daemon cannot serve this file call safely here:
+	// Watch, and any call under `--user`, need its native addon, which was not
+	// built or not loaded. Metadata: `path`.
+	ErrorReason_ERROR_REASON_FILE_SERVICE_UNAVAILABLE ErrorReason = 38
 )
 
 // Enum value maps for ErrorReason.
@@ -215,46 +219,48 @@ var (
 		35: "ERROR_REASON_READ_ONLY_FILESYSTEM",
 		36: "ERROR_REASON_SYMLINK_LOOP",
 		37: "ERROR_REASON_FILE_BUSY",
+		38: "ERROR_REASON_FILE_SERVICE_UNAVAILABLE",
 	}
 	ErrorReason_value = map[string]int32{
-		"ERROR_REASON_UNSPECIFIED":            0,
-		"ERROR_REASON_PROCESS_NOT_FOUND":      1,
-		"ERROR_REASON_PROCESS_ALREADY_EXISTS": 2,
-		"ERROR_REASON_LIMIT_EXCEEDED":         3,
-		"ERROR_REASON_INVALID_ARGUMENT":       4,
-		"ERROR_REASON_CWD_OUTSIDE_WORKSPACE":  5,
-		"ERROR_REASON_SUDO_NOT_ALLOWED":       6,
-		"ERROR_REASON_PROCESS_NOT_RUNNING":    7,
-		"ERROR_REASON_STDIN_NOT_OPEN":         8,
-		"ERROR_REASON_UNAUTHENTICATED":        9,
-		"ERROR_REASON_SHUTTING_DOWN":          10,
-		"ERROR_REASON_SPAWN_FAILED":           11,
-		"ERROR_REASON_CWD_NOT_FOUND":          12,
-		"ERROR_REASON_CWD_NOT_ACCESSIBLE":     13,
-		"ERROR_REASON_PTY_NOT_OPEN":           14,
-		"ERROR_REASON_OFFSET_OUT_OF_RANGE":    15,
-		"ERROR_REASON_HOST_NOT_ALLOWED":       16,
-		"ERROR_REASON_STATE_NOT_RECORDED":     17,
-		"ERROR_REASON_CANCELED":               18,
-		"ERROR_REASON_SERVICE_NOT_FOUND":      19,
-		"ERROR_REASON_INTERNAL":               20,
-		"ERROR_REASON_DEADLINE_EXCEEDED":      21,
-		"ERROR_REASON_PROTOCOL_ERROR":         22,
-		"ERROR_REASON_PATH_NOT_FOUND":         23,
-		"ERROR_REASON_PATH_ALREADY_EXISTS":    24,
-		"ERROR_REASON_PATH_OUTSIDE_WORKSPACE": 25,
-		"ERROR_REASON_PATH_NOT_ACCESSIBLE":    26,
-		"ERROR_REASON_IS_A_DIRECTORY":         27,
-		"ERROR_REASON_NOT_A_DIRECTORY":        28,
-		"ERROR_REASON_DIRECTORY_NOT_EMPTY":    29,
-		"ERROR_REASON_NOT_A_REGULAR_FILE":     30,
-		"ERROR_REASON_STORAGE_EXHAUSTED":      31,
-		"ERROR_REASON_CONTENT_MISMATCH":       32,
-		"ERROR_REASON_CROSS_DEVICE":           33,
-		"ERROR_REASON_WORKSPACE_ROOT":         34,
-		"ERROR_REASON_READ_ONLY_FILESYSTEM":   35,
-		"ERROR_REASON_SYMLINK_LOOP":           36,
-		"ERROR_REASON_FILE_BUSY":              37,
+		"ERROR_REASON_UNSPECIFIED":              0,
+		"ERROR_REASON_PROCESS_NOT_FOUND":        1,
+		"ERROR_REASON_PROCESS_ALREADY_EXISTS":   2,
+		"ERROR_REASON_LIMIT_EXCEEDED":           3,
+		"ERROR_REASON_INVALID_ARGUMENT":         4,
+		"ERROR_REASON_CWD_OUTSIDE_WORKSPACE":    5,
+		"ERROR_REASON_SUDO_NOT_ALLOWED":         6,
+		"ERROR_REASON_PROCESS_NOT_RUNNING":      7,
+		"ERROR_REASON_STDIN_NOT_OPEN":           8,
+		"ERROR_REASON_UNAUTHENTICATED":          9,
+		"ERROR_REASON_SHUTTING_DOWN":            10,
+		"ERROR_REASON_SPAWN_FAILED":             11,
+		"ERROR_REASON_CWD_NOT_FOUND":            12,
+		"ERROR_REASON_CWD_NOT_ACCESSIBLE":       13,
+		"ERROR_REASON_PTY_NOT_OPEN":             14,
+		"ERROR_REASON_OFFSET_OUT_OF_RANGE":      15,
+		"ERROR_REASON_HOST_NOT_ALLOWED":         16,
+		"ERROR_REASON_STATE_NOT_RECORDED":       17,
+		"ERROR_REASON_CANCELED":                 18,
+		"ERROR_REASON_SERVICE_NOT_FOUND":        19,
+		"ERROR_REASON_INTERNAL":                 20,
+		"ERROR_REASON_DEADLINE_EXCEEDED":        21,
+		"ERROR_REASON_PROTOCOL_ERROR":           22,
+		"ERROR_REASON_PATH_NOT_FOUND":           23,
+		"ERROR_REASON_PATH_ALREADY_EXISTS":      24,
+		"ERROR_REASON_PATH_OUTSIDE_WORKSPACE":   25,
+		"ERROR_REASON_PATH_NOT_ACCESSIBLE":      26,
+		"ERROR_REASON_IS_A_DIRECTORY":           27,
+		"ERROR_REASON_NOT_A_DIRECTORY":          28,
+		"ERROR_REASON_DIRECTORY_NOT_EMPTY":      29,
+		"ERROR_REASON_NOT_A_REGULAR_FILE":       30,
+		"ERROR_REASON_STORAGE_EXHAUSTED":        31,
+		"ERROR_REASON_CONTENT_MISMATCH":         32,
+		"ERROR_REASON_CROSS_DEVICE":             33,
+		"ERROR_REASON_WORKSPACE_ROOT":           34,
+		"ERROR_REASON_READ_ONLY_FILESYSTEM":     35,
+		"ERROR_REASON_SYMLINK_LOOP":             36,
+		"ERROR_REASON_FILE_BUSY":                37,
+		"ERROR_REASON_FILE_SERVICE_UNAVAILABLE": 38,
 	}
 )
 
@@ -2679,7 +2685,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x06stderr\x18\x03 \x01(\fR\x06stderr\x12#\n" +
 	"\rstdout_offset\x18\x04 \x01(\x04R\fstdoutOffset\x12#\n" +
 	"\rstderr_offset\x18\x05 \x01(\x04R\fstderrOffset\x121\n" +
-	"\aprocess\x18\x06 \x01(\v2\x17.sandbox.v1.ProcessInfoR\aprocess*\xad\n" +
+	"\aprocess\x18\x06 \x01(\v2\x17.sandbox.v1.ProcessInfoR\aprocess*\xd8\n" +
 	"\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\"\n" +
@@ -2720,7 +2726,8 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x1bERROR_REASON_WORKSPACE_ROOT\x10\"\x12%\n" +
 	"!ERROR_REASON_READ_ONLY_FILESYSTEM\x10#\x12\x1d\n" +
 	"\x19ERROR_REASON_SYMLINK_LOOP\x10$\x12\x1a\n" +
-	"\x16ERROR_REASON_FILE_BUSY\x10%*\xd6\x01\n" +
+	"\x16ERROR_REASON_FILE_BUSY\x10%\x12)\n" +
+	"%ERROR_REASON_FILE_SERVICE_UNAVAILABLE\x10&*\xd6\x01\n" +
 	"\rProcessStatus\x12\x1e\n" +
 	"\x1aPROCESS_STATUS_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17PROCESS_STATUS_STARTING\x10\x01\x12\x1a\n" +

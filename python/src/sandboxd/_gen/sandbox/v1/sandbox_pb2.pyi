@@ -51,6 +51,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_READ_ONLY_FILESYSTEM: _ClassVar[ErrorReason]
     ERROR_REASON_SYMLINK_LOOP: _ClassVar[ErrorReason]
     ERROR_REASON_FILE_BUSY: _ClassVar[ErrorReason]
+    ERROR_REASON_FILE_SERVICE_UNAVAILABLE: _ClassVar[ErrorReason]
 
 class ProcessStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -105,6 +106,7 @@ ERROR_REASON_WORKSPACE_ROOT: ErrorReason
 ERROR_REASON_READ_ONLY_FILESYSTEM: ErrorReason
 ERROR_REASON_SYMLINK_LOOP: ErrorReason
 ERROR_REASON_FILE_BUSY: ErrorReason
+ERROR_REASON_FILE_SERVICE_UNAVAILABLE: ErrorReason
 PROCESS_STATUS_UNSPECIFIED: ProcessStatus
 PROCESS_STATUS_STARTING: ProcessStatus
 PROCESS_STATUS_RUNNING: ProcessStatus
