@@ -32,6 +32,7 @@
  *       options and mounts nothing (fsopen, fsconfig FSCONFIG_SET_FLAG each, FSCONFIG_CMD_CREATE): for
  *       cgroup2, whose one hierarchy takes the options of each new superblock request, that sets its
  *       options kernel-wide. See src/process/cgroups/cgroup-moves.ts.
+ *   fileCall, userGroups, watchStart, watchStop: the file calls of src/files, in native/files.c.
  *
  * Built at install by scripts/build-native.mjs against the headers of the node-api-headers package;
  * the daemon runs without it (see src/process/native/native.ts).
@@ -53,6 +54,8 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "files.h"
 
 #define CHECK(call)                                                                 \
   do {                                                                              \
@@ -78,6 +81,10 @@ static napi_value throw_errno(napi_env env, int error, const char *syscall) {
   napi_set_named_property(env, value, "syscall", name);
   napi_throw(env, value);
   return NULL;
+}
+
+napi_value sandboxd_throw_errno(napi_env env, int error, const char *syscall) {
+  return throw_errno(env, error, syscall);
 }
 
 /* Copies a JS string into a new C string (free it). */
@@ -577,7 +584,8 @@ NAPI_MODULE_INIT() {
       !export_function(env, exports, "dieWithParent", die_with_parent) ||
       !export_function(env, exports, "hideFromSameUser", hide_from_same_user) ||
       !export_function(env, exports, "execProgram", exec_program) ||
-      !export_function(env, exports, "configureFilesystem", configure_filesystem)) {
+      !export_function(env, exports, "configureFilesystem", configure_filesystem) ||
+      !sandboxd_register_file_functions(env, exports)) {
     return NULL;
   }
   return exports;

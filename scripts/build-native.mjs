@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // Builds sandboxd's native parts with the machine's C compiler; run by npm at install:
 //   native/sandboxd-exec.c -> build/sandboxd-exec   the helper every command starts through
-//   native/addon.c         -> build/sandboxd.node   a Node-API addon (posix_spawn, ptys, malloc_trim)
+//   native/addon.c         -> build/sandboxd.node   a Node-API addon (posix_spawn, ptys, malloc_trim),
+//   native/files.c            with the file calls of src/files (openat2, *at calls as the --user user, inotify)
 // A machine without a compiler still gets a working daemon: it warns at start, refuses --user, leaks
 // the fds it inherited into commands, and keeps freed memory (see src/process/native/exec-helper.ts, native.ts).
 import { execFileSync } from "node:child_process";
@@ -37,5 +38,5 @@ try {
 }
 if (headers !== undefined) {
   // Node-API symbols resolve against the node binary at load time.
-  compile("build/sandboxd.node", ["-shared", "-fPIC", "-DNAPI_VERSION=8", "-I", headers, "-o", path.join(build, "sandboxd.node"), path.join(root, "native", "addon.c")]);
+  compile("build/sandboxd.node", ["-shared", "-fPIC", "-DNAPI_VERSION=8", "-I", headers, "-o", path.join(build, "sandboxd.node"), path.join(root, "native", "addon.c"), path.join(root, "native", "files.c")]);
 }

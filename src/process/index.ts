@@ -37,3 +37,4 @@ export { PidsCgroup } from "./cgroups/index.js";
 export { resolveUser, rootIdentity, type UserIdentity } from "./user.js";
 export * from "../shared/limits.js";
 export { defaultCommandsMemoryBytes, ResourceCgroup, type ResourceLimits } from "./cgroups/index.js";
+export { loadNativeAddon, type NativeAddon } from "./native/index.js";
