@@ -26,6 +26,9 @@
  *       commands it starts their own, dumpable, state back.
  *   execProgram(file, argv) replaces this process with `file argv` (execv: same pid and environment,
  *       stdin/stdout/stderr kept, an empty signal mask); returns only by throwing the error.
+ *   becomeSubreaper() makes this process a child subreaper (PR_SET_CHILD_SUBREAPER): a process
+ *       orphaned below it is re-parented to it, not to init, so that it can reap what its commands
+ *       leave (see src/process/native-exits.ts). Returns whether it already was one (or is PID 1).
  *   dieWithParent(signal) asks the kernel to send this process `signal` when its parent exits
  *       (PR_SET_PDEATHSIG) and returns the parent's pid as it is now, to catch a parent gone before.
  *   configureFilesystem(type, flags) creates a superblock of filesystem `type` with the given flag
@@ -482,6 +485,16 @@ static napi_value die_with_parent(napi_env env, napi_callback_info info) {
   return result;
 }
 
+static napi_value become_subreaper(napi_env env, napi_callback_info info) {
+  (void)info;
+  int before = 0;
+  if (prctl(PR_GET_CHILD_SUBREAPER, (unsigned long)&before, 0UL, 0UL, 0UL) != 0) before = 0;
+  if (prctl(PR_SET_CHILD_SUBREAPER, 1UL, 0UL, 0UL, 0UL) != 0) return throw_errno(env, errno, "prctl");
+  napi_value result;
+  napi_get_boolean(env, before != 0 || getpid() == 1, &result);
+  return result;
+}
+
 static napi_value hide_from_same_user(napi_env env, napi_callback_info info) {
   (void)info;
   if (prctl(PR_SET_DUMPABLE, 0UL, 0UL, 0UL, 0UL) != 0) return throw_errno(env, errno, "prctl");
@@ -582,6 +595,7 @@ NAPI_MODULE_INIT() {
       !export_function(env, exports, "resize", resize) || !export_function(env, exports, "trimMemory", trim_memory) ||
       !export_function(env, exports, "lowMemory", low_memory) ||
       !export_function(env, exports, "dieWithParent", die_with_parent) ||
+      !export_function(env, exports, "becomeSubreaper", become_subreaper) ||
       !export_function(env, exports, "hideFromSameUser", hide_from_same_user) ||
       !export_function(env, exports, "execProgram", exec_program) ||
       !export_function(env, exports, "configureFilesystem", configure_filesystem) ||

@@ -1,6 +1,6 @@
 import { chmodSync } from "node:fs";
-import { afterEach, describe, expect, it } from "vitest";
-import { Launcher, resolveUser } from "../src/process/index.js";
+import { afterEach, beforeAll, describe, expect, it } from "vitest";
+import { Launcher, reapOrphans, resolveUser } from "../src/process/index.js";
 import { processesWithMarker, waitFor } from "./support/processes.js";
 import { Code, collectExec, rpcError, sleepMarker, sleepers, streamError, type SandboxClient } from "./support/rpc.js";
 import { startTestServer, type TestServer } from "./support/server.js";
@@ -128,6 +128,11 @@ describe.skipIf(launcher.forkLimit() === "none")(`a fork bomb is capped (${launc
 
 describe.skipIf(launcher.forkLimit() !== "cgroup-pids")("per-command cgroups are reused once empty", () => {
   let test: TestServer | undefined;
+  // As the daemon does: the escaped sleep, killed, comes back to this process as a zombie and is
+  // reaped here, so its cgroup drains; left to init, the cgroup is not reused until init reaps it.
+  beforeAll(() => {
+    expect(reapOrphans().state).toBe("reaping");
+  });
   afterEach(async () => {
     await test?.close();
     test = undefined;

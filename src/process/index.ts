@@ -38,3 +38,4 @@ export { resolveUser, rootIdentity, type UserIdentity } from "./user.js";
 export * from "../shared/limits.js";
 export { defaultCommandsMemoryBytes, ResourceCgroup, type ResourceLimits } from "./cgroups/index.js";
 export { loadNativeAddon, type NativeAddon } from "./native/index.js";
+export { orphansReapedSoFar, reapOrphans, type OrphanReaping } from "./spawn/index.js";

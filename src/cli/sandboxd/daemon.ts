@@ -1,5 +1,5 @@
 import { favorCgroupMoves } from "../../process/cgroups/index.js";
-import { PidsCgroup, reclaimMemoryAsDaemon } from "../../process/index.js";
+import { PidsCgroup, reapOrphans, reclaimMemoryAsDaemon, type OrphanReaping } from "../../process/index.js";
 import { loadNativeAddon } from "../../process/native/index.js";
 import { startServer, type SandboxServer, type SandboxServerOptions, createLogger } from "../../server/index.js";
 import { sandboxdVersion } from "../../shared/version.js";
@@ -27,6 +27,9 @@ export async function runDaemon(): Promise<void> {
   // Not dumpable, those files belong to root and a command running as the daemon's own user cannot read
   // them; exec gives each command its own dumpable state back.
   loadNativeAddon()?.hideFromSameUser();
+  // Before anything starts: what the commands leave behind (orphans, their zombies) comes back to the
+  // daemon, which reaps it, instead of waiting on an init (or on nobody, when the daemon is PID 1).
+  const orphans = reapOrphans();
   if (process.argv.some((arg) => arg === "--token" || arg.startsWith("--token="))) {
     process.stderr.write("sandboxd: warning: --token is visible to every local user in the process list; prefer --token-file\n");
   }
@@ -53,7 +56,7 @@ export async function runDaemon(): Promise<void> {
     logger.info({ cgroupMoves: moves }, `sandboxd: cgroup moves: ${text}`);
   }
   logger.info({ url: server.url, workspace: server.manager.workspace.roots }, `sandboxd listening on ${server.url} (workspace ${server.manager.workspace.roots.join(":")})`);
-  logger.info(`sandboxd: ${securitySummary(command.options, server)}`);
+  logger.info(`sandboxd: ${securitySummary(command.options, server, orphans)}`);
   reclaimMemoryAsDaemon();
   let stopping = false;
   const stop = (signal: NodeJS.Signals) => {
@@ -76,7 +79,7 @@ export async function runDaemon(): Promise<void> {
 }
 
 /** One line on how the daemon is guarded; never the token itself. */
-function securitySummary(options: SandboxServerOptions, server: SandboxServer): string {
+function securitySummary(options: SandboxServerOptions, server: SandboxServer, orphans: OrphanReaping): string {
   const manager = server.manager;
   const access = options.token !== undefined ? "bearer token required" : options.insecure ? "NO TOKEN (--insecure)" : "no token (loopback only)";
   const user = options.runAs ? `${options.runAs.name} (uid ${options.runAs.uid})` : "the daemon's user";
@@ -105,5 +108,11 @@ function securitySummary(options: SandboxServerOptions, server: SandboxServer): 
     options.token !== undefined && (options.runAs === undefined || options.runAs.uid === process.getuid?.())
       ? "; WARNING: commands run as the daemon's own user: they can signal it, and read the token wherever a process of that user keeps it (the environment of what started the daemon, when it came through SANDBOXD_TOKEN); run the daemon as root with --user"
       : "";
-  return `${access}; commands run as ${user}; fork cap: ${manager.launcher.forkLimit(options.runAs?.uid)}${resources}${reaped}${helper}${addon}${sameUser}`;
+  const orphaned =
+    orphans.state === "reaping"
+      ? `; orphans reaped by the daemon${orphans.pid1 ? " (PID 1)" : " (child subreaper)"}`
+      : process.pid === 1
+        ? `; WARNING: the daemon is PID 1 and cannot reap orphans (${orphans.reason}): their zombies count against the task caps for good; run it under an init (docker run --init, tini)`
+        : `; orphans left to init (${orphans.reason})`;
+  return `${access}; commands run as ${user}; fork cap: ${manager.launcher.forkLimit(options.runAs?.uid)}${orphaned}${resources}${reaped}${helper}${addon}${sameUser}`;
 }

@@ -19,12 +19,15 @@ export function startedByNpm(environment: NodeJS.ProcessEnv = process.env): bool
  * command with, and that shell (dash) exits without passing them to the daemon it started: without
  * this, signalling npm's pid, as a supervisor does, would leave the daemon and every command running,
  * adopted by init. Uses PR_SET_PDEATHSIG through the addon (at once), else looks at the parent pid
- * every second. A parent already gone at start (pid 1: adopted) counts as gone.
+ * every second. A parent already gone at start (pid 1: adopted) counts as gone. A daemon that is
+ * itself PID 1 (of a container or pid namespace, `npx sandboxd` as its command) has no parent to
+ * watch: its parent pid reads 0, and its own exit ends the namespace.
  */
 export function exitWithNpmParent(environment: NodeJS.ProcessEnv = process.env): void {
   if (!startedByNpm(environment)) return;
   const gone = () => process.kill(process.pid, "SIGTERM");
   const parent = process.ppid;
+  if (process.pid === 1 || parent === 0) return;
   if (parent === 1 || !processRunning(parent)) {
     gone();
     return;

@@ -1,6 +1,6 @@
 import { readdirSync, readFileSync, rmdirSync } from "node:fs";
 import path from "node:path";
-import { processExists } from "../../shared/process-exists.js";
+import { cgroupOwnerGone } from "./cgroup-names.js";
 
 /** The pids of a cgroup's tasks (its `cgroup.procs`); undefined when it is gone, empty when unreadable. */
 export function cgroupMembers(directory: string): number[] | undefined {
@@ -40,10 +40,12 @@ export function removeCgroupQuietly(directory: string): void {
 }
 
 /**
- * Kills the tasks of, and removes, the cgroups `sandboxd.<pid>.<n>` under `parent` that belong to
- * sandboxd daemons no longer running (a daemon killed with SIGKILL leaves them, its commands inside),
- * with the per-command cgroups below them. Returns how many tasks were sent SIGKILL. The killed tasks
- * take a moment to go: a directory that cannot be removed now is removed at a later start.
+ * Kills the tasks of, and removes, the cgroups under `parent` that belong to sandboxd daemons
+ * certainly no longer running (see {@link cgroupOwnerGone}: a daemon killed with SIGKILL leaves them,
+ * its commands inside), with the per-command cgroups below them. Another live daemon's, and those of
+ * a daemon of another pid namespace, are never touched. Returns how many tasks were sent SIGKILL.
+ * The killed tasks take a moment to go: a directory that cannot be removed now is removed at a
+ * later start.
  */
 export function removeLeftoverCgroups(parent: string): number {
   let entries: string[];
@@ -54,8 +56,7 @@ export function removeLeftoverCgroups(parent: string): number {
   }
   let killed = 0;
   for (const entry of entries) {
-    const owner = /^sandboxd\.(\d+)\.\d+$/.exec(entry);
-    if (owner === null || processExists(Number(owner[1]))) continue;
+    if (!cgroupOwnerGone(entry)) continue;
     const directory = path.join(parent, entry);
     try {
       const children = readdirSync(directory, { withFileTypes: true }).filter((child) => child.isDirectory());

@@ -1,6 +1,7 @@
 import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { cgroupMembers, killTasks, removeCgroupQuietly, removeLeftoverCgroups } from "./cgroup-leftovers.js";
+import { createDaemonCgroup } from "./cgroup-names.js";
 
 /**
  * PidsCgroup is a directory of the cgroup `pids` controller (v2, or v1's pids hierarchy) that the
@@ -9,7 +10,6 @@ import { cgroupMembers, killTasks, removeCgroupQuietly, removeLeftoverCgroups } 
  */
 export class PidsCgroup {
   private next = 0;
-  private static created = 0;
   /** Empty child cgroups kept for reuse, with their pids.max. */
   private readonly free: Array<{ directory: string; maxTasks: number }> = [];
   /** pids.max of every child cgroup this made. */
@@ -25,8 +25,9 @@ export class PidsCgroup {
   ) {}
 
   /**
-   * Finds a writable pids controller for this process (cgroup v2 first, then v1) and creates
-   * `sandboxd.<pid>.<n>` under the daemon's own cgroup in it, with `pids.max` = `maxTasksTotal` (all
+   * Finds a writable pids controller for this process (cgroup v2 first, then v1) and creates a
+   * directory of this daemon's own under the daemon's cgroup in it (see `daemonCgroupName`: unique
+   * per daemon instance, never one that is there already), with `pids.max` = `maxTasksTotal` (all
    * commands together) when given. Returns undefined when there is none
    * or it is not writable (an unprivileged daemon, a read-only /sys/fs/cgroup). Directories left by
    * a daemon that died are emptied (their tasks killed) and removed on the way.
@@ -34,9 +35,13 @@ export class PidsCgroup {
   static detect(maxTasksTotal?: number): PidsCgroup | undefined {
     for (const candidate of ownCgroupDirectories("pids")) {
       PidsCgroup.leftoverTasksKilled += removeLeftoverCgroups(candidate);
-      const directory = path.join(candidate, `sandboxd.${process.pid}.${PidsCgroup.created++}`);
+      let directory: string;
       try {
-        mkdirSync(directory, { recursive: true });
+        directory = createDaemonCgroup(candidate);
+      } catch {
+        continue;
+      }
+      try {
         // cgroup v2: children get a pids.max only when the controller is delegated to them.
         if (existsSync(path.join(directory, "cgroup.subtree_control"))) {
           writeFileSync(path.join(directory, "cgroup.subtree_control"), "+pids");
@@ -49,11 +54,7 @@ export class PidsCgroup {
         probe.caps.delete(child.directory);
         return probe;
       } catch {
-        try {
-          rmdirSync(directory);
-        } catch {
-          // Not ours, or not empty: leave it.
-        }
+        removeCgroupQuietly(directory);
       }
     }
     return undefined;
@@ -64,10 +65,11 @@ export class PidsCgroup {
    * it by writing its pid (or "0" for itself) to `procsFile` before it forks.
    */
   create(maxTasks: number): { directory: string; procsFile: string } {
-    // Recreated if a shutdown removed it: a launcher may outlive one manager.
+    // Recreated if a shutdown removed it (a launcher may outlive one manager); a directory someone
+    // else made meanwhile under this name is not adopted: mkdir fails with EEXIST.
     if (!existsSync(this.directory)) {
       this.free.length = 0;
-      mkdirSync(this.directory, { recursive: true });
+      mkdirSync(this.directory);
       if (this.maxTasksTotal !== undefined && this.maxTasksTotal > 0) writeFileSync(path.join(this.directory, "pids.max"), String(this.maxTasksTotal));
     }
     // An empty cgroup of an earlier command, with the same cap: no mkdir, no pids.max write.
@@ -90,8 +92,14 @@ export class PidsCgroup {
 
   /**
    * Kills whatever is left in a child cgroup (tasks that escaped the process group with setsid) and,
-   * once it is empty, keeps it for the next command (up to {@link maxFreeCgroups}) or removes it.
-   * Retries briefly while the killed tasks exit; gives up silently after about a second.
+   * once nothing is charged to it any more, keeps it for the next command (up to
+   * {@link maxFreeCgroups}) or removes it. An empty `cgroup.procs` is not enough: a task that exited
+   * counts in `pids.current` until its parent reaps it (orphans go to the daemon when it reaps them,
+   * else to init), and a cgroup handed out with such zombies in it would make the next command's
+   * forks fail. Retries briefly while the killed tasks exit and are reaped; a cgroup still charged
+   * after about a second is removed rather than kept (the kernel lets an empty cgroup go while its
+   * zombies are not yet reaped; they stay counted in the daemon's cgroup until they are), or left
+   * where even that fails, never reused.
    */
   async remove(directory: string): Promise<void> {
     for (let attempt = 0; attempt < 50; attempt++) {
@@ -100,21 +108,25 @@ export class PidsCgroup {
       if (members === undefined) return;
       if (members.length === 0) {
         const maxTasks = this.caps.get(directory);
-        if (maxTasks !== undefined && this.free.length < maxFreeCgroups) {
+        const drained = tasksCharged(directory) === 0;
+        if (drained && maxTasks !== undefined && this.free.length < maxFreeCgroups) {
           this.free.push({ directory, maxTasks });
           return;
         }
-        try {
-          rmdirSync(directory);
-          this.caps.delete(directory);
-          return;
-        } catch {
-          // Busy after all: try again.
+        if (drained || attempt === 49) {
+          try {
+            rmdirSync(directory);
+            this.caps.delete(directory);
+            return;
+          } catch {
+            // Busy after all: try again.
+          }
         }
       }
       killTasks(members);
       await new Promise((resolve) => setTimeout(resolve, 20));
     }
+    this.caps.delete(directory);
   }
 
   /** Removes the kept empty cgroups and the daemon's directory (once every child is gone); errors are ignored. */
@@ -128,6 +140,15 @@ export class PidsCgroup {
     } catch {
       // Still busy or already gone.
     }
+  }
+}
+
+/** The tasks charged to a pids cgroup (`pids.current`: zombies not yet reaped included); -1 when unreadable. */
+function tasksCharged(directory: string): number {
+  try {
+    return Number(readFileSync(path.join(directory, "pids.current"), "utf8"));
+  } catch {
+    return -1;
   }
 }
 

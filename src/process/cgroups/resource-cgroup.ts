@@ -1,7 +1,8 @@
 import { existsSync, mkdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
 import { totalmem } from "node:os";
 import path from "node:path";
-import { removeLeftoverCgroups } from "./cgroup-leftovers.js";
+import { removeCgroupQuietly, removeLeftoverCgroups } from "./cgroup-leftovers.js";
+import { createDaemonCgroup } from "./cgroup-names.js";
 import { ownCgroupDirectories } from "./pids-cgroup.js";
 
 /** Options for {@link ResourceCgroup.detect}. */
@@ -30,13 +31,11 @@ export function defaultCommandsMemoryBytes(): number {
  * together get a memory limit below the daemon's and a CPU weight below its own, so a memory hog is
  * killed by the kernel inside the commands' group rather than the daemon, and a CPU hog cannot starve
  * the daemon's event loop. On cgroup v1 each controller is a hierarchy of its own, with a
- * `sandboxd.<pid>.<n>` directory in each; a command joins them as it joins its pids cgroup (see
+ * directory of this daemon's own in each (see `daemonCgroupName`); a command joins them as it joins its pids cgroup (see
  * `sandboxd-exec --cgroup`). Where no controller is writable (no root, a read-only /sys/fs/cgroup,
  * cgroup v2 without delegation) there is none, and commands share the daemon's memory and CPU.
  */
 export class ResourceCgroup {
-  private static created = 0;
-
   private constructor(
     /** The `cgroup.procs` files a command writes its pid to, one per hierarchy. */
     readonly procsFiles: readonly string[],
@@ -56,25 +55,24 @@ export class ResourceCgroup {
     const procsFiles: string[] = [];
     const directories = new Map<string, Record<string, string>>();
     const applied: { memoryBytes?: number; cpuWeight?: number } = {};
-    const suffix = `sandboxd.${process.pid}.${ResourceCgroup.created++}`;
     const create = (controller: string, settings: Record<string, string>) => {
       for (const candidate of ownCgroupDirectories(controller)) {
         // v1 only: a hierarchy mounted with this controller and not the unified one.
         if (existsSync(path.join(candidate, "cgroup.controllers"))) continue;
         removeLeftoverCgroups(candidate);
-        const directory = path.join(candidate, suffix);
+        let directory: string;
         try {
-          mkdirSync(directory);
+          directory = createDaemonCgroup(candidate);
+        } catch {
+          continue;
+        }
+        try {
           for (const [file, value] of Object.entries(settings)) writeFileSync(path.join(directory, file), value);
           procsFiles.push(path.join(directory, "cgroup.procs"));
           directories.set(directory, settings);
           return true;
         } catch {
-          try {
-            rmdirSync(directory);
-          } catch {
-            // Not created.
-          }
+          removeCgroupQuietly(directory);
         }
       }
       return false;
@@ -86,13 +84,19 @@ export class ResourceCgroup {
 
   /**
    * Recreates directories a {@link close} removed (a launcher may outlive one manager); called
-   * before each command joins them. Errors are left to the join, which reports them.
+   * before each command joins them. Throws when someone else created one of them meanwhile (it is
+   * not adopted); other errors are left to the join, which reports them.
    */
   ensure(): void {
     for (const [directory, settings] of this.directories) {
       if (existsSync(directory)) continue;
       try {
         mkdirSync(directory);
+      } catch (error) {
+        if ((error as NodeJS.ErrnoException).code === "EEXIST") throw new Error(`cgroup ${directory} was created by another process meanwhile: not adopted`, { cause: error });
+        continue;
+      }
+      try {
         for (const [file, value] of Object.entries(settings)) writeFileSync(path.join(directory, file), value);
       } catch {
         // The join fails and says so.

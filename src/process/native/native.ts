@@ -35,6 +35,12 @@ export interface NativeAddon {
   trimMemory(): boolean;
   /** Tells V8 the process is low on memory (node::LowMemoryNotification): full collections that also shrink the young generation; false where Node does not export it. */
   lowMemory(): boolean;
+  /**
+   * Makes this process a child subreaper (PR_SET_CHILD_SUBREAPER): processes orphaned below it are
+   * re-parented to it instead of init. Returns whether it already was one (or is PID 1); throws the
+   * errno error.
+   */
+  becomeSubreaper(): boolean;
   /** Has the kernel send this process `signal` (a number) when its parent exits; returns the parent's pid now. */
   dieWithParent(signal: number): number;
   /** Makes this process non-dumpable: same-uid processes can no longer read its environ or memory. */

@@ -15,3 +15,4 @@ export {
 } from "./launcher.js";
 export { HelperStartError, spawnPipeChild } from "./pipe-child.js";
 export { spawnPtyChild } from "./pty-child.js";
+export { orphansReapedSoFar, reapOrphans, type OrphanReaping } from "./native-exits.js";
