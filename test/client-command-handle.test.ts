@@ -7,6 +7,7 @@ import {
   backoffDelay,
   classifyFailure,
   CommandHandle,
+  defaultReconnectSettings,
   connect,
   OutputLostError,
   ProcessNotFoundError,
@@ -349,6 +350,30 @@ describe("CommandHandle (seed 001)", () => {
     expect(sleepers(marker)).toEqual([]);
   });
 
+  it("a sandbox's own reconnect settings win over the statics, for all its handles, and reach no other sandbox", async () => {
+    CommandHandle.MAX_AUTO_RECONNECTS = 3;
+    CommandHandle.BACKOFF_BASE = 10;
+    const own = await connect({ baseUrl: proxy.url, reconnect: { maxAttempts: 1, backoffBaseMs: 10 } });
+    const marker = sleepMarker();
+    try {
+      const shared = await sandbox.run(`echo up; sleep ${marker}`, { wait: false });
+      const ownRun = await own.run(`echo up; sleep ${marker}`, { wait: false });
+      const ownProcess = await own.startProcess(`echo up; sleep ${marker}`);
+      const handles = [shared, ownRun, ownProcess];
+      const waiting = handles.map((handle) => handle.wait().catch((failure: unknown) => failure));
+      await waitFor(() => handles.every((handle) => handle.lastStdoutOffset > 0), { what: "every first line" });
+      proxy.refuse(true);
+      proxy.cut();
+      const errors = await Promise.all(waiting);
+      for (const error of errors) expect(error).toMatchObject({ name: "SandboxError", code: "UNAVAILABLE" });
+      expect(handles.map((handle) => handle.autoReconnects)).toEqual([3, 1, 1]);
+    } finally {
+      proxy.refuse(false);
+      await own.close({ killProcesses: false });
+      for (const pid of sleepers(marker)) process.kill(pid, "SIGKILL");
+    }
+  });
+
   it("never reconnects after kill()", async () => {
     const marker = sleepMarker();
     // Ignores SIGTERM and is never escalated, so it is still running when the connection breaks.
@@ -515,25 +540,20 @@ describe("classifyFailure", () => {
 
 describe("reconnect backoff", () => {
   it("has equal jitter: each delay lies in the upper half of its doubling ceiling, and delays differ", () => {
-    const saved = { base: CommandHandle.BACKOFF_BASE, cap: CommandHandle.BACKOFF_MAX };
-    try {
-      CommandHandle.BACKOFF_BASE = 500;
-      CommandHandle.BACKOFF_MAX = 10_000;
-      expect(backoffDelay(1, () => 0)).toBe(250);
-      expect(backoffDelay(1, () => 0.999999)).toBe(500);
-      expect(backoffDelay(3, () => 0.5)).toBe(1500);
-      expect(backoffDelay(10, () => 0)).toBe(5000);
-      for (const attempt of [1, 2, 3, 4, 5, 6]) {
-        const ceiling = Math.min(10_000, 500 * 2 ** (attempt - 1));
-        const delays = Array.from({ length: 200 }, () => backoffDelay(attempt));
-        expect(Math.min(...delays)).toBeGreaterThanOrEqual(ceiling / 2);
-        expect(Math.max(...delays)).toBeLessThanOrEqual(ceiling);
-        // 200 clients cut off at once do not come back in lockstep.
-        expect(new Set(delays).size).toBeGreaterThan(20);
-      }
-    } finally {
-      CommandHandle.BACKOFF_BASE = saved.base;
-      CommandHandle.BACKOFF_MAX = saved.cap;
+    expect(defaultReconnectSettings).toEqual({ maxAttempts: 5, backoffBaseMs: 500, backoffMaxMs: 10_000 });
+    expect(backoffDelay(1, () => 0)).toBe(250);
+    expect(backoffDelay(1, () => 0.999999)).toBe(500);
+    expect(backoffDelay(3, () => 0.5)).toBe(1500);
+    expect(backoffDelay(10, () => 0)).toBe(5000);
+    for (const attempt of [1, 2, 3, 4, 5, 6]) {
+      const ceiling = Math.min(10_000, 500 * 2 ** (attempt - 1));
+      const delays = Array.from({ length: 200 }, () => backoffDelay(attempt));
+      expect(Math.min(...delays)).toBeGreaterThanOrEqual(ceiling / 2);
+      expect(Math.max(...delays)).toBeLessThanOrEqual(ceiling);
+      // 200 clients cut off at once do not come back in lockstep.
+      expect(new Set(delays).size).toBeGreaterThan(20);
     }
+    // Other settings, as a sandbox's `reconnect` option gives them.
+    expect(backoffDelay(3, () => 0, { maxAttempts: 5, backoffBaseMs: 100, backoffMaxMs: 300 })).toBe(150);
   });
 });

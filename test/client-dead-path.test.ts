@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Code } from "@connectrpc/connect";
-import { CommandHandle, connect, createClient, createSandboxConnection, SandboxError, SandboxService, type Sandbox } from "../src/client/index.js";
+import { connect, createClient, createSandboxConnection, SandboxError, SandboxService, type Sandbox } from "../src/client/index.js";
 import { startBlackholeProxy, type BlackholeProxy } from "./support/blackhole-proxy.js";
 import { waitFor } from "./support/processes.js";
 import { sleepMarker, sleepers } from "./support/rpc.js";
@@ -101,9 +101,7 @@ describe("the connection given up", () => {
 describe("a following handle on a path that dies while new connections work", () => {
   it("reconnects within the bound and the result has every byte", async () => {
     const proxy = await startBlackholeProxy({ host: "127.0.0.1", port: t.server.port });
-    const sandbox = await connect({ baseUrl: proxy.url, pingIntervalMs, pingTimeoutMs });
-    const saved = CommandHandle.BACKOFF_BASE;
-    CommandHandle.BACKOFF_BASE = 20;
+    const sandbox = await connect({ baseUrl: proxy.url, pingIntervalMs, pingTimeoutMs, reconnect: { backoffBaseMs: 20 } });
     try {
       const handle = await sandbox.startProcess("echo first; sleep 1.5; echo second");
       const waiting = handle.wait();
@@ -117,7 +115,6 @@ describe("a following handle on a path that dies while new connections work", ()
       expect(handle.autoReconnects).toBeGreaterThanOrEqual(1);
       expect(proxy.connections).toBeGreaterThanOrEqual(2);
     } finally {
-      CommandHandle.BACKOFF_BASE = saved;
       await sandbox.close();
       await proxy.close();
     }
@@ -125,10 +122,12 @@ describe("a following handle on a path that dies while new connections work", ()
 
   it("wait() on a path that stays dead fails within a bound instead of hanging", async () => {
     const proxy = await startBlackholeProxy({ host: "127.0.0.1", port: t.server.port });
-    const sandbox = await connect({ baseUrl: proxy.url, pingIntervalMs, pingTimeoutMs });
-    const saved = { max: CommandHandle.MAX_AUTO_RECONNECTS, base: CommandHandle.BACKOFF_BASE };
-    CommandHandle.MAX_AUTO_RECONNECTS = 2;
-    CommandHandle.BACKOFF_BASE = 20;
+    const sandbox = await connect({
+      baseUrl: proxy.url,
+      pingIntervalMs,
+      pingTimeoutMs,
+      reconnect: { maxAttempts: 2, backoffBaseMs: 20 },
+    });
     const marker = sleepMarker();
     try {
       const handle = await sandbox.startProcess(`echo up; sleep ${marker}`);
@@ -141,8 +140,6 @@ describe("a following handle on a path that dies while new connections work", ()
       expect(error).toMatchObject({ name: "SandboxError", code: "UNAVAILABLE" });
       expect(handle.autoReconnects).toBe(2);
     } finally {
-      CommandHandle.MAX_AUTO_RECONNECTS = saved.max;
-      CommandHandle.BACKOFF_BASE = saved.base;
       await sandbox.close({ killProcesses: false });
       await proxy.close();
       for (const pid of sleepers(marker)) process.kill(pid, "SIGKILL");

@@ -41,8 +41,8 @@ export {
   toSandboxError,
 } from "./core/index.js";
 export type { SandboxErrorOptions, SandboxErrorReason } from "./core/index.js";
-export { backoffDelay, classifyFailure, reconnectSettings } from "./core/index.js";
-export type { FailureKind } from "./core/index.js";
+export { backoffDelay, classifyFailure, defaultReconnectSettings } from "./core/index.js";
+export type { FailureKind, ReconnectSettings } from "./core/index.js";
 export { StreamDecoder } from "./core/index.js";
 export type { OutputChunk, OutputOffsets, OutputStreamName } from "./core/index.js";
 export type { InputAck } from "./core/index.js";

@@ -21,30 +21,14 @@ export function canTransition(from: SandboxStatus, to: SandboxStatus): boolean {
   return sandboxTransitions[from].includes(to);
 }
 
-/**
- * Lifecycle holds a sandbox's state and allows only the Orbiter lifecycle's transitions: any other is a
- * SandboxError with code INVALID_TRANSITION, and the state stays as it was.
- */
-export class Lifecycle {
-  private current: SandboxStatus = "init";
-
-  /** The current state. */
-  get status(): SandboxStatus {
-    return this.current;
+/** Throws SandboxError (INVALID_TRANSITION) unless the Orbiter lifecycle allows going from `from` to `to`. */
+export function assertTransition(from: SandboxStatus, to: SandboxStatus): void {
+  if (!canTransition(from, to)) {
+    throw new SandboxError(`invalid sandbox transition: ${from} -> ${to}`, "INVALID_TRANSITION");
   }
+}
 
-  /** Moves to `to`; throws SandboxError (INVALID_TRANSITION) when that lifecycle does not allow it. */
-  transition(to: SandboxStatus): void {
-    if (!canTransition(this.current, to)) {
-      throw new SandboxError(`invalid sandbox transition: ${this.current} -> ${to}`, "INVALID_TRANSITION");
-    }
-    this.current = to;
-  }
-
-  /** Throws SandboxError (NOT_RUNNING) unless the state is `running`. */
-  assertRunning(): void {
-    if (this.current !== "running") {
-      throw new SandboxError(`the sandbox is ${this.current}, not running: call start() first`, "NOT_RUNNING");
-    }
-  }
+/** The error of a command asked of a sandbox in `status`, which is not `running` (NOT_RUNNING). */
+export function notRunningError(status: SandboxStatus): SandboxError {
+  return new SandboxError(`the sandbox is ${status}, not running: call start() first`, "NOT_RUNNING");
 }

@@ -1,9 +1,9 @@
 import { randomBytes } from "node:crypto";
 import { ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
-import { type CommandFinished, type CommandDefaults, type CommandOptions, isUnreachable, SandboxError, toSandboxError, type OutputOffsets, type ProcessHandle, createSandboxConnection, type SandboxConnection, type SandboxConnectionOptions } from "./core/index.js";
+import { type CommandFinished, type CommandDefaults, type CommandOptions, isUnreachable, SandboxError, toSandboxError, type OutputOffsets, type ProcessHandle, type ReconnectSettings, createSandboxConnection, type SandboxConnection, type SandboxConnectionOptions } from "./core/index.js";
 import { type CommandHandle, exec, execStream, type ExecEvent, type ExecOptions, type ExecOutput, type ExecResult, type StreamOptions, type LogEvent, type ListProcessesOptions, type ProcessesContext, type ProcessOptions, runCommand, type Command, type RunCommandOptions, type RunCommandParams, run, type RunOptions, processes } from "./wrappers/index.js";
-import { Lifecycle, type SandboxStatus } from "./lifecycle.js";
+import { assertTransition, canTransition, notRunningError, type SandboxStatus } from "./lifecycle.js";
 
 /** Options of a {@link Sandbox}: the connection's, and what the sandbox adds to its commands. */
 export interface SandboxOptions extends SandboxConnectionOptions {
@@ -27,6 +27,12 @@ export interface SandboxOptions extends SandboxConnectionOptions {
   encoding?: string;
   /** Milliseconds start() waits for the daemon to answer; 10000 by default. */
   connectTimeoutMs?: number;
+  /**
+   * How this sandbox's handles reconnect after their stream fails: the settings given here, for
+   * this sandbox only; the rest are the defaults ({@link defaultReconnectSettings}, or for a
+   * CommandHandle its class's LangSmith-style statics).
+   */
+  reconnect?: Partial<ReconnectSettings>;
 }
 
 /** What {@link Sandbox.describe} returns: the Orbiter sandbox's `describe()` keys, camel-cased, and the connection's. */
@@ -53,11 +59,28 @@ export interface CloseOptions {
   killProcesses?: boolean;
 }
 
-/** The connection of a running sandbox and what its commands get from it. */
-interface Connected {
+/** The connection of a sandbox and what its commands get from it. */
+interface Link {
   readonly connection: SandboxConnection;
   readonly context: ProcessesContext;
 }
+
+/**
+ * SandboxState is where a sandbox is: the Orbiter lifecycle's status and, exactly where there is
+ * one, its connection, in one value (as connect-node's Http2SessionManager keeps its state).
+ *
+ * - `init`: created, never started.
+ * - `running`: connected; commands run through `link`.
+ * - `error`: a start failed, or a call found the daemon unreachable: then `link` is the connection
+ *   it had, kept open for the handles still following their commands (they reconnect on their own)
+ *   until stop(), close() or a new start().
+ * - `idle`: stopped; may start again.
+ * - `closed`: final.
+ */
+type SandboxState =
+  | { readonly status: "init" | "idle" | "closed" }
+  | { readonly status: "running"; readonly link: Link }
+  | { readonly status: "error"; readonly link?: Link };
 
 /**
  * Sandbox is a client of one sandboxd daemon. Its lifecycle is the Orbiter sandbox's: `init` until
@@ -79,8 +102,9 @@ export class Sandbox implements AsyncDisposable {
   readonly sandboxId: string;
   /** Session of this sandbox's commands. */
   readonly sessionId: string;
-  private readonly lifecycle = new Lifecycle();
-  private connected?: Connected;
+  private s: SandboxState = { status: "init" };
+  /** Connections of earlier runs whose handles may still follow commands; closed with the next release. */
+  private readonly earlier: SandboxConnection[] = [];
   private readonly sessions = new Set<string>();
   private readonly handles = new Set<ProcessHandle>();
   private readonly defaults: CommandDefaults;
@@ -97,7 +121,7 @@ export class Sandbox implements AsyncDisposable {
 
   /** Current lifecycle state. */
   get status(): SandboxStatus {
-    return this.lifecycle.status;
+    return this.s.status;
   }
 
   /** A copy of the workspace directories. */
@@ -134,18 +158,21 @@ export class Sandbox implements AsyncDisposable {
    * `idle`; from `init`, where the Orbiter lifecycle allows no error, it stays `init`) and this throws.
    */
   async start(): Promise<void> {
-    if (this.status === "running" || this.status === "closed") this.lifecycle.transition("running");
+    assertTransition(this.s.status, "running");
     const connection = createSandboxConnection(this.options);
     const client = createClient(SandboxService, connection.transport);
     try {
       await client.listProcesses({ sessionId: this.sessionId }, { timeoutMs: this.options.connectTimeoutMs ?? 10_000 });
     } catch (error) {
       connection.close();
-      if (this.status === "idle") this.lifecycle.transition("error");
+      if (this.s.status === "idle") this.s = { status: "error" };
       throw toSandboxError(error);
     }
-    this.connected = { connection, context: this.createContext(connection, client) };
-    this.lifecycle.transition("running");
+    // Another start() or a close() may have come first while this one waited.
+    if (!canTransition(this.s.status, "running")) connection.close();
+    assertTransition(this.s.status, "running");
+    if (this.s.status === "error" && this.s.link !== undefined) this.earlier.push(this.s.link.connection);
+    this.s = { status: "running", link: { connection, context: this.createContext(connection, client) } };
   }
 
   /**
@@ -154,16 +181,15 @@ export class Sandbox implements AsyncDisposable {
    * sandbox goes to `error` and this throws.
    */
   async stop(): Promise<void> {
-    if (this.status !== "running") this.lifecycle.transition("idle");
+    assertTransition(this.s.status, "idle");
     try {
       await this.killAllProcesses();
     } catch (error) {
-      this.release();
-      this.lifecycle.transition("error");
+      // The kill may already have found the daemon unreachable and moved to `error`.
+      this.release({ status: "error" });
       throw error;
     }
-    this.release();
-    this.lifecycle.transition("idle");
+    this.release({ status: "idle" });
   }
 
   /**
@@ -172,12 +198,11 @@ export class Sandbox implements AsyncDisposable {
    * Closing a closed sandbox does nothing.
    */
   async close(options: CloseOptions = {}): Promise<void> {
-    if (this.status === "closed") return;
-    if (this.status === "running" && options.killProcesses !== false) {
+    if (this.s.status === "closed") return;
+    if (this.s.status === "running" && options.killProcesses !== false) {
       await this.killAllProcesses().catch(() => {});
     }
-    this.release();
-    this.lifecycle.transition("closed");
+    this.release({ status: "closed" });
   }
 
   /** Closes the sandbox for good, as the Orbiter sandbox's `cleanup()`: the same as {@link close}. */
@@ -304,6 +329,7 @@ export class Sandbox implements AsyncDisposable {
     return {
       client,
       goAwayCount: () => connection.goAwayCount,
+      reconnect: this.options.reconnect,
       defaults: this.defaults,
       useSession: (sessionId) => void this.sessions.add(sessionId),
       sessions: () => [...this.sessions],
@@ -317,15 +343,21 @@ export class Sandbox implements AsyncDisposable {
 
   /** The running sandbox's command context; SandboxError NOT_RUNNING otherwise. */
   private running(): ProcessesContext {
-    this.lifecycle.assertRunning();
-    return this.connected!.context;
+    if (this.s.status !== "running") throw notRunningError(this.s.status);
+    return this.s.link.context;
   }
 
-  private release(): void {
+  /**
+   * Stops following every handle, closes the connections and moves to `next`, a state without a
+   * connection; moving from `error` to `error` keeps the status and lets the kept connection go.
+   */
+  private release(next: { readonly status: "idle" | "error" | "closed" }): void {
+    if (this.s.status !== next.status) assertTransition(this.s.status, next.status);
     for (const handle of this.handles) handle.detach();
     this.handles.clear();
-    this.connected?.connection.close();
-    this.connected = undefined;
+    if ("link" in this.s) this.s.link?.connection.close();
+    for (const connection of this.earlier.splice(0)) connection.close();
+    this.s = next;
   }
 
   /**
@@ -341,7 +373,7 @@ export class Sandbox implements AsyncDisposable {
       if (!(error instanceof SandboxError) && !(error instanceof ConnectError)) throw error;
       const failure = toSandboxError(error);
       const unreachable = failure.cause instanceof ConnectError && isUnreachable(failure.cause);
-      if (unreachable && this.status === "running") this.lifecycle.transition("error");
+      if (unreachable && this.s.status === "running") this.s = { status: "error", link: this.s.link };
       throw failure;
     }
   }

@@ -4,7 +4,7 @@ import type { CommandFinished } from "./command-finished.js";
 import type { CommandEvent, CommandSource } from "./command-source.js";
 import { SandboxError, toSandboxError } from "./errors.js";
 import type { OutputOffsets } from "./output.js";
-import { backoffDelay, classifyFailure, reconnectSettings } from "./reconnect-policy.js";
+import { backoffDelay, classifyFailure, type ReconnectSettings } from "./reconnect-policy.js";
 
 /**
  * StreamState is where a command's stream is; it is in exactly one of these, as connect-node's
@@ -47,7 +47,7 @@ export interface StreamTarget {
  * {@link StreamTarget} and keeps it followed: after a failure that {@link classifyFailure} calls
  * transient it opens a new call from the target's offsets once an equal-jitter backoff passed
  * ({@link backoffDelay}), at once after the daemon said it is going away, for at most
- * `reconnectSettings.maxAttempts` consecutive failures; never for a source that cannot resume
+ * `maxAttempts` consecutive failures of its {@link ReconnectSettings}; never for a source that cannot resume
  * (Exec), and never after {@link refuseReconnects}. Its state is one {@link StreamState}.
  */
 export class CommandStream {
@@ -58,11 +58,12 @@ export class CommandStream {
   private reconnects: "allowed" | "refused" = "allowed";
   private reconnected = 0;
 
-  /** `onSettle` is called once, when the stream reaches a final state. */
+  /** `settings` are read at each failure; `onSettle` is called once, when the stream reaches a final state. */
   constructor(
     private readonly source: CommandSource,
     private readonly target: StreamTarget,
     private readonly goAwayCount: () => number,
+    private readonly settings: () => ReconnectSettings,
     private readonly onSettle: (state: SettledState) => void,
   ) {}
 
@@ -166,10 +167,11 @@ export class CommandStream {
       throw new SandboxError("the connection to the sandbox was lost; the daemon ends an Exec command whose call is gone", "UNAVAILABLE", { cause });
     }
     if (this.reconnects === "refused") throw toSandboxError(error);
-    if (attempt > reconnectSettings.maxAttempts) {
+    const settings = this.settings();
+    if (attempt > settings.maxAttempts) {
       throw new SandboxError(`gave up after ${attempt - 1} reconnect attempts: ${cause.rawMessage}`, "UNAVAILABLE", { cause });
     }
-    return kind === "going-away" ? 0 : backoffDelay(attempt);
+    return kind === "going-away" ? 0 : backoffDelay(attempt, Math.random, settings);
   }
 
   private settle(state: SettledState): void {

@@ -42,7 +42,13 @@ export {
   type WaitOptions,
 } from "./process-handle.js";
 export { commandLine, exitCodeOf, type ProcessDetails, type ProcessExit } from "./process-record.js";
-export { backoffDelay, classifyFailure, type FailureKind, reconnectSettings } from "./reconnect-policy.js";
+export {
+  backoffDelay,
+  classifyFailure,
+  defaultReconnectSettings,
+  type FailureKind,
+  type ReconnectSettings,
+} from "./reconnect-policy.js";
 export {
   createSandboxConnection,
   defaultPingIntervalMs,

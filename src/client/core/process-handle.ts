@@ -9,6 +9,7 @@ import { CommandOutput } from "./command-output.js";
 import { CommandRecord } from "./command-record.js";
 import { createExecSource, createLogsSource, type CommandEvent } from "./command-source.js";
 import { CommandStream, type SettledState } from "./command-stream.js";
+import { defaultReconnectSettings, type ReconnectSettings } from "./reconnect-policy.js";
 import { ExecutionTimeoutError, SandboxError, toSandboxError } from "./errors.js";
 import { InputStream, type InputAck } from "./input-stream.js";
 import { StreamDecoder, type OutputChunk, type OutputOffsets, type OutputStreamName } from "./output.js";
@@ -22,6 +23,8 @@ export interface CommandContext {
   readonly client: Client<typeof SandboxService>;
   /** Graceful GOAWAY frames received so far on the client's connection (see SandboxConnection). */
   readonly goAwayCount: () => number;
+  /** The sandbox's own reconnect settings (its `reconnect` option); unset ones are the defaults. */
+  readonly reconnect?: Partial<ReconnectSettings>;
 }
 
 /** The options a handle itself uses: text decoding, retention and callbacks. */
@@ -114,7 +117,22 @@ export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
     }
     const source = start.kind === "exec" ? createExecSource(context.client, start.request) : createLogsSource(context.client, start.details.id);
     const target = { offsets: () => this.output.offsets, apply: (event: CommandEvent, signal: AbortSignal) => this.apply(event, signal) };
-    this.stream = new CommandStream(source, target, context.goAwayCount, (state) => this.settled(state));
+    this.stream = new CommandStream(
+      source,
+      target,
+      context.goAwayCount,
+      () => ({ ...(this.constructor as typeof ProcessHandle).reconnectDefaults(), ...context.reconnect }),
+      (state) => this.settled(state),
+    );
+  }
+
+  /**
+   * The reconnect settings of this class's handles where their sandbox's `reconnect` option sets
+   * none: {@link defaultReconnectSettings}. A handle reads them, under its sandbox's option, at each
+   * failure; a subclass may have its own (CommandHandle's are its LangSmith-style statics).
+   */
+  static reconnectDefaults(): ReconnectSettings {
+    return defaultReconnectSettings;
   }
 
   /**

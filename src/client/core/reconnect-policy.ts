@@ -5,17 +5,24 @@ import { errorInfoOf } from "../../shared/error-reasons.js";
 export type FailureKind = "going-away" | "transient" | "fatal";
 
 /**
- * The reconnect policy's numbers, shared by every handle of this client (a LangSmith-style
- * `CommandHandle.MAX_AUTO_RECONNECTS`, `BACKOFF_BASE` and `BACKOFF_MAX` read and set them).
+ * ReconnectSettings are the reconnect policy's numbers. Each sandbox has its own (its `reconnect`
+ * option over {@link defaultReconnectSettings}); a handle reads its sandbox's at each failure.
  */
-export const reconnectSettings = {
-  /** Consecutive failed reconnect attempts before a handle gives up. */
+export interface ReconnectSettings {
+  /** Consecutive failed reconnect attempts before a handle gives up. Default 5. */
+  readonly maxAttempts: number;
+  /** Ceiling of the first backoff, in milliseconds; doubled on each consecutive failure. Default 500. */
+  readonly backoffBaseMs: number;
+  /** Largest backoff ceiling, in milliseconds. Default 10000. */
+  readonly backoffMaxMs: number;
+}
+
+/** The reconnect settings of a sandbox that sets none. */
+export const defaultReconnectSettings: ReconnectSettings = Object.freeze({
   maxAttempts: 5,
-  /** Ceiling of the first backoff, in milliseconds; doubled on each consecutive failure. */
   backoffBaseMs: 500,
-  /** Largest backoff ceiling, in milliseconds. */
   backoffMaxMs: 10_000,
-};
+});
 
 /**
  * The delay before reconnect attempt `attempt` (1 for the first), in milliseconds: a ceiling of
@@ -24,8 +31,12 @@ export const reconnectSettings = {
  * the same moment, so they do not all come back in lockstep; the fixed half keeps a floor under the
  * wait. `random` returns a number in [0, 1).
  */
-export function backoffDelay(attempt: number, random: () => number = Math.random): number {
-  const ceiling = Math.min(reconnectSettings.backoffMaxMs, reconnectSettings.backoffBaseMs * 2 ** (attempt - 1));
+export function backoffDelay(
+  attempt: number,
+  random: () => number = Math.random,
+  settings: ReconnectSettings = defaultReconnectSettings,
+): number {
+  const ceiling = Math.min(settings.backoffMaxMs, settings.backoffBaseMs * 2 ** (attempt - 1));
   return Math.round(ceiling / 2 + random() * (ceiling / 2));
 }
 

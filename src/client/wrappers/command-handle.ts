@@ -1,4 +1,10 @@
-import { type InputAck, ProcessHandle, type KillOptions, reconnectSettings } from "../core/index.js";
+import {
+  defaultReconnectSettings,
+  type InputAck,
+  type KillOptions,
+  ProcessHandle,
+  type ReconnectSettings,
+} from "../core/index.js";
 
 /**
  * CommandHandle mirrors the LangSmith sandbox SDK's `CommandHandle`: what `sandbox.run(command,
@@ -10,32 +16,27 @@ import { type InputAck, ProcessHandle, type KillOptions, reconnectSettings } fro
  * "1001 Going Away": the SHUTTING_DOWN reason, or a graceful HTTP/2 GOAWAY) the handle reconnects
  * at once; after a network error or an unexpected close it backs off exponentially from
  * `BACKOFF_BASE` milliseconds up to `BACKOFF_MAX`, with jitter, for at most `MAX_AUTO_RECONNECTS`
- * consecutive failures; after `kill()` it does not reconnect. The three statics are shared by
- * every handle of this client.
+ * consecutive failures; after `kill()` it does not reconnect. The three statics are that API's
+ * class-wide settings: they apply to CommandHandles (not to the other APIs' handles), and a
+ * sandbox's own `reconnect` option, where it sets one, takes precedence for that sandbox's handles.
  */
 export class CommandHandle extends ProcessHandle {
-  /** Consecutive failed reconnect attempts before a handle gives up (default 5). */
-  static get MAX_AUTO_RECONNECTS(): number {
-    return reconnectSettings.maxAttempts;
-  }
-  static set MAX_AUTO_RECONNECTS(value: number) {
-    reconnectSettings.maxAttempts = value;
-  }
+  /** Consecutive failed reconnect attempts before a CommandHandle gives up (default 5). */
+  static MAX_AUTO_RECONNECTS: number = defaultReconnectSettings.maxAttempts;
 
-  /** Ceiling of the first backoff in milliseconds, doubled on each consecutive failure (default 500). */
-  static get BACKOFF_BASE(): number {
-    return reconnectSettings.backoffBaseMs;
-  }
-  static set BACKOFF_BASE(value: number) {
-    reconnectSettings.backoffBaseMs = value;
-  }
+  /** Ceiling of a CommandHandle's first backoff in milliseconds, doubled on each consecutive failure (default 500). */
+  static BACKOFF_BASE: number = defaultReconnectSettings.backoffBaseMs;
 
-  /** Largest backoff ceiling in milliseconds (default 10000). */
-  static get BACKOFF_MAX(): number {
-    return reconnectSettings.backoffMaxMs;
-  }
-  static set BACKOFF_MAX(value: number) {
-    reconnectSettings.backoffMaxMs = value;
+  /** Largest backoff ceiling of a CommandHandle in milliseconds (default 10000). */
+  static BACKOFF_MAX: number = defaultReconnectSettings.backoffMaxMs;
+
+  /** The class's statics, in place of the defaults under a sandbox's own `reconnect` option. */
+  static override reconnectDefaults(): ReconnectSettings {
+    return {
+      maxAttempts: CommandHandle.MAX_AUTO_RECONNECTS,
+      backoffBaseMs: CommandHandle.BACKOFF_BASE,
+      backoffMaxMs: CommandHandle.BACKOFF_MAX,
+    };
   }
 
   /**
