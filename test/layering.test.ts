@@ -112,7 +112,12 @@ function violations(graph: ModuleGraph): string[] {
   return found;
 }
 
-/** Every circle of imports (type-only ones included: they also say which module depends on which). */
+/**
+ * Every circle of imports. A type-only import counts where it crosses from one directory to another
+ * (it says which room depends on which, as the core's handle naming the wrappers' Process type did);
+ * within a directory a type may point back (an interface its parts share, declared beside the module
+ * that assembles them), since it leaves nothing to load at run time.
+ */
 function cycles(graph: ModuleGraph): string[][] {
   const found: string[][] = [];
   const state = new Map<string, "open" | "done">();
@@ -120,8 +125,9 @@ function cycles(graph: ModuleGraph): string[][] {
   const visit = (file: string) => {
     state.set(file, "open");
     stack.push(file);
-    for (const { target, isPackage } of graph.get(file) ?? []) {
+    for (const { target, isPackage, typeOnly } of graph.get(file) ?? []) {
       if (isPackage || !graph.has(target)) continue;
+      if (typeOnly && path.posix.dirname(target) === path.posix.dirname(file)) continue;
       if (state.get(target) === "open") found.push([...stack.slice(stack.indexOf(target)), target]);
       else if (state.get(target) === undefined) visit(target);
     }
@@ -165,6 +171,22 @@ describe("the layers of src/", () => {
 
   it("have no circle of imports: the client's wrappers depend on its core, never the reverse", () => {
     expect(cycles(graph).map((circle) => circle.join(" -> "))).toEqual([]);
+  });
+
+  it("would catch a circle through a type that crosses rooms, and let a type point back within one", () => {
+    const edge = (target: string, typeOnly: boolean) => ({ target, isPackage: false, typeOnly });
+    const crossing: ModuleGraph = new Map([
+      ["src/client/core/handle.ts", [edge("src/client/wrappers/views.ts", true)]],
+      ["src/client/wrappers/views.ts", [edge("src/client/core/handle.ts", false)]],
+    ]);
+    expect(cycles(crossing)).toEqual([
+      ["src/client/core/handle.ts", "src/client/wrappers/views.ts", "src/client/core/handle.ts"],
+    ]);
+    const within: ModuleGraph = new Map([
+      ["src/files/all.ts", [edge("src/files/part.ts", false)]],
+      ["src/files/part.ts", [edge("src/files/all.ts", true)]],
+    ]);
+    expect(cycles(within)).toEqual([]);
   });
 
   it("would catch a client importing the process manager, a domain importing RPC, and a room entered sideways", () => {
