@@ -123,14 +123,32 @@ describe("sandbox connection failures: one line, exit 1 (125 for exec)", () => {
   it("a URL that is not one", async () => {
     const result = await runCli(["ps"], { url: "localhost:7007" });
     expect(result.code).toBe(2);
-    expectOneLine(result.stderr, /invalid daemon URL "localhost:7007"/);
+    expectOneLine(result.stderr, /invalid daemon URL "localhost:7007": write it as http:\/\/host:port \(the daemon speaks plain HTTP by default\)/);
+  });
+
+  it("https:// against a daemon that speaks plain HTTP says so, instead of OpenSSL's words", async () => {
+    const result = await runCli(["ps"], { url: open.server.url.replace("http:", "https:") });
+    expect(result.code).toBe(1);
+    expectOneLine(result.stderr, /speaks plain HTTP, not TLS: use http:\/\/127\.0\.0\.1:\d+, or start the daemon with --tls-cert and --tls-key/);
+    expect(result.stderr.toString()).not.toContain("wrong version number");
+  });
+
+  it("refuses to send the token in clear to a host that is not loopback, unless --allow-cleartext-token", async () => {
+    // 192.0.2.1 is TEST-NET-1: nothing answers there; the refusal comes before any connection.
+    const refused = await runCli(["ps", "--url", "http://192.0.2.1:7007"], { env: { SANDBOXD_TOKEN: token } });
+    expect(refused.code).toBe(2);
+    expectOneLine(refused.stderr, /refusing to send the token in clear to http:\/\/192\.0\.2\.1:7007: use https:\/\/ .*--allow-cleartext-token/);
+    // Allowed, the same command gets as far as connecting (and fails there: nobody listens).
+    const allowed = await runCli(["--allow-cleartext-token", "ps", "--url", "http://192.0.2.1:7007"], { env: { SANDBOXD_TOKEN: token }, timeoutMs: 60_000 });
+    expect(allowed.code).toBe(1);
+    expectOneLine(allowed.stderr, /cannot connect to http:\/\/192\.0\.2\.1:7007/);
   });
 
   it("no token, a wrong token and an unreadable token file, against a daemon that wants one", async () => {
     const none = await runCli(["exec", "--", "true"], { url: guarded.server.url });
     expect(none.code).toBe(125);
-    expectOneLine(none.stderr, /wants a token \(--token-file or SANDBOX_TOKEN\)/);
-    const wrong = await runCli(["ps"], { url: guarded.server.url, env: { SANDBOX_TOKEN: "not-the-token" } });
+    expectOneLine(none.stderr, /wants a token \(--token-file or SANDBOXD_TOKEN\)/);
+    const wrong = await runCli(["ps"], { url: guarded.server.url, env: { SANDBOXD_TOKEN: "not-the-token" } });
     expect(wrong.code).toBe(1);
     expectOneLine(wrong.stderr, /refused the token/);
     expect(wrong.stderr.toString()).not.toContain("not-the-token");
@@ -139,13 +157,18 @@ describe("sandbox connection failures: one line, exit 1 (125 for exec)", () => {
     expectOneLine(missing.stderr, /cannot read the token file .*absent: ENOENT/);
   });
 
-  it("the right token from --token-file or SANDBOX_TOKEN, and the URL from --url or SANDBOX_URL", async () => {
+  it("the right token from --token-file or SANDBOXD_TOKEN, and the URL from --url or SANDBOXD_URL", async () => {
     const fromFile = await runCli(["exec", "--url", guarded.server.url, "--token-file", tokenFile, "--", "echo", "in"]);
     expect(fromFile.code).toBe(0);
     expect(fromFile.stdout.toString()).toBe("in\n");
-    const fromEnv = await runCli(["exec", "--", "echo", "in"], { url: guarded.server.url, env: { SANDBOX_TOKEN: token } });
+    const fromEnv = await runCli(["exec", "--", "echo", "in"], { url: guarded.server.url, env: { SANDBOXD_TOKEN: token } });
     expect(fromEnv.stdout.toString()).toBe("in\n");
-    // --url wins over SANDBOX_URL, before the command's name or after it (where it wins over one before).
+    expect(fromEnv.stderr.toString()).toBe("");
+    // The old names still work, with one warning line each naming the new one.
+    const old = await runCli(["exec", "--", "echo", "old"], { env: { SANDBOX_URL: guarded.server.url, SANDBOX_TOKEN: token } });
+    expect(old.stdout.toString()).toBe("old\n");
+    expect(old.stderr.toString()).toMatch(/^sandbox: warning: SANDBOX_URL is deprecated: set SANDBOXD_URL instead.*\nsandbox: warning: SANDBOX_TOKEN is deprecated: set SANDBOXD_TOKEN instead.*\n$/);
+    // --url wins over SANDBOXD_URL, before the command's name or after it (where it wins over one before).
     const elsewhere = `http://127.0.0.1:${await closedPort()}`;
     const flagWins = await runCli(["exec", "--url", open.server.url, "--", "echo", "open"], { url: elsewhere });
     expect(flagWins.stdout.toString()).toBe("open\n");

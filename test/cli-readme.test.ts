@@ -49,11 +49,25 @@ describe("the README's From a terminal section, as written", () => {
     it(`block ${index + 1} prints what its comments say`, async () => {
       const result = await runCommand("/bin/sh", ["-c", block], {
         cwd: dir,
-        env: { PATH: `${dir}:${process.env.PATH}`, SANDBOX_URL: t.server.url, SANDBOX_TOKEN: "" },
+        env: { PATH: `${dir}:${process.env.PATH}`, SANDBOXD_URL: t.server.url, SANDBOXD_TOKEN: "", SANDBOX_URL: undefined, SANDBOX_TOKEN: undefined },
         timeoutMs: 60_000,
       });
       expect(result.stderr).toBe("");
       expect(result.stdout.trimEnd().split("\n")).toEqual(promisedLines(block));
     });
   }
+});
+
+describe("the README's alias for a checkout", () => {
+  it("runs the built CLI with node (not tsx, which took 5-10 s a call), from any directory", async () => {
+    const readme = readFileSync(path.join(repositoryRoot, "README.md"), "utf8");
+    const alias = /`alias sandbox="([^"`]+)"`/.exec(readme);
+    expect(alias, "the README defines the alias").not.toBeNull();
+    expect(alias![1]).not.toMatch(/tsx/);
+    // As the shell expands it where the README says to define it: in the checkout's directory.
+    const words = alias![1].replaceAll("$PWD", repositoryRoot).split(" ");
+    const result = await runCommand(words[0] === "node" ? process.execPath : words[0], [...words.slice(1), "--version"], { cwd: dir });
+    expect(result.code).toBe(0);
+    expect(result.stdout.trim()).toBe(JSON.parse(readFileSync(path.join(repositoryRoot, "package.json"), "utf8")).version);
+  });
 });

@@ -32,7 +32,7 @@ afterAll(async () => {
 
 /** A terminal of `cols`×`rows` whose shell finds `sandbox` on its PATH, talking to `url`. */
 function terminal(url = t.server.url, cols = 100, rows = 30): TerminalShell {
-  const shell = TerminalShell.start({ cols, rows, env: { PATH: `${bin}:${process.env.PATH}`, SANDBOX_URL: url } });
+  const shell = TerminalShell.start({ cols, rows, env: { PATH: `${bin}:${process.env.PATH}`, SANDBOXD_URL: url } });
   shells.push(shell);
   return shell;
 }

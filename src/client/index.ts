@@ -46,6 +46,8 @@ export type { FailureKind, ReconnectSettings } from "./core/index.js";
 export { StreamDecoder } from "./core/index.js";
 export type { OutputChunk, OutputOffsets, OutputStreamName } from "./core/index.js";
 export type { InputAck } from "./core/index.js";
+export { defaultBaseUrl, isLoopbackHost, resolveDaemonAddress, tokenVariable, urlVariable } from "./core/index.js";
+export type { DaemonAddress, DaemonAddressOptions } from "./core/index.js";
 export { createSandboxConnection, defaultPingIntervalMs, defaultPingTimeoutMs } from "./core/index.js";
 export type { SandboxConnection, SandboxConnectionOptions, SandboxProtocol } from "./core/index.js";
 /** The generated service descriptor and messages, for raw RPCs with `createClient`. */

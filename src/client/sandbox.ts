@@ -1,12 +1,29 @@
 import { randomBytes } from "node:crypto";
 import { ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
-import { type CommandFinished, type CommandDefaults, type CommandOptions, isUnreachable, SandboxError, toSandboxError, type OutputOffsets, type ProcessHandle, type ReconnectSettings, createSandboxConnection, type SandboxConnection, type SandboxConnectionOptions } from "./core/index.js";
+import { type DaemonAddress, resolveDaemonAddress, tlsMismatch, type CommandFinished, type CommandDefaults, type CommandOptions, isUnreachable, SandboxError, toSandboxError, type OutputOffsets, type ProcessHandle, type ReconnectSettings, createSandboxConnection, type SandboxConnection, type SandboxConnectionOptions } from "./core/index.js";
 import { type CommandHandle, exec, execStream, type ExecEvent, type ExecOptions, type ExecOutput, type ExecResult, type StreamOptions, type LogEvent, type ListProcessesOptions, type ProcessesContext, type ProcessOptions, runCommand, type Command, type RunCommandOptions, type RunCommandParams, run, type RunOptions, processes } from "./wrappers/index.js";
 import { assertTransition, canTransition, notRunningError, type SandboxStatus } from "./lifecycle.js";
 
 /** Options of a {@link Sandbox}: the connection's, and what the sandbox adds to its commands. */
-export interface SandboxOptions extends SandboxConnectionOptions {
+export interface SandboxOptions extends Omit<SandboxConnectionOptions, "baseUrl"> {
+  /**
+   * Base URL of the daemon, `http://host:port` or `https://host:port`; the `SANDBOXD_URL` environment
+   * variable when not given, else `http://127.0.0.1:7007`. Anything else is a SandboxError
+   * INVALID_ARGUMENT from the constructor.
+   */
+  baseUrl?: string;
+  /**
+   * Bearer token sent on every call; the `SANDBOXD_TOKEN` environment variable (the daemon's own)
+   * when not given; none when neither is set.
+   */
+  token?: string;
+  /**
+   * Send the token over cleartext `http://` to a host that is not loopback. Without it such a
+   * sandbox is refused (SandboxError INVALID_ARGUMENT): anyone on the path could read the token and
+   * run commands with it. Default false; use `https://` instead where you can.
+   */
+  allowCleartextToken?: boolean;
   /** Identifier of this sandbox; 12 random hex characters by default. */
   sandboxId?: string;
   /** Session of the commands this sandbox starts; the sandbox id by default. stop() kills its processes. */
@@ -108,10 +125,16 @@ export class Sandbox implements AsyncDisposable {
   private readonly sessions = new Set<string>();
   private readonly handles = new Set<ProcessHandle>();
   private readonly defaults: CommandDefaults;
+  private readonly address: DaemonAddress;
 
-  /** Creates a sandbox in state `init`; start() connects it. */
-  constructor(private readonly options: SandboxOptions) {
+  /**
+   * Creates a sandbox in state `init`; start() connects it. Throws a SandboxError
+   * INVALID_ARGUMENT for a bad base URL or a token that would go in clear (see
+   * {@link SandboxOptions.allowCleartextToken}).
+   */
+  constructor(private readonly options: SandboxOptions = {}) {
     if ("timeout" in options) throw new SandboxError("SandboxOptions has no `timeout`: the time limit is timeoutMs, in milliseconds", "INVALID_ARGUMENT");
+    this.address = resolveDaemonAddress(options);
     this.sandboxId = options.sandboxId ?? randomBytes(6).toString("hex");
     this.sessionId = options.sessionId ?? this.sandboxId;
     this.sessions.add(this.sessionId);
@@ -147,7 +170,7 @@ export class Sandbox implements AsyncDisposable {
       workspace: this.workspace,
       timeout: this.timeoutMs / 1000,
       sessionId: this.sessionId,
-      baseUrl: this.options.baseUrl,
+      baseUrl: this.address.baseUrl,
       protocol: this.options.protocol ?? "grpc",
     };
   }
@@ -159,13 +182,15 @@ export class Sandbox implements AsyncDisposable {
    */
   async start(): Promise<void> {
     assertTransition(this.s.status, "running");
-    const connection = createSandboxConnection(this.options);
+    const connection = createSandboxConnection({ ...this.options, baseUrl: this.address.baseUrl, token: this.address.token });
     const client = createClient(SandboxService, connection.transport);
     try {
       await client.listProcesses({ sessionId: this.sessionId }, { timeoutMs: this.options.connectTimeoutMs ?? 10_000 });
     } catch (error) {
       connection.close();
       if (this.s.status === "idle") this.s = { status: "error" };
+      const mismatch = tlsMismatch(this.address.baseUrl, error);
+      if (mismatch !== undefined) throw new SandboxError(mismatch, "UNAVAILABLE", { cause: error });
       throw toSandboxError(error);
     }
     // Another start() or a close() may have come first while this one waited.
@@ -383,7 +408,7 @@ export class Sandbox implements AsyncDisposable {
  * Connects to a daemon: creates a {@link Sandbox} and starts it. Use with `await using` to close it
  * (and kill its processes) at the end of the scope.
  */
-export async function connect(options: SandboxOptions): Promise<Sandbox> {
+export async function connect(options: SandboxOptions = {}): Promise<Sandbox> {
   const sandbox = new Sandbox(options);
   await sandbox.start();
   return sandbox;

@@ -25,9 +25,9 @@ export interface CliResult {
 
 /** Options of {@link runCli} and {@link spawnCli}. */
 export interface CliOptions {
-  /** The daemon's URL, passed as SANDBOX_URL. */
+  /** The daemon's URL, passed as SANDBOXD_URL. */
   url?: string;
-  /** Extra environment variables (SANDBOX_URL and SANDBOX_TOKEN are cleared first, so a test sets what it means). */
+  /** Extra environment variables (SANDBOXD_URL, SANDBOXD_TOKEN and the old SANDBOX_URL and SANDBOX_TOKEN are cleared first, so a test sets what it means). */
   env?: NodeJS.ProcessEnv;
   /** Working directory; the repository root by default. */
   cwd?: string;
@@ -35,8 +35,9 @@ export interface CliOptions {
 
 /** Starts the CLI with pipes for its three streams. */
 export function spawnCli(args: readonly string[], options: CliOptions = {}): ChildProcessWithoutNullStreams {
-  const env: NodeJS.ProcessEnv = { ...process.env, SANDBOX_URL: undefined, SANDBOX_TOKEN: undefined, ...options.env };
-  if (options.url !== undefined) env.SANDBOX_URL = options.url;
+  const cleared = { SANDBOXD_URL: undefined, SANDBOXD_TOKEN: undefined, SANDBOX_URL: undefined, SANDBOX_TOKEN: undefined };
+  const env: NodeJS.ProcessEnv = { ...process.env, ...cleared, ...options.env };
+  if (options.url !== undefined) env.SANDBOXD_URL = options.url;
   for (const key of Object.keys(env)) if (env[key] === undefined) delete env[key];
   return spawn(cliCommand[0], [...cliCommand.slice(1), ...args], { cwd: options.cwd ?? repositoryRoot, env, stdio: ["pipe", "pipe", "pipe"] });
 }

@@ -18,7 +18,7 @@ from ._gen.sandbox.v1 import sandbox_pb2 as v1
 from ._handle import DEFAULT_MAX_RETAINED_BYTES, AsyncCommandHandle
 from ._reconnect import ReconnectPolicy
 from ._sync import CommandHandle, Processes, Sandbox, connect, connect_async
-from ._transport import DEFAULT_URL, Keepalive, Tls
+from ._transport import DEFAULT_URL, TOKEN_VARIABLE, URL_VARIABLE, Keepalive, Tls
 from .errors import (
     AuthenticationError,
     CwdNotAccessibleError,
@@ -44,6 +44,7 @@ from .errors import (
     StateNotRecordedError,
     StdinNotOpenError,
     SudoNotAllowedError,
+    UnknownOptionError,
 )
 from .lifecycle import SandboxStatus
 from .options import Command, ExecOptions, ProcessOptions, PtySize
@@ -55,6 +56,8 @@ __version__ = "0.1.0"
 __all__ = [
     "DEFAULT_MAX_RETAINED_BYTES",
     "DEFAULT_URL",
+    "TOKEN_VARIABLE",
+    "URL_VARIABLE",
     "AsyncCommandHandle",
     "AsyncProcesses",
     "AsyncSandbox",
@@ -106,6 +109,7 @@ __all__ = [
     "StreamName",
     "SudoNotAllowedError",
     "Tls",
+    "UnknownOptionError",
     "connect",
     "connect_async",
     "v1",

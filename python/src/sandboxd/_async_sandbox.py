@@ -18,10 +18,20 @@ import grpc.aio
 from ._gen.sandbox.v1 import sandbox_pb2 as pb
 from ._handle import AsyncCommandHandle, HandleContext, fetch_logs, grace_ms, signal_name
 from ._reconnect import ReconnectPolicy
-from ._transport import DEFAULT_MAX_MESSAGE_BYTES, DEFAULT_URL, Keepalive, SandboxRpc, Tls, create_channel
-from .errors import InvalidArgumentError, SandboxError, from_rpc_error
+from ._transport import (
+    DEFAULT_MAX_MESSAGE_BYTES,
+    Keepalive,
+    SandboxRpc,
+    Tls,
+    check_cleartext_token,
+    create_channel,
+    resolve_token,
+    resolve_url,
+    tls_mismatch,
+)
+from .errors import InvalidArgumentError, SandboxError, SandboxUnavailableError, from_rpc_error
 from .lifecycle import Lifecycle, SandboxStatus
-from .options import Command, ExecOptions, ProcessOptions, SpecDefaults, build_spec
+from .options import Command, ExecOptions, ProcessOptions, SpecDefaults, build_spec, check_options
 from .output import StreamDecoder, StreamName
 from .records import CommandResult, ExecEvent, ProcessInfo, ProcessLogs, ProcessStatus
 
@@ -29,8 +39,13 @@ from .records import CommandResult, ExecEvent, ProcessInfo, ProcessLogs, Process
 class SandboxOptions(TypedDict, total=False):
     """Options of a sandbox (``connect()``, ``Sandbox(...)``, ``AsyncSandbox(...)``)."""
 
-    #: Bearer token, sent as ``authorization: Bearer <token>`` on every call; None or absent for none.
+    #: Bearer token, sent as ``authorization: Bearer <token>`` on every call; when absent, ``$SANDBOXD_TOKEN`` (the
+    #: variable the daemon, the CLI and the TypeScript client read); None or "" for none.
     token: str | None
+    #: Send the token over cleartext ``http://`` to a host that is not loopback. Without it such a sandbox is refused
+    #: (InvalidArgumentError): anyone on the path could read the token and run commands with it. False by default;
+    #: use ``https://`` instead where you can.
+    allow_cleartext_token: bool
     #: Default time limit of waiting commands (exec, exec_stream) in seconds; 30 by default (seed 002), None for
     #: none. Background processes have none unless asked.
     timeout: float | None
@@ -69,9 +84,16 @@ class AsyncSandbox:
     streams.
     """
 
-    def __init__(self, url: str = DEFAULT_URL, **options: Unpack[SandboxOptions]) -> None:
+    def __init__(self, url: str | None = None, **options: Unpack[SandboxOptions]) -> None:
+        """Creates a sandbox in state ``init`` for the daemon at ``url`` (``http://host:port`` or
+        ``https://host:port``; ``$SANDBOXD_URL`` when None, else ``http://127.0.0.1:7007``). Raises
+        InvalidArgumentError for a bad URL, an unknown option, or a token that would go in clear (see
+        ``allow_cleartext_token``)."""
+        check_options(options, SandboxOptions, "AsyncSandbox()")
         #: The daemon's URL.
-        self.url = url
+        self.url = resolve_url(url)
+        self._token = resolve_token(options)
+        check_cleartext_token(self.url, self._token, options.get("allow_cleartext_token", False))
         #: The sandbox id.
         self.sandbox_id = options.get("sandbox_id") or secrets.token_hex(6)
         #: Session of this sandbox's commands.
@@ -91,7 +113,7 @@ class AsyncSandbox:
         self.processes = AsyncProcesses(self)
 
     @classmethod
-    async def connect(cls, url: str = DEFAULT_URL, **options: Unpack[SandboxOptions]) -> Self:
+    async def connect(cls, url: str | None = None, **options: Unpack[SandboxOptions]) -> Self:
         """Creates a sandbox and starts it (connects and checks the daemon answers and takes the token)."""
         sandbox = cls(url, **options)
         await sandbox.start()
@@ -137,9 +159,8 @@ class AsyncSandbox:
             max_message_bytes=options.get("max_message_bytes", DEFAULT_MAX_MESSAGE_BYTES),
         )
         metadata = dict(options.get("headers", {}))
-        token = options.get("token")
-        if token is not None:
-            metadata["authorization"] = f"Bearer {token}"
+        if self._token is not None:
+            metadata["authorization"] = f"Bearer {self._token}"
         rpc = SandboxRpc(channel, metadata)
         try:
             await rpc.list_processes(
@@ -150,6 +171,9 @@ class AsyncSandbox:
             if self.status == SandboxStatus.IDLE:
                 self._lifecycle.transition(SandboxStatus.ERROR)
             if isinstance(error, grpc.aio.AioRpcError):
+                mismatch = tls_mismatch(self.url, f"{error.details()} {error.debug_error_string()}")
+                if mismatch is not None:
+                    raise SandboxUnavailableError(mismatch) from error
                 raise from_rpc_error(error, timeout=options.get("connect_timeout", 10.0)) from error
             raise
         self._rpc = rpc
@@ -199,6 +223,7 @@ class AsyncSandbox:
         the exit code (``exit_code``, ``stdout``, ``stderr``, ``output``). Raises a SandboxError when the daemon
         refuses the command or the stream ends without an exit (never an invented exit code). Cancelling the call
         kills the command."""
+        check_options(options, ExecOptions, "exec()")
         handle = await self._exec_handle(command, options)
         try:
             return await handle.wait()
@@ -210,6 +235,7 @@ class AsyncSandbox:
         """Runs a command as an async iterator of :class:`~sandboxd.ExecEvent` s (seed 000): ``start``,
         ``stdout``/``stderr`` output as it arrives, then ``complete`` with the result. Leaving the loop early (or
         closing the iterator, e.g. with ``contextlib.aclosing``) kills the command; failures are raised."""
+        check_options(options, ExecOptions, "exec_stream()")
         encoding = _checked_encoding(options.get("encoding", self._encoding))
         handle = await self._exec_handle(command, options)
         now = _now
@@ -232,6 +258,7 @@ class AsyncSandbox:
         """Starts a background process (seed 000) and returns its live, resumable handle, which follows the process
         when first iterated or waited on. It has no time limit unless ``timeout`` is given. A live duplicate
         ``process_id`` is ProcessAlreadyExistsError; ``async with`` the handle kills it on leaving the block."""
+        check_options(options, ProcessOptions, "start_process()")
         rpc = self._running_rpc()
         stdin = options.get("stdin")
         spec, encoding = self._spec(

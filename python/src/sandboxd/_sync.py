@@ -9,9 +9,9 @@ from typing import Any, Self, Unpack
 from ._async_sandbox import AsyncSandbox, SandboxOptions
 from ._handle import AsyncCommandHandle
 from ._portal import Portal
-from ._transport import DEFAULT_URL
+
 from .lifecycle import SandboxStatus
-from .options import Command, ExecOptions, ProcessOptions
+from .options import Command, ExecOptions, ProcessOptions, check_options
 from .output import InputAck, OutputChunk
 from .records import CommandResult, ExecEvent, ProcessExit, ProcessInfo, ProcessLogs, ProcessStatus
 
@@ -205,14 +205,15 @@ class Sandbox:
     the call, and the daemon kills the command before the interrupt goes on.
     """
 
-    def __init__(self, url: str = DEFAULT_URL, **options: Unpack[SandboxOptions]) -> None:
+    def __init__(self, url: str | None = None, **options: Unpack[SandboxOptions]) -> None:
+        """Creates a sandbox in state ``init``; see AsyncSandbox for ``url`` and the options."""
         self._portal = Portal.shared()
         self._async = AsyncSandbox(url, **options)
         #: Process management: list, get, attach, kill, kill_all, cleanup, logs.
         self.processes = Processes(self)
 
     @classmethod
-    def connect(cls, url: str = DEFAULT_URL, **options: Unpack[SandboxOptions]) -> Self:
+    def connect(cls, url: str | None = None, **options: Unpack[SandboxOptions]) -> Self:
         """Creates a sandbox and starts it."""
         sandbox = cls(url, **options)
         sandbox.start()
@@ -283,6 +284,7 @@ class Sandbox:
 
     def exec_stream(self, command: Command, **options: Unpack[ExecOptions]) -> Iterator[ExecEvent]:
         """Runs a command as an iterator of ExecEvents; leaving the loop early kills the command."""
+        check_options(options, ExecOptions, "exec_stream()")
         return self._portal.iterate(self._async.exec_stream(command, **options))
 
     def start_process(self, command: Command, **options: Unpack[ProcessOptions]) -> CommandHandle:
@@ -296,12 +298,12 @@ async def _kill_unclaimed(handle: AsyncCommandHandle) -> None:
     await handle.kill("SIGKILL")
 
 
-def connect(url: str = DEFAULT_URL, **options: Unpack[SandboxOptions]) -> Sandbox:
+def connect(url: str | None = None, **options: Unpack[SandboxOptions]) -> Sandbox:
     """Connects to a daemon: creates a :class:`Sandbox` and starts it. Use it in a ``with`` block to close it (and
     kill its processes) at the end."""
     return Sandbox.connect(url, **options)
 
 
-async def connect_async(url: str = DEFAULT_URL, **options: Unpack[SandboxOptions]) -> AsyncSandbox:
+async def connect_async(url: str | None = None, **options: Unpack[SandboxOptions]) -> AsyncSandbox:
     """Connects to a daemon from asyncio: creates an :class:`AsyncSandbox` and starts it."""
     return await AsyncSandbox.connect(url, **options)

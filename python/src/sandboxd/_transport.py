@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
@@ -63,18 +66,79 @@ class Tls:
     private_key: bytes | None = None
 
 
+#: The environment variable naming the daemon's URL when none is given; the TypeScript client and the CLI read it too.
+URL_VARIABLE = "SANDBOXD_URL"
+
+#: The environment variable holding the token when none is given: the daemon's own variable.
+TOKEN_VARIABLE = "SANDBOXD_TOKEN"
+
+_URL_FORMS = "write it as http://host:port (the daemon speaks plain HTTP by default) or https://host:port (a daemon started with --tls-cert)"
+
+
+def resolve_url(url: str | None) -> str:
+    """The daemon URL to use: ``url``, else ``$SANDBOXD_URL``, else :data:`DEFAULT_URL`; checked by
+    :func:`channel_target`."""
+    resolved = url or os.environ.get(URL_VARIABLE) or DEFAULT_URL
+    channel_target(resolved)
+    return resolved
+
+
+def resolve_token(options: Mapping[str, object]) -> str | None:
+    """The token to send: the ``token`` option when given (None or "" for none), else ``$SANDBOXD_TOKEN``."""
+    token = options["token"] if "token" in options else os.environ.get(TOKEN_VARIABLE)
+    return token if isinstance(token, str) and token != "" else None
+
+
+def check_cleartext_token(url: str, token: str | None, allowed: bool) -> None:
+    """Refuses (InvalidArgumentError) to send a token over cleartext ``http://`` to a host that is not loopback,
+    unless ``allowed``: anyone on the path could read it and run commands with it."""
+    parts = urlsplit(url)
+    if token is None or allowed or parts.scheme != "http" or is_loopback_host(parts.hostname or ""):
+        return
+    raise InvalidArgumentError(
+        f"refusing to send the token in clear to {url}: use https:// (a daemon started with --tls-cert and --tls-key), "
+        "or allow it with allow_cleartext_token=True on a network you trust"
+    )
+
+
+def is_loopback_host(hostname: str) -> bool:
+    """Whether ``hostname`` is the loopback interface: localhost, 127.0.0.0/8 or ::1."""
+    host = hostname.strip("[]").lower()
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def tls_mismatch(url: str, details: str) -> str | None:
+    """Explains a failure whose text shows ``https://`` met a daemon speaking plain HTTP, or returns None."""
+    parts = urlsplit(url)
+    if parts.scheme == "https" and re.search(r"wrong.version.number|packet length too long", details, re.IGNORECASE):
+        return f"the daemon at {url} speaks plain HTTP, not TLS: use http://{parts.netloc}, or start the daemon with --tls-cert and --tls-key"
+    return None
+
+
 def channel_target(url: str) -> tuple[str, bool]:
     """Splits a daemon URL into a gRPC target (``host:port``) and whether it uses TLS.
 
-    ``http://host:port`` is cleartext HTTP/2, ``https://host:port`` TLS (port 443 when omitted); a bare
-    ``host:port`` is taken as ``http://``. Anything else is an :class:`~sandboxd.InvalidArgumentError`.
+    ``http://host:port`` is cleartext HTTP/2, ``https://host:port`` TLS (port 443 when omitted). Anything else (a
+    bare ``host:port`` included) is an :class:`~sandboxd.InvalidArgumentError` naming both forms, worded as the
+    TypeScript client and the CLI word it.
     """
-    parts = urlsplit(url if "://" in url else f"http://{url}")
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
-        raise InvalidArgumentError(f"invalid daemon url: {url!r} (expected http://host:port or https://host:port)", code="INVALID_ARGUMENT")
+    try:
+        parts = urlsplit(url)
+        valid = "://" in url and parts.scheme in ("http", "https") and bool(parts.hostname) and parts.path in ("", "/")
+        port = parts.port
+    except ValueError:
+        valid = False
+    if not valid:
+        raise InvalidArgumentError(f"invalid daemon URL {json.dumps(url)}: {_URL_FORMS}", code="INVALID_ARGUMENT")
     secure = parts.scheme == "https"
-    port = parts.port or (443 if secure else 80)
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    port = port or (443 if secure else 80)
+    hostname = parts.hostname or ""
+    host = f"[{hostname}]" if ":" in hostname else hostname
     return f"{host}:{port}", secure
 
 

@@ -96,6 +96,14 @@ class InvalidArgumentError(SandboxError, ValueError):
         return self.metadata.get("field")
 
 
+class UnknownOptionError(InvalidArgumentError, TypeError):
+    """An option the call does not take, such as a misspelled ``timout=1`` (``INVALID_ARGUMENT``).
+
+    It is a TypeError too, as Python's own "unexpected keyword argument" is: the SDK refuses it rather than run the
+    command without the limit or id the caller meant, as the TypeScript client refuses an unknown option.
+    """
+
+
 class PermissionDeniedError(SandboxError, PermissionError):
     """The daemon refused the command (gRPC PERMISSION_DENIED); see the subclasses for the known reasons."""
 

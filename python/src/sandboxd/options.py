@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 import posixpath
 import shlex
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 from typing import TypedDict
 
 from ._gen.sandbox.v1 import sandbox_pb2 as pb
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, UnknownOptionError
 
 #: A command: a shell command line (run by ``/bin/sh -c``: pipes, globs and redirections work), or an argv
 #: sequence (the program, looked up in PATH, then its arguments; no shell involved).
@@ -164,3 +165,17 @@ def resolve_cwd(cwd: str | None, workspace: Sequence[str]) -> str:
         if relative == "." or not relative.startswith(".."):
             return resolved
     raise InvalidArgumentError(f"working directory {resolved} is outside the sandbox's workspace")
+
+
+def check_options(given: Mapping[str, object], known: type, api: str) -> None:
+    """Raises :class:`~sandboxd.UnknownOptionError` when ``given`` has a key the TypedDict ``known`` does not
+    declare, naming the closest known option and every one ``api`` takes."""
+    names: list[str] = sorted(getattr(known, "__required_keys__", frozenset()) | getattr(known, "__optional_keys__", frozenset()))
+    unknown = [key for key in given if key not in names]
+    if not unknown:
+        return
+    hints = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, names, n=1, cutoff=0.8)
+        hints.append(f"{key} (did you mean {close[0]}?)" if close else key)
+    raise UnknownOptionError(f"{api}: unknown option {', '.join(hints)} (it takes {', '.join(names)})")

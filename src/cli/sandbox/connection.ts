@@ -1,10 +1,10 @@
 import { readFileSync } from "node:fs";
 import { Option, type Command } from "commander";
-import { Sandbox, SandboxError } from "../../client/index.js";
+import { defaultBaseUrl, resolveDaemonAddress, Sandbox, SandboxError, tokenVariable, urlVariable } from "../../client/index.js";
 import { CliError } from "./exit-codes.js";
 
-/** Where the daemon is when neither --url nor SANDBOX_URL says: `sandboxd`'s own default address. */
-export const defaultUrl = "http://127.0.0.1:7007";
+/** Where the daemon is when neither --url nor SANDBOXD_URL says: `sandboxd`'s own default address. */
+export const defaultUrl = defaultBaseUrl;
 
 /** The connection flags every command takes. */
 export interface ConnectionFlags {
@@ -12,37 +12,55 @@ export interface ConnectionFlags {
   url?: string;
   /** A file holding the bearer token (--token-file). */
   tokenFile?: string;
+  /** Send the token over cleartext http:// to a host that is not loopback (--allow-cleartext-token). */
+  allowCleartextToken?: boolean;
 }
 
 /** Names of the connection options, as commander keys them. */
-export const connectionOptionKeys = ["url", "tokenFile"] as const;
+export const connectionOptionKeys = ["url", "tokenFile", "allowCleartextToken"] as const;
+
+/** The variables this CLI read before the clients shared one pair; still read, with a warning. */
+const deprecatedVariables = { url: "SANDBOX_URL", token: "SANDBOX_TOKEN" } as const;
 
 /**
- * Adds --url and --token-file to `command`. Both the program and each command take them, so they
- * may come before the command's name (`sandbox --url ... ps`) or after it; the environment variables
- * are read in {@link resolveConnection}, after both.
+ * Adds --url, --token-file and --allow-cleartext-token to `command`. Both the program and each
+ * command take them, so they may come before the command's name (`sandbox --url ... ps`) or after
+ * it; the environment variables are read in {@link resolveConnection}, after both.
  */
 export function addConnectionOptions(command: Command): Command {
   return command
-    .addOption(new Option("--url <url>", `the daemon's base URL (or set SANDBOX_URL; default ${defaultUrl})`))
-    .addOption(new Option("--token-file <file>", "read the bearer token from this file (or set SANDBOX_TOKEN)"));
+    .addOption(new Option("--url <url>", `the daemon's base URL (or set ${urlVariable}; default ${defaultUrl})`))
+    .addOption(new Option("--token-file <file>", `read the bearer token from this file (or set ${tokenVariable})`))
+    .addOption(new Option("--allow-cleartext-token", "send the token over http:// to a host that is not loopback (use https:// instead where you can)"));
 }
 
-/** The daemon's URL and token from the flags and the environment (flags first). Throws a CliError for a bad value. */
+/**
+ * The daemon's URL and token from the flags and the environment (flags first, then SANDBOXD_URL and
+ * SANDBOXD_TOKEN, then the old SANDBOX_URL and SANDBOX_TOKEN with a warning on stderr). Throws a
+ * CliError for a bad URL or a token that would go in clear to a host that is not loopback.
+ */
 export function resolveConnection(flags: ConnectionFlags, env: NodeJS.ProcessEnv = process.env): { baseUrl: string; token?: string } {
-  const baseUrl = flags.url ?? env.SANDBOX_URL ?? defaultUrl;
-  let parsed: URL;
+  const fallback = { ...env };
+  for (const [kind, old] of Object.entries(deprecatedVariables)) {
+    const current = kind === "url" ? urlVariable : tokenVariable;
+    if ((env[current] ?? "") !== "" || (env[old] ?? "") === "") continue;
+    process.stderr.write(`sandbox: warning: ${old} is deprecated: set ${current} instead (read by the CLI, the TypeScript and the Python clients)\n`);
+    fallback[current] = env[old];
+  }
   try {
-    parsed = new URL(baseUrl);
-  } catch {
-    throw new CliError(`invalid daemon URL ${JSON.stringify(baseUrl)}: write it as http://host:port or https://host:port`, { usage: true });
+    return resolveDaemonAddress(
+      {
+        baseUrl: flags.url,
+        token: flags.tokenFile !== undefined ? readToken(flags.tokenFile) : undefined,
+        allowCleartextToken: flags.allowCleartextToken,
+        allowCleartextTokenName: "--allow-cleartext-token",
+      },
+      fallback,
+    );
+  } catch (error) {
+    if (error instanceof SandboxError) throw new CliError(error.message, { usage: true, cause: error });
+    throw error;
   }
-  if (parsed.protocol !== "http:" && parsed.protocol !== "https:") {
-    throw new CliError(`invalid daemon URL ${JSON.stringify(baseUrl)}: only http:// and https:// are supported`, { usage: true });
-  }
-  if (flags.tokenFile !== undefined) return { baseUrl, token: readToken(flags.tokenFile) };
-  const token = env.SANDBOX_TOKEN;
-  return token === undefined || token === "" ? { baseUrl } : { baseUrl, token };
 }
 
 /** Reads a token file, without its trailing newline. */
@@ -72,7 +90,8 @@ export interface OpenOptions {
  */
 export async function openSandbox(flags: ConnectionFlags, options: OpenOptions = {}): Promise<Sandbox> {
   const { baseUrl, token } = resolveConnection(flags);
-  const sandbox = new Sandbox({ baseUrl, token, sessionId: options.sessionId });
+  // The token was resolved above (an unset one stays unset: "" is none to the client, not "read the variable").
+  const sandbox = new Sandbox({ baseUrl, token: token ?? "", sessionId: options.sessionId, allowCleartextToken: flags.allowCleartextToken });
   try {
     await sandbox.start();
   } catch (error) {
@@ -98,7 +117,7 @@ function connectionFailure(error: unknown, baseUrl: string, sentToken: boolean):
       return new CliError(
         sentToken
           ? `the daemon at ${baseUrl} refused the token: ${error.message}`
-          : `the daemon at ${baseUrl} wants a token (--token-file or SANDBOX_TOKEN): ${error.message}`,
+          : `the daemon at ${baseUrl} wants a token (--token-file or ${tokenVariable}): ${error.message}`,
         { cause: error },
       );
     case "EXECUTION_TIMEOUT":

@@ -25,7 +25,8 @@ export function createProgram(finish: (code: number) => void): Command {
   const program = new Command("sandbox")
     .description(
       "Run commands in a sandboxd daemon from a terminal.\n\n" +
-        `The daemon is at --url or $SANDBOX_URL (default ${defaultUrl}); its token is read from --token-file or $SANDBOX_TOKEN.\n\n` +
+        `The daemon is at --url or $SANDBOXD_URL (default ${defaultUrl}); its token is read from --token-file or $SANDBOXD_TOKEN ` +
+        "(the variables the TypeScript and Python clients read too; the old SANDBOX_URL and SANDBOX_TOKEN still work, with a warning).\n\n" +
         "Exit codes: exec and attach exit with the command's own code (128 + n when signal n ended it) and with 125 " +
         "when sandbox itself fails (126: the command could not be run, 127: not found); the other commands exit 1 " +
         "when they fail and 2 on bad usage.",

@@ -17,6 +17,16 @@ export {
 export { chunkFromProto } from "./command-source.js";
 export type { StreamState } from "./command-stream.js";
 export {
+  type DaemonAddress,
+  type DaemonAddressOptions,
+  defaultBaseUrl,
+  isLoopbackHost,
+  resolveDaemonAddress,
+  tlsMismatch,
+  tokenVariable,
+  urlVariable,
+} from "./daemon-address.js";
+export {
   ExecutionTimeoutError,
   isUnreachable,
   LimitExceededError,
