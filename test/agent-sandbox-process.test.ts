@@ -21,7 +21,10 @@ afterAll(async () => {
 });
 
 /** A Start stream read event by event, as a client of process.v1 reads it. */
-function startStream(request: Parameters<typeof processes.start>[0], options: Parameters<typeof processes.start>[1] = {}) {
+function startStream(
+  request: Parameters<typeof processes.start>[0],
+  options: Parameters<typeof processes.start>[1] = {},
+) {
   const iterator = processes.start(request, options)[Symbol.asyncIterator]();
   const next = async (): Promise<StartResponse["event"]> => {
     const result = await iterator.next();
@@ -43,7 +46,11 @@ function startStream(request: Parameters<typeof processes.start>[0], options: Pa
         if (event.case === "stdout" || event.case === "stderr") out[event.case].push(Buffer.from(event.value));
         else if (event.case === "exit") {
           expect((await iterator.next()).done).toBe(true);
-          return { stdout: Buffer.concat(out.stdout), stderr: Buffer.concat(out.stderr), exitCode: event.value.exitCode };
+          return {
+            stdout: Buffer.concat(out.stdout),
+            stderr: Buffer.concat(out.stderr),
+            exitCode: event.value.exitCode,
+          };
         } else throw new Error(`unexpected ${event.case} event`);
       }
     },
@@ -53,7 +60,8 @@ function startStream(request: Parameters<typeof processes.start>[0], options: Pa
       while (!seen.includes(text)) {
         const event = await next();
         if (event.case === "stdout") seen += Buffer.from(event.value).toString();
-        else if (event.case !== "stderr") throw new Error(`unexpected ${event.case} event before ${JSON.stringify(text)}`);
+        else if (event.case !== "stderr")
+          throw new Error(`unexpected ${event.case} event before ${JSON.stringify(text)}`);
       }
       return seen;
     },
@@ -63,7 +71,9 @@ function startStream(request: Parameters<typeof processes.start>[0], options: Pa
 
 describe("process.v1 Execute", () => {
   it("answers the exit code and both streams, byte for byte, binary included", async () => {
-    const result = await processes.execute({ config: { command: ["sh", "-c", "printf 'out\\000\\377'; printf err >&2; exit 3"] } });
+    const result = await processes.execute({
+      config: { command: ["sh", "-c", "printf 'out\\000\\377'; printf err >&2; exit 3"] },
+    });
     expect(result.exitCode).toBe(3);
     expect(Buffer.from(result.stdout)).toEqual(Buffer.from([0x6f, 0x75, 0x74, 0x00, 0xff]));
     expect(Buffer.from(result.stderr).toString()).toBe("err");
@@ -74,7 +84,11 @@ describe("process.v1 Execute", () => {
   it("runs argv as given, never through a shell, with env over the clean base and cwd under the workspace", async () => {
     mkdirSync(path.join(t.workspace, "sub"), { recursive: true });
     const result = await processes.execute({
-      config: { command: ["sh", "-c", 'printf "%s|%s|%s" "$SANDBOX_TEST_VAR" "$(pwd)" "$SANDBOXD_TOKEN"'], envVars: { SANDBOX_TEST_VAR: "sentinel" }, cwd: "sub" },
+      config: {
+        command: ["sh", "-c", 'printf "%s|%s|%s" "$SANDBOX_TEST_VAR" "$(pwd)" "$SANDBOXD_TOKEN"'],
+        envVars: { SANDBOX_TEST_VAR: "sentinel" },
+        cwd: "sub",
+      },
     });
     expect(Buffer.from(result.stdout).toString()).toBe(`sentinel|${t.workspace}/sub|`);
     // One element with a space is a program of that name: no shell splits it.
@@ -87,7 +101,11 @@ describe("process.v1 Execute", () => {
 
   it("refuses a missing command with INVALID_ARGUMENT", async () => {
     for (const config of [undefined, { command: [] }, { command: [""] }]) {
-      expectReason(await rpcError(processes.execute({ config })), { code: Code.InvalidArgument, reason: "INVALID_ARGUMENT", metadata: { field: "config.command" } });
+      expectReason(await rpcError(processes.execute({ config })), {
+        code: Code.InvalidArgument,
+        reason: "INVALID_ARGUMENT",
+        metadata: { field: "config.command" },
+      });
     }
   });
 
@@ -129,26 +147,43 @@ describe("process.v1 Execute", () => {
 
   it("kills the whole process group when the deadline passes", async () => {
     const marker = sleepMarker();
-    const error = await rpcError(processes.execute({ config: { command: ["sh", "-c", `sleep ${marker} & sleep ${marker}; wait`] } }, { timeoutMs: 1500 }));
+    const error = await rpcError(
+      processes.execute(
+        { config: { command: ["sh", "-c", `sleep ${marker} & sleep ${marker}; wait`] } },
+        { timeoutMs: 1500 },
+      ),
+    );
     expect(error.code).toBe(Code.DeadlineExceeded);
-    await waitFor(() => sleepers(marker).length === 0, { timeoutMs: 15_000, what: "the group's sleepers to be killed" });
+    await waitFor(() => sleepers(marker).length === 0, {
+      timeoutMs: 15_000,
+      what: "the group's sleepers to be killed",
+    });
   });
 
   it("kills the whole process group when the caller goes away", async () => {
     const marker = sleepMarker();
     const controller = new AbortController();
-    const call = processes.execute({ config: { command: ["sh", "-c", `sleep ${marker} & sleep ${marker}; wait`] } }, { signal: controller.signal });
+    const call = processes.execute(
+      { config: { command: ["sh", "-c", `sleep ${marker} & sleep ${marker}; wait`] } },
+      { signal: controller.signal },
+    );
     await waitFor(() => sleepers(marker).length === 2, { timeoutMs: 15_000, what: "both sleepers to run" });
     controller.abort();
     expect((await rpcError(call)).code).toBe(Code.Canceled);
-    await waitFor(() => sleepers(marker).length === 0, { timeoutMs: 15_000, what: "the group's sleepers to be killed" });
+    await waitFor(() => sleepers(marker).length === 0, {
+      timeoutMs: 15_000,
+      what: "the group's sleepers to be killed",
+    });
   });
 });
 
 describe("process.v1 Start", () => {
   it("streams init with the OS pid first, then output, then the exit", async () => {
     const headers: Headers[] = [];
-    const stream = startStream({ config: { command: ["sh", "-c", "echo out; echo err >&2; exit 7"] } }, { onHeader: (header) => headers.push(header) });
+    const stream = startStream(
+      { config: { command: ["sh", "-c", "echo out; echo err >&2; exit 7"] } },
+      { onHeader: (header) => headers.push(header) },
+    );
     const pid = await stream.init();
     expect(pid).toBeGreaterThan(0);
     const result = await stream.drain();
@@ -178,27 +213,43 @@ describe("process.v1 Start", () => {
     ] as const) {
       const marker = sleepMarker();
       // The shell waits for both sleepers: only a signal to the group ends them all.
-      const stream = startStream({ config: { command: ["sh", "-c", `trap - INT; sleep ${marker} & sleep ${marker}; wait`] } });
+      const stream = startStream({
+        config: { command: ["sh", "-c", `trap - INT; sleep ${marker} & sleep ${marker}; wait`] },
+      });
       const pid = await stream.init();
       await waitFor(() => sleepers(marker).length === 2, { timeoutMs: 15_000, what: "both sleepers to run" });
       await processes.sendSignal({ processId: pid, signal });
       const result = await stream.drain();
       expect(result.exitCode).toBe(128 + number);
-      await waitFor(() => sleepers(marker).length === 0 && groupMembers(pid).length === 0, { timeoutMs: 15_000, what: "the group to be gone" });
+      await waitFor(() => sleepers(marker).length === 0 && groupMembers(pid).length === 0, {
+        timeoutMs: 15_000,
+        what: "the group to be gone",
+      });
     }
   });
 
   it("refuses an unspecified signal with INVALID_ARGUMENT, and an unknown or exited pid with NOT_FOUND", async () => {
     const stream = startStream({ config: { command: ["cat"] } });
     const pid = await stream.init();
-    expectReason(await rpcError(processes.sendSignal({ processId: pid })), { code: Code.InvalidArgument, reason: "INVALID_ARGUMENT", metadata: { field: "signal" } });
-    expectReason(await rpcError(processes.sendSignal({ processId: pid, signal: 1 as Signal })), { code: Code.InvalidArgument, reason: "INVALID_ARGUMENT", metadata: { field: "signal" } });
+    expectReason(await rpcError(processes.sendSignal({ processId: pid })), {
+      code: Code.InvalidArgument,
+      reason: "INVALID_ARGUMENT",
+      metadata: { field: "signal" },
+    });
+    expectReason(await rpcError(processes.sendSignal({ processId: pid, signal: 1 as Signal })), {
+      code: Code.InvalidArgument,
+      reason: "INVALID_ARGUMENT",
+      metadata: { field: "signal" },
+    });
     await processes.writeStdin({ processId: pid, payload: { case: "eof", value: {} } });
     await stream.drain();
     for (const processId of [pid, 0, -1, 2_000_000_000]) {
       const notFound = { code: Code.NotFound, reason: "PROCESS_NOT_FOUND", metadata: { pid: String(processId) } };
       expectReason(await rpcError(processes.sendSignal({ processId, signal: Signal.SIGTERM })), notFound);
-      expectReason(await rpcError(processes.writeStdin({ processId, payload: { case: "input", value: Buffer.from("x") } })), notFound);
+      expectReason(
+        await rpcError(processes.writeStdin({ processId, payload: { case: "input", value: Buffer.from("x") } })),
+        notFound,
+      );
       expectReason(await rpcError(processes.writeStdin({ processId, payload: { case: "eof", value: {} } })), notFound);
       expectReason(await rpcError(processes.resizeTTY({ processId, cols: 80, rows: 24 })), notFound);
     }
@@ -214,17 +265,23 @@ describe("process.v1 Start", () => {
     const stream = startStream({ config: { command: ["sh", "-c", "cat; read x; sleep 1000"] } });
     const pid = await stream.init();
     await processes.writeStdin({ processId: pid, payload: { case: "eof", value: {} } });
-    expectReason(await rpcError(processes.writeStdin({ processId: pid, payload: { case: "input", value: Buffer.from("late") } })), {
-      code: Code.FailedPrecondition,
-      reason: "STDIN_NOT_OPEN",
-      metadata: { process_id: expect.any(String) as unknown as string },
-    });
+    expectReason(
+      await rpcError(processes.writeStdin({ processId: pid, payload: { case: "input", value: Buffer.from("late") } })),
+      {
+        code: Code.FailedPrecondition,
+        reason: "STDIN_NOT_OPEN",
+        metadata: { process_id: expect.any(String) as unknown as string },
+      },
+    );
     await processes.sendSignal({ processId: pid, signal: Signal.SIGKILL });
     expect((await stream.drain()).exitCode).toBe(137);
   });
 
   it("runs in a pty of the asked size, resized by ResizeTTY; FAILED_PRECONDITION without a pty", async () => {
-    const stream = startStream({ config: { command: ["sh", "-c", "stty size; read line; stty size"] }, pty: { cols: 100, rows: 30 } });
+    const stream = startStream({
+      config: { command: ["sh", "-c", "stty size; read line; stty size"] },
+      pty: { cols: 100, rows: 30 },
+    });
     const pid = await stream.init();
     await stream.stdoutUntil("30 100");
     await processes.resizeTTY({ processId: pid, cols: 120, rows: 40 });
@@ -232,7 +289,11 @@ describe("process.v1 Start", () => {
     const rest = await stream.drain();
     expect(rest.stdout.toString()).toContain("40 120");
     expect(rest.exitCode).toBe(0);
-    expectReason(await rpcError(processes.resizeTTY({ processId: pid, cols: 80, rows: 24 })), { code: Code.NotFound, reason: "PROCESS_NOT_FOUND", metadata: { pid: String(pid) } });
+    expectReason(await rpcError(processes.resizeTTY({ processId: pid, cols: 80, rows: 24 })), {
+      code: Code.NotFound,
+      reason: "PROCESS_NOT_FOUND",
+      metadata: { pid: String(pid) },
+    });
 
     const plain = startStream({ config: { command: ["cat"] } });
     const plainPid = await plain.init();
@@ -248,7 +309,10 @@ describe("process.v1 Start", () => {
   it("keeps the process when the stream goes away: it stays attachable through sandbox.v1", async () => {
     const controller = new AbortController();
     const headers: Headers[] = [];
-    const stream = startStream({ config: { command: ["sh", "-c", "echo first; read x; echo second"] } }, { signal: controller.signal, onHeader: (header) => headers.push(header) });
+    const stream = startStream(
+      { config: { command: ["sh", "-c", "echo first; read x; echo second"] } },
+      { signal: controller.signal, onHeader: (header) => headers.push(header) },
+    );
     const pid = await stream.init();
     await stream.stdoutUntil("first");
     controller.abort();
@@ -261,9 +325,17 @@ describe("process.v1 Start", () => {
 
   it("kills the whole process group when the deadline passes", async () => {
     const marker = sleepMarker();
-    const error = await streamError(processes.start({ config: { command: ["sh", "-c", `sleep ${marker} & sleep ${marker}; wait`] } }, { timeoutMs: 1500 }));
+    const error = await streamError(
+      processes.start(
+        { config: { command: ["sh", "-c", `sleep ${marker} & sleep ${marker}; wait`] } },
+        { timeoutMs: 1500 },
+      ),
+    );
     expect(error.code).toBe(Code.DeadlineExceeded);
-    await waitFor(() => sleepers(marker).length === 0, { timeoutMs: 15_000, what: "the group's sleepers to be killed" });
+    await waitFor(() => sleepers(marker).length === 0, {
+      timeoutMs: 15_000,
+      what: "the group's sleepers to be killed",
+    });
   });
 
   it("reports a program that cannot start as sh does: init 0, the reason on stderr, exit 127", async () => {

@@ -1,7 +1,7 @@
 export { createRoutes, servedServices, type RoutesOptions } from "./routes.js";
 export { defaultKillGracePeriodMs } from "../process/index.js";
 export { createSandboxService, type SandboxServiceOptions } from "./rpc/index.js";
-export { defaultHost, defaultPort, startServer, type SandboxServer, type SandboxServerOptions } from "./server.js";
+export { agentSandboxDefaultPorts, defaultHost, defaultPort, startServer, type AgentSandboxOptions, type SandboxServer, type SandboxServerOptions } from "./server.js";
 export { errorDomain, errorInfoOf, sandboxError, toConnectError, type ErrorReasonName } from "./rpc/index.js";
 export { assertSafeBinding, assertSafeCors, assertSafeUserSwitch, createAuthInterceptor, isLoopbackHost, publicServices, resolveToken, type AuthOptions, type TokenSources } from "./rpc/index.js";
 export { defaultKeepaliveIntervalMs, defaultKeepaliveTimeoutMs, watchSessionLiveness, type KeepaliveOptions } from "./http/index.js";

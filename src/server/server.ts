@@ -5,9 +5,10 @@ import { ProcessService } from "../../gen/process/v1/process_pb.js";
 import { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
 import { assertSafeBinding, assertSafeCors, assertSafeUserSwitch, createHealthStatus, type HealthStatus, connectionContextValues, createCallLimitInterceptor, createErrorMessageLimitInterceptor, defaultMaxCallsPerConnection, defaultMaxMessageBytes, type CallLimitOptions, shuttingDownError } from "./rpc/index.js";
 import { createRoutes } from "./routes.js";
-import { watchSessionLiveness, type KeepaliveOptions, createGate, type GateOptions, createHttpEndpoints, createListener, defaultPrefaceTimeoutMs, type ListenerOptions, type TlsOptions, withErrorAnswers } from "./http/index.js";
+import { watchSessionLiveness, type KeepaliveOptions, createGate, type Gate, type GateOptions, type RequestHandler, createHttpEndpoints, createListener, defaultPrefaceTimeoutMs, type ListenerOptions, type TlsOptions, withErrorAnswers } from "./http/index.js";
 import { createDaemonMetrics, createLogger, createObserveInterceptor, createProcessAudit, type DaemonMetrics } from "./observe.js";
 import type { Logger } from "pino";
+import { createAgentSandboxRest, defaultMetadataPrefix, metadataEnvironment, type RestMount } from "./agent-sandbox/index.js";
 
 /** Default port of sandboxd. */
 export const defaultPort = 7007;
@@ -53,6 +54,31 @@ export interface SandboxServerOptions extends ProcessManagerOptions {
    * (HTTP/2 and HTTP/1.1 told apart by the connection preface) when undefined.
    */
   tls?: TlsOptions;
+  /**
+   * The ports of KEP-539.2, the runtime standard of kubernetes-sigs/agent-sandbox, beside the daemon's
+   * own; each off unless given. Same host, token, TLS, Host rule and limits as the daemon's port.
+   */
+  agentSandbox?: AgentSandboxOptions;
+}
+
+/** Default ports of KEP-539.2's layout: process.v1 over gRPC, and the REST surface. */
+export const agentSandboxDefaultPorts = { grpc: 9090, rest: 8080 } as const;
+
+/** The KEP-539.2 listeners of {@link SandboxServerOptions.agentSandbox}. */
+export interface AgentSandboxOptions {
+  /**
+   * Port serving `process.v1.ProcessService` over gRPC (it serves what the daemon's port serves, which
+   * includes it); 0 picks a free one. Off when undefined.
+   */
+  grpcPort?: number;
+  /** Port of the REST surface: `/v1/health`, `/v1/metadata`, `/v1/files/{path}`; 0 picks a free one. Off when undefined. */
+  restPort?: number;
+  /** Only variables with this prefix are served by `/v1/metadata`. Default {@link defaultMetadataPrefix}. */
+  metadataPrefix?: string;
+  /** The variables `/v1/metadata` picks from, read at start. Default `process.env`. */
+  environment?: Readonly<Record<string, string | undefined>>;
+  /** The file surface mounted under `/v1/files/`; answered 404 without one. */
+  files?: RestMount;
 }
 
 /** A running sandboxd server. */
@@ -63,6 +89,8 @@ export interface SandboxServer {
   readonly host: string;
   /** Base URL for clients, such as `http://127.0.0.1:7007` (`https://` with TLS). */
   readonly url: string;
+  /** The ports of the KEP-539.2 listeners that were asked for (see {@link SandboxServerOptions.agentSandbox}). */
+  readonly agentSandboxPorts: { readonly grpc?: number; readonly rest?: number };
   /** The process manager behind it. */
   readonly manager: ProcessManager;
   /** Calls in progress (health checks excluded). */
@@ -136,7 +164,7 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
     ready: () => ready,
     metrics: { registry: metrics.registry, token: options.metricsPublic ? undefined : options.token },
   });
-  const gate = createGate(adapter, {
+  const gateOptions = {
     token: options.token,
     anyHost: options.token !== undefined || options.insecure === true,
     endpoints,
@@ -145,29 +173,47 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
       logger.warn({ procedure: request.url?.split("?")[0].slice(1), peer: `${request.socket?.remoteAddress}:${request.socket?.remotePort}` }, "call refused: missing or wrong token");
     },
     ...options.gate,
-  });
+  } satisfies GateOptions;
+  const gate = createGate(adapter, gateOptions);
   const admissionTimeoutMs = options.listener?.prefaceTimeoutMs ?? defaultPrefaceTimeoutMs;
-  const listener = createListener(gate.serve, {
-    ...options.listener,
-    tls: options.tls,
-    proven: gate.proven,
-    http2: { maxSessionMemory: maxSessionMemoryMb, settings: { initialWindowSize: 4 * 1024 * 1024, maxConcurrentStreams: maxStreams } },
-    onSession: (session) => {
-      watchSessionLiveness(session, options.keepalive);
-      // A connection that makes no call it is allowed to make is closed: it holds a session for nothing.
-      const unadmitted = setTimeout(() => {
-        if (!gate.admitted(session)) session.destroy();
-      }, admissionTimeoutMs);
-      unadmitted.unref();
-      session.once("close", () => clearTimeout(unadmitted));
-    },
+  /** A listener of the gate's handler, with the daemon's TLS, HTTP/2 settings, limits and liveness checks. */
+  const openListener = (guarded: Gate) =>
+    createListener(guarded.serve, {
+      ...options.listener,
+      tls: options.tls,
+      proven: guarded.proven,
+      http2: { maxSessionMemory: maxSessionMemoryMb, settings: { initialWindowSize: 4 * 1024 * 1024, maxConcurrentStreams: maxStreams } },
+      onSession: (session) => {
+        watchSessionLiveness(session, options.keepalive);
+        // A connection that makes no call it is allowed to make is closed: it holds a session for nothing.
+        const unadmitted = setTimeout(() => {
+          if (!guarded.admitted(session)) session.destroy();
+        }, admissionTimeoutMs);
+        unadmitted.unref();
+        session.once("close", () => clearTimeout(unadmitted));
+      },
+    });
+  const listener = openListener(gate);
+  const extra = agentSandboxListeners(options, {
+    daemonGate: gate,
+    openListener,
+    gate: (handler, refuse, endpoints) => createGate(handler, { ...gateOptions, endpoints, refuse }),
+    ready: () => ready,
   });
-  listenerForMetrics = listener;
+  const listeners = [listener, ...extra.map((entry) => entry.listener)];
+  listenerForMetrics = {
+    get connections() {
+      return listeners.reduce((sum, each) => sum + each.connections, 0);
+    },
+  };
   let port: number;
+  const agentSandboxPorts: { grpc?: number; rest?: number } = {};
   try {
     port = await listener.listen(options.port ?? defaultPort, host);
+    for (const entry of extra) agentSandboxPorts[entry.kind] = await entry.listener.listen(entry.port, host);
   } catch (error) {
-    // Nothing was served: give back the cgroups and the state directory's records at once.
+    // Nothing was served: give back the ports, the cgroups and the state directory's records at once.
+    await Promise.all(listeners.map((each) => (each.server.listening ? each.close() : undefined)));
     await manager.shutdown(0);
     throw error;
   }
@@ -176,23 +222,26 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
     port,
     host,
     url: `${options.tls ? "https" : "http"}://${host.includes(":") ? `[${host}]` : host}:${port}`,
+    agentSandboxPorts,
     manager,
     health,
     get activeCalls() {
       return limits.counter.active;
     },
     get connections() {
-      return listener.connections;
+      return listenerForMetrics!.connections;
     },
     close(gracePeriodMs = 2000) {
       closing ??= (async () => {
         ready = false;
         health.shutdown();
-        const closed = listener.close();
+        const closed = Promise.all(listeners.map((each) => each.close()));
         shutdown.abort(shuttingDownError());
         await manager.shutdown(gracePeriodMs);
-        listener.endConnections();
-        const forced = setTimeout(() => listener.destroyConnections(), 1000);
+        for (const each of listeners) each.endConnections();
+        const forced = setTimeout(() => {
+          for (const each of listeners) each.destroyConnections();
+        }, 1000);
         await closed;
         clearTimeout(forced);
       })();
@@ -216,4 +265,33 @@ function managerOptions(options: SandboxServerOptions): ProcessManagerOptions {
     stateDirectory: options.stateDirectory,
     log: options.log,
   };
+}
+
+/** What {@link agentSandboxListeners} needs of the server it is part of. */
+interface ListenerParts {
+  /** The gate of the daemon's own port. */
+  daemonGate: Gate;
+  openListener(gate: Gate): ReturnType<typeof createListener>;
+  gate(handler: RequestHandler, refuse: GateOptions["refuse"], endpoints: GateOptions["endpoints"]): Gate;
+  ready(): boolean;
+}
+
+/**
+ * The KEP-539.2 listeners asked for: the gRPC one serves the daemon's own gate (so process.v1 and
+ * everything else of the daemon's port), the REST one a gate of its own in front of the REST surface,
+ * with the same token, Host rule and limits. Not listening yet.
+ */
+function agentSandboxListeners(options: SandboxServerOptions, parts: ListenerParts) {
+  const asked = options.agentSandbox;
+  const listeners: { kind: "grpc" | "rest"; port: number; listener: ReturnType<typeof createListener> }[] = [];
+  if (asked?.grpcPort !== undefined) listeners.push({ kind: "grpc", port: asked.grpcPort, listener: parts.openListener(parts.daemonGate) });
+  if (asked?.restPort !== undefined) {
+    const rest = createAgentSandboxRest({
+      ready: parts.ready,
+      metadata: metadataEnvironment(asked.environment ?? process.env, { prefix: asked.metadataPrefix ?? defaultMetadataPrefix, token: options.token }),
+      files: asked.files,
+    });
+    listeners.push({ kind: "rest", port: asked.restPort, listener: parts.openListener(parts.gate(rest.handler, rest.refuse, rest.endpoints)) });
+  }
+  return listeners;
 }

@@ -56,6 +56,11 @@ export async function runDaemon(): Promise<void> {
     logger.info({ cgroupMoves: moves }, `sandboxd: cgroup moves: ${text}`);
   }
   logger.info({ url: server.url, workspace: server.manager.workspace.roots }, `sandboxd listening on ${server.url} (workspace ${server.manager.workspace.roots.join(":")})`);
+  const { grpc, rest } = server.agentSandboxPorts;
+  if (grpc !== undefined || rest !== undefined) {
+    const ports = [grpc !== undefined ? `process.v1 gRPC on port ${grpc}` : "", rest !== undefined ? `REST on port ${rest}` : ""].filter(Boolean).join(", ");
+    logger.info({ agentSandboxPorts: server.agentSandboxPorts }, `sandboxd: KEP-539.2 (agent-sandbox): ${ports}`);
+  }
   logger.info(`sandboxd: ${securitySummary(command.options, server, orphans)}`);
   reclaimMemoryAsDaemon();
   let stopping = false;

@@ -125,6 +125,34 @@ export const daemonFlags: readonly DaemonFlag[] = [
   },
   { name: "log-commands", env: "SANDBOXD_LOG_COMMANDS", type: "boolean", help: "put command lines in the process audit (they may carry secrets)" },
   { name: "metrics-public", env: "SANDBOXD_METRICS_PUBLIC", type: "boolean", help: "serve GET /metrics without the token" },
+  {
+    name: "agent-sandbox",
+    env: "SANDBOXD_AGENT_SANDBOX",
+    type: "boolean",
+    help: "serve KEP-539.2's layout for kubernetes-sigs/agent-sandbox's SDKs: process.v1 over gRPC on 9090, its REST surface on 8080 (the next two flags move either)",
+  },
+  {
+    name: "agent-sandbox-grpc-port",
+    env: "SANDBOXD_AGENT_SANDBOX_GRPC_PORT",
+    type: "string",
+    value: "<port>",
+    help: "also serve gRPC, process.v1 (KEP-539.2) included, on this port, 0 for any; same host, token, TLS and limits",
+  },
+  {
+    name: "agent-sandbox-rest-port",
+    env: "SANDBOXD_AGENT_SANDBOX_REST_PORT",
+    type: "string",
+    value: "<port>",
+    help: "serve KEP-539.2's REST surface (/v1/files, /v1/health, /v1/metadata) on this port, 0 for any; same host, token, TLS and limits",
+  },
+  {
+    name: "agent-sandbox-metadata-prefix",
+    env: "SANDBOXD_AGENT_SANDBOX_METADATA_PREFIX",
+    type: "string",
+    value: "<prefix>",
+    help: "GET /v1/metadata serves the daemon's variables with this prefix, never SANDBOXD_* ones, names that look like credentials, or the token",
+    defaultText: "SANDBOX_",
+  },
 ];
 
 /** The flags that only print something: they take no variable. */

@@ -1,5 +1,5 @@
 import { readFileSync } from "node:fs";
-import { type SandboxServerOptions, type TlsOptions, defaultHost, defaultPort, resolveToken, logLevels, type LogLevel } from "../../server/index.js";
+import { type SandboxServerOptions, type TlsOptions, agentSandboxDefaultPorts, defaultHost, defaultPort, resolveToken, logLevels, type AgentSandboxOptions, type LogLevel } from "../../server/index.js";
 import { Launcher, resolveUser } from "../../process/index.js";
 import { daemonUsage, readDaemonFlags, type DaemonFlagValues } from "./flags.js";
 
@@ -52,6 +52,7 @@ export function parseCommandLine(argv: readonly string[], env: NodeJS.ProcessEnv
       tls: tlsOptions(flags),
       logCommands: flags.enabled("log-commands"),
       metricsPublic: flags.enabled("metrics-public"),
+      agentSandbox: agentSandboxOptions(flags),
     },
     logging: { level: level as LogLevel, format },
     favorCgroupMoves: !flags.enabled("no-favordynmods"),
@@ -118,6 +119,18 @@ function securityOptions(flags: DaemonFlagValues, env: NodeJS.ProcessEnv): Sandb
     stateDirectory: flags.text("state-dir"),
     corsOrigins: flags.list("cors-origin"),
   };
+}
+
+/** The KEP-539.2 listeners: `--agent-sandbox` for its layout, each port flag on its own or to move one. */
+function agentSandboxOptions(flags: DaemonFlagValues): AgentSandboxOptions | undefined {
+  const layout = flags.enabled("agent-sandbox");
+  const grpcPort = integer(flags, "agent-sandbox-grpc-port", undefined, 0, 65535) ?? (layout ? agentSandboxDefaultPorts.grpc : undefined);
+  const restPort = integer(flags, "agent-sandbox-rest-port", undefined, 0, 65535) ?? (layout ? agentSandboxDefaultPorts.rest : undefined);
+  const metadataPrefix = flags.text("agent-sandbox-metadata-prefix");
+  if (metadataPrefix === "") throw new Error("--agent-sandbox-metadata-prefix must not be empty: every variable of the daemon would be served");
+  if (grpcPort === undefined && restPort === undefined) return undefined;
+  if (grpcPort !== undefined && grpcPort !== 0 && grpcPort === restPort) throw new Error(`--agent-sandbox-grpc-port and --agent-sandbox-rest-port must differ, both are ${grpcPort}`);
+  return { grpcPort, restPort, metadataPrefix };
 }
 
 /** The TLS flags: certificate, key and optional client CA, read from their files. */

@@ -2,7 +2,7 @@ import { constants } from "node:os";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { HandlerContext, ServiceImpl } from "@connectrpc/connect";
 import {
-  ProcessService,
+  type ProcessService,
   Signal,
   type ProcessConfig,
   type PTY,
@@ -11,7 +11,14 @@ import {
 } from "../../../gen/process/v1/process_pb.js";
 import { onAbort, raceSignal } from "../../shared/abort.js";
 import type { ManagedProcess, ProcessExit, ProcessManager, ProcessSpec, SignalName } from "../../process/index.js";
-import { clientGoneKey, peerKey, sandboxError, throwIfShuttingDown, withConnectErrors, type ProcessAudit } from "../rpc/index.js";
+import {
+  clientGoneKey,
+  peerKey,
+  sandboxError,
+  throwIfShuttingDown,
+  withConnectErrors,
+  type ProcessAudit,
+} from "../rpc/index.js";
 
 /** Dependencies of {@link createProcessService}. */
 export interface ProcessServiceOptions {
@@ -26,7 +33,10 @@ export interface ProcessServiceOptions {
 /** Response header naming the sandbox.v1 record of a process started by Start or Execute. */
 export const processIdHeader = "sandboxd-process-id";
 /** Execute's response trailers: how many of the first bytes of each stream were dropped past the output limit. */
-export const droppedBytesTrailers = { stdout: "sandboxd-stdout-dropped-bytes", stderr: "sandboxd-stderr-dropped-bytes" } as const;
+export const droppedBytesTrailers = {
+  stdout: "sandboxd-stdout-dropped-bytes",
+  stderr: "sandboxd-stderr-dropped-bytes",
+} as const;
 
 /** The signals of process.v1, by enum value. */
 const signalNames: ReadonlyMap<Signal, SignalName> = new Map([
@@ -53,7 +63,8 @@ export function createProcessService(options: ProcessServiceOptions): ServiceImp
   const { manager } = options;
   const cancelGracePeriodMs = options.cancelGracePeriodMs ?? 1000;
   const running = (pid: number) => withConnectErrors(() => manager.getRunning(pid));
-  const audit = (managed: ManagedProcess, context: HandlerContext) => options.audit?.started(managed, context.values.get(peerKey), manager.commandUser(false));
+  const audit = (managed: ManagedProcess, context: HandlerContext) =>
+    options.audit?.started(managed, context.values.get(peerKey), manager.commandUser(false));
 
   return {
     async *start(request: StartRequest, context: HandlerContext) {
@@ -119,7 +130,11 @@ export function createProcessService(options: ProcessServiceOptions): ServiceImp
       const dropped = managed.retainedFrom;
       context.responseTrailer.set(droppedBytesTrailers.stdout, String(dropped.stdout));
       context.responseTrailer.set(droppedBytesTrailers.stderr, String(dropped.stderr));
-      return { exitCode: exitCodeOf(exit), stdout: managed.snapshotOutput("stdout"), stderr: managed.snapshotOutput("stderr") };
+      return {
+        exitCode: exitCodeOf(exit),
+        stdout: managed.snapshotOutput("stdout"),
+        stderr: managed.snapshotOutput("stderr"),
+      };
     },
 
     async writeStdin(request, context) {
@@ -143,7 +158,11 @@ export function createProcessService(options: ProcessServiceOptions): ServiceImp
       const managed = running(request.processId);
       const name = signalNames.get(request.signal);
       if (name === undefined) {
-        throw sandboxError("INVALID_ARGUMENT", `signal must be SIGNAL_SIGINT, SIGNAL_SIGTERM or SIGNAL_SIGKILL, got ${request.signal}`, { metadata: { field: "signal" } });
+        throw sandboxError(
+          "INVALID_ARGUMENT",
+          `signal must be SIGNAL_SIGINT, SIGNAL_SIGTERM or SIGNAL_SIGKILL, got ${request.signal}`,
+          { metadata: { field: "signal" } },
+        );
       }
       withConnectErrors(() => managed.signal(name));
       return {};
@@ -163,10 +182,16 @@ type StartEvent = MessageInitShape<typeof StartResponseSchema>;
  * The process manager's spec of a request: argv as given (never a shell), the caller's deadline as the
  * command's time limit (SIGKILL of the group when it passes). INVALID_ARGUMENT without a command.
  */
-function toSpec(config: ProcessConfig | undefined, context: HandlerContext, io: { pty?: PTY; stdin: boolean }): ProcessSpec {
+function toSpec(
+  config: ProcessConfig | undefined,
+  context: HandlerContext,
+  io: { pty?: PTY; stdin: boolean },
+): ProcessSpec {
   const command = config?.command ?? [];
   if (command.length === 0 || command[0] === "") {
-    throw sandboxError("INVALID_ARGUMENT", "config.command is required: the program and its arguments", { metadata: { field: "config.command" } });
+    throw sandboxError("INVALID_ARGUMENT", "config.command is required: the program and its arguments", {
+      metadata: { field: "config.command" },
+    });
   }
   const remainingMs = context.timeoutMs();
   return {

@@ -54,6 +54,16 @@ export function answerEarly(request: AnyRequest, response: AnyResponse, refusal:
     headers["content-type"] = "application/json";
     body = Buffer.from(JSON.stringify(errorToJson(error, undefined)));
   }
+  sendEarly(request, response, status, headers, body);
+}
+
+/**
+ * Sends a whole answer to a request whose body was not read, and lets go of what the body would have
+ * used: an HTTP/2 stream is closed once the answer is out (a body-less answer as one HEADERS frame),
+ * an HTTP/1.1 connection closed (it cannot carry another request). For answers of other shapes than
+ * {@link answerEarly}'s, such as the KEP-539.2 REST surface's JSON errors.
+ */
+export function sendEarly(request: AnyRequest, response: AnyResponse, status: number, headers: Record<string, string>, body: Buffer): void {
   const stream = "stream" in request ? request.stream : undefined;
   if (stream !== undefined && body.length === 0) {
     // A gRPC trailers-only answer is one HEADERS frame that ends the stream. Written through the

@@ -1,7 +1,8 @@
 import http2 from "node:http2";
+import type { ConnectError } from "@connectrpc/connect";
 import type net from "node:net";
 import { createTokenCheck, isLoopbackHost, publicServices as defaultPublicServices, sandboxError } from "../rpc/index.js";
-import { answerEarly, type AnyRequest, type AnyResponse } from "./early-answer.js";
+import { answerEarly as answerInProtocol, type AnyRequest, type AnyResponse } from "./early-answer.js";
 import type { HttpEndpoints } from "./http-endpoints.js";
 import type { RequestHandler } from "./listener.js";
 
@@ -49,6 +50,11 @@ export interface GateOptions {
   endpoints?: HttpEndpoints;
   /** Called with each call refused for its token, for logs and metrics. */
   onAuthFailure?: (request: AnyRequest) => void;
+  /**
+   * Answers a refused request (wrong Host, missing or wrong token, a limit), its body unread. Default
+   * {@link answerEarly}: in the protocol the request's content type names.
+   */
+  refuse?: (request: AnyRequest, response: AnyResponse, refusal: ConnectError) => void;
 }
 
 /**
@@ -60,6 +66,7 @@ export interface GateOptions {
  * send a request.
  */
 export function createGate(handler: RequestHandler, options: GateOptions): Gate {
+  const answerEarly = options.refuse ?? answerInProtocol;
   const hasToken = options.token === undefined ? undefined : createTokenCheck(options.token);
   const open = new Set(options.publicServices ?? defaultPublicServices);
   const maxPerConnection = options.maxPublicCallsPerConnection ?? defaultMaxPublicCallsPerConnection;

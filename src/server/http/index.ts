@@ -6,8 +6,9 @@
  * @module
  */
 export { withErrorAnswers } from "./error-answers.js";
-export { createGate, type GateOptions } from "./gate.js";
-export { createHttpEndpoints } from "./http-endpoints.js";
+export { sendEarly, type AnyRequest, type AnyResponse } from "./early-answer.js";
+export { createGate, type Gate, type GateOptions } from "./gate.js";
+export { createHttpEndpoints, type HttpEndpoints } from "./http-endpoints.js";
 export {
   defaultKeepaliveIntervalMs,
   defaultKeepaliveTimeoutMs,
