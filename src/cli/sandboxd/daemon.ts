@@ -119,5 +119,10 @@ function securitySummary(options: SandboxServerOptions, server: SandboxServer, o
       : process.pid === 1
         ? `; WARNING: the daemon is PID 1 and cannot reap orphans (${orphans.reason}): their zombies count against the task caps for good; run it under an init (docker run --init, tini)`
         : `; orphans left to init (${orphans.reason})`;
-  return `${access}; commands run as ${user}; fork cap: ${manager.launcher.forkLimit(options.runAs?.uid)}${orphaned}${resources}${reaped}${helper}${addon}${sameUser}`;
+  const forkLimit = manager.launcher.forkLimit(options.runAs?.uid);
+  const sharedCount =
+    forkLimit === "rlimit-nproc"
+      ? "; WARNING: no writable pids cgroup, so the fork cap is RLIMIT_NPROC, which counts every process of the commands' uid together: one command holding many processes stops the others' forks (give the daemon a writable pids controller: docs/OPERATIONS.md, \"Fork caps\")"
+      : "";
+  return `${access}; commands run as ${user}; fork cap: ${forkLimit}${orphaned}${resources}${reaped}${helper}${addon}${sameUser}${sharedCount}`;
 }
