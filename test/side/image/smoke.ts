@@ -165,7 +165,8 @@ async function defaultImage(): Promise<void> {
   try {
     check("the daemon listens on all addresses at SANDBOXD_PORT", container.url === `http://0.0.0.0:${port}` || container.url.endsWith(`:${port}`), container.url);
     const log = container.log.join("");
-    check("the native helper and addon are in the image", !log.includes("WARNING"), log);
+    // Other warnings may stand (no writable pids cgroup in a container: the shared RLIMIT_NPROC one).
+    check("the native helper and addon are in the image", !/WARNING: the (sandboxd-exec helper|native addon)/.test(log), log);
     check("the daemon says commands run as sandbox", log.includes("commands run as sandbox"), log);
 
     const healthz = await fetch(`http://127.0.0.1:${port}/healthz`);
