@@ -94,7 +94,8 @@ describe("CommandHandle (seed 001)", () => {
         for await (const chunk of handle) first.push(Buffer.from(chunk.data).toString());
       })(),
       (async () => {
-        await new Promise((resolve) => setTimeout(resolve, 80));
+        // Late: only once the first iterator has had a chunk.
+        await waitFor(() => first.length > 0, { what: "the first iterator's first chunk" });
         for await (const chunk of handle) second.push(Buffer.from(chunk.data).toString());
       })(),
     ]);

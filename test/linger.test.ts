@@ -2,7 +2,7 @@ import { Code } from "@connectrpc/connect";
 import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from "vitest";
 import { ProcessStatus } from "../gen/sandbox/v1/sandbox_pb.js";
 import { ExpiryQueue } from "../src/process/housekeeping/expiry-queue.js";
-import { waitFor } from "./support/processes.js";
+import { holdsFor, waitFor } from "./support/processes.js";
 import { rpcError, waitForExit } from "./support/rpc.js";
 import { startTestServer, type TestServer } from "./support/server.js";
 
@@ -16,8 +16,6 @@ beforeAll(async () => {
 afterAll(async () => {
   await t?.close();
 });
-
-const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** Whether the daemon answers NOT_FOUND for a process id (false while it has the record). */
 async function gone(processId: string): Promise<boolean> {
@@ -49,8 +47,11 @@ describe("exited records linger, then go", () => {
     expect((await t.client.cleanupProcesses({})).removedCount).toBeGreaterThanOrEqual(1);
     await t.client.startProcess({ spec: { command: "sleep", args: ["30"], processId: "reused" } });
     // Past the first record's expiry: the running one with the same id is still there.
-    await pause(lingerMs + 500);
-    expect((await t.client.getProcess({ processId: "reused" })).process?.status).toBe(ProcessStatus.RUNNING);
+    await holdsFor(async () => (await t.client.getProcess({ processId: "reused" })).process?.status === ProcessStatus.RUNNING, {
+      forMs: lingerMs + 500,
+      intervalMs: 100,
+      what: "the running record",
+    });
     await t.client.killProcess({ processId: "reused", signal: "SIGKILL" });
   });
 });
@@ -99,9 +100,11 @@ describe("ExpiryQueue", () => {
       const expired: string[] = [];
       const queue = new ExpiryQueue(3_000_000_000, (key) => expired.push(key));
       queue.add("a", 1);
-      await pause(100);
-      expect(expired).toEqual([]);
-      expect(warnings.filter((name) => name === "TimeoutOverflowWarning")).toEqual([]);
+      await holdsFor(() => expired.length === 0 && !warnings.includes("TimeoutOverflowWarning"), {
+        forMs: 100,
+        intervalMs: 5,
+        what: "no expiry and no overflow warning",
+      });
       queue.clear();
     } finally {
       process.off("warning", onWarning);

@@ -5,7 +5,7 @@ import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { loadNativeAddon } from "../src/process/native/native.js";
 import { startDaemonProcess, type DaemonProcess } from "./support/daemon-process.js";
-import { waitFor } from "./support/processes.js";
+import { holdsFor, waitFor } from "./support/processes.js";
 import { collectExec, createUncompressedClient } from "./support/rpc.js";
 
 const workspace = mkdtempSync(path.join(tmpdir(), "sandboxd-memory-reclaim-"));
@@ -40,18 +40,14 @@ async function execs(count: number): Promise<void> {
   await Promise.all([worker(), worker(), worker(), worker()]);
 }
 
-const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-
 describe("giving memory back after a burst of commands", () => {
   it("collects once after starting, once when it goes quiet after 100 process starts, and not again while it stays quiet", async () => {
     // What starting the daemon left behind, given back once it serves.
     await waitFor(async () => (await reclaims()) === 1, { timeoutMs: 10_000, intervalMs: 100, what: "the reclaim after the start" });
-    await pause(1500);
-    expect(await reclaims()).toBe(1);
+    await holdsFor(async () => (await reclaims()) === 1, { forMs: 1500, intervalMs: 100, what: "one reclaim" });
     await execs(120);
     await waitFor(async () => (await reclaims()) === 2, { timeoutMs: 10_000, intervalMs: 200, what: "a memory reclaim after the burst" });
-    await pause(2500);
-    expect(await reclaims()).toBe(2);
+    await holdsFor(async () => (await reclaims()) === 2, { forMs: 2500, intervalMs: 100, what: "two reclaims" });
   });
 
   it("the addon reaches Node's low-memory collection, which gives the young generation back", () => {
@@ -70,7 +66,6 @@ describe("giving memory back after a burst of commands", () => {
   it("does not collect for fewer than 100 starts since the last collection", async () => {
     const before = await reclaims();
     await execs(40);
-    await pause(2500);
-    expect(await reclaims()).toBe(before);
+    await holdsFor(async () => (await reclaims()) === before, { forMs: 2500, intervalMs: 100, what: "no new reclaim" });
   });
 });

@@ -4,7 +4,7 @@ import tls from "node:tls";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { connect as connectSandbox } from "../src/client/index.js";
 import { createTestCertificates, type TestCertificates } from "./support/certificates.js";
-import { waitFor } from "./support/processes.js";
+import { holdsFor, waitFor } from "./support/processes.js";
 import { Code } from "./support/rpc.js";
 import { startTestServer, type TestServer } from "./support/server.js";
 
@@ -149,8 +149,7 @@ describe("calls answered without a token (health) are bounded", () => {
     const used = await connect(test.server.url);
     const answer = await call(used, "/grpc.health.v1.Health/Check");
     expect(answer.status).toBe(200);
-    await new Promise((resolve) => setTimeout(resolve, 600));
-    expect(used.closed).toBe(false);
+    await holdsFor(() => !used.closed, { forMs: 600, what: "the used connection staying open" });
     used.destroy();
   });
 });

@@ -14,6 +14,23 @@ export async function waitFor<T>(
   }
 }
 
+/**
+ * Checks `check` every `intervalMs` for `forMs` and throws as soon as it returns a falsy value: that
+ * something does not happen, asserted over the whole window instead of with a sleep and one look at
+ * the end.
+ */
+export async function holdsFor(
+  check: () => unknown | Promise<unknown>,
+  { forMs, intervalMs = 20, what = "condition" }: { forMs: number; intervalMs?: number; what?: string },
+): Promise<void> {
+  const until = Date.now() + forMs;
+  for (;;) {
+    if (!(await check())) throw new Error(`${what} stopped holding before ${forMs} ms passed`);
+    if (Date.now() >= until) return;
+    await new Promise((resolve) => setTimeout(resolve, intervalMs));
+  }
+}
+
 /** Whether a pid exists and is not a zombie, read from /proc. */
 export function isAlive(pid: number): boolean {
   try {
