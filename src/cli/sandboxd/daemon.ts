@@ -111,7 +111,7 @@ function securitySummary(options: SandboxServerOptions, server: SandboxServer, o
       : `; commands: ${applied.memoryBytes !== undefined ? `${Math.round(applied.memoryBytes / 1048576)} MiB of memory together` : "no memory limit"}, ${applied.cpuWeight !== undefined ? `CPU weight ${applied.cpuWeight} of the daemon's` : "no CPU weight"}`;
   const sameUser =
     options.token !== undefined && (options.runAs === undefined || options.runAs.uid === process.getuid?.())
-      ? "; WARNING: commands run as the daemon's own user: they can signal it, and read the token wherever a process of that user keeps it (the environment of what started the daemon, when it came through SANDBOXD_TOKEN); run the daemon as root with --user"
+      ? "; WARNING: commands run as the daemon's own user: they can signal it, and read the token wherever a process of that user keeps it (the environment of what started the daemon, when it came through SANDBOXD_TOKEN); run commands as another user (--user, the daemon as root)"
       : "";
   const orphaned =
     orphans.state === "reaping"
