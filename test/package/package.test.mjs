@@ -2,8 +2,8 @@
 // Run by test/side/package.sh, which packs the tarball and provides a second Node LTS and the one-file
 // daemon through SANDBOXD_TARBALL, SANDBOXD_NODE_LTS, SANDBOXD_ONE_FILE and SANDBOXD_PACKAGE_WORK.
 import assert from "node:assert/strict";
-import { execFileSync, spawn } from "node:child_process";
-import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { execFileSync, spawn, spawnSync } from "node:child_process";
+import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { after, before, describe, it } from "node:test";
 
@@ -263,5 +263,13 @@ console.log(JSON.stringify({ plain: chunks.join(""), status: terminal.process.ex
     assert.deepEqual(await daemon.exited, { code: 0, signal: null });
     await waitUntil(() => processesWith(`sleep ${marker}`).length === 0, "the commands to be killed");
     assert.deepEqual(readdirSync(unpackRoot), [], "the unpacked native files are removed at exit");
+    // An unpack directory other users may rename entries in: the daemon would run a helper they swapped in.
+    const shared = path.join(work, "unpack-shared");
+    mkdirSync(shared);
+    chmodSync(shared, 0o777);
+    const refused = spawnSync(binary, ["--port", "0", "--workspace", directory], { cwd: directory, env: { PATH: "/usr/bin:/bin", SANDBOXD_UNPACK_DIR: shared }, encoding: "utf8", timeout: 30_000 });
+    assert.equal(refused.status, 1, refused.stderr);
+    assert.match(refused.stderr, /^sandboxd: unpack directory .*unpack-shared \(SANDBOXD_UNPACK_DIR\): .*unpack-shared has mode 0777: other users could swap/m);
+    assert.deepEqual(readdirSync(shared), [], "nothing unpacked there");
   });
 });
