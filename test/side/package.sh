@@ -2,7 +2,8 @@
 # The package as a user gets it: npm pack from a copy of the tracked files (so the build does not
 # touch the dist/ the vitest run beside it uses), then test/package/*.test.mjs (node:test) installs the
 # tarball into fresh directories and uses it: client from a plain .mjs and a strict .ts consumer, the
-# bin, --omit=dev, signals, the client on another Node LTS, and the one-file daemon.
+# bin, --omit=dev, signals, the client on another Node LTS, and the one-file daemon; and the client's own package
+# (packages/client) installed alone, with the install size of each.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -15,7 +16,10 @@ git ls-files -z | xargs -0 cp --parents -t "$work/tree"
 ln -s "$root/node_modules" "$work/tree/node_modules"
 cp -r "$root/build" "$work/tree/build"
 (cd "$work/tree" && npm pack --silent --pack-destination "$work" >/dev/null)
-tarball=$(ls "$work"/sandboxd-*.tgz)
+tarball=$(ls "$work"/sandboxd-0*.tgz)
+# The client alone, as its own package (prepack builds it from the same tree).
+(cd "$work/tree/packages/client" && npm pack --silent --pack-destination "$work" >/dev/null)
+client_tarball=$(ls "$work"/sandboxd-client-*.tgz)
 
 # The one more Node LTS the client is tested on (the npm registry's node package; lands in npm's cache).
 node_lts_version=24.21.0
@@ -29,5 +33,5 @@ echo "== one-file daemon on Node $node_lts_version"
 (cd "$work/tree" && node scripts/build-one-file.mjs --node "$node_lts" --out "$work/one-file/sandboxd" 2>&1 | grep -v "string offset")
 
 echo "== tests"
-SANDBOXD_TARBALL="$tarball" SANDBOXD_NODE_LTS="$node_lts" SANDBOXD_ONE_FILE="$work/one-file/sandboxd" SANDBOXD_PACKAGE_WORK="$work" \
+SANDBOXD_TARBALL="$tarball" SANDBOXD_CLIENT_TARBALL="$client_tarball" SANDBOXD_NODE_LTS="$node_lts" SANDBOXD_ONE_FILE="$work/one-file/sandboxd" SANDBOXD_PACKAGE_WORK="$work" \
   node --test --test-force-exit --test-concurrency=1 --test-reporter=spec test/package/
