@@ -34,7 +34,10 @@ npx tsc --noEmit
 
 # Biome formats and lints the TypeScript; biome.jsonc says which files it holds to that so far.
 echo "== format and lint"
-npx biome ci --error-on-warnings .
+if ! npx biome ci --error-on-warnings .; then
+  echo "format or lint: run 'npx biome check --write <file>' on the files above (biome.jsonc lists the files it checks)" >&2
+  exit 1
+fi
 
 if [ -f test/setup-tools.sh ]; then
   echo "== external tools"

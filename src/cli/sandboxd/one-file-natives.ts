@@ -76,11 +76,15 @@ export function checkUnpackRoot(root: string): string {
     const stat = lstatSync(directory);
     if (!stat.isDirectory()) throw new Error(`${what}: ${directory} is not a directory`);
     if (uid !== undefined && stat.uid !== 0 && stat.uid !== uid) {
-      throw new Error(`${what}: ${directory} belongs to uid ${stat.uid}, who could swap the native files the daemon runs: use a directory of root or of uid ${uid}`);
+      throw new Error(
+        `${what}: ${directory} belongs to uid ${stat.uid}, who could swap the native files the daemon runs: use a directory of root or of uid ${uid}`,
+      );
     }
     if ((stat.mode & 0o022) !== 0 && (stat.mode & 0o1000) === 0) {
       const mode = (stat.mode & 0o7777).toString(8).padStart(4, "0");
-      throw new Error(`${what}: ${directory} has mode ${mode}: other users could swap the native files the daemon runs (chmod go-w ${directory}, or set the sticky bit as /tmp has)`);
+      throw new Error(
+        `${what}: ${directory} has mode ${mode}: other users could swap the native files the daemon runs (chmod go-w ${directory}, or set the sticky bit as /tmp has)`,
+      );
     }
     if (directory === path.dirname(directory)) return real;
   }
