@@ -4,6 +4,7 @@ import { Code, type Client } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ProcessService, Signal, type StartResponse } from "../gen/process/v1/process_pb.js";
 import { SandboxService } from "../gen/sandbox/v1/sandbox_pb.js";
+import { maxExecuteOutputBytes, newestThatFit } from "../src/server/agent-sandbox/index.js";
 import { expectReason } from "./support/errors.js";
 import { groupMembers, isAlive, waitFor } from "./support/processes.js";
 import { collectLogs, outputChunks, rpcError, sleepers, sleepMarker, streamError } from "./support/rpc.js";
@@ -174,6 +175,28 @@ describe("process.v1 Execute", () => {
       timeoutMs: 15_000,
       what: "the group's sleepers to be killed",
     });
+  });
+});
+
+describe("newestThatFit", () => {
+  it("keeps the newest bytes of each stream, at least half the limit each when both have that much", () => {
+    const bytes = (length: number, fill: number) => Buffer.alloc(length, fill);
+    const keep = (out: number, err: number, limit: number) => {
+      const kept = newestThatFit(bytes(out, 1), bytes(err, 2), limit);
+      return [kept.stdout.length, kept.stderr.length, kept.cut.stdout, kept.cut.stderr];
+    };
+    expect(keep(3, 4, 10)).toEqual([3, 4, 0, 0]);
+    expect(keep(30, 0, 10)).toEqual([10, 0, 20, 0]);
+    expect(keep(0, 30, 10)).toEqual([0, 10, 0, 30 - 10]);
+    expect(keep(30, 30, 10)).toEqual([5, 5, 25, 25]);
+    expect(keep(2, 30, 10)).toEqual([2, 8, 0, 22]);
+    expect(keep(30, 2, 10)).toEqual([8, 2, 22, 0]);
+    const kept = newestThatFit(Buffer.from("abcdef"), Buffer.from("uvwxyz"), 6);
+    expect([Buffer.from(kept.stdout).toString(), Buffer.from(kept.stderr).toString()]).toEqual(["def", "xyz"]);
+  });
+
+  it("bounds Execute's answer to what a default gRPC client accepts", () => {
+    expect(maxExecuteOutputBytes).toBe(4 * 1024 * 1024 - 64 * 1024);
   });
 });
 

@@ -1,6 +1,8 @@
 export {
   createProcessService,
   droppedBytesTrailers,
+  maxExecuteOutputBytes,
+  newestThatFit,
   processIdHeader,
   type ProcessServiceOptions,
 } from "./process-service.js";

@@ -54,8 +54,9 @@ const signalNames: ReadonlyMap<Signal, SignalName> = new Map([
  * - Start reads all output through a pinned reader (a slow client pauses the command, never loses a
  *   byte); once its caller has the process id the command outlives the stream, and is killed only by a
  *   deadline (its time limit) or a signal.
- * - Execute keeps the newest `--max-output-bytes` of output, saying in trailers how much was dropped,
- *   and kills the group when its caller goes away or its deadline passes.
+ * - Execute answers with the newest output that fits a default gRPC client (see {@link maxExecuteOutputBytes})
+ *   and the daemon's `--max-output-bytes`, saying in trailers how much was dropped, and kills the group when
+ *   its caller goes away or its deadline passes.
  * - A program that cannot be started exits 127 (not found) or 126 (not executable) with the reason on
  *   stderr, as `sh -c` reports it; Start's init then carries process id 0.
  */
@@ -96,7 +97,8 @@ export function createProcessService(options: ProcessServiceOptions): ServiceImp
           }
         }
         throwIfShuttingDown(signal);
-        if (signal.aborted) return;
+        // A deadline ends the stream as DEADLINE_EXCEEDED, never as if the command had finished.
+        if (signal.aborted) throw signal.reason;
         // The output has ended, so the exit is known: this settles at once.
         const exit = await managed.exited;
         yield { event: { case: "exit", value: { exitCode: exitCodeOf(exit) } } } satisfies StartEvent;
@@ -126,15 +128,17 @@ export function createProcessService(options: ProcessServiceOptions): ServiceImp
         stopping.dispose();
       }
       if (exit.status === "error") return { exitCode: exitCodeOf(exit), stderr: startFailure(exit) };
-      // All output is in (the exit comes after it); what the record could not keep was its oldest bytes.
-      const dropped = managed.retainedFrom;
-      context.responseTrailer.set(droppedBytesTrailers.stdout, String(dropped.stdout));
-      context.responseTrailer.set(droppedBytesTrailers.stderr, String(dropped.stderr));
-      return {
-        exitCode: exitCodeOf(exit),
-        stdout: managed.snapshotOutput("stdout"),
-        stderr: managed.snapshotOutput("stderr"),
-      };
+      // All output is in (the exit comes after it). What the record could not keep were its oldest bytes, and
+      // the answer keeps the newest that fit a gRPC client's default message limit.
+      const kept = newestThatFit(
+        managed.snapshotOutput("stdout"),
+        managed.snapshotOutput("stderr"),
+        maxExecuteOutputBytes,
+      );
+      const retainedFrom = managed.retainedFrom;
+      context.responseTrailer.set(droppedBytesTrailers.stdout, String(retainedFrom.stdout + kept.cut.stdout));
+      context.responseTrailer.set(droppedBytesTrailers.stderr, String(retainedFrom.stderr + kept.cut.stderr));
+      return { exitCode: exitCodeOf(exit), stdout: kept.stdout, stderr: kept.stderr };
     },
 
     async writeStdin(request, context) {
@@ -177,6 +181,28 @@ export function createProcessService(options: ProcessServiceOptions): ServiceImp
 }
 
 type StartEvent = MessageInitShape<typeof StartResponseSchema>;
+
+/**
+ * Most output bytes, both streams together, an Execute answer carries: gRPC clients refuse messages over 4 MiB
+ * unless told otherwise (grpcio's and grpc-go's default, the agent-sandbox SDK's channel among them), less room
+ * for the rest of the message.
+ */
+export const maxExecuteOutputBytes = 4 * 1024 * 1024 - 64 * 1024;
+
+/**
+ * The newest bytes of each stream within `limit` bytes together: each stream keeps at least half of the limit
+ * when it has that much, and what one does not use the other may. `cut` counts the bytes dropped from the start.
+ */
+export function newestThatFit(stdout: Uint8Array, stderr: Uint8Array, limit: number) {
+  const half = Math.floor(limit / 2);
+  const stderrKept = Math.min(stderr.length, Math.max(half, limit - stdout.length));
+  const stdoutKept = Math.min(stdout.length, limit - stderrKept);
+  return {
+    stdout: stdout.subarray(stdout.length - stdoutKept),
+    stderr: stderr.subarray(stderr.length - stderrKept),
+    cut: { stdout: stdout.length - stdoutKept, stderr: stderr.length - stderrKept },
+  };
+}
 
 /**
  * The process manager's spec of a request: argv as given (never a shell), the caller's deadline as the
