@@ -193,8 +193,8 @@ async function defaultImage(): Promise<void> {
     const after = await text("echo still serving", rpc);
     check("the daemon serves on after the attempts", after.stdout === "still serving\n", JSON.stringify(after));
 
-    // A process in a session of its own, left behind by its command, is re-parented to PID 1, which must reap it
-    // when it ends (the daemon may end it with its command). Without an init (node as PID 1) it stays a zombie.
+    // A process in a session of its own, left behind by its command, is re-parented to the daemon (a child
+    // subreaper), which must reap it when it ends (it may end it with its command); tini, PID 1, reaps the rest.
     const orphan = await text("setsid sleep 1 </dev/null >/dev/null 2>&1 & echo $!", rpc);
     const pid = Number(orphan.stdout.trim());
     // Gone from /proc once reaped; a zombie would stay, with state Z.
@@ -202,7 +202,7 @@ async function defaultImage(): Promise<void> {
     const seen = (await text(state, rpc)).stdout;
     let last = seen;
     const reaped = await waitFor(async () => ((last = (await text(state, rpc)).stdout), !/^[A-Z]\n/.test(last)), { timeoutMs: 8_000, intervalMs: 100 }).catch(() => false);
-    check("PID 1 is the image's init, which reaps orphans", pid > 0 && reaped === true && last.startsWith("/usr/bin/tini "),
+    check("PID 1 is the image's init, and orphans are reaped", pid > 0 && reaped === true && last.startsWith("/usr/bin/tini "),
       `orphan ${pid} was ${JSON.stringify(seen)}, then ${JSON.stringify(last)}`);
   } catch (error) {
     check("the default container answered", false, `${String(error)}\n${container.log.join("")}`);
