@@ -20,6 +20,10 @@ export interface BenchSize {
   memoryExecs: number;
   /** Daemon starts timed (median taken). */
   startRuns: number;
+  /** Sequential authenticated execs timed during each flood (and before it), and the flood's shape. */
+  floodCalls: number;
+  floodConnections: number;
+  floodStreams: number;
   /** Calls ghz makes. */
   ghzCalls: number;
   ghzConcurrency: number;
@@ -38,6 +42,9 @@ export const fullSize: BenchSize = {
   scaleProcesses: 1000,
   memoryExecs: 3000,
   startRuns: 5,
+  floodCalls: 200,
+  floodConnections: 100,
+  floodStreams: 272,
   ghzCalls: 2000,
   ghzConcurrency: 50,
 };
@@ -55,6 +62,9 @@ export const quickSize: BenchSize = {
   scaleProcesses: 20,
   memoryExecs: 50,
   startRuns: 1,
+  floodCalls: 10,
+  floodConnections: 4,
+  floodStreams: 16,
   ghzCalls: 100,
   ghzConcurrency: 50,
 };

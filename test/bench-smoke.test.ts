@@ -36,6 +36,8 @@ const expectedIds = [
   "scale-kill",
   "memory-idle",
   "memory-per-process",
+  "exec-p99-unauthenticated-flood",
+  "exec-p99-watch-flood",
 ];
 
 const directory = mkdtempSync(path.join(tmpdir(), "sandboxd-bench-smoke-"));
@@ -49,7 +51,7 @@ describe("bench harness (--quick)", () => {
     const run = spawnSync(process.execPath, ["--import", "tsx", "bench/run.ts", "--quick", "--out", out], {
       cwd: path.resolve(import.meta.dirname, ".."),
       encoding: "utf8",
-      timeout: 90_000,
+      timeout: 150_000,
     });
     expect(run.status, run.stderr).toBe(0);
     expect(run.stdout).toMatch(/^figure\s+sandboxd\s+baseline\s+ratio\s+goal\s+result/m);
@@ -73,5 +75,5 @@ describe("bench harness (--quick)", () => {
     expect(byId.get("exec-throughput")!.note).not.toMatch(/short read/);
     expect(byId.get("logs-fanout")!.note).toMatch(/every live reader got every byte/);
     expect(byId.get("scale-kill")!.note).toMatch(/no sleep left/);
-  }, 120_000);
+  }, 180_000);
 });

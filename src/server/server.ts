@@ -1,4 +1,5 @@
 import { setMaxListeners } from "node:events";
+import type http2 from "node:http2";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { createProcessManager, defaultOutputCapacityBytes, type ProcessManager, type ProcessManagerOptions } from "../process/index.js";
 import { ProcessService } from "../../gen/process/v1/process_pb.js";
@@ -14,6 +15,12 @@ import { createAgentSandboxRest, defaultMetadataPrefix, metadataEnvironment, typ
 export const defaultPort = 7007;
 /** Default address: loopback only. */
 export const defaultHost = "127.0.0.1";
+
+/**
+ * Streams an HTTP/2 connection may have open before its first call let through with the token (any
+ * call but health on a daemon without one); it gets `--max-calls-per-connection` + 16 after.
+ */
+export const streamsBeforeProof = 16;
 
 /** Options for {@link startServer}. */
 export interface SandboxServerOptions extends ProcessManagerOptions {
@@ -153,6 +160,12 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
   // The HTTP/2 stream limit sits above the per-connection call limit, so a client normally meets the
   // limit as RESOURCE_EXHAUSTED naming it; the transport's own refusal is the backstop.
   const maxStreams = (options.callLimits?.maxCallsPerConnection ?? defaultMaxCallsPerConnection) + 16;
+  // A connection starts with few streams, and gets all of them with its first call let through with
+  // the token: 100 connections x 272 streams without it kept the loop busy with 27,200 refusals at a
+  // time, and an honest call waited seconds behind them. A client queues calls beyond the limit
+  // until the new SETTINGS arrive, one round trip after its first call.
+  const unprovenStreams = Math.min(maxStreams, streamsBeforeProof);
+  const sessions = new WeakSet<object>();
   // A call refused for an oversized message leaves its stream open until the client ends it, holding
   // session memory; past Node's default of 10 MB the connection refuses new streams with
   // ENHANCE_YOUR_CALM. Room for a few calls at the message limit keeps honest clients clear of it.
@@ -164,13 +177,27 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
     ready: () => ready,
     metrics: { registry: metrics.registry, token: options.metricsPublic ? undefined : options.token },
   });
+  let refusedSinceLog = 0;
+  let lastRefusalLog = Number.NEGATIVE_INFINITY;
   const gateOptions = {
     token: options.token,
     anyHost: options.token !== undefined || options.insecure === true,
     endpoints,
     onAuthFailure: (request) => {
       metrics?.authFailures.inc();
-      logger.warn({ procedure: request.url?.split("?")[0].slice(1), peer: `${request.socket?.remoteAddress}:${request.socket?.remotePort}` }, "call refused: missing or wrong token");
+      // One line a second at most: a flood of refusals must not become a flood of log writes.
+      refusedSinceLog++;
+      const now = performance.now();
+      if (now - lastRefusalLog < 1000) return;
+      lastRefusalLog = now;
+      logger.warn(
+        { procedure: request.url?.split("?")[0].slice(1), peer: `${request.socket?.remoteAddress}:${request.socket?.remotePort}`, refused: refusedSinceLog },
+        "call refused: missing or wrong token",
+      );
+      refusedSinceLog = 0;
+    },
+    onProven: (connection) => {
+      if (sessions.has(connection)) (connection as http2.ServerHttp2Session).settings({ maxConcurrentStreams: maxStreams });
     },
     ...options.gate,
   } satisfies GateOptions;
@@ -182,8 +209,9 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
       ...options.listener,
       tls: options.tls,
       proven: guarded.proven,
-      http2: { maxSessionMemory: maxSessionMemoryMb, settings: { initialWindowSize: 4 * 1024 * 1024, maxConcurrentStreams: maxStreams } },
+      http2: { maxSessionMemory: maxSessionMemoryMb, settings: { initialWindowSize: 4 * 1024 * 1024, maxConcurrentStreams: unprovenStreams } },
       onSession: (session) => {
+        sessions.add(session);
         watchSessionLiveness(session, options.keepalive);
         // A connection that makes no call it is allowed to make is closed: it holds a session for nothing.
         const unadmitted = setTimeout(() => {

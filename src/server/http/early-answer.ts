@@ -22,15 +22,51 @@ export function encodeGrpcMessage(message: string): string {
 }
 
 /**
+ * A refusal encoded once for every protocol, so answering it many times (a flood of calls without
+ * the token) costs no error object, no protobuf encoding and no JSON per call. Made by
+ * {@link prepareRefusal}; answered by {@link answerEarly}.
+ */
+export interface PreparedRefusal {
+  /** The HTTP status of a Connect unary (or unknown-protocol) answer. */
+  readonly status: number;
+  /** gRPC and gRPC-Web: the trailers-only headers, without content-type. */
+  readonly grpcHeaders: Readonly<Record<string, string>>;
+  /** A Connect stream's end-of-stream message, enveloped. */
+  readonly connectEndStream: Buffer;
+  /** A Connect unary (or unknown-protocol) JSON error body. */
+  readonly json: Buffer;
+}
+
+/** Encodes `refusal` for every protocol (see {@link PreparedRefusal}); a `google.rpc.ErrorInfo` by its code is added when it has none. */
+export function prepareRefusal(refusal: ConnectError): PreparedRefusal {
+  const error = withErrorInfo(refusal);
+  const endStream = Buffer.from(JSON.stringify({ error: errorToJson(error, undefined) }));
+  const prefix = Buffer.alloc(5);
+  prefix[0] = 0b10;
+  prefix.writeUInt32BE(endStream.length, 1);
+  return {
+    status: codeToHttpStatus(error.code),
+    grpcHeaders: {
+      "grpc-status": String(error.code),
+      "grpc-message": encodeGrpcMessage(error.rawMessage),
+      "grpc-status-details-bin": grpcStatusDetails(error),
+    },
+    connectEndStream: Buffer.concat([prefix, endStream]),
+    json: Buffer.from(JSON.stringify(errorToJson(error, undefined))),
+  };
+}
+
+/**
  * Answers a call with an error before its request body is read, in the protocol its content type
  * names: gRPC and gRPC-Web get a trailers-only response (with `grpc-status-details-bin`), a Connect
  * stream its end-of-stream message, a Connect unary call (or anything else) the JSON error with the
  * code's HTTP status; each carries the error's details, a `google.rpc.ErrorInfo` among them (one by
  * its code is added when it has none). The request body is never read: an HTTP/2 stream is reset
- * once the answer is out, an HTTP/1.1 connection closed.
+ * once the answer is out, an HTTP/1.1 connection closed. A refusal answered often is best prepared
+ * once ({@link prepareRefusal}).
  */
-export function answerEarly(request: AnyRequest, response: AnyResponse, refusal: ConnectError): void {
-  const error = withErrorInfo(refusal);
+export function answerEarly(request: AnyRequest, response: AnyResponse, refusal: ConnectError | PreparedRefusal): void {
+  const prepared = "grpcHeaders" in refusal ? refusal : prepareRefusal(refusal);
   const contentType = String(request.headers["content-type"] ?? "");
   const headers: Record<string, string> = {};
   let status = 200;
@@ -38,21 +74,15 @@ export function answerEarly(request: AnyRequest, response: AnyResponse, refusal:
   if (contentType.startsWith("application/grpc")) {
     // gRPC and gRPC-Web alike: the status travels in the headers of a trailers-only answer.
     headers["content-type"] = contentType.startsWith("application/grpc-web") ? contentType : "application/grpc+proto";
-    headers["grpc-status"] = String(error.code);
-    headers["grpc-message"] = encodeGrpcMessage(error.rawMessage);
-    headers["grpc-status-details-bin"] = grpcStatusDetails(error);
+    Object.assign(headers, prepared.grpcHeaders);
     body = Buffer.alloc(0);
   } else if (contentType.startsWith("application/connect+")) {
-    const endStream = Buffer.from(JSON.stringify({ error: errorToJson(error, undefined) }));
-    const prefix = Buffer.alloc(5);
-    prefix[0] = 0b10;
-    prefix.writeUInt32BE(endStream.length, 1);
     headers["content-type"] = contentType;
-    body = Buffer.concat([prefix, endStream]);
+    body = prepared.connectEndStream;
   } else {
-    status = codeToHttpStatus(error.code);
+    status = prepared.status;
     headers["content-type"] = "application/json";
-    body = Buffer.from(JSON.stringify(errorToJson(error, undefined)));
+    body = prepared.json;
   }
   sendEarly(request, response, status, headers, body);
 }

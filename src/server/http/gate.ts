@@ -1,8 +1,8 @@
 import http2 from "node:http2";
-import type { ConnectError } from "@connectrpc/connect";
 import type net from "node:net";
 import { createTokenCheck, isLoopbackHost, publicServices as defaultPublicServices, sandboxError } from "../rpc/index.js";
-import { answerEarly as answerInProtocol, type AnyRequest, type AnyResponse } from "./early-answer.js";
+import type { ConnectError } from "@connectrpc/connect";
+import { answerEarly as answerInProtocol, prepareRefusal, type AnyRequest, type AnyResponse, type PreparedRefusal } from "./early-answer.js";
 import type { HttpEndpoints } from "./http-endpoints.js";
 import type { RequestHandler } from "./listener.js";
 
@@ -14,6 +14,17 @@ export const defaultMaxPublicCalls = 256;
 export const defaultMaxWatchStreams = 64;
 /** Default time a public call may take to send its whole request, in milliseconds. */
 export const defaultPublicRequestTimeoutMs = 10_000;
+/**
+ * Refusals answered per turn of the event loop to connections that made no call with the token yet;
+ * the rest wait for the next turns, in arrival order.
+ */
+export const refusalsPerTurn = 32;
+/**
+ * Refusals answered per second, at most, to connections that made no call with the token yet (a
+ * burst of a tenth of it at once). Past it they wait, and so does the flood: each connection has
+ * few streams before its first call with the token, and sends no more while they wait.
+ */
+export const refusalsPerSecond = 2000;
 /** Default calls a client may reset on one HTTP/2 connection within a second before it is closed. */
 export const defaultMaxResetsPerSecond = 100;
 
@@ -52,21 +63,25 @@ export interface GateOptions {
   onAuthFailure?: (request: AnyRequest) => void;
   /**
    * Answers a refused request (wrong Host, missing or wrong token, a limit), its body unread. Default
-   * {@link answerEarly}: in the protocol the request's content type names.
+   * {@link answerInProtocol}: in the protocol the request's content type names.
    */
   refuse?: (request: AnyRequest, response: AnyResponse, refusal: ConnectError) => void;
+  /**
+   * Called once per connection (an HTTP/2 session or an HTTP/1.1 socket) with its first call let
+   * through with the token (any call but health on a daemon without one): see {@link Gate.proven}.
+   */
+  onProven?: (connection: object) => void;
 }
 
 /**
  * Creates the gate in front of the RPC handler: it decides on the headers alone, before a byte of the
  * request body is read, whether a call may go on. A wrong Host (no token) is PERMISSION_DENIED, a
  * missing or wrong bearer token UNAUTHENTICATED, each answered at once and the stream reset (see
- * {@link answerEarly}), so a caller without the token holds nothing open. Public services (health)
+ * {@link answerInProtocol}), so a caller without the token holds nothing open. Public services (health)
  * need no token but are bounded: calls per connection and in all, Watch streams, and the time to
  * send a request.
  */
 export function createGate(handler: RequestHandler, options: GateOptions): Gate {
-  const answerEarly = options.refuse ?? answerInProtocol;
   const hasToken = options.token === undefined ? undefined : createTokenCheck(options.token);
   const open = new Set(options.publicServices ?? defaultPublicServices);
   const maxPerConnection = options.maxPublicCallsPerConnection ?? defaultMaxPublicCallsPerConnection;
@@ -80,6 +95,21 @@ export function createGate(handler: RequestHandler, options: GateOptions): Gate 
   const provenConnections = new WeakSet<object>();
   const maxResets = options.maxResetsPerSecond ?? defaultMaxResetsPerSecond;
   const resets = new WeakMap<object, { second: number; count: number }>();
+  // Encoded once (for the default answer): a flood of calls without the token, or beyond the health
+  // limits, is answered without an error object or an encoding per call.
+  const refusal = (error: ConnectError): Refusal => ({ error, prepared: options.refuse === undefined ? prepareRefusal(error) : undefined });
+  const refusals = {
+    missingToken: refusal(sandboxError("UNAUTHENTICATED", "missing bearer token")),
+    invalidToken: refusal(sandboxError("UNAUTHENTICATED", "invalid bearer token")),
+    perConnection: refusal(limitExceeded(`too many health calls on this connection: the limit of ${maxPerConnection} is reached`, "max-public-calls-per-connection", maxPerConnection)),
+    public: refusal(limitExceeded(`too many health calls: the limit of ${maxPublic} is reached`, "max-public-calls", maxPublic)),
+    watch: refusal(limitExceeded(`too many health watches: the limit of ${maxWatch} is reached`, "max-watch-streams", maxWatch)),
+  };
+  const answer = (request: AnyRequest, response: AnyResponse, { error, prepared }: Refusal) => {
+    if (options.refuse !== undefined) options.refuse(request, response, error);
+    else answerInProtocol(request, response, prepared ?? error);
+  };
+
   /** Counts a call the client reset against its connection, which is closed past the limit. */
   const countResets = (request: AnyRequest) => {
     if (!("stream" in request) || request.stream === undefined) return;
@@ -98,21 +128,63 @@ export function createGate(handler: RequestHandler, options: GateOptions): Gate 
     });
   };
 
+  /**
+   * Refusals to unproven connections wait here and are answered at most {@link refusalsPerTurn} per
+   * loop turn and {@link refusalsPerSecond} per second: a flood of calls without the token gets its
+   * answers at the pace the daemon can spare, and as a connection's streams are answered slower, it
+   * sends new ones slower (its stream limit holds it), while honest calls are served in every turn.
+   */
+  const queued: Array<() => void> = [];
+  let nextQueued = 0;
+  let drainScheduled = false;
+  const burst = refusalsPerSecond / 10;
+  let allowance = burst;
+  let refilledAt = performance.now();
+  const drain = () => {
+    drainScheduled = false;
+    const now = performance.now();
+    allowance = Math.min(burst, allowance + ((now - refilledAt) * refusalsPerSecond) / 1000);
+    refilledAt = now;
+    const end = Math.min(queued.length, nextQueued + refusalsPerTurn, nextQueued + Math.floor(allowance));
+    allowance -= end - nextQueued;
+    while (nextQueued < end) {
+      const answer = queued[nextQueued];
+      queued[nextQueued++] = noop;
+      answer();
+    }
+    if (nextQueued === queued.length) {
+      queued.length = 0;
+      nextQueued = 0;
+    } else {
+      drainScheduled = true;
+      // With allowance left, the next turn; without, once a few refusals' worth has come back.
+      if (allowance >= 1) setImmediate(drain);
+      else setTimeout(drain, Math.ceil((refusalsPerTurn * 1000) / refusalsPerSecond));
+    }
+  };
+  const refuse = (request: AnyRequest, response: AnyResponse, refusal: Refusal) => {
+    const connection = connectionOf(request);
+    if (connection !== undefined && provenConnections.has(connection)) return answer(request, response, refusal);
+    queued.push(() => answer(request, response, refusal));
+    if (!drainScheduled) {
+      drainScheduled = true;
+      setImmediate(drain);
+    }
+  };
+
   const serve: RequestHandler = (request, response) => {
     // The Host first, before the plain-HTTP endpoints too: a page that reached a daemon without a
     // token by DNS rebinding must not read its metrics either.
     if (!options.anyHost) {
       const host = hostOf(request);
       if (host === undefined || !isLoopbackHost(host)) {
-        return answerEarly(
-          request,
-          response,
-          sandboxError(
+        return refuse(request, response, {
+          error: sandboxError(
             "HOST_NOT_ALLOWED",
             `host not allowed: ${JSON.stringify(host ?? "")}: a daemon without a token answers loopback names only (set a token to serve others)`,
             { metadata: { host: host ?? "" } },
           ),
-        );
+        });
       }
     }
     if (options.endpoints?.answer(request, response)) return;
@@ -121,13 +193,15 @@ export function createGate(handler: RequestHandler, options: GateOptions): Gate 
     if (!open.has(service)) {
       if (hasToken !== undefined && !hasToken(request.headers.authorization)) {
         options.onAuthFailure?.(request);
-        const missing = request.headers.authorization === undefined;
-        return answerEarly(request, response, sandboxError("UNAUTHENTICATED", missing ? "missing bearer token" : "invalid bearer token"));
+        return refuse(request, response, request.headers.authorization === undefined ? refusals.missingToken : refusals.invalidToken);
       }
       const connection = connectionOf(request);
       if (connection === undefined) return; // Reset before it got here.
       admittedConnections.add(connection);
-      provenConnections.add(connection);
+      if (!provenConnections.has(connection)) {
+        provenConnections.add(connection);
+        options.onProven?.(connection);
+      }
       countResets(request);
       return handler(request, response);
     }
@@ -135,13 +209,9 @@ export function createGate(handler: RequestHandler, options: GateOptions): Gate 
     if (connection === undefined) return;
     const onConnection = perConnection.get(connection) ?? 0;
     const watch = (request.url ?? "").endsWith("/Watch");
-    const refuse = (message: string, limit: string, value: number) =>
-      answerEarly(request, response, sandboxError("LIMIT_EXCEEDED", message, { metadata: { limit, value: String(value) } }));
-    if (onConnection >= maxPerConnection) {
-      return refuse(`too many health calls on this connection: the limit of ${maxPerConnection} is reached`, "max-public-calls-per-connection", maxPerConnection);
-    }
-    if (publicCalls >= maxPublic) return refuse(`too many health calls: the limit of ${maxPublic} is reached`, "max-public-calls", maxPublic);
-    if (watch && watchStreams >= maxWatch) return refuse(`too many health watches: the limit of ${maxWatch} is reached`, "max-watch-streams", maxWatch);
+    if (onConnection >= maxPerConnection) return refuse(request, response, refusals.perConnection);
+    if (publicCalls >= maxPublic) return refuse(request, response, refusals.public);
+    if (watch && watchStreams >= maxWatch) return refuse(request, response, refusals.watch);
     admittedConnections.add(connection);
     perConnection.set(connection, onConnection + 1);
     publicCalls++;
@@ -174,6 +244,19 @@ export interface Gate {
    * daemon without one): the listener never closes such a connection to make room for another.
    */
   proven(connection: object): boolean;
+}
+
+function noop(): void {}
+
+/** A refusal the gate answers: the error, and its encoding for the default answer when prepared. */
+interface Refusal {
+  error: ConnectError;
+  prepared?: PreparedRefusal;
+}
+
+/** A LIMIT_EXCEEDED refusal naming the limit and its value. */
+function limitExceeded(message: string, limit: string, value: number) {
+  return sandboxError("LIMIT_EXCEEDED", message, { metadata: { limit, value: String(value) } });
 }
 
 /** The service part of a request path, `/grpc.health.v1.Health/Check` -> `grpc.health.v1.Health`. */
