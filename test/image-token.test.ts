@@ -11,6 +11,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import { connect } from "../src/client/index.js";
 import { bundleDaemon } from "./support/daemon-bundle.js";
 import { startDaemonProcess } from "./support/daemon-process.js";
+import { waitFor } from "./support/processes.js";
 import { tokenProbeArgs, type TokenProbeReport } from "./support/token-probe.js";
 import { repositoryRoot } from "./support/tools.js";
 
@@ -57,7 +58,6 @@ describe.skipIf(!isRoot)("the image's configuration keeps the token from command
       cwd: workspace,
       detached: true,
     });
-    cleanups.push(() => process.kill(-daemon.child.pid!, "SIGKILL"));
     const sandbox = await connect({ baseUrl: daemon.url, token });
     try {
       const probe = await sandbox.exec("node", { args: tokenProbeArgs(token), timeout: 60_000 });
@@ -74,6 +74,9 @@ describe.skipIf(!isRoot)("the image's configuration keeps the token from command
       expect(daemon.stderr()).not.toContain("WARNING: commands run as the daemon's own user");
     } finally {
       await sandbox.close();
+      // SIGTERM to the whole group, as `docker stop` reaches the daemon: it drains and removes its cgroups.
+      process.kill(-daemon.child.pid!, "SIGTERM");
+      await waitFor(() => daemon.child.exitCode !== null || daemon.child.signalCode !== null, { timeoutMs: 15_000, what: "the init to exit" }).catch(() => process.kill(-daemon.child.pid!, "SIGKILL"));
     }
   }, 120_000);
 });
