@@ -6,7 +6,7 @@
  * of the SDKs it mirrors: the Cloudflare Sandbox SDK (exec, execStream, process calls), the Together
  * sandbox SDK (exec with arguments, getOutput), the LangSmith sandbox SDK (run, CommandHandle),
  * Vercel Sandbox (runCommand, Command, CommandFinished) and the Orbiter sandbox's lifecycle. It
- * never loads server code or node-pty.
+ * never loads server code or a native module.
  *
  * @module
  */

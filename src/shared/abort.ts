@@ -6,7 +6,7 @@
  * bound, and `AbortSignal.any` keeps an entry per dependent signal on Node 20 (nodejs/node#55351).
  *
  * This module imports nothing, so the process manager, the server and the client all use it, and a
- * client loads it without loading the process manager (no node-pty, no native addon).
+ * client loads it without loading the process manager (no native addon).
  */
 
 /** Something that holds listeners until it is disposed. Disposing twice is a no-op. */

@@ -4,8 +4,8 @@
  * before it sends anything. The checks return the problem as a sentence (or undefined when there is
  * none) so each caller throws its own error type.
  *
- * This module imports nothing, so a client loads it without loading the process manager (no
- * node-pty, no native addon).
+ * This module imports nothing, so a client loads it without loading the process manager (no native
+ * addon).
  */
 
 /** Longest process id and session id, in characters. */

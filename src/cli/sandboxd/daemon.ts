@@ -102,7 +102,7 @@ function securitySummary(options: SandboxServerOptions, server: SandboxServer, o
       : "";
   const addon =
     loadNativeAddon() === null
-      ? "; WARNING: the native addon (build/sandboxd.node) is not loaded: commands start with a fork of the daemon (slower), freed memory is not trimmed"
+      ? "; WARNING: the native addon (build/sandboxd.node) is not loaded: commands start with a fork of the daemon (slower), terminal (PTY) commands are refused, freed memory is not trimmed"
       : "";
   const applied = manager.launcher.resources?.applied;
   const resources =

@@ -59,8 +59,8 @@ let addon: NativeAddon | null | undefined;
 /**
  * Loads `build/sandboxd.node` (built at install; `SANDBOXD_NATIVE_ADDON` names another path), found
  * like the exec helper (see findNativeFile); null when it is missing, does not load, or `SANDBOXD_NO_ADDON=1` says not to, and the
- * daemon then does without: commands start through child_process and node-pty (a fork of the
- * daemon each), and freed memory is not trimmed.
+ * daemon then does without: commands start through child_process (a fork of the daemon each),
+ * terminal (PTY) commands are refused, and freed memory is not trimmed.
  */
 export function loadNativeAddon(): NativeAddon | null {
   if (addon !== undefined) return addon;

@@ -1,12 +1,10 @@
 import { randomBytes } from "node:crypto";
-import { closeSync, constants as fsConstants, openSync, write } from "node:fs";
-import { createRequire } from "node:module";
+import { closeSync, write } from "node:fs";
 import { ProcessError } from "../errors.js";
 import tty from "node:tty";
 import { outputDrainLimitMs, type ChildExit, type SpawnChildOptions, type SpawnedChild } from "./child.js";
 import { executablePath, loadNativeAddon } from "../native/index.js";
 import { listenForNativeExits, reapNow, watchNativeExit } from "./native-exits.js";
-import { signalName } from "../signals.js";
 
 /** Options for {@link spawnPtyChild}. */
 export interface SpawnPtyOptions extends SpawnChildOptions {
@@ -14,49 +12,9 @@ export interface SpawnPtyOptions extends SpawnChildOptions {
   rows: number;
 }
 
-interface NativePty {
-  fork(
-    file: string,
-    args: string[],
-    env: string[],
-    cwd: string,
-    cols: number,
-    rows: number,
-    uid: number,
-    gid: number,
-    utf8: boolean,
-    helperPath: string,
-    onExit: (code: number, signal: number) => void,
-  ): { fd: number; pid: number; pty: string };
-  resize(fd: number, cols: number, rows: number): void;
-}
-
-const require = createRequire(import.meta.url);
-let nativePty: { module: NativePty; dir: string } | undefined;
-
-function loadNativePty(): { module: NativePty; dir: string } {
-  // node-pty's own Terminal emits its exit only after the master closes, and gives up on the
-  // output 200 ms after the child exits: the tail of a fast printer is lost. Its native fork gives
-  // the exit as it happens, so the output can be drained deterministically (see below).
-  if (nativePty !== undefined) return nativePty;
-  let utils: { loadNativeModule(name: string): { module: NativePty; dir: string } };
-  try {
-    utils = require("node-pty/lib/utils.js") as typeof utils;
-  } catch (error) {
-    // node-pty is an optional peer of the package: the addon opens terminals where it was built.
-    throw new ProcessError(
-      "terminal commands need the native addon (build/sandboxd.node, built at install with a C compiler) or the node-pty package; neither is available",
-      "SPAWN_FAILED",
-      { cause: error },
-    );
-  }
-  nativePty = utils.loadNativeModule("pty");
-  return nativePty;
-}
-
 /**
- * Spawns a child in a new pseudo-terminal through node-pty; it leads a new session and process
- * group. Everything it prints arrives as stdout.
+ * Spawns a child in a new pseudo-terminal opened by the native addon; it leads a new session and
+ * process group. Everything it prints arrives as stdout.
  *
  * To deliver all of its output every time, the parent holds the terminal's slave side open, so the
  * master never reports EIO while output is still queued. When the child exits, the parent writes a
@@ -197,8 +155,8 @@ interface Terminal {
 }
 
 /**
- * Starts the command in a new pseudo-terminal: through the addon's posix_spawn when it is built (no
- * fork of the daemon), else node-pty's native fork.
+ * Starts the command in a new pseudo-terminal through the addon's posix_spawn (openpty, no fork of
+ * the daemon); a daemon without the addon refuses it (SPAWN_FAILED).
  */
 function openTerminal(options: SpawnPtyOptions): Terminal {
   const addon = loadNativeAddon();
@@ -221,32 +179,12 @@ function openTerminal(options: SpawnPtyOptions): Terminal {
       resize: (cols, rows) => addon.resize(master, cols, rows),
     };
   }
-  const native = loadNativePty();
-  const env = Object.entries(options.env).map(([key, value]) => `${key}=${value}`);
-  let resolveExit!: (exit: ChildExit) => void;
-  const exited = new Promise<ChildExit>((resolve) => (resolveExit = resolve));
-  const term = native.module.fork(
-    options.file,
-    [...options.args],
-    env,
-    options.cwd,
-    options.cols,
-    options.rows,
-    -1,
-    -1,
-    false,
-    `${native.dir}/spawn-helper`,
-    (code, signal) => resolveExit(signal ? { code: null, signal: signalName(signal) } : { code, signal: null }),
+  // node-pty's public API gives no fd of the terminal, so the drain above could not work through it, and
+  // reaching into its private module and raw fork would break with any release: without the addon, no PTY.
+  throw new ProcessError(
+    "terminal commands need the native addon (build/sandboxd.node, built at install with a C compiler), which is not loaded",
+    "SPAWN_FAILED",
   );
-  let slaveFd: number | undefined;
-  try {
-    // Non-blocking: the marker is written from this thread, which is also the one that reads the
-    // master; a blocking write into a full terminal would wait for itself.
-    slaveFd = openSync(term.pty, fsConstants.O_RDWR | fsConstants.O_NOCTTY | fsConstants.O_NONBLOCK);
-  } catch {
-    // The child already closed the terminal: its output ends with EIO instead of the marker.
-  }
-  return { pid: term.pid, fd: term.fd, slaveFd, exited, resize: (cols, rows) => native.module.resize(term.fd, cols, rows) };
 }
 
 /**
