@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
 # Deployment files, checked:
+#   deploy/agent-sandbox/*.yaml  strictly against kubernetes-sigs/agent-sandbox's CRD schemas (vendored in
+#                             test/side/deploy/agent-sandbox-crds), the pod template against the Kubernetes ones,
+#                             and against the image (test/side/deploy/agent_sandbox.py)
 #   deploy/kubernetes/*.yaml  strictly against the Kubernetes schemas of the oldest version the manifests
 #                             support (1.27: native gRPC probes) and of the newest, with kubernetes-validate
 #                             (PyPI; the schemas ship inside the package, nothing is fetched at run time)
@@ -33,10 +36,22 @@ for version in 1.27.0 1.37.0; do
   result "deploy/kubernetes is valid for Kubernetes $version (strict: no unknown fields)" "$status" "$out"
 done
 
+# deploy/agent-sandbox/ against agent-sandbox's CRD schemas (strict), its pod against the Kubernetes ones.
+pod=$(mktemp --suffix=.yaml)
+status=0
+out=$("$venv/bin/python" test/side/deploy/agent_sandbox.py test/side/deploy/agent-sandbox-crds Dockerfile "$pod" deploy/agent-sandbox/*.yaml 2>&1) || status=$?
+result "deploy/agent-sandbox is valid for agent-sandbox's CRDs (strict) and is what sandboxd needs" "$status" "$out"
+for version in 1.27.0 1.37.0; do
+  status=0
+  out=$("$venv/bin/kubernetes-validate" --strict --no-warn -k "$version" "$pod" 2>&1) || status=$?
+  result "deploy/agent-sandbox's pod is valid for Kubernetes $version (strict)" "$status" "$out"
+done
+rm -f "$pod"
+
 [ -x dist/src/cli/sandboxd.js ] || npm run build --silent
 help=$(node dist/src/cli/sandboxd.js --help)
 unknown=""
-for name in $(grep -ohE '\bSANDBOXD_[A-Z_]+' deploy/kubernetes/*.yaml deploy/systemd/sandboxd.service Dockerfile | sort -u); do
+for name in $(grep -ohE '\bSANDBOXD_[A-Z_]+' deploy/kubernetes/*.yaml deploy/agent-sandbox/*.yaml deploy/systemd/sandboxd.service Dockerfile | sort -u); do
   grep -q "$name" <<<"$help" || unknown="$unknown $name"
 done
 result "every SANDBOXD_* variable in deploy/ and the Dockerfile is in sandboxd --help" "$([ -z "$unknown" ]; echo $?)" "unknown:$unknown"
