@@ -1,5 +1,5 @@
 import { spawn } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readlinkSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
@@ -12,6 +12,8 @@ import { collectExec, type SandboxClient } from "./support/rpc.js";
 const probe = Launcher.create();
 const pidsCgroups = probe.forkLimit() === "cgroup-pids";
 probe.close();
+/** This test runs in the machine's own pid namespace (the kernel's PROC_PID_INIT_INO), where every process is visible. */
+const inInitialPidNamespace = readlinkSync("/proc/self/ns/pid") === "pid:[4026531836]";
 
 describe("a daemon's cgroup names", () => {
   it("are created, never adopted: a name that is there already is skipped", () => {
@@ -40,8 +42,12 @@ describe("a daemon's cgroup names", () => {
     // A pid reused by a process started at another time is not the daemon that named the directory.
     expect(cgroupOwnerGone(`sandboxd.${namespace}.${process.ppid}.${liveStart + 1}.${token}.0`)).toBe(true);
     expect(cgroupOwnerGone(`sandboxd.${namespace}.${deadPid}.12345.${token}.0`)).toBe(true);
-    // Another pid namespace's daemon (another container's PID 1) cannot be seen from here: never judged gone.
-    expect(cgroupOwnerGone(`sandboxd.${Number(namespace) + 1}.${deadPid}.12345.${token}.0`)).toBe(false);
+    // Another pid namespace's daemon (another container's PID 1): gone only when its whole namespace is, and only
+    // a daemon of the machine's own namespace, which sees every process, can tell.
+    const other = `sandboxd.${Number(namespace) + 1}.1.12345.${token}.0`;
+    expect(cgroupOwnerGone(other, () => new Set([namespace!, String(Number(namespace) + 1)]))).toBe(false);
+    expect(cgroupOwnerGone(other, () => undefined)).toBe(false);
+    expect(cgroupOwnerGone(other, () => new Set([namespace!]))).toBe(namespace === "4026531836");
     // The old names carry a pid of an unknown namespace: left alone.
     expect(cgroupOwnerGone(`sandboxd.${deadPid}.0`)).toBe(false);
     expect(cgroupOwnerGone("sandboxd.x")).toBe(false);
@@ -82,6 +88,23 @@ describe.skipIf(!pidsCgroups || !canUnsharePid)("two daemons, each PID 1 of its 
     expect(existsSync(firstCgroup!)).toBe(false);
     expect(existsSync(secondCgroup!)).toBe(true);
     expect(path.join("/sys/fs/cgroup/pids", await forkAndTell(second.client)).startsWith(`${secondCgroup}/`)).toBe(true);
+  });
+
+  it.skipIf(!inInitialPidNamespace)("a daemon of the machine's own pid namespace sweeps what a dead namespace's daemon left, never a live one's", async () => {
+    const [dead, live] = await Promise.all([daemon(asPidOne), daemon(asPidOne)]);
+    const liveSaw = await forkAndTell(live.client);
+    await forkAndTell(dead.client);
+    const [deadCgroup] = daemonPidsCgroups(dead.pid);
+    const [liveCgroup] = daemonPidsCgroups(live.pid);
+    // SIGKILL: the daemon cannot remove its directories, and its pid namespace ends with it.
+    dead.close();
+    await waitFor(() => !existsSync(`/proc/${dead.pid}`), { what: "the killed daemon to be gone" });
+    const host = await daemon();
+    await waitFor(() => host.daemon.stderr().includes("fork cap"), { what: "the host daemon's start line" });
+    expect(existsSync(deadCgroup!)).toBe(false);
+    expect(existsSync(liveCgroup!)).toBe(true);
+    // The live daemon's kept cgroup is still its own, reused by its next command.
+    expect(await forkAndTell(live.client)).toBe(liveSaw);
   });
 
   it("a daemon starting in a pid namespace of its own leaves a live daemon's cgroups outside it alone", async () => {

@@ -1,6 +1,6 @@
 import { readdirSync, readFileSync, rmdirSync } from "node:fs";
 import path from "node:path";
-import { cgroupOwnerGone } from "./cgroup-names.js";
+import { cgroupOwnerGone, visiblePidNamespaces } from "./cgroup-names.js";
 
 /** The pids of a cgroup's tasks (its `cgroup.procs`); undefined when it is gone, empty when unreadable. */
 export function cgroupMembers(directory: string): number[] | undefined {
@@ -42,8 +42,8 @@ export function removeCgroupQuietly(directory: string): void {
 /**
  * Kills the tasks of, and removes, the cgroups under `parent` that belong to sandboxd daemons
  * certainly no longer running (see {@link cgroupOwnerGone}: a daemon killed with SIGKILL leaves them,
- * its commands inside), with the per-command cgroups below them. Another live daemon's, and those of
- * a daemon of another pid namespace, are never touched. Returns how many tasks were sent SIGKILL.
+ * its commands inside), with the per-command cgroups below them. Another live daemon's are never
+ * touched, nor, from inside a pid namespace, those of a daemon of another. Returns how many tasks were sent SIGKILL.
  * The killed tasks take a moment to go: a directory that cannot be removed now is removed at a
  * later start.
  */
@@ -55,8 +55,14 @@ export function removeLeftoverCgroups(parent: string): number {
     return 0;
   }
   let killed = 0;
+  // Read once per sweep, and only when a name of another pid namespace asks for it.
+  let namespaces: ReadonlySet<string> | undefined | null = null;
+  const livePidNamespaces = () => {
+    if (namespaces === null) namespaces = visiblePidNamespaces();
+    return namespaces;
+  };
   for (const entry of entries) {
-    if (!cgroupOwnerGone(entry)) continue;
+    if (!cgroupOwnerGone(entry, livePidNamespaces)) continue;
     const directory = path.join(parent, entry);
     try {
       const children = readdirSync(directory, { withFileTypes: true }).filter((child) => child.isDirectory());

@@ -1,5 +1,5 @@
 import { randomBytes } from "node:crypto";
-import { mkdirSync, readlinkSync } from "node:fs";
+import { mkdirSync, readdirSync, readFileSync, readlinkSync } from "node:fs";
 import path from "node:path";
 import { processStartTime } from "../housekeeping/index.js";
 
@@ -37,20 +37,61 @@ export function daemonCgroupName(n: number): string {
   return `sandboxd.${owner.pidNamespace}.${owner.pid}.${owner.startTime}.${owner.token}.${n}`;
 }
 
+/** The inode of the initial pid namespace (the kernel's PROC_PID_INIT_INO): a process in it sees every process of the machine. */
+const initialPidNamespace = "4026531836";
+
 /**
  * Whether `name` is a sandboxd daemon's cgroup directory whose daemon has certainly exited: one of
  * ours ({@link daemonCgroupName}), named by a daemon of this process's pid namespace whose pid is
- * gone or belongs to a process started at another time. A daemon of another pid namespace (another
- * container's) cannot be seen from here, so its directories are never judged gone, nor is anything
- * else: a leftover is only ever removed when its owner is known to be dead.
+ * gone or belongs to a process started at another time, or, seen from the initial pid namespace,
+ * by a daemon whose whole pid namespace is gone (no process is left in it: `livePidNamespaces`
+ * says which are alive, undefined when it could not tell). Anything else (another container's
+ * daemon, seen from inside a container; a name of another form) is never judged gone: a leftover is
+ * only ever removed when its owner is known to be dead.
  */
-export function cgroupOwnerGone(name: string): boolean {
+export function cgroupOwnerGone(name: string, livePidNamespaces: () => ReadonlySet<string> | undefined = visiblePidNamespaces): boolean {
   const match = /^sandboxd\.(\d+)\.(\d+)\.(\d+)\.[0-9a-f]+\.\d+$/.exec(name);
   if (match === null) return false;
   const [, namespace, pid, startTime] = match;
-  if (namespace !== ownOwner().pidNamespace || namespace === "0") return false;
+  const ownNamespace = ownOwner().pidNamespace;
+  if (namespace === "0" || ownNamespace === "0") return false;
+  if (namespace !== ownNamespace) return ownNamespace === initialPidNamespace && livePidNamespaces()?.has(namespace!) === false;
   if (Number(pid) === process.pid) return Number(startTime) !== ownOwner().startTime;
   return processStartTime(Number(pid)) !== Number(startTime);
+}
+
+/**
+ * The pid namespaces of every process this process can see, read from /proc; undefined when one of
+ * them could not be read (no permission: it may be in any namespace). A pid namespace lives as long
+ * as its first process, and every process in it is killed when that one exits.
+ */
+export function visiblePidNamespaces(): ReadonlySet<string> | undefined {
+  const namespaces = new Set<string>();
+  for (const entry of readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      const namespace = /^pid:\[(\d+)\]$/.exec(readlinkSync(`/proc/${entry}/ns/pid`))?.[1];
+      if (namespace !== undefined) namespaces.add(namespace);
+    } catch (error) {
+      // Gone meanwhile, or a zombie (no namespaces any more): in no namespace.
+      if ((error as NodeJS.ErrnoException).code === "ENOENT") continue;
+      // Not allowed to look (a non-dumpable init): its status, which anyone may read, still shows
+      // whether it is in a nested namespace (one pid per level); if it is, which one is unknown.
+      const levels = nestingLevels(entry);
+      if (levels === 1 && ownOwner().pidNamespace === initialPidNamespace) namespaces.add(initialPidNamespace);
+      else if (levels !== undefined) return undefined;
+    }
+  }
+  return namespaces;
+}
+
+/** How many pid namespaces a process is in, from the one this process sees it in down (its status's `NSpid`); undefined when gone. */
+function nestingLevels(pid: string): number | undefined {
+  try {
+    return /^NSpid:\s*(.*)$/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1]?.trim().split(/\s+/).length;
+  } catch {
+    return undefined;
+  }
 }
 
 /** The inode number of a process's pid namespace ("4026531836"), or undefined when it cannot be read. */

@@ -84,13 +84,18 @@ function sweep(): void {
     if (pid === 0) break;
     if (pid > 0 && (waiting.has(pid) ? reapNow(pid) : reapOrphan(pid))) continue;
     askEachWaiting();
-    if (reapingOrphans) orphanRetry ??= setTimeout(() => ((orphanRetry = undefined), sweep()), 100).unref();
+    if (reapingOrphans) orphanRetry ??= setTimeout(sweepAgain, 100).unref();
     break;
   }
   if (waiting.size === 0 && safetyNet !== undefined) {
     clearInterval(safetyNet);
     safetyNet = undefined;
   }
+}
+
+function sweepAgain(): void {
+  orphanRetry = undefined;
+  sweep();
 }
 
 /**
