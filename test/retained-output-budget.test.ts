@@ -1,10 +1,10 @@
 import { afterEach, describe, expect, it } from "vitest";
 import { OutputStream } from "../gen/sandbox/v1/sandbox_pb.js";
 import { waitFor } from "./support/processes.js";
-import { collectExec, collectLogs, deterministicBytesCommand } from "./support/rpc.js";
+import { Code, collectExec, collectLogs, deterministicBytesCommand, rpcError, sleepMarker } from "./support/rpc.js";
 import { startTestServer, type TestServer } from "./support/server.js";
 
-describe("the output of exited records is bounded daemon-wide", () => {
+describe("the output of all records is bounded daemon-wide", () => {
   let test: TestServer | undefined;
   afterEach(async () => {
     await test?.close();
@@ -21,7 +21,7 @@ describe("the output of exited records is bounded daemon-wide", () => {
       await waitFor(async () => (await test!.client.getProcess({ processId: ids[index] })).process?.exit !== undefined, { what: "the exit" });
     }
     const manager = test.server.manager;
-    expect(manager.exitedOutputRetainedBytes).toBeLessThanOrEqual(600 * 1024);
+    expect(manager.budget.usedBytes).toBeLessThanOrEqual(600 * 1024);
     // The newest two are whole; the oldest were dropped and a reader is told exactly what it missed.
     for (const id of ids.slice(-2)) {
       expect((await test.client.getProcessLogs({ processId: id })).stdout.length).toBe(size);
@@ -35,7 +35,7 @@ describe("the output of exited records is bounded daemon-wide", () => {
     expect(events.at(-1)?.case).toBe("exited");
 
     expect((await test.client.cleanupProcesses({})).removedCount).toBe(5);
-    expect(manager.exitedOutputRetainedBytes).toBe(0);
+    expect(manager.budget.usedBytes).toBe(0);
   });
 
   it("an Exec whose caller got everything keeps its record, not its output", async () => {
@@ -46,6 +46,51 @@ describe("the output of exited records is bounded daemon-wide", () => {
     expect(logs.process?.exit?.exitCode).toBe(0);
     expect(logs.stdout.length).toBe(0);
     expect(logs.stdoutOffset).toBe(100_000n);
-    expect(test.server.manager.exitedOutputRetainedBytes).toBe(0);
+    expect(test.server.manager.budget.usedBytes).toBe(0);
+  });
+
+  it("live output counts too: exited output goes first, then the largest live buffers are trimmed, a quiet one stays whole", async () => {
+    const budget = 1024 * 1024;
+    test = await startTestServer({ maxRetainedBytes: budget });
+    const client = test.client;
+    const written = async (processId: string) => {
+      const logs = await client.getProcessLogs({ processId });
+      return Number(logs.stdoutOffset) + logs.stdout.length;
+    };
+    const start = async (command: string) => (await client.startProcess({ spec: { command, autoCleanup: false } })).process!.processId;
+    const exited = await start(deterministicBytesCommand(256 * 1024));
+    await waitFor(async () => (await client.getProcess({ processId: exited })).process?.exit !== undefined, { what: "the exit" });
+    const quiet = await start(`printf quiet-output; sleep ${sleepMarker()}`);
+    await waitFor(async () => (await written(quiet)) === 12, { what: "the quiet output" });
+    const chatty: string[] = [];
+    for (let index = 0; index < 4; index++) chatty.push(await start(`${deterministicBytesCommand(512 * 1024)}; sleep ${sleepMarker()}`));
+    for (const id of chatty) await waitFor(async () => (await written(id)) === 512 * 1024, { what: "the chatty output" });
+
+    const manager = test.server.manager;
+    expect(manager.budget.usedBytes).toBeLessThanOrEqual(budget);
+    // The exited record went first, all of it; a reader is told so.
+    const gone = await client.getProcessLogs({ processId: exited });
+    expect([gone.stdout.length, gone.stdoutOffset]).toEqual([0, BigInt(256 * 1024)]);
+    // The quiet process keeps every byte.
+    expect(Buffer.from((await client.getProcessLogs({ processId: quiet })).stdout).toString()).toBe("quiet-output");
+    // The chatty ones share what is left: the largest is trimmed first, so none is wiped while another
+    // holds much (levels are approximate: output is dropped a chunk of up to 64 KiB at a time, as it
+    // arrives). Each has a gap before what it kept.
+    const kept = await Promise.all(chatty.map(async (processId) => (await client.getProcessLogs({ processId })).stdout.length));
+    for (const bytes of kept) {
+      expect(bytes).toBeGreaterThan(64 * 1024);
+      expect(bytes).toBeLessThan(384 * 1024);
+    }
+    const events = await collectLogs(client, { processId: chatty[0], follow: false });
+    expect(events[1]).toMatchObject({ case: "gap", value: { stream: OutputStream.STDOUT, offset: 0n, missedBytes: BigInt(512 * 1024 - kept[0]) } });
+    await client.killAllProcesses({ signal: "SIGKILL" });
+  });
+
+  it("stdin_data larger than the whole budget is refused, naming it", async () => {
+    test = await startTestServer({ maxRetainedBytes: 64 * 1024 });
+    const error = await rpcError(test.client.startProcess({ spec: { command: "cat", stdinData: new Uint8Array(64 * 1024 + 1) } }));
+    expect(error.code).toBe(Code.ResourceExhausted);
+    expect(error.rawMessage).toBe("stdin_data of 65537 bytes is larger than the daemon's budget of 65536 bytes for output and input");
+    expect(test.server.manager.list()).toHaveLength(0);
   });
 });

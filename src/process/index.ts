@@ -1,6 +1,6 @@
 export { createBaseEnvironment, defaultPath, identityEnvironment } from "./environment.js";
 export { ProcessError, type ProcessErrorReason } from "./errors.js";
-export { memoryReclaims, reclaimMemoryAsDaemon } from "./housekeeping/index.js";
+export { memoryReclaims, reclaimMemoryAsDaemon, releaseBufferedMemory } from "./housekeeping/index.js";
 export {
   defaultKillGracePeriodMs,
   ManagedProcess,
@@ -17,11 +17,11 @@ export {
   type OutputStreamName,
   type StreamOffsets,
 } from "./output/index.js";
+export { defaultMemoryBudgetBytes, MemoryBudget, type MemoryBudgetOptions } from "./output/index.js";
 export {
   createProcessManager,
   defaultLingerMs,
   defaultMaxProcesses,
-  defaultMaxRetainedBytes,
   defaultOutputCapacityBytes,
   ProcessManager,
   type ProcessFilter,

@@ -2,7 +2,7 @@ import { raceSignal } from "../shared/abort.js";
 import { ProcessError } from "./errors.js";
 import { maxPendingInputBytes, ptySizeProblem } from "../shared/limits.js";
 import type { SpawnedChild } from "./spawn/index.js";
-import { OutputBuffer, type OutputReader, type OutputStreamName, type StreamOffsets } from "./output/index.js";
+import { MemoryBudget, OutputBuffer, type OutputReader, type OutputStreamName, type StreamOffsets } from "./output/index.js";
 import type { SignalName } from "./signals.js";
 import type { ProcessStatus } from "../shared/process-status.js";
 
@@ -71,6 +71,11 @@ export interface ManagedProcessOptions {
   outputCapacityBytes: number;
   /** Its place in the order records were created in (see {@link ManagedProcess.sequence}). */
   sequence: number;
+  /**
+   * The budget its retained output and pending stdin bytes count against, shared with the other
+   * records (see {@link MemoryBudget}). Default: one of its own without a limit.
+   */
+  budget?: MemoryBudget;
 }
 
 /**
@@ -92,6 +97,8 @@ export class ManagedProcess {
 
   /** Retained output of both streams. */
   private readonly output: OutputBuffer;
+  /** What the retained output and the pending stdin bytes count against. */
+  private readonly budget: MemoryBudget;
   /** The reader of the one caller who reads every byte (Exec); see {@link pinReader}. */
   private pinned?: OutputReader;
   private child?: SpawnedChild;
@@ -120,9 +127,11 @@ export class ManagedProcess {
   constructor(options: ManagedProcessOptions) {
     this.description = options.description;
     this.sequence = options.sequence;
+    this.budget = options.budget ?? new MemoryBudget({ limitBytes: Infinity });
     this.output = new OutputBuffer({
       capacityBytes: options.outputCapacityBytes,
       onBackpressure: (paused) => (paused ? this.child?.pauseOutput() : this.child?.resumeOutput()),
+      budget: this.budget,
     });
     this.exited = new Promise((resolve) => (this.resolveExited = resolve));
     this.writeChain = new Promise((resolve) => (this.resolveStarted = resolve));
@@ -224,6 +233,22 @@ export class ManagedProcess {
     return this.output.discardRetained();
   }
 
+  /**
+   * Drops the oldest retained output until at most `bytes` are retained (what the pinned reader has
+   * not read stays); readers that ask for it get a gap. Returns the bytes released. @internal
+   */
+  trimRetainedOutput(bytes: number): number {
+    return this.output.trimTo(bytes);
+  }
+
+  /**
+   * The record goes: drops the retained output no pinned reader needs, and stops counting the rest
+   * against the budget. Returns the bytes released. @internal
+   */
+  releaseOutput(): number {
+    return this.output.leaveBudget();
+  }
+
   /** Delivers output from the child into the buffer. @internal */
   handleOutput(stream: OutputStreamName, data: Uint8Array): void {
     this.output.append(stream, data);
@@ -318,19 +343,55 @@ export class ManagedProcess {
    * counts in {@link bytesWritten} once it is written, as it then reaches the process.
    */
   async write(data: Uint8Array, signal?: AbortSignal): Promise<number> {
+    return this.enqueueWrite(data, signal, "refuse");
+  }
+
+  /**
+   * Writes bytes already received (a SendInput message) as {@link write} does, but counts them as
+   * pending even past {@link maxPendingInputBytes} or the daemon's budget: they are in memory
+   * already, and refusing them would lose input. Their receiver reads nothing more while
+   * {@link waitForInputRoom} waits, so each receiver is past the limits by at most one message.
+   * Throws LIMIT_EXCEEDED at once for data that could never fit: larger than the pending limit, or
+   * than the whole budget (naming `max-retained-bytes`).
+   */
+  async writeReceived(data: Uint8Array, signal?: AbortSignal): Promise<number> {
+    return this.enqueueWrite(data, signal, "count");
+  }
+
+  /**
+   * Resolves once stdin has room again: fewer than {@link maxPendingInputBytes} pending, and the
+   * daemon's budget not exhausted once what may be dropped was (see `MemoryBudget.fits`); at once
+   * when stdin is closed or the process has exited (what comes next fails on its own). Rejects with
+   * a ProcessError (CANCELED) when `signal` aborts first. A SendInput call waits for it before it
+   * reads its next message: backpressure reaches the client instead of the daemon buffering.
+   */
+  async waitForInputRoom(signal?: AbortSignal): Promise<void> {
+    while (this.exitInfo === undefined && !this.inputClosed) {
+      if (this.pendingInputBytes < maxPendingInputBytes && this.budget.fits(0)) return;
+      // A settled write releases its bytes from the budget, and so does whatever else makes room;
+      // the exit wakes the waiters too (see finish).
+      await raceSignal(this.budget.nextRelease(), signal, (reason) => this.writeCancelled(reason));
+    }
+  }
+
+  /** Counts `data` as pending and queues its write behind the earlier ones; past the pending limit it is refused or counted. */
+  private enqueueWrite(data: Uint8Array, signal: AbortSignal | undefined, pastLimit: "refuse" | "count"): Promise<number> {
     this.assertAcceptsInput();
     if (this.inputClosed) throw this.stdinClosed();
-    const cancelled = (reason: unknown) =>
-      new ProcessError(`write to stdin of process ${this.id} was cancelled`, "CANCELED", { metadata: { process_id: this.id }, cause: reason });
+    const cancelled = (reason: unknown) => this.writeCancelled(reason);
     if (signal?.aborted) throw cancelled(signal.reason);
-    if (this.pendingInputBytes + data.length > maxPendingInputBytes) {
+    if (data.length > maxPendingInputBytes || (pastLimit === "refuse" && this.pendingInputBytes + data.length > maxPendingInputBytes)) {
+      throw this.stdinFull();
+    }
+    if (data.length > this.budget.limitBytes) {
       throw new ProcessError(
-        `stdin of process ${this.id} is full: the limit of ${maxPendingInputBytes} pending bytes is reached`,
+        `input of ${data.length} bytes for process ${this.id} is larger than the daemon's budget of ${this.budget.limitBytes} bytes for output and input`,
         "LIMIT_EXCEEDED",
-        { metadata: { limit: "max-pending-input-bytes", value: String(maxPendingInputBytes), process_id: this.id } },
+        { metadata: { limit: "max-retained-bytes", value: String(this.budget.limitBytes), process_id: this.id } },
       );
     }
     this.pendingInputBytes += data.length;
+    this.budget.charge(data.length);
     const written = this.writeChain
       .then(() => {
         // Skipped, not written: the caller is gone and nothing of it reached the child.
@@ -347,7 +408,10 @@ export class ManagedProcess {
           },
         );
       })
-      .finally(() => (this.pendingInputBytes -= data.length));
+      .finally(() => {
+        this.pendingInputBytes -= data.length;
+        this.budget.charge(-data.length);
+      });
     // The next write waits for this one to be written (or dropped): a child write settles when the
     // bytes were taken by the OS or, at the latest, once the process has exited.
     this.writeChain = written.then(
@@ -373,15 +437,30 @@ export class ManagedProcess {
   }
 
   /**
-   * Resizes the PTY. Throws a ProcessError: INVALID_ARGUMENT (field `resize`) for a size outside
+   * Resizes the PTY once the writes accepted before have settled, in order with them. Resolves once
+   * applied. Throws a ProcessError at once: INVALID_ARGUMENT (field `resize`) for a size outside
    * {@link ptySizeProblem}'s bounds, PTY_NOT_OPEN for a process without a PTY. A resize after the
    * exit is a no-op.
    */
-  resize(cols: number, rows: number): void {
+  resize(cols: number, rows: number): Promise<void> {
     const problem = ptySizeProblem(cols, rows, "resize");
     if (problem !== undefined) throw new ProcessError(problem, "INVALID_ARGUMENT", { metadata: { field: "resize" } });
     if (!this.description.pty) throw new ProcessError(`process ${this.id} has no pty`, "PTY_NOT_OPEN", { metadata: { process_id: this.id } });
-    if (this.exitInfo === undefined) this.child?.resize(cols, rows);
+    const applied = this.writeChain.then(() => {
+      if (this.exitInfo === undefined && !this.leaderExited) this.child?.resize(cols, rows);
+    });
+    this.writeChain = applied.catch(() => {});
+    return applied;
+  }
+
+  private writeCancelled(cause: unknown): ProcessError {
+    return new ProcessError(`write to stdin of process ${this.id} was cancelled`, "CANCELED", { metadata: { process_id: this.id }, cause });
+  }
+
+  private stdinFull(): ProcessError {
+    return new ProcessError(`stdin of process ${this.id} is full: the limit of ${maxPendingInputBytes} pending bytes is reached`, "LIMIT_EXCEEDED", {
+      metadata: { limit: "max-pending-input-bytes", value: String(maxPendingInputBytes), process_id: this.id },
+    });
   }
 
   private notRunning(cause?: unknown): ProcessError {
@@ -448,5 +527,7 @@ export class ManagedProcess {
     this.resolveExited(this.exitInfo);
     // Resolving functions hold their promise's internals: a record that lingers keeps neither.
     this.resolveExited = settled;
+    // Writers waiting for room look again, and find the process gone.
+    this.budget.wake();
   }
 }

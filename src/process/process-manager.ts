@@ -3,10 +3,10 @@ import { accessSync, constants as fsConstants, statSync } from "node:fs";
 import path from "node:path";
 import { createBaseEnvironment, identityEnvironment } from "./environment.js";
 import { ProcessError } from "./errors.js";
-import { GroupLedger, type GroupReservation, type ReapReport, ExpiryQueue, noteProcessStarted, releaseOutputMemory } from "./housekeeping/index.js";
+import { GroupLedger, type GroupReservation, type ReapReport, ExpiryQueue, noteProcessStarted, releaseBufferedMemory } from "./housekeeping/index.js";
 import { Launcher, HelperStartError, spawnPipeChild, spawnPtyChild } from "./spawn/index.js";
 import { defaultKillGracePeriodMs, ManagedProcess, type ProcessStatus } from "./managed-process.js";
-import type { OutputReader } from "./output/index.js";
+import { defaultMemoryBudgetBytes, MemoryBudget, type OutputReader } from "./output/index.js";
 import type { SignalName } from "./signals.js";
 import { currentUser, rootIdentity, type UserIdentity } from "./user.js";
 import {
@@ -136,8 +136,13 @@ export interface ProcessManagerOptions {
    */
   stateDirectory?: string;
   /**
-   * Output bytes the records of exited processes may retain together; past it the oldest exited
-   * records' output is dropped (readers get a gap). Default {@link defaultMaxRetainedBytes}.
+   * The daemon's budget for what it holds on behalf of commands, in bytes: the output every record
+   * retains, live or exited, and the stdin bytes accepted and not yet written, together. Past it the
+   * oldest exited records' output is dropped first, then the largest live buffers are trimmed to a
+   * common level (readers get a gap either way); what cannot be dropped is held back at its source:
+   * stdin input waits for room (SendInput stops reading its stream), and an Exec whose caller has
+   * not read its output pauses after 64 KiB instead of its whole capacity. Default
+   * {@link defaultMemoryBudgetBytes} (a twentieth of the memory, from 128 MiB to 4 GiB).
    */
   maxRetainedBytes?: number;
   /** Told of every output read from a command, per stream (metrics). */
@@ -148,8 +153,6 @@ export interface ProcessManagerOptions {
 
 /** Default output retained per process. */
 export const defaultOutputCapacityBytes = 8 * 1024 * 1024;
-/** Default output retained by all exited records together: 256 MiB. */
-export const defaultMaxRetainedBytes = 256 * 1024 * 1024;
 /** Default linger time of exited records, in milliseconds. */
 export const defaultLingerMs = 60_000;
 /** Default maximum number of live processes. */
@@ -190,10 +193,10 @@ export class ProcessManager {
   /** Calls of {@link start} under way, awaited by {@link shutdown}. */
   private readonly starts = new Set<Promise<unknown>>();
 
-  private readonly maxRetainedBytes: number;
-  /** Exited records whose output counts against {@link maxRetainedBytes}, oldest exit first, with the bytes counted. */
-  private readonly exitedOutput = new Map<ManagedProcess, number>();
-  private exitedOutputBytes = 0;
+  /** What every record's retained output and pending stdin count against (see {@link ProcessManagerOptions.maxRetainedBytes}). */
+  readonly budget: MemoryBudget;
+  /** Exited records that may still retain output, oldest exit first: the first to go when the budget is full. */
+  private readonly exitedOutput = new Set<ManagedProcess>();
   private readonly runAs?: UserIdentity;
   private readonly allowSudo: boolean;
   private readonly log?: (message: string) => void;
@@ -209,7 +212,10 @@ export class ProcessManager {
     readonly workspace: Workspace,
     options: ProcessManagerOptions = {},
   ) {
-    this.maxRetainedBytes = options.maxRetainedBytes ?? defaultMaxRetainedBytes;
+    this.budget = new MemoryBudget({
+      limitBytes: options.maxRetainedBytes ?? defaultMemoryBudgetBytes(),
+      reclaim: (targetBytes) => this.reclaim(targetBytes),
+    });
     this.runAs = options.runAs;
     this.allowSudo = options.allowSudo ?? false;
     this.log = options.log;
@@ -280,6 +286,7 @@ export class ProcessManager {
   private async startProcess(spec: ProcessSpec, options: StartOptions, pinned: boolean): Promise<{ process: ManagedProcess } | PinnedProcess> {
     this.checkAdmission(options.signal);
     validateSpec(spec);
+    this.checkInputFits(spec.stdinData?.length ?? 0);
     const id = spec.processId || randomUUID();
     this.checkRoom(id);
     if (spec.sudo && !this.allowSudo) throw new ProcessError("sudo is not allowed by this daemon", "SUDO_NOT_ALLOWED");
@@ -325,6 +332,7 @@ export class ProcessManager {
       },
       outputCapacityBytes: this.outputCapacityBytes,
       sequence: ++this.lastSequence,
+      budget: this.budget,
     });
     // Before the spawn: the reader misses nothing.
     const started = pinned ? this.pinned(managed) : { process: managed };
@@ -527,6 +535,14 @@ export class ProcessManager {
     });
   }
 
+  /** Refuses `stdin_data` larger than the whole budget (LIMIT_EXCEEDED naming `max-retained-bytes`): it could never be held. */
+  private checkInputFits(bytes: number): void {
+    if (bytes <= this.budget.limitBytes) return;
+    throw new ProcessError(`stdin_data of ${bytes} bytes is larger than the daemon's budget of ${this.budget.limitBytes} bytes for output and input`, "LIMIT_EXCEEDED", {
+      metadata: { limit: "max-retained-bytes", value: String(this.budget.limitBytes) },
+    });
+  }
+
   /** Pins a reader on a new record's output, with the ways to let go of it. */
   private pinned(managed: ManagedProcess): PinnedProcess {
     const reader = managed.pinReader();
@@ -549,7 +565,7 @@ export class ProcessManager {
     noteProcessStarted();
     void managed.exited.then(() => {
       this.liveCount--;
-      this.countExitedOutput(managed);
+      if (this.processes.get(managed.id) === managed && managed.retainedBytes > 0) this.exitedOutput.add(managed);
       if (!managed.description.autoCleanup || this.processes.get(managed.id) !== managed) return;
       this.lingering.add(managed.id, managed.sequence);
     });
@@ -562,47 +578,65 @@ export class ProcessManager {
    */
   private dropOutput(managed: ManagedProcess): void {
     if (managed.exit === undefined || this.processes.get(managed.id) !== managed) return;
-    const released = managed.discardRetainedOutput();
-    const counted = this.exitedOutput.get(managed);
-    if (counted !== undefined) {
-      this.exitedOutputBytes -= counted - managed.retainedBytes;
-      this.exitedOutput.set(managed, managed.retainedBytes);
-    }
-    releaseOutputMemory(released);
+    releaseBufferedMemory(managed.discardRetainedOutput());
+    if (managed.retainedBytes === 0) this.exitedOutput.delete(managed);
   }
 
-  /** Bytes of output the exited records retain together (see {@link ProcessManagerOptions.maxRetainedBytes}). */
-  get exitedOutputRetainedBytes(): number {
-    return this.exitedOutputBytes;
-  }
-
-  /** Counts an exited record's output against the budget, dropping the oldest exited output past it. */
-  private countExitedOutput(managed: ManagedProcess): void {
-    if (this.processes.get(managed.id) !== managed) return;
-    const bytes = managed.retainedBytes;
-    this.exitedOutput.set(managed, bytes);
-    this.exitedOutputBytes += bytes;
-    for (const [oldest, counted] of this.exitedOutput) {
-      // The newest exit keeps its output even alone over the budget: its own capacity bounds it.
-      if (this.exitedOutputBytes <= this.maxRetainedBytes || oldest === managed) break;
-      releaseOutputMemory(oldest.discardRetainedOutput());
-      this.exitedOutputBytes -= counted - oldest.retainedBytes;
-      this.exitedOutput.set(oldest, oldest.retainedBytes);
-      // What a pinned reader has not read yet stays; the record stays counted until it goes.
-      if (oldest.retainedBytes === 0) this.exitedOutput.delete(oldest);
+  /**
+   * Makes room in the budget until at most `targetBytes` are held: first the output of exited
+   * records, oldest exit first, then the live processes' output, the largest buffers first, trimmed
+   * down to one common level (a chatty process loses its oldest output before a quiet one loses
+   * any), then all live output but what cannot go: what an Exec caller has not read yet, and each
+   * buffer's newest chunk. Readers of dropped output get a gap saying exactly what they missed.
+   */
+  private reclaim(targetBytes: number): void {
+    const before = this.budget.usedBytes;
+    try {
+      for (const managed of this.exitedOutput) {
+        if (this.budget.usedBytes <= targetBytes) return;
+        managed.discardRetainedOutput();
+        // What a pinned reader has not read yet stays, and the record with it.
+        if (managed.retainedBytes === 0) this.exitedOutput.delete(managed);
+      }
+      if (this.budget.usedBytes <= targetBytes) return;
+      const live = [...this.processes.values()]
+        .filter((managed) => managed.exit === undefined && managed.retainedBytes > 0)
+        .sort((a, b) => b.retainedBytes - a.retainedBytes);
+      const level = commonLevel(
+        live.map((managed) => managed.retainedBytes),
+        this.budget.usedBytes - targetBytes,
+      );
+      for (const managed of live) {
+        if (managed.retainedBytes <= level) break;
+        managed.trimRetainedOutput(level);
+      }
+      if (this.budget.usedBytes <= targetBytes) return;
+      for (const managed of live) managed.trimRetainedOutput(0);
+    } finally {
+      releaseBufferedMemory(Math.max(0, before - this.budget.usedBytes));
     }
   }
 
   private remove(managed: ManagedProcess): void {
     if (this.processes.get(managed.id) !== managed) return;
-    const counted = this.exitedOutput.get(managed);
-    if (counted !== undefined) {
-      this.exitedOutputBytes -= counted;
-      this.exitedOutput.delete(managed);
-    }
+    this.exitedOutput.delete(managed);
     this.processes.delete(managed.id);
-    releaseOutputMemory(managed.retainedBytes);
+    releaseBufferedMemory(managed.releaseOutput());
   }
+}
+
+/**
+ * The level to trim the largest of these sizes (sorted largest first) down to, so that together
+ * they give up at least `excessBytes`: every size above the level becomes the level, the others stay.
+ */
+function commonLevel(sizes: readonly number[], excessBytes: number): number {
+  let sum = 0;
+  for (let index = 0; index < sizes.length; index++) {
+    sum += sizes[index];
+    const level = (sum - excessBytes) / (index + 1);
+    if (level >= (sizes[index + 1] ?? 0)) return Math.max(0, Math.floor(level));
+  }
+  return 0;
 }
 
 /** Creates a process manager, resolving its workspace roots (which must exist). */

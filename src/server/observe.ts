@@ -90,6 +90,16 @@ export function createDaemonMetrics(source: { manager: ProcessManager; connectio
     },
   });
   new Gauge({
+    name: "sandboxd_memory_budget_bytes",
+    help: "The budget for output and stdin input held for all commands together (--max-retained-bytes), by kind: limit, used.",
+    labelNames: ["kind"],
+    registers: [registry],
+    collect() {
+      this.set({ kind: "limit" }, source.manager.budget.limitBytes);
+      this.set({ kind: "used" }, source.manager.budget.usedBytes);
+    },
+  });
+  new Gauge({
     name: "sandboxd_output_dropped_bytes",
     help: "Output bytes the current records dropped to stay within their bounds (readers got a gap).",
     registers: [registry],

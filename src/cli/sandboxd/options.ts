@@ -46,7 +46,7 @@ export function parseCommandLine(argv: readonly string[], env: NodeJS.ProcessEnv
       workspaceRoots: workspace?.length ? workspace : [process.cwd()],
       outputCapacityBytes: integer(flags, "max-output-bytes", undefined, 1024),
       maxProcesses: integer(flags, "max-processes", undefined, 1),
-      maxRetainedBytes: integer(flags, "max-retained-bytes", undefined, 0),
+      maxRetainedBytes: integer(flags, "max-retained-bytes", undefined, 1024 * 1024),
       lingerMs: integer(flags, "linger-ms", undefined, 0),
       ...securityOptions(flags, env),
       tls: tlsOptions(flags),

@@ -6,4 +6,9 @@
  */
 export { favorCgroupMoves } from "./cgroup-moves.js";
 export { PidsCgroup } from "./pids-cgroup.js";
-export { defaultCommandsMemoryBytes, ResourceCgroup, type ResourceLimits } from "./resource-cgroup.js";
+export {
+  availableMemoryBytes,
+  defaultCommandsMemoryBytes,
+  ResourceCgroup,
+  type ResourceLimits,
+} from "./resource-cgroup.js";

@@ -22,7 +22,7 @@ export interface ResourceLimits {
  * has, less a reserve for the daemon of a tenth, at least 256 MiB.
  */
 export function defaultCommandsMemoryBytes(): number {
-  const available = Math.min(totalmem(), ownMemoryLimit() ?? Number.MAX_SAFE_INTEGER);
+  const available = availableMemoryBytes();
   return Math.max(64 * 1024 * 1024, available - Math.max(256 * 1024 * 1024, Math.floor(available / 10)));
 }
 
@@ -114,6 +114,11 @@ export class ResourceCgroup {
       }
     }
   }
+}
+
+/** The memory the daemon may use, in bytes: the machine's, or its own memory cgroup's limit when that is smaller. */
+export function availableMemoryBytes(): number {
+  return Math.min(totalmem(), ownMemoryLimit() ?? Number.MAX_SAFE_INTEGER);
 }
 
 /** The memory limit of this process's own cgroup (v1 or v2), or undefined when there is none. */

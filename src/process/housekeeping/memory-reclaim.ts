@@ -10,7 +10,7 @@ import { loadNativeAddon } from "../native/index.js";
  * collection leaves 75 MB (docs/PERFORMANCE.md).
  */
 
-/** Output bytes released before a collection is worth its cost (a full GC takes milliseconds). */
+/** Output and input bytes released before a collection is worth its cost (a full GC takes milliseconds). */
 const collectAfterReleasedBytes = 16 * 1024 * 1024;
 /** Processes started before a collection is worth it, once the daemon is quiet. */
 const collectAfterStarts = 100;
@@ -31,12 +31,13 @@ let collectGarbage: (() => void) | undefined;
 let reclaimAfterBursts = false;
 
 /**
- * Notes that `bytes` of output were released (records cleaned up, output dropped) and, once 16 MiB
- * have been, collects and trims, at most once a second. Without both, the buffers wait for a
+ * Notes that `bytes` of buffered output or input were released (records cleaned up, output dropped,
+ * the stdin messages of a call that ended) and, once 16 MiB have been, collects and trims, at most
+ * once a second. Without both, the buffers wait for a
  * collection the small JS heap does not ask for, and then stay in glibc's arenas: RSS 552 MB after
  * cleaning up 480 MB of output. A no-op without the addon, whose trim is what gives this memory back.
  */
-export function releaseOutputMemory(bytes: number): void {
+export function releaseBufferedMemory(bytes: number): void {
   releasedBytes += bytes;
   if (releaseTimer !== undefined || releasedBytes < collectAfterReleasedBytes || loadNativeAddon() === null) return;
   releaseTimer = setTimeout(() => {

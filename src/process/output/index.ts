@@ -1,5 +1,6 @@
 /**
- * Output's door: the bounded buffer of a process's stdout and stderr and its readers.
+ * Output's door: the bounded buffer of a process's stdout and stderr and its readers, and the
+ * daemon's budget for all buffered output and input.
  *
  * @module
  */
@@ -11,4 +12,6 @@ export {
   OutputReader,
   type OutputStreamName,
   type StreamOffsets,
+  type SharedByteBudget,
 } from "./output-buffer.js";
+export { defaultMemoryBudgetBytes, MemoryBudget, type MemoryBudgetOptions } from "./memory-budget.js";

@@ -44,6 +44,22 @@ export interface OutputBufferOptions {
    * pause, and with `false` when it has caught up to half of that and the producer may resume.
    */
   onBackpressure?: (paused: boolean) => void;
+  /**
+   * A budget shared with other buffers (the daemon's, see `MemoryBudget`): the retained bytes are
+   * charged to it as they change, it may {@link OutputBuffer.trimTo} this buffer to make room, and
+   * while it is exhausted a pinned reader's producer pauses once 64 KiB are unread. Default: none.
+   */
+  budget?: SharedByteBudget;
+}
+
+/** What an {@link OutputBuffer} needs of a budget it shares with others (implemented by `MemoryBudget`). */
+export interface SharedByteBudget {
+  /** Counts `deltaBytes` more held (negative: released). May trim this buffer before it returns. */
+  charge(deltaBytes: number): void;
+  /** Whether more than the limit is held, after dropping what could be dropped. */
+  readonly exhausted: boolean;
+  /** Resolves at the next release of bytes by any holder. */
+  nextRelease(): Promise<void>;
 }
 
 interface StoredChunk {
@@ -58,6 +74,8 @@ const coalesceBelowBytes = 4096;
 const maxChunkBytes = 64 * 1024;
 /** Bookkeeping cost charged per stored chunk, so many tiny writes stay bounded too. */
 const chunkOverheadBytes = 64;
+/** Unread bytes at which a pinned reader's producer pauses while the shared budget is exhausted. */
+const exhaustedBudgetPauseBytes = 64 * 1024;
 /** What a dropped chunk holds until its slot is compacted away. */
 const droppedData = new Uint8Array(0);
 
@@ -70,6 +88,10 @@ const droppedData = new Uint8Array(0);
  * their own pace, so a stalled reader never slows the producer or other readers. A pinned reader
  * (the caller of Exec) is the exception: its unread output is never dropped, and the producer is
  * asked to pause instead.
+ *
+ * With a shared budget, the retained bytes count against it too: the budget's owner may trim the
+ * buffer below its capacity (readers get a gap, as for any dropped output), and a pinned reader's
+ * producer pauses early while the budget is exhausted.
  */
 export class OutputBuffer {
   private readonly capacityBytes: number;
@@ -86,11 +108,17 @@ export class OutputBuffer {
   private changed?: { promise: Promise<void>; resolve: () => void };
   private pinned?: OutputReader;
   private paused = false;
+  private budget?: SharedByteBudget;
+  /** The retained bytes last charged to {@link budget}. */
+  private charged = 0;
+  /** A paused producer waits for the budget to release bytes. */
+  private waitingForBudget = false;
 
   /** Creates an empty buffer. */
   constructor(options: OutputBufferOptions) {
     this.capacityBytes = Math.max(1, options.capacityBytes);
     this.onBackpressure = options.onBackpressure;
+    this.budget = options.budget;
   }
 
   /** Total bytes written per stream: the offset the next byte of each will have. */
@@ -116,7 +144,32 @@ export class OutputBuffer {
   discardRetained(): number {
     const before = this.retained;
     this.dropOldest(0, true);
+    this.chargeBudget();
     return before - this.retained;
+  }
+
+  /**
+   * Drops the oldest output until at most `bytes` are retained, as the capacity does: what a pinned
+   * reader has not read and the newest chunk stay. Readers that ask for what was dropped get an
+   * {@link OutputGap}. Returns the bytes released. Used by a shared budget to make room.
+   */
+  trimTo(bytes: number): number {
+    const before = this.retained;
+    this.dropOldest(Math.max(0, bytes));
+    this.chargeBudget();
+    return before - this.retained;
+  }
+
+  /**
+   * Lets go of the shared budget: what no pinned reader needs is dropped, and the rest is no longer
+   * charged to it. Used when the record goes. Returns the bytes released.
+   */
+  leaveBudget(): number {
+    const released = this.discardRetained();
+    this.budget?.charge(-this.charged);
+    this.charged = 0;
+    this.budget = undefined;
+    return released;
   }
 
   /** Whether {@link end} was called: no more output will come. */
@@ -144,6 +197,7 @@ export class OutputBuffer {
     }
     this.written[stream] += data.length;
     this.dropOldest();
+    this.chargeBudget();
     this.updateBackpressure();
     this.notify();
   }
@@ -176,6 +230,7 @@ export class OutputBuffer {
     this.pinned = undefined;
     this.updateBackpressure();
     this.dropOldest();
+    this.chargeBudget();
   }
 
   /** Copies the retained output of one stream. */
@@ -239,6 +294,7 @@ export class OutputBuffer {
   readerAdvanced(reader: OutputReader): void {
     if (reader !== this.pinned) return;
     this.dropOldest();
+    this.chargeBudget();
     this.updateBackpressure();
   }
 
@@ -273,15 +329,36 @@ export class OutputBuffer {
     }
   }
 
+  /** Charges the budget with what changed since the last charge. Its reclaim may trim this buffer meanwhile. */
+  private chargeBudget(): void {
+    const delta = this.retained - this.charged;
+    if (delta === 0 || this.budget === undefined) return;
+    // Recorded first: a trim by the budget's reclaim charges its own release from here.
+    this.charged = this.retained;
+    this.budget.charge(delta);
+  }
+
   private updateBackpressure(): void {
     if (this.onBackpressure === undefined) return;
     const unread = this.unreadByPinned();
-    if (!this.paused && unread >= this.capacityBytes) {
+    // Output a pinned reader has not read cannot be dropped: with the budget exhausted, the producer
+    // goes in step with its reader instead of filling its capacity.
+    const exhausted = this.budget?.exhausted ?? false;
+    const pauseAt = exhausted ? Math.min(this.capacityBytes, exhaustedBudgetPauseBytes) : this.capacityBytes;
+    if (!this.paused && unread >= pauseAt) {
       this.paused = true;
       this.onBackpressure(true);
-    } else if (this.paused && unread <= this.capacityBytes / 2) {
+    } else if (this.paused && unread <= pauseAt / 2) {
       this.paused = false;
       this.onBackpressure(false);
+    }
+    if (this.paused && exhausted && !this.waitingForBudget) {
+      // Once the budget has room again, the capacity is the bound again: look then.
+      this.waitingForBudget = true;
+      void this.budget!.nextRelease().then(() => {
+        this.waitingForBudget = false;
+        this.updateBackpressure();
+      });
     }
   }
 

@@ -10,7 +10,7 @@ import {
   type StreamLogsResponseSchema,
 } from "../../../gen/sandbox/v1/sandbox_pb.js";
 import { onAbort, raceSignal } from "../../shared/abort.js";
-import { defaultKillGracePeriodMs, parseSignal, type ManagedProcess, type ProcessManager } from "../../process/index.js";
+import { defaultKillGracePeriodMs, parseSignal, releaseBufferedMemory, type ManagedProcess, type ProcessManager } from "../../process/index.js";
 import { fromProtoSpec, fromProtoStatus, toProtoChunk, toProtoExit, toProtoGap, toProtoInfo, toProtoStartedInfo } from "./convert.js";
 import { sandboxError, throwIfShuttingDown, withConnectErrors } from "./errors.js";
 import { clientGoneKey, peerKey } from "./call-context.js";
@@ -129,25 +129,25 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
       const managed = lookup(first.value.input.value.processId);
       withConnectErrors(() => managed.assertAcceptsInput());
       yield { bytesWritten: BigInt(managed.bytesWritten), closed: managed.isInputClosed } satisfies InputAck;
-      // Messages are read ahead of their answers, a bounded number at a time, by a pump of their own:
-      // data, end-of-input and resizes are applied in order, but a signal is applied as it arrives,
-      // never behind a write the process does not read. Answers stay in message order.
+      // Messages are read ahead of their answers by a pump of their own, a bounded number at a time
+      // and only while stdin has room: a data message counts against the process's pending stdin
+      // bytes and the daemon's budget as soon as it is read, and no further message is read while
+      // either is full, so a process that does not read holds its writers back (HTTP/2 flow control
+      // reaches the client) instead of the daemon buffering their messages. Data, end-of-input and
+      // resizes are applied in order (the process orders them); a signal as it arrives, never behind
+      // a write the process does not read, unless stdin was full before it. Answers stay in message order.
       const applied = createAppliedQueue(maxInputLookahead);
+      let receivedBytes = 0;
       const pump = (async () => {
-        let inOrder: Promise<void> = Promise.resolve();
         try {
           for (let next = await iterator.next(); !next.done; next = await iterator.next()) {
             throwIfShuttingDown(signal);
             const input = next.value.input;
-            let done: Promise<void>;
-            if (input.case === "signal") {
-              done = applyInput(managed, input, signal);
-            } else {
-              done = inOrder.then(() => applyInput(managed, input, signal));
-              inOrder = done.catch(() => {});
-            }
+            if (input.case === "data") receivedBytes += input.value.length;
+            const done = applyInput(managed, input, signal);
             done.catch(() => {});
             await applied.push(done, signal);
+            await withConnectErrors(() => managed.waitForInputRoom(signal));
           }
           applied.end();
         } catch (error) {
@@ -158,8 +158,8 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
         for (;;) {
           const next = await applied.shift(signal);
           if (next === undefined) break;
-          await next.applied;
-          yield { bytesWritten: BigInt(managed.bytesWritten), closed: managed.isInputClosed } satisfies InputAck;
+          const state = await next.applied;
+          yield { bytesWritten: BigInt(managed.bytesWritten), closed: state.closed } satisfies InputAck;
           if (signal.aborted) return;
         }
       } finally {
@@ -167,6 +167,9 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
         // Not awaited: the pump may be waiting for a message the client will only send after an
         // answer this call no longer gives; it ends with the request stream.
         void pump.catch(() => {});
+        // What the call read is garbage now or soon (written, or dropped with the call): worth a
+        // collection once there is enough of it, as after output.
+        releaseBufferedMemory(receivedBytes);
       }
     },
 
@@ -226,15 +229,15 @@ const maxInputLookahead = 64;
 /** A queue of input messages being applied, in message order, holding at most `limit` unanswered. */
 interface AppliedQueue {
   /** Adds one; waits while `limit` are unanswered. */
-  push(applied: Promise<void>, signal: AbortSignal): Promise<void>;
+  push(applied: Promise<InputState>, signal: AbortSignal): Promise<void>;
   /** Takes the oldest (wrapped, so awaiting the take does not await the message); undefined once ended and empty. Rejects with the pump's failure. */
-  shift(signal: AbortSignal): Promise<{ applied: Promise<void> } | undefined>;
+  shift(signal: AbortSignal): Promise<{ applied: Promise<InputState> } | undefined>;
   end(): void;
   fail(error: unknown): void;
 }
 
 function createAppliedQueue(limit: number): AppliedQueue {
-  const items: Promise<void>[] = [];
+  const items: Promise<InputState>[] = [];
   let ended = false;
   let failure: { error: unknown } | undefined;
   // One promise per change, settled and replaced by notify: every waiter wakes.
@@ -284,17 +287,27 @@ type ExecEvent = MessageInitShape<typeof ExecResponseSchema>;
 type LogsEvent = MessageInitShape<typeof StreamLogsResponseSchema>;
 type InputAck = MessageInitShape<typeof SendInputResponseSchema>;
 
-async function applyInput(managed: ManagedProcess, input: SendInputRequest["input"], signal: AbortSignal): Promise<void> {
+/** Stdin's state once one SendInput message was applied, for its answer. */
+interface InputState {
+  /**
+   * Closed by this message or one read before it, or by the exit; not by a close read after it,
+   * which may be applied first (a close does not wait for the writes before it).
+   */
+  closed: boolean;
+}
+
+async function applyInput(managed: ManagedProcess, input: SendInputRequest["input"], signal: AbortSignal): Promise<InputState> {
+  const closedBefore = managed.isInputClosed;
   await withConnectErrors(async () => {
     switch (input.case) {
       case "data":
-        await managed.write(input.value, signal);
+        await managed.writeReceived(input.value, signal);
         return;
       case "close":
         await managed.closeInput();
         return;
       case "resize":
-        managed.resize(input.value.cols, input.value.rows);
+        await managed.resize(input.value.cols, input.value.rows);
         return;
       case "signal":
         managed.signal(parseSignal(input.value));
@@ -305,6 +318,7 @@ async function applyInput(managed: ManagedProcess, input: SendInputRequest["inpu
         throw sandboxError("INVALID_ARGUMENT", "empty SendInput message", { metadata: { field: "input" } });
     }
   });
+  return { closed: closedBefore || input.case === "close" || managed.exit !== undefined };
 }
 
 /** KillProcess's grace period: the default for 0, never escalate for a negative value. */
