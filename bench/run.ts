@@ -27,6 +27,7 @@ import { floodToken, measureFloods } from "./figures/floods.js";
 import { measureGhz } from "./figures/ghz.js";
 import { measureLogsFanout } from "./figures/logs-fanout.js";
 import { measureProcessScale } from "./figures/process-scale.js";
+import { freePort, measureProcessV1Execute } from "./figures/process-v1.js";
 import { formatMarkdown, formatTable, writeResults, type BenchResults, type Row } from "./report.js";
 import { fullSize, quickSize } from "./size.js";
 
@@ -81,11 +82,14 @@ async function main(): Promise<void> {
     rows.push(...(await measureDaemonStart(size, entry)));
   }
   if (only.has("latency") || only.has("throughput") || only.has("ghz")) {
-    await withDaemon([], async (daemon) => {
+    const grpcPort = await freePort();
+    await withDaemon(["--agent-sandbox-grpc-port", String(grpcPort)], async (daemon) => {
       const measured: Row[] = [];
       if (only.has("latency")) {
         log("exec latency");
         measured.push(...(await measureExecLatency(daemon, size)));
+        log("process.v1 Execute on the agent-sandbox port");
+        measured.push(...(await measureProcessV1Execute(daemon, size, grpcPort)));
       }
       if (only.has("throughput")) {
         log("exec throughput");

@@ -16,6 +16,7 @@ const expectedIds = [
   "exec-latency-p99",
   "exec-after-idle-p50",
   "exec-concurrent",
+  "process-v1-execute-p50",
   "exec-throughput",
   "exec-throughput-http1",
   "exec-cpu-per-mb",
