@@ -6,7 +6,7 @@ import { ProcessService } from "../../gen/process/v1/process_pb.js";
 import { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
 import { assertSafeBinding, assertSafeCors, assertSafeUserSwitch, createHealthStatus, type HealthStatus, connectionContextValues, createCallLimitInterceptor, createErrorMessageLimitInterceptor, defaultMaxCallsPerConnection, defaultMaxMessageBytes, type CallLimitOptions, shuttingDownError } from "./rpc/index.js";
 import { createRoutes } from "./routes.js";
-import { watchSessionLiveness, type KeepaliveOptions, createGate, type Gate, type GateOptions, type RequestHandler, createHttpEndpoints, createListener, defaultPrefaceTimeoutMs, type ListenerOptions, type TlsOptions, withErrorAnswers } from "./http/index.js";
+import { watchSessionLiveness, type KeepaliveOptions, createGate, type Gate, type GateOptions, type Listener, type RequestHandler, createHttpEndpoints, createListener, defaultPrefaceTimeoutMs, type ListenerOptions, type TlsOptions, withErrorAnswers } from "./http/index.js";
 import { createDaemonMetrics, createLogger, createObserveInterceptor, createProcessAudit, type DaemonMetrics } from "./observe.js";
 import type { Logger } from "pino";
 import { createAgentSandboxRest, defaultMetadataPrefix, metadataEnvironment, type RestMount } from "./agent-sandbox/index.js";
@@ -118,6 +118,8 @@ export interface SandboxServer {
 export async function startServer(options: SandboxServerOptions = {}): Promise<SandboxServer> {
   const host = options.host ?? defaultHost;
   assertSafeBinding({ host, token: options.token, insecure: options.insecure });
+  // Before anything is created: every variable of the daemon would be served.
+  if (options.agentSandbox?.metadataPrefix === "") throw new Error("the agent-sandbox metadata prefix must not be empty");
   assertSafeUserSwitch(options);
   assertSafeCors(options);
   const logger = options.logger ?? createLogger({ level: "silent" });
@@ -299,7 +301,7 @@ function managerOptions(options: SandboxServerOptions): ProcessManagerOptions {
 interface ListenerParts {
   /** The gate of the daemon's own port. */
   daemonGate: Gate;
-  openListener(gate: Gate): ReturnType<typeof createListener>;
+  openListener(gate: Gate): Listener;
   gate(handler: RequestHandler, refuse: GateOptions["refuse"], endpoints: GateOptions["endpoints"]): Gate;
   ready(): boolean;
 }
@@ -311,7 +313,7 @@ interface ListenerParts {
  */
 function agentSandboxListeners(options: SandboxServerOptions, parts: ListenerParts) {
   const asked = options.agentSandbox;
-  const listeners: { kind: "grpc" | "rest"; port: number; listener: ReturnType<typeof createListener> }[] = [];
+  const listeners: { kind: "grpc" | "rest"; port: number; listener: Listener }[] = [];
   if (asked?.grpcPort !== undefined) listeners.push({ kind: "grpc", port: asked.grpcPort, listener: parts.openListener(parts.daemonGate) });
   if (asked?.restPort !== undefined) {
     const rest = createAgentSandboxRest({
