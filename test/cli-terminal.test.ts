@@ -182,6 +182,8 @@ describe("sandbox attach -i in a real terminal", () => {
       at = (await typeUntil(shell, "echo sta''tus=$?", /status=130/, at)).end;
 
       shell.type("\x10\x11");
+      // Said on the terminal, as the terminal is left: the process runs on, and how to come back or stop it.
+      await shell.waitFor(new RegExp(`detached from ${id}; it is still running \\(sandbox attach ${id} to come back, sandbox kill ${id} to stop it\\)`), { from: at });
       const { code, settings } = await run.after();
       expect(code).toBe(0);
       expect(settings).toBe(before);

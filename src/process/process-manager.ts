@@ -477,10 +477,12 @@ export class ProcessManager {
     return count;
   }
 
-  /** Removes exited records (of one session, when given) at once; returns how many. */
-  cleanup(options: { sessionId?: string } = {}): number {
+  /** Removes exited records (of one session, and only those of `processIds`, when given) at once; returns how many. */
+  cleanup(options: { sessionId?: string; processIds?: readonly string[] } = {}): number {
     let count = 0;
+    const only = options.processIds !== undefined && options.processIds.length > 0 ? new Set(options.processIds) : undefined;
     for (const managed of this.list({ sessionId: options.sessionId })) {
+      if (only !== undefined && !only.has(managed.id)) continue;
       if (managed.exit !== undefined) {
         this.remove(managed);
         count++;

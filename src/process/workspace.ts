@@ -46,10 +46,10 @@ export class Workspace {
     try {
       real = await realpath(requested);
     } catch (cause) {
-      if (!this.contains(requested)) throw outside(cwd);
+      if (!this.contains(requested)) throw outside(cwd, this.roots);
       throw notFound(cwd, cause);
     }
-    if (!this.contains(real)) throw outside(cwd);
+    if (!this.contains(real)) throw outside(cwd, this.roots);
     // Gone again since the realpath: the same answer as not found before it.
     const found = await stat(real).catch((cause: unknown) => {
       throw notFound(cwd, cause);
@@ -65,8 +65,11 @@ export class Workspace {
   }
 }
 
-function outside(cwd: string): ProcessError {
-  return new ProcessError(`working directory is outside the workspace roots: ${cwd}`, "CWD_OUTSIDE_WORKSPACE", { metadata: { cwd } });
+/** The refusal of a cwd outside every root; it names the roots (metadata `roots`, colon-separated), so the caller knows where to go. */
+function outside(cwd: string, roots: readonly string[]): ProcessError {
+  return new ProcessError(`working directory is outside the workspace roots: ${cwd} (allowed: ${roots.join(", ")})`, "CWD_OUTSIDE_WORKSPACE", {
+    metadata: { cwd, roots: roots.join(":") },
+  });
 }
 
 function notFound(cwd: string, cause: unknown): ProcessError {

@@ -344,8 +344,9 @@ class AsyncProcesses:
         self._sandbox = sandbox
 
     async def list(self, *, all: bool = False, status: Iterable[ProcessStatus | str] | None = None) -> list[AsyncCommandHandle]:  # noqa: A002
-        """Lists processes as handles, oldest first: this sandbox's sessions, or every process with ``all``;
-        only those in one of ``status`` when given."""
+        """Lists processes as handles, oldest first, exited ones included: this sandbox's sessions, or with ``all``
+        every process the daemon keeps, of every session (as ``all`` means in the TypeScript client and ``sandbox ps
+        -a``); only those in one of ``status`` when given."""
         sandbox = self._sandbox
         rpc = sandbox._running_rpc()
         statuses = [ProcessStatus(value).to_proto() for value in (status or ())]

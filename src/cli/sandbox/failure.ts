@@ -1,11 +1,13 @@
 import { CommanderError } from "commander";
 import { ProcessNotFoundError, SandboxError, toSandboxError } from "../../client/index.js";
+import { escapeControls } from "./escape.js";
 import { CliError } from "./exit-codes.js";
 
 /**
  * The one line the CLI prints for a failure (after `sandbox: `): a CliError's message, a
  * SandboxError's message with its code when the message does not say it, commander's usage message
- * without its `error: ` prefix. Newlines are folded, so a failure is always exactly one line.
+ * without its `error: ` prefix. Newlines are folded, so a failure is always exactly one line, and
+ * control characters are escaped ({@link escapeControls}).
  */
 export function failureLine(error: unknown): string {
   let text: string;
@@ -15,7 +17,8 @@ export function failureLine(error: unknown): string {
   else if (error instanceof SandboxError) text = sandboxErrorText(error);
   else if (error instanceof Error && error.name === "ConnectError") text = sandboxErrorText(toSandboxError(error));
   else text = error instanceof Error ? error.message : String(error);
-  return text.replace(/\s*\n\s*/g, "; ").trim() || "unknown error";
+  // One line, and nothing in it (a process id, a daemon's message) may drive the terminal.
+  return escapeControls(text.replace(/\s*\n\s*/g, "; ").trim()) || "unknown error";
 }
 
 /**

@@ -4,7 +4,9 @@ import { createAttachCommand } from "./commands/attach.js";
 import { createExecCommand } from "./commands/exec.js";
 import { createKillCommand } from "./commands/kill.js";
 import { createLogsCommand } from "./commands/logs.js";
+import { createCompletionCommand } from "./commands/completion.js";
 import { createPsCommand } from "./commands/ps.js";
+import { createRmCommand } from "./commands/rm.js";
 import { createStartCommand } from "./commands/start.js";
 import { addConnectionOptions, connectionOptionKeys, defaultUrl } from "./connection.js";
 import { CliError, exitCodes, failureExitCode } from "./exit-codes.js";
@@ -41,9 +43,10 @@ export function createProgram(finish: (code: number) => void): Command {
       if (command.getOptionValue(key) === undefined && program.getOptionValue(key) !== undefined) command.setOptionValue(key, program.getOptionValue(key));
     }
   });
-  for (const create of [createExecCommand, createStartCommand, createPsCommand, createLogsCommand, createKillCommand, createAttachCommand]) {
+  for (const create of [createExecCommand, createStartCommand, createPsCommand, createLogsCommand, createKillCommand, createRmCommand, createAttachCommand]) {
     program.addCommand(create(finish));
   }
+  program.addCommand(createCompletionCommand(finish, () => program));
   for (const command of [program, ...program.commands]) {
     const name = command === program ? undefined : command.name();
     command

@@ -1,10 +1,14 @@
 import { InvalidArgumentError, Option, type Command } from "commander";
+import { readFileSync } from "node:fs";
 import { parseDuration } from "./duration.js";
+import { CliError } from "./exit-codes.js";
 
 /** The flags that say how a command runs, shared by exec and start. */
 export interface SpecFlags {
-  /** Environment variables (-e). */
+  /** Environment variables (-e), on top of those of --env-file. */
   env: Record<string, string>;
+  /** Files of KEY=VALUE lines (--env-file), in order. */
+  envFile?: string[];
   /** Working directory (-w). */
   workdir?: string;
   /** Time limit in milliseconds (--timeout); 0 or absent for none. */
@@ -28,12 +32,45 @@ export function collectEnv(text: string, previous: Record<string, string>): Reco
   return local === undefined ? previous : { ...previous, [key]: local };
 }
 
-/** Adds -i, -t, -e, -w and --timeout to `command`. */
+/**
+ * Reads `--env-file` files as `docker run --env-file` does: one `KEY=VALUE` a line (the value as is,
+ * quotes included, to the end of the line), `KEY` alone to pass this process's own value on, blank
+ * lines and lines starting with `#` skipped. Later files win, and `-e` wins over all of them.
+ * Throws a CliError naming the file and line of a bad one.
+ */
+export function readEnvFiles(files: readonly string[] = []): Record<string, string> {
+  let env: Record<string, string> = {};
+  for (const file of files) {
+    let text: string;
+    try {
+      text = readFileSync(file, "utf8");
+    } catch (error) {
+      throw new CliError(`cannot read the env file ${file}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`, { usage: true, cause: error });
+    }
+    for (const [index, raw] of text.split("\n").entries()) {
+      const line = raw.replace(/\r$/, "");
+      if (line.trim() === "" || line.trimStart().startsWith("#")) continue;
+      try {
+        env = collectEnv(line.replace(/^\s*(?:export\s+)?/, ""), env);
+      } catch (error) {
+        throw new CliError(`${file}:${index + 1}: ${(error as Error).message}`, { usage: true, cause: error });
+      }
+    }
+  }
+  return env;
+}
+
+/** Adds -i, -t, -e, --env-file, -w and --timeout to `command`. */
 export function addSpecOptions(command: Command, help: { interactive: string; tty: string }): Command {
   return command
     .option("-i, --interactive", help.interactive)
     .option("-t, --tty", help.tty)
     .addOption(new Option("-e, --env <KEY=VALUE>", "set an environment variable (repeatable; KEY alone passes this shell's value)").argParser(collectEnv).default({}, "none"))
+    .addOption(
+      new Option("--env-file <file>", "read environment variables from a file of KEY=VALUE lines (repeatable; # comments; -e wins)").argParser(
+        (file: string, previous: string[] | undefined) => [...(previous ?? []), file],
+      ),
+    )
     .option("-w, --workdir <dir>", "working directory, inside the daemon's workspace (default: its first workspace root)")
     .addOption(new Option("--timeout <duration>", "kill the command (SIGKILL) after this long: 30s, 5m, 1h30m (default: no limit)").argParser(parseDuration));
 }

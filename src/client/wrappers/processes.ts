@@ -28,7 +28,11 @@ export interface ProcessOptions extends BaseExecOptions, Pick<CommandOptions, "p
 
 /** Options of `listProcesses()`. */
 export interface ListProcessesOptions {
-  /** Every process on the daemon instead of only this sandbox's sessions. */
+  /**
+   * All: every process the daemon keeps, of every session, instead of only this sandbox's sessions
+   * (exited ones are listed either way unless `statuses` says otherwise), as `all` means in the
+   * Python client and `sandbox ps -a`.
+   */
   all?: boolean;
   /** Only processes in one of these statuses. */
   statuses?: readonly ProcessStatus[];

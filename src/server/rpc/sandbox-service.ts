@@ -206,7 +206,7 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
     },
 
     async cleanupProcesses(request) {
-      return { removedCount: withConnectErrors(() => manager.cleanup({ sessionId: request.sessionId })) };
+      return { removedCount: withConnectErrors(() => manager.cleanup({ sessionId: request.sessionId, processIds: request.processIds })) };
     },
 
     async getProcessLogs(request) {

@@ -1,10 +1,12 @@
 import { Command } from "commander";
 import type { CommandHandle, Sandbox } from "../../../client/index.js";
 import { addConnectionOptions, closeSandbox, openSandbox, type ConnectionFlags } from "../connection.js";
+import { escapeControls } from "../escape.js";
 import { CliError, exitCodes } from "../exit-codes.js";
 import { aboutProcess } from "../failure.js";
 import { BrokenPipeError, LocalOutput } from "../local-output.js";
 import { onSignals, signalExitCode, sigpipeExitCode } from "../signals.js";
+import { resolveProcessId } from "../process-ids.js";
 import { StdinRelay } from "../stdin-relay.js";
 import { onTerminalResize, RawMode, terminalSize } from "../terminal.js";
 
@@ -25,19 +27,20 @@ export function createAttachCommand(finish: (code: number) => void): Command {
       "Follow a background process's output from now on (`sandbox logs` shows what came before) on this terminal's " +
         "stdout and stderr, until it exits; this then exits with its exit code (125 when sandbox itself fails). " +
         "With -i this terminal's stdin goes to the process, and its end is passed on. A process started with -t gets a " +
-        "raw terminal of this terminal's size: keys, Ctrl-C included, go to the process, and Ctrl-P Ctrl-Q detaches. " +
+        "raw terminal of this terminal's size: keys, Ctrl-C included, go to the process, and Ctrl-P Ctrl-Q detaches " +
+        "(saying the process is still running). " +
         "Detaching (Ctrl-C without a raw terminal) leaves the process running.",
     )
     .option("-i, --interactive", "pass this terminal's stdin to the process (it must have been started with -i or -t)");
   addConnectionOptions(command);
-  return command.argument("<id>", "the process id").action(async (id: string, flags: AttachFlags) => finish(await runAttach(id, flags)));
+  return command.argument("<id>", "the process id, or the start of one").action(async (id: string, flags: AttachFlags) => finish(await runAttach(id, flags)));
 }
 
 /** Runs `sandbox attach` and resolves with the process's exit code, or 0 when detached with the keys. */
 export async function runAttach(id: string, flags: AttachFlags): Promise<number> {
   const sandbox = await openSandbox(flags);
   try {
-    return await new AttachSession(sandbox, id, flags).run();
+    return await new AttachSession(sandbox, await resolveProcessId(sandbox, id), flags).run();
   } finally {
     await closeSandbox(sandbox);
   }
@@ -84,7 +87,7 @@ class AttachSession {
       for await (const chunk of handle) await output.write(chunk.stream, chunk.data);
       const finished = await handle.result;
       this.cleanup();
-      if (finished.timedOut) process.stderr.write(`sandbox: process ${this.id} ran past its timeout and was killed\n`);
+      if (finished.timedOut) process.stderr.write(`sandbox: process ${escapeControls(this.id)} ran past its timeout and was killed\n`);
       return finished.exitCode;
     } catch (error) {
       const detached = this.detached;
@@ -117,12 +120,16 @@ class AttachSession {
     this.cleanups.push(() => relay.stop());
   }
 
-  /** Stops following; the process keeps running. */
+  /** Stops following; the process keeps running. After the keys, says so once the terminal is back to normal. */
   private detach(reason: Detached): void {
     if (this.detached !== undefined) return;
     this.detached = reason;
     this.cleanup();
     this.handle?.detach();
+    if (reason.kind === "keys") {
+      const id = escapeControls(this.id);
+      process.stderr.write(`\r\nsandbox: detached from ${id}; it is still running (sandbox attach ${id} to come back, sandbox kill ${id} to stop it)\r\n`);
+    }
   }
 
   /** Stops relaying and puts the terminal back; runs once, whichever way the session ends. */

@@ -1,10 +1,11 @@
 import { Command } from "commander";
 import { classifyFailure, sandboxV1, toSandboxError, type CommandHandle, type Sandbox } from "../../../client/index.js";
 import { addConnectionOptions, closeSandbox, openSandbox, type ConnectionFlags } from "../connection.js";
+import { escapeControls } from "../escape.js";
 import { CliError, exitCodes } from "../exit-codes.js";
 import { BrokenPipeError, LocalOutput } from "../local-output.js";
 import { onSignals, signalExitCode, sigpipeExitCode } from "../signals.js";
-import { addSpecOptions, commandArgumentHelp, type SpecFlags } from "../spec-options.js";
+import { addSpecOptions, commandArgumentHelp, readEnvFiles, type SpecFlags } from "../spec-options.js";
 import { StdinRelay, type InputTarget } from "../stdin-relay.js";
 import { onTerminalResize, RawMode, terminalSize } from "../terminal.js";
 
@@ -36,6 +37,7 @@ export function createExecCommand(finish: (code: number) => void): Command {
 
 /** Runs `sandbox exec` and resolves with its exit code; throws a CliError or SandboxError when sandbox itself fails. */
 export async function runExec(argv: string[], flags: ExecFlags): Promise<number> {
+  flags = { ...flags, env: { ...readEnvFiles(flags.envFile), ...flags.env } };
   if (flags.tty === true && flags.interactive === true && !process.stdin.isTTY) {
     throw new CliError("the input device is not a TTY: drop -t, or run this from a terminal");
   }
@@ -146,7 +148,7 @@ class ExecSession {
     this.cleanup();
     const code = exited.exitCode ?? signalExitCode(exited.signal);
     if (code === undefined) throw new CliError(`the command ended without an exit code (signal ${JSON.stringify(exited.signal)})`);
-    if (exited.error !== "") process.stderr.write(`sandbox: ${exited.error}\n`);
+    if (exited.error !== "") process.stderr.write(`sandbox: ${escapeControls(exited.error)}\n`);
     if (exited.timedOut) process.stderr.write(`sandbox: the command ran past --timeout and was killed (${exited.signal || "SIGKILL"})\n`);
     return code;
   }

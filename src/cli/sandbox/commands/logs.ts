@@ -4,6 +4,7 @@ import { addConnectionOptions, closeSandbox, openSandbox, type ConnectionFlags }
 import { exitCodes } from "../exit-codes.js";
 import { aboutProcess } from "../failure.js";
 import { BrokenPipeError, LocalOutput } from "../local-output.js";
+import { resolveProcessId } from "../process-ids.js";
 
 /** The flags of `sandbox logs`. */
 export interface LogsFlags extends ConnectionFlags {
@@ -27,7 +28,7 @@ export function createLogsCommand(finish: (code: number) => void): Command {
     .option("-f, --follow", "go on printing live output until the process exits")
     .option("--from-offset <offset>", "first byte of stdout (N), or of stdout and stderr (N,M); default 0,0", parseOffsets);
   addConnectionOptions(command);
-  return command.argument("<id>", "the process id").action(async (id: string, flags: LogsFlags) => finish(await runLogs(id, flags)));
+  return command.argument("<id>", "the process id, or the start of one").action(async (id: string, flags: LogsFlags) => finish(await runLogs(id, flags)));
 }
 
 /**
@@ -50,6 +51,7 @@ export async function runLogs(id: string, flags: LogsFlags): Promise<number> {
   const output = new LocalOutput();
   const from = flags.fromOffset ?? { stdout: 0, stderr: 0 };
   try {
+    id = await resolveProcessId(sandbox, id);
     if (flags.follow === true) await follow(sandbox, id, from, output);
     else await snapshot(sandbox, id, from, output);
     return exitCodes.ok;

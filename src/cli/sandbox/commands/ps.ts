@@ -1,12 +1,15 @@
 import { Command, Option } from "commander";
 import type { CommandHandle, ProcessStatus } from "../../../client/index.js";
 import { addConnectionOptions, closeSandbox, openSandbox, type ConnectionFlags } from "../connection.js";
+import { escapeControls, jsonForTerminal } from "../escape.js";
 import { exitCodes } from "../exit-codes.js";
 
 /** The flags of `sandbox ps`. */
 export interface PsFlags extends ConnectionFlags {
-  /** Also exited processes (-a). */
+  /** Every process the daemon keeps, exited ones too (-a). */
   all?: boolean;
+  /** Only the ids, one a line (-q). */
+  quiet?: boolean;
   /** Only this session's processes (--session). */
   session?: string;
   /** Output format (-o). */
@@ -21,11 +24,14 @@ export function createPsCommand(finish: (code: number) => void): Command {
   const command = new Command("ps")
     .summary("list processes")
     .description(
-      "List the daemon's live processes, oldest first, as a table or as JSON (-o json: an array of objects with " +
-        "id, pid, status, exitCode, signal, sessionId, startTime, endTime, command and args). " +
-        "With -a, exited processes whose records the daemon still keeps are listed too.",
+      "List the daemon's live processes of every session, oldest first, as a table, as ids (-q: one a line, for " +
+        "`sandbox kill $(sandbox ps -q)`) or as JSON (-o json: an array of objects with id, pid, status, exitCode, " +
+        "signal, sessionId, startTime, endTime, command and args). With -a, all: every process the daemon keeps, " +
+        "exited ones included (as `all` means in the TypeScript and Python clients). Control characters in command " +
+        "lines are shown escaped (\\e, \\n, \\xNN).",
     )
-    .option("-a, --all", "also list exited processes")
+    .option("-a, --all", "all: every process the daemon keeps, exited ones included")
+    .option("-q, --quiet", "print only the ids, one a line")
     .option("--session <id>", "only the processes of this session")
     .addOption(new Option("-o, --output <format>", "output format").choices(["table", "json"]).default("table"));
   addConnectionOptions(command);
@@ -53,7 +59,9 @@ export async function runPs(flags: PsFlags): Promise<number> {
     const statuses = flags.all === true ? undefined : liveStatuses;
     const handles = await sandbox.listProcesses({ all: flags.session === undefined, statuses });
     const rows = handles.map(toRow);
-    process.stdout.write(flags.output === "json" ? `${JSON.stringify(rows, null, 2)}\n` : table(rows, new Date()));
+    if (flags.output === "json") process.stdout.write(jsonForTerminal(rows));
+    else if (flags.quiet === true) process.stdout.write(rows.map((row) => `${escapeControls(row.id)}\n`).join(""));
+    else process.stdout.write(table(rows, new Date()));
     return exitCodes.ok;
   } finally {
     await closeSandbox(sandbox);
@@ -78,14 +86,17 @@ function toRow(handle: CommandHandle): ProcessRow {
 /** The rows as a table with a header, columns padded to their widest cell. */
 function table(rows: readonly ProcessRow[], now: Date): string {
   const header = ["ID", "PID", "STATUS", "AGE", "SESSION", "COMMAND"];
-  const cells = rows.map((row) => [
-    row.id,
-    row.pid === null ? "-" : String(row.pid),
-    statusText(row),
-    age(new Date(row.startTime), now),
-    row.sessionId ?? "-",
-    [row.command, ...row.args].map((word, index) => (index === 0 && row.args.length === 0 ? word : shellQuote(word))).join(" "),
-  ]);
+  // Every cell is escaped: a command line (or an id, a session) must not drive the terminal it is shown on.
+  const cells = rows.map((row) =>
+    [
+      row.id,
+      row.pid === null ? "-" : String(row.pid),
+      statusText(row),
+      age(new Date(row.startTime), now),
+      row.sessionId ?? "-",
+      [row.command, ...row.args].map((word, index) => (index === 0 && row.args.length === 0 ? word : shellQuote(word))).join(" "),
+    ].map(escapeControls),
+  );
   const widths = header.map((title, column) => Math.max(title.length, ...cells.map((line) => line[column].length)));
   return [header, ...cells].map((line) => line.map((cell, column) => (column === line.length - 1 ? cell : cell.padEnd(widths[column]))).join("  ")).join("\n") + "\n";
 }

@@ -1,7 +1,8 @@
-import { Command } from "commander";
+import { Command, Option } from "commander";
 import { addConnectionOptions, closeSandbox, openSandbox, type ConnectionFlags } from "../connection.js";
 import { CliError, exitCodes } from "../exit-codes.js";
-import { addSpecOptions, commandArgumentHelp, type SpecFlags } from "../spec-options.js";
+import { escapeControls, jsonForTerminal } from "../escape.js";
+import { addSpecOptions, commandArgumentHelp, readEnvFiles, type SpecFlags } from "../spec-options.js";
 import { terminalSize } from "../terminal.js";
 
 /** The flags of `sandbox start`. */
@@ -10,6 +11,8 @@ export interface StartFlags extends SpecFlags, ConnectionFlags {
   id?: string;
   /** Session of the process (--session). */
   session?: string;
+  /** Output format (-o). */
+  output: "text" | "json";
 }
 
 /** Creates the `start` command; `finish` receives its exit code. */
@@ -28,7 +31,8 @@ export function createStartCommand(finish: (code: number) => void): Command {
   });
   command
     .option("--id <id>", "the process id to use instead of a random UUID; refused while a live process has it")
-    .option("--session <id>", "the session the process belongs to (see `sandbox ps --session`)");
+    .option("--session <id>", "the session the process belongs to (see `sandbox ps --session`)")
+    .addOption(new Option("-o, --output <format>", "output format: the id alone, or JSON ({id, pid, status, sessionId})").choices(["text", "json"]).default("text"));
   addConnectionOptions(command);
   return command
     .argument("<command...>", commandArgumentHelp)
@@ -38,12 +42,13 @@ export function createStartCommand(finish: (code: number) => void): Command {
 
 /** Runs `sandbox start`: prints the new process's id on stdout. */
 export async function runStart(argv: string[], flags: StartFlags): Promise<number> {
+  const env = { ...readEnvFiles(flags.envFile), ...flags.env };
   const sandbox = await openSandbox(flags, { sessionId: flags.session });
   try {
     const size = flags.tty === true ? terminalSize() : undefined;
     const handle = await sandbox.startProcess(argv[0], {
       args: argv.slice(1),
-      env: flags.env,
+      env,
       cwd: flags.workdir,
       timeout: flags.timeout ?? 0,
       processId: flags.id,
@@ -52,7 +57,8 @@ export async function runStart(argv: string[], flags: StartFlags): Promise<numbe
     });
     // A program that could not be started has a record in status `error` rather than a refused call.
     if (handle.status === "error") throw new CliError(handle.exit?.error ?? `the command could not be started (process ${handle.id})`);
-    process.stdout.write(`${handle.id}\n`);
+    if (flags.output === "json") process.stdout.write(jsonForTerminal({ id: handle.id, pid: handle.pid ?? null, status: handle.status, sessionId: handle.sessionId ?? null }));
+    else process.stdout.write(`${escapeControls(handle.id)}\n`);
     return exitCodes.ok;
   } finally {
     await closeSandbox(sandbox);

@@ -2298,7 +2298,10 @@ func (x *KillAllProcessesResponse) GetKilledCount() uint32 {
 type CleanupProcessesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only processes of this session, when set.
-	SessionId     string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	SessionId string `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// Only these processes, when set: each record removed if its process has
+	// exited (a live one, or an unknown id, is left and not counted).
+	ProcessIds    []string `protobuf:"bytes,2,rep,name=process_ids,json=processIds,proto3" json:"process_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2338,6 +2341,13 @@ func (x *CleanupProcessesRequest) GetSessionId() string {
 		return x.SessionId
 	}
 	return ""
+}
+
+func (x *CleanupProcessesRequest) GetProcessIds() []string {
+	if x != nil {
+		return x.ProcessIds
+	}
+	return nil
 }
 
 // CleanupProcessesResponse counts the records removed.
@@ -2669,10 +2679,12 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x06signal\x18\x02 \x01(\tR\x06signal\x12&\n" +
 	"\x0fgrace_period_ms\x18\x03 \x01(\x05R\rgracePeriodMs\"=\n" +
 	"\x18KillAllProcessesResponse\x12!\n" +
-	"\fkilled_count\x18\x01 \x01(\rR\vkilledCount\"8\n" +
+	"\fkilled_count\x18\x01 \x01(\rR\vkilledCount\"Y\n" +
 	"\x17CleanupProcessesRequest\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x01 \x01(\tR\tsessionId\"?\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1f\n" +
+	"\vprocess_ids\x18\x02 \x03(\tR\n" +
+	"processIds\"?\n" +
 	"\x18CleanupProcessesResponse\x12#\n" +
 	"\rremoved_count\x18\x01 \x01(\rR\fremovedCount\"6\n" +
 	"\x15GetProcessLogsRequest\x12\x1d\n" +

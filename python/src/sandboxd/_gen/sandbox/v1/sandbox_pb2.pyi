@@ -400,10 +400,12 @@ class KillAllProcessesResponse(_message.Message):
     def __init__(self, killed_count: _Optional[int] = ...) -> None: ...
 
 class CleanupProcessesRequest(_message.Message):
-    __slots__ = ("session_id",)
+    __slots__ = ("session_id", "process_ids")
     SESSION_ID_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_IDS_FIELD_NUMBER: _ClassVar[int]
     session_id: str
-    def __init__(self, session_id: _Optional[str] = ...) -> None: ...
+    process_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, session_id: _Optional[str] = ..., process_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class CleanupProcessesResponse(_message.Message):
     __slots__ = ("removed_count",)
