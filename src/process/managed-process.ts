@@ -63,6 +63,31 @@ export interface ProcessDescription {
   readonly timeoutMs: number;
 }
 
+/**
+ * Life is where a process is, as one value (as connect-node's Http2SessionManager keeps its state), so
+ * that what exists in each stage is what the type says:
+ *
+ * - `starting`: the record exists, nothing runs yet. `pendingKill` is the strongest kill asked meanwhile,
+ *   sent as soon as it runs.
+ * - `running`: the child runs. `killed` says a kill was requested, `timedOut` that the time limit fired;
+ *   the timeout and a kill's escalation to SIGKILL are armed here.
+ * - `draining`: the leader has exited. Its group is not signalled again (its id may be reused by an
+ *   unrelated process); the output drains and the accepted writes settle.
+ * - `exited`: final, with the exit and the pid the child had (0 when it never started).
+ */
+type Life =
+  | { readonly t: "starting"; pendingKill?: { readonly signal: SignalName; readonly gracePeriodMs: number } }
+  | {
+      readonly t: "running";
+      readonly child: SpawnedChild;
+      killed: boolean;
+      timedOut: boolean;
+      timeoutTimer?: NodeJS.Timeout;
+      escalationTimer?: NodeJS.Timeout;
+    }
+  | { readonly t: "draining"; readonly child: SpawnedChild; readonly killed: boolean; readonly timedOut: boolean }
+  | { readonly t: "exited"; readonly exit: ProcessExit; readonly pid: number };
+
 /** Options for creating a {@link ManagedProcess}. */
 export interface ManagedProcessOptions {
   /** What the process is. */
@@ -101,26 +126,15 @@ export class ManagedProcess {
   private readonly budget: MemoryBudget;
   /** The reader of the one caller who reads every byte (Exec); see {@link pinReader}. */
   private pinned?: OutputReader;
-  private child?: SpawnedChild;
-  /** The pid once the child is let go of at exit. */
-  private exitedPid = 0;
-  private currentStatus: ProcessStatus = "starting";
-  private exitInfo?: ProcessExit;
+  /** Where the process is: see {@link Life}. */
+  private life: Life = { t: "starting" };
   private readonly startedAt = performance.now();
-  private killedOnRequest = false;
-  /** A kill requested while starting, applied by {@link attach}. */
-  private pendingKill?: { signal: SignalName; gracePeriodMs: number };
-  /** The leader has exited: its group is no longer signalled, its id may be reused. */
-  private leaderExited = false;
-  private timedOut = false;
   private inputClosed = false;
   private writtenBytes = 0;
   private pendingInputBytes = 0;
   /** Settles when the last accepted write has settled; starts settled once attached (or failed). */
   private writeChain: Promise<void>;
   private resolveStarted!: () => void;
-  private timeoutTimer?: NodeJS.Timeout;
-  private escalationTimer?: NodeJS.Timeout;
   private resolveExited!: (exit: ProcessExit) => void;
 
   /** Creates a record in status starting; {@link attach} or {@link failToStart} follows. */
@@ -144,17 +158,25 @@ export class ManagedProcess {
 
   /** Current status. */
   get status(): ProcessStatus {
-    return this.currentStatus;
+    switch (this.life.t) {
+      case "starting":
+        return "starting";
+      case "running":
+      case "draining":
+        return "running";
+      case "exited":
+        return this.life.exit.status;
+    }
   }
 
   /** OS pid (and process group id), or 0 when it never started. */
   get pid(): number {
-    return this.child?.pid ?? this.exitedPid;
+    return this.life.t === "exited" ? this.life.pid : (this.child?.pid ?? 0);
   }
 
   /** How it ended; undefined while running. */
   get exit(): ProcessExit | undefined {
-    return this.exitInfo;
+    return this.life.t === "exited" ? this.life.exit : undefined;
   }
 
   /** Total bytes written to stdin so far. */
@@ -164,7 +186,7 @@ export class ManagedProcess {
 
   /** Whether stdin has been closed (or was never open). */
   get isInputClosed(): boolean {
-    return !this.description.acceptsInput || this.inputClosed || this.exitInfo !== undefined;
+    return !this.description.acceptsInput || this.inputClosed || this.life.t === "exited";
   }
 
   /** Bytes written so far per stream: the offset the next byte of each will have. */
@@ -256,25 +278,28 @@ export class ManagedProcess {
 
   /** Takes ownership of a spawned child: status running, timeout armed, exit awaited. @internal */
   attach(child: SpawnedChild): void {
-    this.child = child;
-    this.currentStatus = "running";
+    if (this.life.t !== "starting") return;
+    const { pendingKill } = this.life;
+    const running: Extract<Life, { t: "running" }> = { t: "running", child, killed: false, timedOut: false };
+    this.life = running;
     this.resolveStarted();
     this.resolveStarted = settled;
     if (this.description.timeoutMs > 0) {
-      this.timeoutTimer = setTimeout(() => {
-        this.timedOut = true;
+      running.timeoutTimer = setTimeout(() => {
+        running.timedOut = true;
         this.signalGroup("SIGKILL");
       }, this.description.timeoutMs);
     }
-    if (this.pendingKill !== undefined) this.kill(this.pendingKill.signal, this.pendingKill.gracePeriodMs);
+    if (pendingKill !== undefined) this.kill(pendingKill.signal, pendingKill.gracePeriodMs);
     void child.exited.then(() => {
+      if (this.life !== running) return;
       // Whatever the leader left behind in its group goes with it: nothing runs unaccounted. This
       // is the last signal: once the group is empty its id may be reused by an unrelated process,
       // so no timer or kill may signal it while the output drains.
-      this.signalGroup("SIGKILL", true);
-      this.leaderExited = true;
-      clearTimeout(this.timeoutTimer);
-      clearTimeout(this.escalationTimer);
+      killGroup(child.pid, "SIGKILL");
+      clearTimeout(running.timeoutTimer);
+      clearTimeout(running.escalationTimer);
+      this.life = { t: "draining", child, killed: running.killed, timedOut: running.timedOut };
     });
     // A write still pending at the exit settles once the child stops it: none outlives the record.
     void child.finished.then(async (exit) => {
@@ -300,16 +325,17 @@ export class ManagedProcess {
    * starting is sent as soon as it runs. Returns false when its leader had already exited.
    */
   kill(signal: SignalName = "SIGTERM", gracePeriodMs = defaultKillGracePeriodMs): boolean {
-    if (this.exitInfo !== undefined || this.leaderGone()) return false;
-    if (this.child === undefined) {
+    const life = this.life;
+    if (life.t === "starting") {
       // The strongest request wins: a later SIGTERM must not soften an earlier SIGKILL.
-      if (this.pendingKill?.signal !== "SIGKILL") this.pendingKill = { signal, gracePeriodMs };
+      if (life.pendingKill?.signal !== "SIGKILL") life.pendingKill = { signal, gracePeriodMs };
       return true;
     }
-    this.killedOnRequest = true;
+    if (life.t !== "running" || this.leaderGone()) return false;
+    life.killed = true;
     this.signalGroup(signal);
-    if (gracePeriodMs >= 0 && signal !== "SIGKILL" && this.escalationTimer === undefined) {
-      this.escalationTimer = setTimeout(() => this.signalGroup("SIGKILL"), gracePeriodMs);
+    if (gracePeriodMs >= 0 && signal !== "SIGKILL" && life.escalationTimer === undefined) {
+      life.escalationTimer = setTimeout(() => this.signalGroup("SIGKILL"), gracePeriodMs);
     }
     return true;
   }
@@ -319,7 +345,7 @@ export class ManagedProcess {
    * a ProcessError (PROCESS_NOT_RUNNING) once the process has exited.
    */
   signal(signal: SignalName): void {
-    if (this.exitInfo !== undefined || this.leaderGone()) throw this.notRunning();
+    if (this.life.t === "draining" || this.life.t === "exited" || this.leaderGone()) throw this.notRunning();
     this.signalGroup(signal);
   }
 
@@ -330,7 +356,7 @@ export class ManagedProcess {
    */
   assertAcceptsInput(): void {
     if (!this.description.acceptsInput) throw this.noStdin();
-    if (this.exitInfo !== undefined) throw this.notRunning();
+    if (this.life.t === "exited") throw this.notRunning();
   }
 
   /**
@@ -366,7 +392,7 @@ export class ManagedProcess {
    * reads its next message: backpressure reaches the client instead of the daemon buffering.
    */
   async waitForInputRoom(signal?: AbortSignal): Promise<void> {
-    while (this.exitInfo === undefined && !this.inputClosed) {
+    while (this.life.t !== "exited" && !this.inputClosed) {
       if (this.pendingInputBytes < maxPendingInputBytes && this.budget.fits(0)) return;
       // A settled write releases its bytes from the budget, and so does whatever else makes room;
       // the exit wakes the waiters too (see finish).
@@ -396,8 +422,9 @@ export class ManagedProcess {
       .then(() => {
         // Skipped, not written: the caller is gone and nothing of it reached the child.
         if (signal?.aborted) throw cancelled(signal.reason);
-        if (this.exitInfo !== undefined || this.leaderExited || this.child === undefined) throw this.notRunning();
-        return this.child.write(data).then(
+        const life = this.life;
+        if (life.t !== "running") throw this.notRunning();
+        return life.child.write(data).then(
           () => {
             this.writtenBytes += data.length;
             return this.writtenBytes;
@@ -429,10 +456,10 @@ export class ManagedProcess {
    */
   async closeInput(): Promise<void> {
     if (!this.description.acceptsInput) throw this.noStdin();
-    if (this.inputClosed || this.exitInfo !== undefined) return;
+    if (this.inputClosed || this.life.t === "exited") return;
     this.inputClosed = true;
     void this.writeChain.then(() => {
-      if (this.exitInfo === undefined && !this.leaderExited) this.child?.closeInput();
+      if (this.life.t === "running") this.life.child.closeInput();
     });
   }
 
@@ -447,7 +474,7 @@ export class ManagedProcess {
     if (problem !== undefined) throw new ProcessError(problem, "INVALID_ARGUMENT", { metadata: { field: "resize" } });
     if (!this.description.pty) throw new ProcessError(`process ${this.id} has no pty`, "PTY_NOT_OPEN", { metadata: { process_id: this.id } });
     const applied = this.writeChain.then(() => {
-      if (this.exitInfo === undefined && !this.leaderExited) this.child?.resize(cols, rows);
+      if (this.life.t === "running") this.life.child.resize(cols, rows);
     });
     this.writeChain = applied.catch(() => {});
     return applied;
@@ -477,31 +504,34 @@ export class ManagedProcess {
     return new ProcessError(`stdin of process ${this.id} is closed`, "STDIN_NOT_OPEN", { metadata: { process_id: this.id }, cause });
   }
 
-  /**
-   * Whether the leader has exited: noticed, or, where the spawner can tell, asked of the OS now. Once
-   * the group is empty its id may be reused, so nothing is signalled on the strength of a notice still
-   * on its way.
-   */
-  private leaderGone(): boolean {
-    return this.leaderExited || (this.child?.hasExited?.() ?? false);
+  /** The child while it runs or drains. */
+  private get child(): SpawnedChild | undefined {
+    return this.life.t === "running" || this.life.t === "draining" ? this.life.child : undefined;
   }
 
-  /** Signals the group; `atLeaderExit` is the one signal sent as the leader's exit is handled. */
-  private signalGroup(signal: SignalName, atLeaderExit = false): void {
-    if (atLeaderExit ? this.leaderExited : this.leaderGone()) return;
-    const pid = this.child?.pid;
-    if (pid === undefined || pid <= 0) return;
-    try {
-      process.kill(-pid, signal);
-    } catch {
-      // ESRCH: the group is already gone.
-    }
+  /**
+   * Whether the leader has exited: noticed (no longer `running`), or, where the spawner can tell,
+   * asked of the OS now. Once the group is empty its id may be reused, so nothing is signalled on
+   * the strength of a notice still on its way.
+   */
+  private leaderGone(): boolean {
+    if (this.life.t !== "running") return this.life.t !== "starting";
+    return this.life.child.hasExited?.() ?? false;
+  }
+
+  /** Signals the group of a running child; nothing once its leader is gone. */
+  private signalGroup(signal: SignalName): void {
+    if (this.life.t !== "running" || this.leaderGone()) return;
+    killGroup(this.life.child.pid, signal);
   }
 
   private finish(end: Pick<ProcessExit, "status" | "exitCode" | "signal" | "error">): void {
-    if (this.exitInfo !== undefined) return;
-    clearTimeout(this.timeoutTimer);
-    clearTimeout(this.escalationTimer);
+    const life = this.life;
+    if (life.t === "exited") return;
+    if (life.t === "running") {
+      clearTimeout(life.timeoutTimer);
+      clearTimeout(life.escalationTimer);
+    }
     this.output.end();
     const offsets = this.output.offsets;
     // Built field by field, never spread: V8 gave each record spread from `end` a hidden class of its own
@@ -510,8 +540,8 @@ export class ManagedProcess {
       status: end.status,
       exitCode: end.exitCode,
       signal: end.signal,
-      timedOut: this.timedOut,
-      killed: this.killedOnRequest,
+      timedOut: life.t !== "starting" && life.timedOut,
+      killed: life.t !== "starting" && life.killed,
       startTime: this.startTime,
       endTime: new Date(),
       durationMs: performance.now() - this.startedAt,
@@ -519,15 +549,23 @@ export class ManagedProcess {
       stderrBytes: offsets.stderr,
     };
     if (end.error !== undefined) exit.error = end.error;
-    this.exitInfo = exit;
-    this.currentStatus = end.status;
     // The child's streams, closures and buffers are not needed for a record that only reports now.
-    this.exitedPid = this.child?.pid ?? 0;
-    this.child = undefined;
-    this.resolveExited(this.exitInfo);
+    this.life = { t: "exited", exit, pid: life.t === "starting" ? 0 : life.child.pid };
+    this.resolveExited(exit);
     // Resolving functions hold their promise's internals: a record that lingers keeps neither.
     this.resolveExited = settled;
     // Writers waiting for room look again, and find the process gone.
     this.budget.wake();
+  }
+
+}
+
+/** Sends `signal` to process group `pid`; a group already gone (ESRCH) is no error. */
+function killGroup(pid: number, signal: SignalName): void {
+  if (pid <= 0) return;
+  try {
+    process.kill(-pid, signal);
+  } catch {
+    // ESRCH: the group is already gone.
   }
 }
