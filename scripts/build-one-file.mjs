@@ -29,10 +29,12 @@ const { version } = JSON.parse(readFileSync(path.join(root, "package.json"), "ut
 const bundledPrettyStream = {
   name: "bundled-pretty-stream",
   setup(plugin) {
-    plugin.onLoad({ filter: /src[\\/]server[\\/]pretty-stream\.ts$/ }, () => ({
+    plugin.onLoad({ filter: /src[\\/]server[\\/]pretty-stream\.ts$/ }, (args) => ({
       loader: "ts",
-      contents: `import pinoPretty from "pino-pretty";
-        export function createPrettyStream(options) { return pinoPretty({ ...options, sync: true }); }`,
+      // The module's own options (prettyLines), with a static import of pino-pretty.
+      contents: readFileSync(args.path, "utf8")
+        .replace(/^import \{ createRequire \} from "node:module";$/m, 'import pinoPretty from "pino-pretty";')
+        .replace(/const pinoPretty = createRequire\(import\.meta\.url\)\("pino-pretty"\)[^;]*;/, ""),
     }));
   },
 };

@@ -30,11 +30,11 @@ export {
   type StartOptions,
 } from "./process-manager.js";
 export { parseSignal, signalName, type SignalName } from "./signals.js";
-export { Workspace } from "./workspace.js";
+export { Workspace, workspaceProblemFor } from "./workspace.js";
 export { GroupLedger, processStartTime, type ReapReport } from "./housekeeping/index.js";
 export { defaultMaxTasksPerCommand, defaultMaxTasksTotal, Launcher, type ForkLimit, type LaunchPlan, type LauncherOptions } from "./spawn/index.js";
 export { PidsCgroup } from "./cgroups/index.js";
-export { resolveUser, rootIdentity, type UserIdentity } from "./user.js";
+export { groupsOf, resolveUser, rootIdentity, type UserIdentity } from "./user.js";
 export * from "../shared/limits.js";
 export { defaultCommandsMemoryBytes, ResourceCgroup, type ResourceLimits } from "./cgroups/index.js";
 export { loadNativeAddon, type NativeAddon } from "./native/index.js";

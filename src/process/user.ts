@@ -65,3 +65,17 @@ function passwdEntry(user: string): UserIdentity | undefined {
   }
   return undefined;
 }
+
+/**
+ * The group ids `user` gets when a command runs as it: its primary group and the supplementary ones
+ * (`id -G`, so NSS sources count, as initgroups does); the primary group alone when `id` fails.
+ */
+export function groupsOf(user: UserIdentity): number[] {
+  try {
+    const text = execFileSync("id", ["-G", user.name], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"], timeout: 5000 });
+    const groups = text.trim().split(/\s+/).map(Number).filter(Number.isInteger);
+    return groups.includes(user.gid) ? groups : [user.gid, ...groups];
+  } catch {
+    return [user.gid];
+  }
+}

@@ -1,4 +1,5 @@
 import { realpath, stat } from "node:fs/promises";
+import { statSync, type Stats } from "node:fs";
 import path from "node:path";
 import { ProcessError } from "./errors.js";
 
@@ -74,4 +75,35 @@ function outside(cwd: string, roots: readonly string[]): ProcessError {
 
 function notFound(cwd: string, cause: unknown): ProcessError {
   return new ProcessError(`working directory not found: ${cwd}`, "CWD_NOT_FOUND", { metadata: { cwd }, cause });
+}
+
+/**
+ * Says why `user` (with its primary and supplementary groups) could not work in one of `roots`, or
+ * returns undefined: each directory on the way must grant it search (x), and the root itself read
+ * and search (r, x), by the owner, group or other bits that apply to it. Root (uid 0) may enter
+ * anything. A daemon started with `--user` checks this at start, so a workspace that user cannot
+ * enter fails there, with the fix named, and not in every command afterwards.
+ */
+export function workspaceProblemFor(user: { name: string; uid: number; gid: number }, groups: readonly number[], roots: readonly string[]): string | undefined {
+  if (user.uid === 0) return undefined;
+  for (const root of roots) {
+    const parts = path.resolve(root).split("/").filter(Boolean);
+    for (let depth = 0; depth <= parts.length; depth++) {
+      const directory = "/" + parts.slice(0, depth).join("/");
+      let info: Stats;
+      try {
+        info = statSync(directory);
+      } catch (error) {
+        return `the workspace ${root} cannot be checked (${directory}: ${(error as NodeJS.ErrnoException).code ?? String(error)})`;
+      }
+      const isRoot = depth === parts.length;
+      const needed = isRoot ? 0o5 : 0o1;
+      const shift = info.uid === user.uid ? 6 : groups.includes(info.gid) ? 3 : 0;
+      if (((info.mode >> shift) & needed) !== needed) {
+        const what = isRoot ? "read and search (r-x)" : "search (x)";
+        return `--user ${user.name} cannot enter the workspace ${root}: no ${what} permission on ${directory} (owner uid ${info.uid}, mode ${(info.mode & 0o777).toString(8)})`;
+      }
+    }
+  }
+  return undefined;
 }

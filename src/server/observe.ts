@@ -35,9 +35,23 @@ export function createLogger(options: LoggerOptions = {}): Logger {
       destination: options.destination ?? process.stderr,
       colorize: options.destination === undefined && process.stderr.isTTY === true,
     });
-    return pino({ ...base, formatters: undefined }, prettyStream);
+    const logger = pino({ ...base, formatters: undefined }, prettyStream);
+    forPeople.add(logger);
+    return logger;
   }
   return pino(base, options.destination ?? pino.destination({ fd: 2, sync: true }));
+}
+
+/** Loggers writing pretty lines for a person (see {@link createLogger}). */
+const forPeople = new WeakSet<Logger>();
+
+/**
+ * The level of the lines each call and each process start writes: `info` in JSON (machines keep
+ * them all), `debug` on a terminal, where one `sandbox exec -- true` wrote four of them and a person
+ * wants the exit line (and every failure, at `warn`) only; `--log-level debug` shows them all.
+ */
+function routineLevel(logger: Logger): "info" | "debug" {
+  return forPeople.has(logger) ? "debug" : "info";
 }
 
 /** The daemon's Prometheus metrics (prom-client, on a registry of its own). */
@@ -148,7 +162,7 @@ export function createObserveInterceptor(logger: Logger, metrics: DaemonMetrics)
         metrics.calls.inc({ procedure, code });
         metrics.callSeconds.observe({ procedure }, seconds);
         const line = { procedure, peer: peer?.address, subject: peer?.subject, code, durationMs: Math.round(seconds * 1e5) / 100 };
-        if (failure === undefined || code === "canceled") logger.info(line, "call");
+        if (failure === undefined || code === "canceled") logger[routineLevel(logger)](line, "call");
         else logger.warn({ ...line, error: ConnectError.from(failure).rawMessage }, "call");
       },
     };
@@ -182,9 +196,18 @@ export function createProcessAudit(logger: Logger, metrics: DaemonMetrics, optio
         subject: peer?.subject,
       };
       metrics.starts.inc({ result: managed.status === "error" ? "failed" : "spawned" });
-      logger.info(what, "process started");
+      logger[routineLevel(logger)](what, "process started");
       void managed.exited.then((exit: ProcessExit) => {
-        const line = { processId: managed.id, pid: managed.pid, status: exit.status, exitCode: exit.exitCode, signal: exit.signal, timedOut: exit.timedOut, durationMs: Math.round(exit.durationMs) };
+        const line = {
+          processId: managed.id,
+          program: what.program,
+          pid: managed.pid,
+          status: exit.status,
+          exitCode: exit.exitCode,
+          signal: exit.signal,
+          timedOut: exit.timedOut,
+          durationMs: Math.round(exit.durationMs),
+        };
         if (exit.status === "error") logger.warn({ ...line, error: exit.error }, "process failed to start");
         else logger.info(line, "process exited");
       });

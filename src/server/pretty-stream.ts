@@ -1,5 +1,12 @@
 import { createRequire } from "node:module";
 
+/**
+ * How pino-pretty writes for a person: synchronously, one line per record, the time of day only,
+ * without the fields every line has, so a terminal shows what happened at a glance (the full record
+ * is the JSON format's). The one-file build's copy of {@link createPrettyStream} uses it too.
+ */
+export const prettyLines = { sync: true, singleLine: true, translateTime: "SYS:HH:MM:ss.l", ignore: "pid,hostname,service" } as const;
+
 /** Options for {@link createPrettyStream}. */
 export interface PrettyStreamOptions {
   /** Where the lines go. */
@@ -16,5 +23,5 @@ export interface PrettyStreamOptions {
  */
 export function createPrettyStream(options: PrettyStreamOptions): NodeJS.WritableStream {
   const pinoPretty = createRequire(import.meta.url)("pino-pretty") as (options: object) => NodeJS.WritableStream;
-  return pinoPretty({ ...options, sync: true });
+  return pinoPretty({ ...options, ...prettyLines });
 }

@@ -1,5 +1,5 @@
 import { favorCgroupMoves } from "../../process/cgroups/index.js";
-import { PidsCgroup, reapOrphans, reclaimMemoryAsDaemon, type OrphanReaping } from "../../process/index.js";
+import { groupsOf, PidsCgroup, reapOrphans, reclaimMemoryAsDaemon, workspaceProblemFor, type OrphanReaping } from "../../process/index.js";
 import { loadNativeAddon } from "../../process/native/index.js";
 import { startServer, type SandboxServer, type SandboxServerOptions, createLogger } from "../../server/index.js";
 import { sandboxdVersion } from "../../shared/version.js";
@@ -19,8 +19,7 @@ export async function runDaemon(): Promise<void> {
   try {
     command = parseCommandLine(process.argv.slice(2), environment);
   } catch (error) {
-    process.stderr.write(`sandboxd: ${(error as Error).message}\n(sandboxd --help lists the flags)\n`);
-    process.exit(2);
+    failToStart((error as Error).message, "sandboxd --help lists the flags", 2);
   }
   // What the delete cannot do: /proc/<pid>/environ still shows the environment the daemon was started
   // with (a token in SANDBOXD_TOKEN among it) to every process of its uid, and so would its memory.
@@ -41,27 +40,37 @@ export async function runDaemon(): Promise<void> {
     process.stdout.write(`sandboxd ${sandboxdVersion}\n`);
     return;
   }
+  const runAs = command.options.runAs;
+  if (runAs !== undefined) {
+    const problem = workspaceProblemFor(runAs, groupsOf(runAs), command.options.workspaceRoots ?? [process.cwd()]);
+    if (problem !== undefined) failToStart(problem, "give that user access (chmod, chown, a group), or choose another --workspace or --user", 2);
+  }
   const logger = createLogger({ level: command.logging.level, format: command.logging.format });
   let server: SandboxServer;
   try {
     server = await startServer({ ...command.options, logger, log: (message) => logger.warn(message) });
   } catch (error) {
-    logger.fatal({ error: (error as Error).message }, `sandboxd: ${(error as Error).message}`);
-    process.exit(1);
+    const { message, fix } = startFailure(error as NodeJS.ErrnoException, command.options);
+    failToStart(message, fix, 1);
   }
+  logger.info({ url: server.url, workspace: server.manager.workspace.roots, version: sandboxdVersion }, `sandboxd ${sandboxdVersion} listening on ${server.url} (workspace ${server.manager.workspace.roots.join(":")})`);
   // Root only: a daemon given cgroups of its own by delegation cannot set the kernel's options anyway.
   if (command.favorCgroupMoves && process.getuid?.() === 0 && server.manager.launcher.usesCgroups) {
     const moves = favorCgroupMoves();
     const text = moves.state === "favored" ? `favordynmods on (${moves.by === "daemon" ? "turned on now, kernel-wide" : "already"})` : `favordynmods off, the first command after a pause waits for the kernel: ${moves.reason}`;
-    logger.info({ cgroupMoves: moves }, `sandboxd: cgroup moves: ${text}`);
+    // Nothing to tell a person when nothing changed.
+    const level = moves.state === "favored" && moves.by !== "daemon" ? "debug" : "info";
+    logger[level]({ cgroupMoves: moves }, `sandboxd: cgroup moves: ${text}`);
   }
-  logger.info({ url: server.url, workspace: server.manager.workspace.roots }, `sandboxd listening on ${server.url} (workspace ${server.manager.workspace.roots.join(":")})`);
   const { grpc, rest } = server.agentSandboxPorts;
   if (grpc !== undefined || rest !== undefined) {
     const ports = [grpc !== undefined ? `process.v1 gRPC on port ${grpc}` : "", rest !== undefined ? `REST on port ${rest}` : ""].filter(Boolean).join(", ");
     logger.info({ agentSandboxPorts: server.agentSandboxPorts }, `sandboxd: KEP-539.2 (agent-sandbox): ${ports}`);
   }
-  logger.info(`sandboxd: ${securitySummary(command.options, server, orphans)}`);
+  // One line on how the daemon is guarded, and each warning on a line of its own.
+  const [summary, ...warnings] = securitySummary(command.options, server, orphans).split("; WARNING: ");
+  logger.info(`sandboxd: ${summary}`);
+  for (const warning of warnings) logger.warn(`sandboxd: ${warning}`);
   reclaimMemoryAsDaemon();
   let stopping = false;
   const stop = (signal: NodeJS.Signals) => {
@@ -69,7 +78,8 @@ export async function runDaemon(): Promise<void> {
     // the daemon halfway through its shutdown, leaving its commands running. Ctrl-C on `npm start`
     // sends two SIGINTs: the terminal's to the whole group, and the one npm passes on.
     if (stopping) {
-      logger.info({ signal }, `sandboxd: ${signal} again, still shutting down`);
+      // Debug only: one Ctrl-C on `npm start` is two SIGINTs, and a person pressed the key once.
+      logger.debug({ signal }, `sandboxd: ${signal} again, still shutting down`);
       return;
     }
     stopping = true;
@@ -81,6 +91,34 @@ export async function runDaemon(): Promise<void> {
   process.on("SIGTERM", stop);
   process.on("SIGINT", stop);
   exitWithNpmParent();
+}
+
+/**
+ * Stops a daemon that cannot start, in one style whatever the reason (a bad flag, a port in use, a
+ * workspace its --user cannot enter): `sandboxd: <what>` and `(<the fix>)` on stderr, then exit.
+ */
+function failToStart(message: string, fix: string, code: number): never {
+  process.stderr.write(`sandboxd: ${message}\n(${fix})\n`);
+  process.exit(code);
+}
+
+/** What a failed listen means, and the flag that fixes it. */
+function startFailure(error: NodeJS.ErrnoException, options: SandboxServerOptions): { message: string; fix: string } {
+  const failed = error as NodeJS.ErrnoException & { address?: string; port?: number };
+  const port = failed.port ?? options.port ?? 7007;
+  const address = `${failed.address ?? options.host ?? "127.0.0.1"}:${port}`;
+  // The KEP-539.2 listeners have flags of their own.
+  const flag = port === (options.port ?? 7007) ? "--port" : "--agent-sandbox-grpc-port or --agent-sandbox-rest-port";
+  switch (error.code) {
+    case "EADDRINUSE":
+      return { message: `cannot listen on ${address}: the port is in use (another sandboxd?)`, fix: `choose another with ${flag} <n> (0 for any free one), or stop what listens there` };
+    case "EACCES":
+      return { message: `cannot listen on ${address}: permission denied`, fix: `ports below 1024 need privileges: choose ${flag} 1024 or above` };
+    case "EADDRNOTAVAIL":
+      return { message: `cannot listen on ${address}: no such address on this machine`, fix: "choose an address of this machine with --host, 0.0.0.0 for all" };
+    default:
+      return { message: error.message, fix: "sandboxd --help lists the flags" };
+  }
 }
 
 /** One line on how the daemon is guarded; never the token itself. */
