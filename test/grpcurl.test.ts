@@ -35,6 +35,7 @@ describe("grpcurl with no proto file, through server reflection", () => {
       "grpc.reflection.v1.ServerReflection",
       "grpc.reflection.v1alpha.ServerReflection",
       "process.v1.ProcessService",
+      "sandbox.v1.FileService",
       "sandbox.v1.SandboxService",
     ]);
   });

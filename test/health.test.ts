@@ -34,6 +34,7 @@ describe("grpc.health.v1.Health against a real server", () => {
     expect(Object.fromEntries(Object.entries(statuses).map(([name, response]) => [name, response.status]))).toEqual({
       "": ServingStatus.SERVING,
       "sandbox.v1.SandboxService": ServingStatus.SERVING,
+      "sandbox.v1.FileService": ServingStatus.SERVING,
       "process.v1.ProcessService": ServingStatus.SERVING,
     });
   });

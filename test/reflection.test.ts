@@ -37,6 +37,7 @@ describe("reflection answers built directly", () => {
     expect(response.originalRequest?.messageRequest.case).toBe("listServices");
     expect(response.messageResponse.case === "listServicesResponse" && response.messageResponse.value.service.map((service) => service.name)).toEqual([
       "sandbox.v1.SandboxService",
+      "sandbox.v1.FileService",
       "process.v1.ProcessService",
       "grpc.health.v1.Health",
       "grpc.reflection.v1.ServerReflection",

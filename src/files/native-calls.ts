@@ -1,6 +1,7 @@
 import { close as closeFd, constants as fsConstants, fstat, open as openFile, type BigIntStats, type Dirent } from "node:fs";
 import fs from "node:fs/promises";
 import { loadNativeAddon, type UserIdentity } from "../process/index.js";
+import { FileError } from "./errors.js";
 
 /** `O_PATH` (Linux): an fd that names a file without opening it for reading or writing. */
 export const O_PATH = 0o10000000;
@@ -148,16 +149,16 @@ export interface FileCallsOptions {
 }
 
 /**
- * Creates the {@link FileCalls} of this daemon: the addon's when it is there, else Node's. Throws
- * when `user` is another user and the addon is missing: the file service would otherwise act with
- * the daemon's rights on that user's behalf.
+ * Creates the {@link FileCalls} of this daemon: the addon's when it is there, else Node's. When
+ * `user` is another user and the addon is missing, every call fails with FILE_SERVICE_UNAVAILABLE:
+ * the file service would otherwise act with the daemon's rights on that user's behalf.
  */
 export function createFileCalls(options: FileCallsOptions = {}): FileCalls {
   const native = options.withoutAddon ? undefined : nativeFileFunctions();
   const user = options.user;
   const otherUser = user !== undefined && (user.uid !== process.getuid?.() || user.gid !== process.getgid?.());
   if (native === undefined) {
-    if (otherUser) throw new Error(`file operations as ${user.name} need sandboxd's native addon, which is not built or not loaded`);
+    if (otherUser) return unavailableFileCalls(`file operations as ${user.name} need sandboxd's native addon, which is not built or not loaded`);
     return nodeFileCalls;
   }
   const identity = otherUser ? Int32Array.from([user.uid, user.gid, ...native.userGroups(user.name, user.gid)]) : null;
@@ -268,3 +269,27 @@ const nodeFileCalls: FileCalls = {
   addWatch: () => Promise.reject(Object.assign(new Error("inotify needs the native addon"), { code: "ENOSYS" })),
   close: closeQuietly,
 };
+
+/** Calls that all fail with FILE_SERVICE_UNAVAILABLE and `why`. */
+function unavailableFileCalls(why: string): FileCalls {
+  const fail = () => Promise.reject(new FileError(why, "FILE_SERVICE_UNAVAILABLE"));
+  return {
+    switchesIdentity: false,
+    hasOpenBeneath: false,
+    canWatch: false,
+    openAt: fail,
+    openBeneath: fail,
+    reopen: fail,
+    stat: fail,
+    readlink: fail,
+    mkdir: fail,
+    unlink: fail,
+    rename: fail,
+    chmod: fail,
+    readdir: fail,
+    statEntries: fail,
+    allocate: fail,
+    addWatch: fail,
+    close: closeQuietly,
+  };
+}

@@ -3,7 +3,7 @@ import { abortableDelay } from "../shared/abort.js";
 import { FileError, fileErrorOf } from "./errors.js";
 import { fileStatOf, type FileStat } from "./file-stat.js";
 import { O_PATH } from "./native-calls.js";
-import type { FilesContext } from "./workspace-files.js";
+import type { FilesContext } from "./context.js";
 
 /** Default bytes of one chunk of a read. */
 export const defaultReadChunkBytes = 256 * 1024;

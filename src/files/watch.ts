@@ -3,7 +3,7 @@ import { errnoOf, FileError, fileErrorOf } from "./errors.js";
 import { fileStatOf, type FileStat } from "./file-stat.js";
 import { DT_DIR, DT_UNKNOWN, nativeFileFunctions, O_PATH } from "./native-calls.js";
 import type { Location } from "./resolve.js";
-import type { FilesContext } from "./workspace-files.js";
+import type { FilesContext } from "./context.js";
 
 /** Default events one watch holds for a client that reads slowly before it drops them. */
 export const defaultMaxQueuedWatchEvents = 4096;

@@ -3,8 +3,9 @@ import { open, type FileHandle } from "node:fs/promises";
 import path from "node:path";
 import type { UserIdentity } from "../process/index.js";
 import { errnoOf, FileError, fileErrorOf } from "./errors.js";
-import { createOwnerNames, fileStatOf, type FileStat, type OwnerNames } from "./file-stat.js";
-import { createFileCalls, DT_DIR, DT_LNK, DT_UNKNOWN, O_PATH, type FileCalls, type RawStat } from "./native-calls.js";
+import type { FilesContext } from "./context.js";
+import { createOwnerNames, fileStatOf, type FileStat } from "./file-stat.js";
+import { createFileCalls, DT_DIR, DT_LNK, DT_UNKNOWN, O_PATH, type RawStat } from "./native-calls.js";
 import { openFileReader, type FileReader, type ReadOptions } from "./read.js";
 import { PathResolver, type Location, type WorkspaceRoot } from "./resolve.js";
 import { openWatch, type FileWatch, type WatchOptions } from "./watch.js";
@@ -51,14 +52,6 @@ export interface ListOptions {
   pageSize?: number;
   /** Continue after this entry (a `continueAfter` of the page before). */
   after?: string;
-}
-
-/** Everything the file operations share: the roots, the calls, the names. */
-export interface FilesContext {
-  readonly resolver: PathResolver;
-  readonly calls: FileCalls;
-  readonly names: OwnerNames;
-  readonly maxUnsizedReadBytes: number;
 }
 
 /**

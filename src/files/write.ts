@@ -4,7 +4,7 @@ import path from "node:path";
 import { errnoOf, FileError, fileErrorOf } from "./errors.js";
 import { fileStatOf, type FileStat } from "./file-stat.js";
 import type { Location } from "./resolve.js";
-import type { FilesContext } from "./workspace-files.js";
+import type { FilesContext } from "./context.js";
 
 /** Default permission bits of a new file. */
 export const defaultFileMode = 0o644;

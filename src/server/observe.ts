@@ -4,7 +4,7 @@ import { sandboxdVersion } from "../shared/version.js";
 import { createPrettyStream } from "./pretty-stream.js";
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 import { memoryReclaims, type ManagedProcess, type ProcessDescription, type ProcessExit, type ProcessManager } from "../process/index.js";
-import { interceptOutcome, peerKey, type Peer, type ProcessAudit } from "./rpc/index.js";
+import { callDetailsKey, interceptOutcome, peerKey, type Peer, type ProcessAudit } from "./rpc/index.js";
 import { codeToString } from "@connectrpc/connect/protocol-connect";
 
 /** Log levels, quietest last. */
@@ -145,7 +145,8 @@ export function createDaemonMetrics(source: { manager: ProcessManager; connectio
 
 /**
  * Creates an interceptor that logs one line per call (procedure, peer, status code, duration, and
- * the process id where the call names one) and counts it in the metrics, for unary calls at their
+ * what the handler added to the call's details: the process id where the call names one, a file
+ * call's path and bytes) and counts it in the metrics, for unary calls at their
  * answer and for streams at their end. Never logs a header, a token or a request body.
  */
 export function createObserveInterceptor(logger: Logger, metrics: DaemonMetrics): Interceptor {
@@ -161,7 +162,8 @@ export function createObserveInterceptor(logger: Logger, metrics: DaemonMetrics)
         const seconds = (performance.now() - started) / 1000;
         metrics.calls.inc({ procedure, code });
         metrics.callSeconds.observe({ procedure }, seconds);
-        const line = { procedure, peer: peer?.address, subject: peer?.subject, code, durationMs: Math.round(seconds * 1e5) / 100 };
+        const details = request.contextValues.get(callDetailsKey);
+        const line = { procedure, peer: peer?.address, subject: peer?.subject, ...details, code, durationMs: Math.round(seconds * 1e5) / 100 };
         if (failure === undefined || code === "canceled") logger[routineLevel(logger)](line, "call");
         else logger.warn({ ...line, error: ConnectError.from(failure).rawMessage }, "call");
       },

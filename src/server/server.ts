@@ -3,7 +3,10 @@ import type http2 from "node:http2";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { createProcessManager, defaultOutputCapacityBytes, type ProcessManager, type ProcessManagerOptions } from "../process/index.js";
 import { ProcessService } from "../../gen/process/v1/process_pb.js";
+import { FileService } from "../../gen/sandbox/v1/files_pb.js";
 import { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
+import { WorkspaceFiles } from "../files/index.js";
+import { createFileMetrics, createFilesRest, FileLimits, type FileLimitOptions } from "./files/index.js";
 import { assertSafeBinding, assertSafeCors, assertSafeUserSwitch, createHealthStatus, type HealthStatus, connectionContextValues, createCallLimitInterceptor, createErrorMessageLimitInterceptor, defaultMaxCallsPerConnection, defaultMaxMessageBytes, type CallLimitOptions, shuttingDownError } from "./rpc/index.js";
 import { createRoutes } from "./routes.js";
 import { watchSessionLiveness, type KeepaliveOptions, createGate, type Gate, type GateOptions, type Listener, type RequestHandler, createHttpEndpoints, createListener, defaultPrefaceTimeoutMs, type ListenerOptions, type TlsOptions, withErrorAnswers } from "./http/index.js";
@@ -66,6 +69,13 @@ export interface SandboxServerOptions extends ProcessManagerOptions {
    * own; each off unless given. Same host, token, TLS, Host rule and limits as the daemon's port.
    */
   agentSandbox?: AgentSandboxOptions;
+  /** Limits of the file service: transfers per connection and in all, watches per connection. */
+  fileLimits?: FileLimitOptions;
+  /**
+   * Most bytes one file read sends of a file without a size (a device such as /dev/zero, a /proc
+   * file). Default 64 MiB. Regular files are read up to their size when opened.
+   */
+  maxUnsizedReadBytes?: number;
 }
 
 /** Default ports of KEP-539.2's layout: process.v1 over gRPC, and the REST surface. */
@@ -84,7 +94,7 @@ export interface AgentSandboxOptions {
   metadataPrefix?: string;
   /** The variables `/v1/metadata` picks from, read at start. Default `process.env`. */
   environment?: Readonly<Record<string, string | undefined>>;
-  /** The file surface mounted under `/v1/files/`; answered 404 without one. */
+  /** The file surface mounted under `/v1/files/`. Default: the daemon's own (see `createFilesRest`). */
   files?: RestMount;
 }
 
@@ -138,9 +148,13 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
   setMaxListeners(0, shutdown.signal);
   const limits = createCallLimitInterceptor(options.callLimits);
   const maxMessageBytes = options.maxMessageBytes ?? defaultMaxMessageBytes;
-  const health = createHealthStatus([SandboxService.typeName, ProcessService.typeName]);
+  const health = createHealthStatus([SandboxService.typeName, FileService.typeName, ProcessService.typeName]);
+  // Files as the commands' user, beneath the same workspace roots as their working directories.
+  const files = await WorkspaceFiles.create({ workspaceRoots: manager.workspace.roots, user: options.runAs, maxUnsizedReadBytes: options.maxUnsizedReadBytes });
+  const fileLimits = new FileLimits(options.fileLimits);
+  const fileMetrics = createFileMetrics(metrics.registry);
   const adapter = connectNodeAdapter({
-    routes: withErrorAnswers(createRoutes({ manager, health, audit })),
+    routes: withErrorAnswers(createRoutes({ manager, health, audit, files: { files, limits: fileLimits, metrics: fileMetrics } })),
     shutdownSignal: shutdown.signal,
     interceptors: [
       createObserveInterceptor(logger, metrics),
@@ -179,6 +193,8 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
     ready: () => ready,
     metrics: { registry: metrics.registry, token: options.metricsPublic ? undefined : options.token },
   });
+  // KEP-539.2's REST file surface on the same port, behind the same gate, on the same file domain.
+  const filesRest = createFilesRest({ files, limits: fileLimits, metrics: fileMetrics, logger, shutdownSignal: shutdown.signal });
   let refusedSinceLog = 0;
   let lastRefusalLog = Number.NEGATIVE_INFINITY;
   const gateOptions = {
@@ -203,7 +219,7 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
     },
     ...options.gate,
   } satisfies GateOptions;
-  const gate = createGate(adapter, gateOptions);
+  const gate = createGate((request, response) => filesRest.answer(request, response) || adapter(request, response), gateOptions);
   const admissionTimeoutMs = options.listener?.prefaceTimeoutMs ?? defaultPrefaceTimeoutMs;
   /** A listener of the gate's handler, with the daemon's TLS, HTTP/2 settings, limits and liveness checks. */
   const openListener = (guarded: Gate) =>
@@ -226,6 +242,7 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
   const listener = openListener(gate);
   const extra = agentSandboxListeners(options, {
     daemonGate: gate,
+    files: filesRest.answer,
     openListener,
     gate: (handler, refuse, endpoints) => createGate(handler, { ...gateOptions, endpoints, refuse }),
     ready: () => ready,
@@ -245,6 +262,7 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
     // Nothing was served: give back the ports, the cgroups and the state directory's records at once.
     await Promise.all(listeners.map((each) => (each.server.listening ? each.close() : undefined)));
     await manager.shutdown(0);
+    await files.close();
     throw error;
   }
   let closing: Promise<void> | undefined;
@@ -274,6 +292,7 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
         }, 1000);
         await closed;
         clearTimeout(forced);
+        await files.close();
       })();
       return closing;
     },
@@ -301,6 +320,8 @@ function managerOptions(options: SandboxServerOptions): ProcessManagerOptions {
 interface ListenerParts {
   /** The gate of the daemon's own port. */
   daemonGate: Gate;
+  /** The daemon's REST file surface, mounted on the REST port unless the options name another. */
+  files: RestMount;
   openListener(gate: Gate): Listener;
   gate(handler: RequestHandler, refuse: GateOptions["refuse"], endpoints: GateOptions["endpoints"]): Gate;
   ready(): boolean;
@@ -319,7 +340,7 @@ function agentSandboxListeners(options: SandboxServerOptions, parts: ListenerPar
     const rest = createAgentSandboxRest({
       ready: parts.ready,
       metadata: metadataEnvironment(asked.environment ?? process.env, { prefix: asked.metadataPrefix ?? defaultMetadataPrefix, token: options.token }),
-      files: asked.files,
+      files: asked.files ?? parts.files,
     });
     listeners.push({ kind: "rest", port: asked.restPort, listener: parts.openListener(parts.gate(rest.handler, rest.refuse, rest.endpoints)) });
   }

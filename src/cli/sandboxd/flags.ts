@@ -89,6 +89,17 @@ export const daemonFlags: readonly DaemonFlag[] = [
     help: "connections one peer address (IPv6: its /64) may hold before its first authenticated call, 0 for no cap",
     defaultText: "a quarter of --max-connections",
   },
+  { name: "max-transfers", env: "SANDBOXD_MAX_TRANSFERS", type: "string", value: "<n>", help: "file reads and writes in progress on the daemon", defaultText: "64" },
+  { name: "max-transfers-per-connection", env: "SANDBOXD_MAX_TRANSFERS_PER_CONNECTION", type: "string", value: "<n>", help: "file reads and writes in progress on one connection", defaultText: "16" },
+  { name: "max-watches-per-connection", env: "SANDBOXD_MAX_WATCHES_PER_CONNECTION", type: "string", value: "<n>", help: "file watches open on one connection", defaultText: "16" },
+  {
+    name: "max-unsized-read-bytes",
+    env: "SANDBOXD_MAX_UNSIZED_READ_BYTES",
+    type: "string",
+    value: "<n>",
+    help: "most bytes one file read sends of a file without a size (a device, a /proc file); regular files are read up to their size when opened",
+    defaultText: "64 MiB",
+  },
   { name: "keepalive-ms", env: "SANDBOXD_KEEPALIVE_MS", type: "string", value: "<n>", help: "ping interval that finds dead peers", defaultText: "30000" },
   {
     name: "state-dir",

@@ -116,6 +116,12 @@ function securityOptions(flags: DaemonFlagValues, env: NodeJS.ProcessEnv): Sandb
     },
     keepalive: keepaliveMs === undefined ? undefined : { intervalMs: keepaliveMs, timeoutMs: keepaliveMs },
     listener: { maxConnections: integer(flags, "max-connections", undefined, 1), maxConnectionsPerPeer: integer(flags, "max-connections-per-peer", undefined, 0) },
+    fileLimits: {
+      maxTransfers: integer(flags, "max-transfers", undefined, 1),
+      maxTransfersPerConnection: integer(flags, "max-transfers-per-connection", undefined, 1),
+      maxWatchesPerConnection: integer(flags, "max-watches-per-connection", undefined, 0),
+    },
+    maxUnsizedReadBytes: integer(flags, "max-unsized-read-bytes", undefined, 0),
     stateDirectory: flags.text("state-dir"),
     corsOrigins: flags.list("cors-origin"),
   };

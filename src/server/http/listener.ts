@@ -62,7 +62,11 @@ export interface ListenerOptions {
    * was answered on it yet. Default {@link defaultHeadersTimeoutMs}.
    */
   headersTimeoutMs?: number;
-  /** Time from an HTTP/1.1 request's headers to the end of its body. Default {@link defaultRequestTimeoutMs}. */
+  /**
+   * Time from an HTTP/1.1 request's headers to the end of its body, extended by as much again each
+   * time body bytes arrived in the period before (an upload that goes on is not cut). Default
+   * {@link defaultRequestTimeoutMs}.
+   */
   requestTimeoutMs?: number;
   /**
    * Most connections open at once, every protocol counted. A newcomer to a full budget takes the
@@ -205,7 +209,16 @@ export function createListener(handler: RequestHandler, options: ListenerOptions
     http1Sockets.set(socket, before + 1);
     clearTimeout(waitingForHeaders.get(socket));
     waitingForHeaders.delete(socket);
-    const bodyTimer = setTimeout(() => socket.destroy(), requestTimeoutMs);
+    // A body still arriving (a large upload), or waiting for the server to take it, is not cut: the
+    // deadline moves on by another period each time bytes came in since the last one.
+    let bytesSeen = socket.bytesRead;
+    const checkBody = () => {
+      const incoming = request as http.IncomingMessage;
+      if (socket.bytesRead === bytesSeen && incoming.readableLength === 0) return socket.destroy();
+      bytesSeen = socket.bytesRead;
+      bodyTimer = setTimeout(checkBody, requestTimeoutMs);
+    };
+    let bodyTimer = setTimeout(checkBody, requestTimeoutMs);
     (request as http.IncomingMessage).once("end", () => clearTimeout(bodyTimer));
     response.once("close", () => {
       clearTimeout(bodyTimer);

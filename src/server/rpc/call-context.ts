@@ -39,6 +39,13 @@ export const clientGoneKey = createContextKey<AbortSignal | undefined>(undefined
 });
 
 /**
+ * Facts about a call that its handler adds for the call's log line (the file service's `path` and
+ * bytes): a fresh object per call, set by {@link connectionContextValues}, read by the observe
+ * interceptor when the call ends. Never a header, a token or a request body.
+ */
+export const callDetailsKey = createContextKey<Record<string, string | number> | undefined>(undefined, { description: "sandboxd call details" });
+
+/**
  * Builds the context values of a request for connectNodeAdapter's `contextValues`: the connection
  * it came on, so per-connection limits can count it, and a signal of the client going away.
  */
@@ -64,6 +71,7 @@ export function connectionContextValues(request: http.IncomingMessage | http2.Ht
   }
   values.set(clientGoneKey, gone.signal);
   values.set(peerKey, peerOf(request.socket as net.Socket | null));
+  values.set(callDetailsKey, {});
   return values;
 }
 

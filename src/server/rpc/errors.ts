@@ -3,6 +3,7 @@ import { anyPack } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, encodeBinaryHeader } from "@connectrpc/connect";
 import { ErrorInfoSchema } from "../../../gen/google/rpc/error_details_pb.js";
 import { StatusSchema } from "../../../gen/google/rpc/status_pb.js";
+import { FileError } from "../../files/index.js";
 import { ProcessError } from "../../process/index.js";
 import { errorDomain, errorInfoOf, type ErrorReasonName } from "../../shared/error-reasons.js";
 
@@ -156,7 +157,7 @@ export function throwIfShuttingDown(signal: AbortSignal): void {
  */
 export function toConnectError(error: unknown): ConnectError {
   if (error instanceof ConnectError) return error;
-  if (error instanceof ProcessError) return sandboxError(error.reason, error.message, { metadata: error.metadata, cause: error });
+  if (error instanceof ProcessError || error instanceof FileError) return sandboxError(error.reason, error.message, { metadata: error.metadata, cause: error });
   const message = error instanceof Error ? error.message : String(error);
   return sandboxError("INTERNAL", `unexpected failure: ${message}`, { cause: error });
 }
