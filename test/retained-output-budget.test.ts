@@ -86,6 +86,33 @@ describe("the output of all records is bounded daemon-wide", () => {
     await client.killAllProcesses({ signal: "SIGKILL" });
   });
 
+  it("input counts too: output gives way to it, and a write or stdin_data the budget cannot hold is refused, naming it", async () => {
+    const budget = 1024 * 1024;
+    test = await startTestServer({ maxRetainedBytes: budget });
+    const { client, server } = test;
+    const marker = sleepMarker();
+    const chatty = (await client.startProcess({ spec: { command: `${deterministicBytesCommand(512 * 1024)}; sleep ${marker}`, autoCleanup: false } })).process!.processId;
+    await waitFor(async () => (await client.getProcess({ processId: chatty })).process?.stdoutBytes === BigInt(512 * 1024), { what: "the output" });
+    // A process that never reads its stdin: what is written to it stays pending.
+    const deaf = (await client.startProcess({ spec: { command: "sleep", args: [marker], stdin: true } })).process!.processId;
+    const pending = server.manager.get(deaf).write(new Uint8Array(768 * 1024));
+    pending.catch(() => {});
+    // The output made room for the input.
+    const trimmed = await client.getProcessLogs({ processId: chatty });
+    expect(trimmed.stdoutOffset).toBeGreaterThan(0n);
+    expect(server.manager.budget.usedBytes).toBeLessThanOrEqual(budget);
+    // What is left cannot be dropped: more input is refused, not held.
+    const refused = await server.manager.get(deaf).write(new Uint8Array(512 * 1024)).catch((error: unknown) => error);
+    expect(refused).toMatchObject({ reason: "LIMIT_EXCEEDED", metadata: { limit: "max-retained-bytes", value: String(budget) } });
+    const start = await rpcError(client.startProcess({ spec: { command: "cat", stdinData: new Uint8Array(512 * 1024) } }));
+    expect(start.code).toBe(Code.ResourceExhausted);
+    expect(start.rawMessage).toBe(`stdin_data of ${512 * 1024} bytes does not fit now: the daemon's budget of ${budget} bytes for output and input is full`);
+    await client.killAllProcesses({ signal: "SIGKILL" });
+    await expect(pending).rejects.toMatchObject({ reason: "PROCESS_NOT_RUNNING" });
+    // The input is gone with the process; what is left is output.
+    expect(server.manager.budget.usedBytes).toBe(server.manager.list().reduce((sum, managed) => sum + managed.retainedBytes, 0));
+  });
+
   it("stdin_data larger than the whole budget is refused, naming it", async () => {
     test = await startTestServer({ maxRetainedBytes: 64 * 1024 });
     const error = await rpcError(test.client.startProcess({ spec: { command: "cat", stdinData: new Uint8Array(64 * 1024 + 1) } }));

@@ -363,8 +363,9 @@ export class ManagedProcess {
    * Writes bytes to stdin, in call order. Resolves with the total bytes written once these were
    * handed to the OS. Throws a ProcessError: STDIN_NOT_OPEN when the process has no stdin or stdin
    * was closed, PROCESS_NOT_RUNNING when it has exited (a write racing the exit, EPIPE, included,
-   * never a crash); LIMIT_EXCEEDED when more than {@link maxPendingInputBytes} would be pending;
-   * CANCELED when `signal` aborts first. An aborted write that had not reached the child yet is
+   * never a crash); LIMIT_EXCEEDED when more than {@link maxPendingInputBytes} would be pending, or
+   * when the daemon's budget cannot hold the bytes even once output was dropped for them (naming
+   * `max-retained-bytes`); CANCELED when `signal` aborts first. An aborted write that had not reached the child yet is
    * dropped; one the child had already taken (a PTY or pipe writes what it took in order) still
    * counts in {@link bytesWritten} once it is written, as it then reaches the process.
    */
@@ -412,6 +413,15 @@ export class ManagedProcess {
     if (data.length > this.budget.limitBytes) {
       throw new ProcessError(
         `input of ${data.length} bytes for process ${this.id} is larger than the daemon's budget of ${this.budget.limitBytes} bytes for output and input`,
+        "LIMIT_EXCEEDED",
+        { metadata: { limit: "max-retained-bytes", value: String(this.budget.limitBytes), process_id: this.id } },
+      );
+    }
+    // Output gives way to input (fits drops it); what cannot go is input nobody reads and output an
+    // Exec caller has not read, and a write that waits for nothing is refused against those.
+    if (pastLimit === "refuse" && !this.budget.fits(data.length)) {
+      throw new ProcessError(
+        `stdin of process ${this.id} cannot take ${data.length} bytes now: the daemon's budget of ${this.budget.limitBytes} bytes for output and input is full`,
         "LIMIT_EXCEEDED",
         { metadata: { limit: "max-retained-bytes", value: String(this.budget.limitBytes), process_id: this.id } },
       );

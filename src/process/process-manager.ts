@@ -300,6 +300,7 @@ export class ProcessManager {
     // starts may have taken the id or the last slots meanwhile. From here to register nothing awaits.
     this.checkAdmission(options.signal);
     this.checkRoom(id);
+    this.checkInputFits(spec.stdinData?.length ?? 0);
     const args = spec.args ?? [];
     const useShell = spec.shell ?? args.length === 0;
     const identity = spec.sudo ? rootIdentity : this.runAs;
@@ -404,8 +405,9 @@ export class ProcessManager {
       return started;
     }
     if (spec.stdinData !== undefined && spec.stdinData.length > 0) {
+      // Counted, not checked again: checkInputFits made room for it before the spawn.
       void managed
-        .write(spec.stdinData)
+        .writeReceived(spec.stdinData)
         .then(() => (stdin.closeAfterData ? managed.closeInput() : undefined))
         .catch(() => {});
     }
@@ -537,12 +539,19 @@ export class ProcessManager {
     });
   }
 
-  /** Refuses `stdin_data` larger than the whole budget (LIMIT_EXCEEDED naming `max-retained-bytes`): it could never be held. */
+  /**
+   * Refuses `stdin_data` the budget cannot hold (LIMIT_EXCEEDED naming `max-retained-bytes`): larger
+   * than the whole budget, or than what is left once output was dropped for it (the rest is stdin
+   * nobody reads and output Exec callers have not read yet).
+   */
   private checkInputFits(bytes: number): void {
-    if (bytes <= this.budget.limitBytes) return;
-    throw new ProcessError(`stdin_data of ${bytes} bytes is larger than the daemon's budget of ${this.budget.limitBytes} bytes for output and input`, "LIMIT_EXCEEDED", {
-      metadata: { limit: "max-retained-bytes", value: String(this.budget.limitBytes) },
-    });
+    const metadata = { limit: "max-retained-bytes", value: String(this.budget.limitBytes) };
+    if (bytes > this.budget.limitBytes) {
+      throw new ProcessError(`stdin_data of ${bytes} bytes is larger than the daemon's budget of ${this.budget.limitBytes} bytes for output and input`, "LIMIT_EXCEEDED", { metadata });
+    }
+    if (bytes > 0 && !this.budget.fits(bytes)) {
+      throw new ProcessError(`stdin_data of ${bytes} bytes does not fit now: the daemon's budget of ${this.budget.limitBytes} bytes for output and input is full`, "LIMIT_EXCEEDED", { metadata });
+    }
   }
 
   /** Pins a reader on a new record's output, with the ways to let go of it. */
