@@ -1,5 +1,7 @@
+import { writeFileSync } from "node:fs";
 import http from "node:http";
 import https from "node:https";
+import path from "node:path";
 import { Code, createClient, type Client } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { afterAll, afterEach, describe, expect, it } from "vitest";
@@ -239,6 +241,13 @@ describe("the KEP-539.2 ports with a token", () => {
       body: { code: "UNAUTHENTICATED", message: "invalid bearer token" },
     });
     expect(await rest(restPort!, "/v1/files/anything", { method: "PUT" })).toMatchObject({ status: 401 });
+    // With the token the file surface answers there, on the daemon's workspace.
+    writeFileSync(path.join(t.workspace, "seen.txt"), "from the workspace");
+    const listing = await rest(restPort!, "/v1/files/", { headers: { authorization: `Bearer ${token}` } });
+    expect(listing).toMatchObject({
+      status: 200,
+      body: { entries: [expect.objectContaining({ name: "seen.txt", type: "file", size: 18 })] },
+    });
     // The token is never served, even from a variable with the prefix.
     expect(await rest(restPort!, "/v1/metadata", { headers: { authorization: `Bearer ${token}` } })).toMatchObject({
       status: 200,
