@@ -26,11 +26,11 @@ export {
   ProcessManager,
   type ProcessFilter,
   type ProcessManagerOptions,
-  type ProcessSpec,
   type StartOptions,
 } from "./process-manager.js";
 export { parseSignal, signalName, type SignalName } from "./signals.js";
 export { Workspace, workspaceProblemFor } from "./workspace.js";
+export type { ProcessSpec } from "./command.js";
 export { GroupLedger, processStartTime, type ReapReport } from "./housekeeping/index.js";
 export { defaultMaxTasksPerCommand, defaultMaxTasksTotal, Launcher, type ForkLimit, type LaunchPlan, type LauncherOptions } from "./spawn/index.js";
 export { PidsCgroup } from "./cgroups/index.js";

@@ -1,63 +1,16 @@
 import { randomUUID } from "node:crypto";
-import { accessSync, constants as fsConstants, statSync } from "node:fs";
-import path from "node:path";
-import { createBaseEnvironment, identityEnvironment } from "./environment.js";
+import { resolveCommand, type ProcessSpec } from "./command.js";
+import { createBaseEnvironment } from "./environment.js";
 import { ProcessError } from "./errors.js";
 import { GroupLedger, type GroupReservation, type ReapReport, ExpiryQueue, noteProcessStarted, releaseBufferedMemory } from "./housekeeping/index.js";
 import { Launcher, HelperStartError, spawnPipeChild, spawnPtyChild } from "./spawn/index.js";
 import { defaultKillGracePeriodMs, ManagedProcess, type ProcessStatus } from "./managed-process.js";
 import { defaultMemoryBudgetBytes, MemoryBudget, type OutputReader } from "./output/index.js";
+import { findProgramProblem } from "./program-lookup.js";
 import type { SignalName } from "./signals.js";
+import { validateSessionId, validateSpec } from "./spec-validation.js";
 import { currentUser, rootIdentity, type UserIdentity } from "./user.js";
-import {
-  defaultPtyCols,
-  defaultPtyRows,
-  maxArgumentBytes,
-  maxArgumentCount,
-  maxCommandLineBytes,
-  maxEnvironmentCount,
-  maxIdLength,
-  maxPathBytes,
-  maxTermLength,
-  planStdin,
-  ptySizeProblem,
-  stdinDataProblem,
-  timeoutProblem,
-} from "../shared/limits.js";
 import { Workspace } from "./workspace.js";
-
-/** What to run and how: the process manager's view of a request. */
-export interface ProcessSpec {
-  /** A shell command line (run by `/bin/sh -c`) when `args` is empty; otherwise the program. */
-  command: string;
-  /** Program arguments; when non-empty, `command` runs directly with no shell. */
-  args?: readonly string[];
-  /**
-   * Whether `command` is a shell command line: false runs it as a program even with no `args` (argv
-   * as KEP-539.2's `ProcessConfig.command` gives it). Default: true when `args` is empty.
-   */
-  shell?: boolean;
-  /** Variables added to the clean base environment. */
-  env?: Readonly<Record<string, string>>;
-  /** Working directory inside the workspace; the first root when empty. */
-  cwd?: string;
-  /** Time limit in milliseconds, 0 for none; SIGKILL of the group on expiry. */
-  timeoutMs?: number;
-  /** Client-chosen id; a UUID when empty. */
-  processId?: string;
-  /** Session for grouping. */
-  sessionId?: string;
-  /** Run in a pseudo-terminal of this size. */
-  pty?: { cols?: number; rows?: number; term?: string };
-  /** Keep a stdin pipe open for writes. */
-  stdin?: boolean;
-  /** Bytes written to stdin at start; stdin is then closed unless `stdin` is set. */
-  stdinData?: Uint8Array;
-  /** Remove the record a linger time after exit (default true). */
-  autoCleanup?: boolean;
-  /** Run as root; refused unless the manager allows it. */
-  sudo?: boolean;
-}
 
 /** Options for {@link ProcessManager.start} and {@link ProcessManager.startPinned}. */
 export interface StartOptions {
@@ -301,12 +254,13 @@ export class ProcessManager {
     this.checkAdmission(options.signal);
     this.checkRoom(id);
     this.checkInputFits(spec.stdinData?.length ?? 0);
-    const args = spec.args ?? [];
-    const useShell = spec.shell ?? args.length === 0;
-    const identity = spec.sudo ? rootIdentity : this.runAs;
-    const env: Record<string, string> = { ...this.baseEnvironment, ...identityEnvironment(identity ?? this.ownUser()), ...spec.env };
-    if (spec.pty) env.TERM = spec.pty.term || env.TERM || "xterm-256color";
-    const stdin = planStdin({ stdin: spec.stdin, stdinDataBytes: spec.stdinData?.length, pty: spec.pty !== undefined });
+    const command = resolveCommand(spec, {
+      id,
+      cwd,
+      identity: spec.sudo ? rootIdentity : this.runAs,
+      ownUser: this.ownUser(),
+      baseEnvironment: this.baseEnvironment,
+    });
     let reservation: GroupReservation | undefined;
     try {
       reservation = this.ledger?.reserve();
@@ -320,17 +274,7 @@ export class ProcessManager {
       });
     }
     const managed = new ManagedProcess({
-      description: {
-        id,
-        command: spec.command,
-        args,
-        cwd,
-        sessionId: spec.sessionId ?? "",
-        pty: spec.pty !== undefined,
-        acceptsInput: stdin.acceptsInput,
-        autoCleanup: spec.autoCleanup ?? true,
-        timeoutMs: spec.timeoutMs ?? 0,
-      },
+      description: command.description,
       outputCapacityBytes: this.outputCapacityBytes,
       sequence: ++this.lastSequence,
       budget: this.budget,
@@ -339,9 +283,8 @@ export class ProcessManager {
     const started = pinned ? this.pinned(managed) : { process: managed };
     this.register(managed);
 
-    const file = useShell ? "/bin/sh" : spec.command;
-    const argv = useShell ? ["-c", spec.command] : [...args];
-    const missing = useShell ? undefined : findProgramProblem(file, env.PATH ?? "", cwd);
+    const { file, env } = command;
+    const missing = command.shell ? undefined : findProgramProblem(file, env.PATH ?? "", cwd);
     if (missing !== undefined) {
       reservation?.cancel();
       managed.failToStart(missing.message, missing.exitCode);
@@ -349,7 +292,10 @@ export class ProcessManager {
     }
     let plan;
     try {
-      plan = this.launcher.plan({ file, args: argv, env, cwd, pty: spec.pty !== undefined, cwdIsRoot: this.workspace.roots.includes(cwd) }, identity);
+      plan = this.launcher.plan(
+        { file, args: command.argv, env, cwd, pty: command.pty !== undefined, cwdIsRoot: this.workspace.roots.includes(cwd) },
+        command.identity,
+      );
     } catch (cause) {
       reservation?.cancel();
       managed.failToStart(`could not limit ${file}: ${(cause as Error).message}`, 126);
@@ -360,7 +306,7 @@ export class ProcessManager {
       args: plan.args,
       cwd: plan.cwd,
       env: plan.env,
-      stdin: stdin.acceptsInput,
+      stdin: command.stdin.acceptsInput,
       statusFd: plan.statusFd,
       onOutput: this.onOutputBytes === undefined
         ? managed.handleOutput.bind(managed)
@@ -370,9 +316,7 @@ export class ProcessManager {
           },
     };
     try {
-      const child = spec.pty
-        ? spawnPtyChild({ ...childOptions, cols: spec.pty.cols || defaultPtyCols, rows: spec.pty.rows || defaultPtyRows })
-        : await spawnPipeChild(childOptions);
+      const child = command.pty ? spawnPtyChild({ ...childOptions, ...command.pty }) : await spawnPipeChild(childOptions);
       managed.attach(child);
       this.indexPid(managed, child.pid);
       try {
@@ -404,11 +348,11 @@ export class ProcessManager {
       managed.failToStart(message, exitCode);
       return started;
     }
-    if (spec.stdinData !== undefined && spec.stdinData.length > 0) {
+    if (command.stdinData.length > 0) {
       // Counted, not checked again: checkInputFits made room for it before the spawn.
       void managed
-        .writeReceived(spec.stdinData)
-        .then(() => (stdin.closeAfterData ? managed.closeInput() : undefined))
+        .writeReceived(command.stdinData)
+        .then(() => (command.stdin.closeAfterData ? managed.closeInput() : undefined))
         .catch(() => {});
     }
     return started;
@@ -682,82 +626,4 @@ function workingDirectoryRefusal(failure: HelperStartError, cwd: string): Proces
   }
 }
 
-/** HOME, USER and LOGNAME of the user a command runs as; nothing when it runs as the daemon's user. */
-/** Refuses a spec outside the bounds of limits.ts with a ProcessError (INVALID_ARGUMENT, naming the field). */
-function validateSpec(spec: ProcessSpec): void {
-  const invalid = (field: string, message: string) => new ProcessError(message, "INVALID_ARGUMENT", { metadata: { field } });
-  if (spec.command.trim() === "") throw invalid("command", "command is empty");
-  if (spec.command.includes("\0")) throw invalid("command", "command contains a NUL byte");
-  const args = spec.args ?? [];
-  if (args.some((arg) => arg.includes("\0"))) throw invalid("args", "an argument contains a NUL byte");
-  if (args.length > maxArgumentCount) throw invalid("args", `too many arguments: at most ${maxArgumentCount}, got ${args.length}`);
-  const env = Object.entries(spec.env ?? {});
-  if (env.length > maxEnvironmentCount) throw invalid("env", `too many environment variables: at most ${maxEnvironmentCount}, got ${env.length}`);
-  let total = 0;
-  const count = (field: string, what: string, text: string) => {
-    const bytes = Buffer.byteLength(text, "utf8");
-    if (bytes > maxArgumentBytes) throw invalid(field, `${what} is longer than ${maxArgumentBytes} bytes`);
-    total += bytes + 1;
-  };
-  count("command", "command", spec.command);
-  for (const arg of args) count("args", "an argument", arg);
-  for (const [key, value] of env) {
-    if (key === "" || key.includes("=") || key.includes("\0")) throw invalid("env", `invalid environment variable name: ${JSON.stringify(key.slice(0, 64))}`);
-    if (value.includes("\0")) throw invalid("env", `environment variable ${key} contains a NUL byte`);
-    count("env", `environment variable ${key.slice(0, 64)}`, `${key}=${value}`);
-  }
-  if (total > maxCommandLineBytes) throw invalid("command", `command, arguments and environment together are longer than ${maxCommandLineBytes} bytes`);
-  if (Buffer.byteLength(spec.cwd ?? "", "utf8") > maxPathBytes) throw invalid("cwd", `working directory is longer than ${maxPathBytes} bytes`);
-  if ((spec.cwd ?? "").includes("\0")) throw invalid("cwd", "working directory contains a NUL byte");
-  const timeout = timeoutProblem(spec.timeoutMs ?? 0);
-  if (timeout !== undefined) throw invalid("timeout_ms", timeout);
-  const id = spec.processId ?? "";
-  if (id.length > maxIdLength) throw invalid("process_id", `process id is longer than ${maxIdLength} characters`);
-  if (/[\0-\x1f\x7f/]/.test(id)) throw invalid("process_id", "process id contains a control character or a slash");
-  validateSessionId(spec.sessionId);
-  if (spec.pty) {
-    const size = ptySizeProblem(spec.pty.cols ?? 0, spec.pty.rows ?? 0, "start");
-    if (size !== undefined) throw invalid("pty", size);
-    const term = spec.pty.term ?? "";
-    if (term.length > maxTermLength) throw invalid("pty", `pty term is longer than ${maxTermLength} characters`);
-    if (/[\0-\x20\x7f]/.test(term)) throw invalid("pty", "pty term contains a control character or a space");
-  }
-  const stdinData = stdinDataProblem(spec.stdinData?.length ?? 0);
-  if (stdinData !== undefined) throw invalid("stdin_data", stdinData);
-}
-
-/** Refuses a session id over {@link maxIdLength} characters or with control characters. */
-function validateSessionId(sessionId: string | undefined): void {
-  if (sessionId === undefined) return;
-  const invalid = (message: string) => new ProcessError(message, "INVALID_ARGUMENT", { metadata: { field: "session_id" } });
-  if (sessionId.length > maxIdLength) throw invalid(`session id is longer than ${maxIdLength} characters`);
-  if (/[\0-\x1f\x7f]/.test(sessionId)) throw invalid("session id contains a control character");
-}
-
-/**
- * Finds why `file` cannot be run, as a shell would report it, or undefined when it can. Synchronous
- * on purpose: a few stat calls on cached directories take microseconds, while each round trip through
- * the libuv thread pool cost about a millisecond under load, which doubled the start time of an
- * argv-form command.
- */
-function findProgramProblem(file: string, searchPath: string, cwd: string): { message: string; exitCode: number } | undefined {
-  const candidates = file.includes("/")
-    ? [path.resolve(cwd, file)]
-    : searchPath.split(":").map((dir) => path.resolve(cwd, dir || ".", file));
-  let sawUnexecutable = false;
-  for (const candidate of candidates) {
-    try {
-      const found = statSync(candidate, { throwIfNoEntry: false });
-      // A path naming a directory is found but cannot run, as a shell says (126); a PATH entry is skipped.
-      if (found?.isDirectory() && file.includes("/")) return { message: `is a directory: ${file}`, exitCode: 126 };
-      if (!found?.isFile()) continue;
-      accessSync(candidate, fsConstants.X_OK);
-      return undefined;
-    } catch (error) {
-      if ((error as NodeJS.ErrnoException).code === "EACCES") sawUnexecutable = true;
-    }
-  }
-  if (sawUnexecutable) return { message: `permission denied: ${file}`, exitCode: 126 };
-  return { message: `program not found: ${file}`, exitCode: 127 };
-}
 
