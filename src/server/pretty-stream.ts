@@ -5,7 +5,12 @@ import { createRequire } from "node:module";
  * without the fields every line has, so a terminal shows what happened at a glance (the full record
  * is the JSON format's). The one-file build's copy of {@link createPrettyStream} uses it too.
  */
-export const prettyLines = { sync: true, singleLine: true, translateTime: "SYS:HH:MM:ss.l", ignore: "pid,hostname,service" } as const;
+export const prettyLines = {
+  sync: true,
+  singleLine: true,
+  translateTime: "SYS:HH:MM:ss.l",
+  ignore: "pid,hostname,service",
+} as const;
 
 /** Options for {@link createPrettyStream}. */
 export interface PrettyStreamOptions {
