@@ -1,4 +1,4 @@
-import { writeFileSync } from "node:fs";
+import { chmodSync, statSync, writeFileSync } from "node:fs";
 import http from "node:http";
 import https from "node:https";
 import path from "node:path";
@@ -8,6 +8,7 @@ import { afterAll, afterEach, describe, expect, it } from "vitest";
 import { ProcessService } from "../gen/process/v1/process_pb.js";
 import { parseCommandLine } from "../src/cli/sandboxd/options.js";
 import { createAgentSandboxRest, metadataEnvironment } from "../src/server/agent-sandbox/index.js";
+import { resolveUser } from "../src/process/index.js";
 import { startServer } from "../src/server/index.js";
 import { createTestCertificates, type TestCertificates } from "./support/certificates.js";
 import { expectReason } from "./support/errors.js";
@@ -330,5 +331,18 @@ describe("the REST surface's readiness", () => {
     });
     expect(answer("HEAD")).toEqual({ answered: true, status: 503, body: undefined });
     expect(answer("POST")).toEqual({ answered: false });
+  });
+});
+
+describe.skipIf(process.getuid?.() !== 0)("process.v1 under --user", () => {
+  it("runs commands as the daemon's command user, as sandbox.v1 does, and its files belong to that user", async () => {
+    const token = "user-switch-token";
+    const nobody = resolveUser("nobody");
+    t = await startTestServer({ token, runAs: nobody, agentSandbox: { grpcPort: 0 } });
+    chmodSync(t.workspace, 0o777);
+    const compat = processClient(t.server.agentSandboxPorts.grpc!, { token });
+    const result = await compat.execute({ config: { command: ["sh", "-c", "id -u; id -g; touch made-here"] } });
+    expect(Buffer.from(result.stdout).toString()).toBe(`${nobody.uid}\n${nobody.gid}\n`);
+    expect(statSync(path.join(t.workspace, "made-here")).uid).toBe(nobody.uid);
   });
 });
