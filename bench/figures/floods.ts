@@ -45,11 +45,14 @@ export async function measureFloods(daemon: Daemon, size: BenchSize): Promise<Ro
       const flood = await startFlood(daemon.url, kind, size.floodConnections, size.floodStreams);
       let during: number[];
       let report: FloodReport;
+      const cpuBefore = daemon.cpuMs();
+      const floodBegan = performance.now();
       try {
         during = await sample();
       } finally {
         report = await flood.stop();
       }
+      const daemonCpu = (daemon.cpuMs() - cpuBefore) / (performance.now() - floodBegan);
       const p99 = percentile(during, 0.99);
       const streams = size.floodConnections * size.floodStreams;
       const answers = Object.entries(report.answers).map(([status, count]) => `${status === "reset" ? "reset" : `grpc-status ${status}`}: ${count}`).join(", ");
@@ -65,7 +68,8 @@ export async function measureFloods(daemon: Daemon, size: BenchSize): Promise<Ro
         note:
           `${during.length} sequential exec("true") calls (p50 ${percentile(during, 0.5).toFixed(1)} ms, max ${Math.max(...during).toFixed(0)} ms) while ` +
           `${size.floodConnections} connections x ${size.floodStreams} streams flooded; baseline: the same calls without the flood just before; ` +
-          `flood answers ${(report.answered / report.seconds).toFixed(0)}/s (${answers}), ${report.connectionsMade} connections made`,
+          `flood answers ${(report.answered / report.seconds).toFixed(0)}/s (${answers}), ${report.connectionsMade} connections made; ` +
+          `the daemon used ${(daemonCpu * 100).toFixed(0)}% of a core meanwhile`,
       });
     }
     return rows;
