@@ -4,7 +4,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { canTransition, connect, Sandbox, SandboxError, sandboxTransitions, type SandboxStatus } from "../src/client/index.js";
+import { canTransition, connect, type ProcessHandle, Sandbox, SandboxError, sandboxTransitions, type SandboxStatus } from "../src/client/index.js";
 import { waitFor } from "./support/processes.js";
 import { sleepMarker, sleepers } from "./support/rpc.js";
 import { startTestServer, type TestServer } from "./support/server.js";
@@ -144,27 +144,34 @@ describe("lifecycle (seed 002)", () => {
     await sandbox.close();
   });
 
-  it("await using closes the sandbox and kills its processes at the end of the scope", async () => {
-    const marker = sleepMarker();
+  it("await using closes the sandbox at the end of the scope; a background process (a dev server) runs on, a waiting call's command dies", async () => {
+    const server = sleepMarker();
+    const waiting = sleepMarker();
     let escaped: Sandbox | undefined;
+    let process: ProcessHandle | undefined;
+    let call: Promise<unknown> | undefined;
     {
       await using sandbox = await connect({ baseUrl: t.server.url });
       escaped = sandbox;
-      await sandbox.startProcess(`sleep ${marker}`);
-      await waitFor(() => sleepers(marker).length === 1, { what: "the sleep" });
+      process = await sandbox.startProcess(`sleep ${server}`);
+      call = sandbox.exec(`sleep ${waiting}`).catch((error: unknown) => error);
+      await waitFor(() => sleepers(server).length === 1 && sleepers(waiting).length === 1, { what: "both sleeps" });
     }
     expect(escaped.status).toBe("closed");
-    await waitFor(() => sleepers(marker).length === 0, { what: "close to kill it" });
+    await waitFor(() => sleepers(waiting).length === 0, { what: "the waiting call's command to die with its call" });
+    expect(await call).toBeInstanceOf(SandboxError);
+    expect(sleepers(server)).toHaveLength(1);
+    t.server.manager.get(process.id).kill("SIGKILL", -1);
+    await waitFor(() => sleepers(server).length === 0, { what: "the sleep to be gone" });
   });
 
-  it("close({ killProcesses: false }) leaves processes running", async () => {
+  it("close({ killProcesses: true }) kills the sandbox's background processes first", async () => {
     const marker = sleepMarker();
     const sandbox = await connect({ baseUrl: t.server.url });
-    const process = await sandbox.startProcess(`sleep ${marker}`);
-    await sandbox.close({ killProcesses: false });
+    await sandbox.startProcess(`sleep ${marker}`);
     await waitFor(() => sleepers(marker).length === 1, { what: "the sleep" });
-    t.server.manager.get(process.id).kill("SIGKILL", -1);
-    await waitFor(() => sleepers(marker).length === 0, { what: "the sleep to be gone" });
+    await sandbox.close({ killProcesses: true });
+    await waitFor(() => sleepers(marker).length === 0, { what: "close to kill it" });
   });
 });
 

@@ -32,6 +32,7 @@ def sandbox(daemon: Daemon) -> Iterator[sandboxd.Sandbox]:
     """A sync sandbox on the daemon, closed (its processes killed) after the test."""
     with sandboxd.connect(daemon.url, token=daemon.token or "", workspace=[daemon.workspace], reconnect=FAST_RECONNECT) as connected:
         yield connected
+        connected.close(kill_processes=True)
 
 
 @pytest.fixture
@@ -39,6 +40,7 @@ async def async_sandbox(daemon: Daemon) -> AsyncIterator[sandboxd.AsyncSandbox]:
     """An asyncio sandbox on the daemon, closed after the test."""
     async with sandboxd.AsyncSandbox(daemon.url, token=daemon.token or "", workspace=[daemon.workspace], reconnect=FAST_RECONNECT) as connected:
         yield connected
+        await connected.close(kill_processes=True)
 
 
 @pytest.fixture

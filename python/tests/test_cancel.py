@@ -136,22 +136,22 @@ def test_a_with_block_on_a_finished_process_leaves_quietly(sandbox: Sandbox) -> 
     assert handle.exit_code == 0
 
 
-def test_closing_the_sandbox_kills_its_processes_unless_asked_not_to(daemon: Daemon) -> None:
-    killed, kept = sleep_marker(), sleep_marker()
+def test_closing_the_sandbox_leaves_its_processes_running_unless_asked_to_kill_them(daemon: Daemon) -> None:
+    kept, killed = sleep_marker(), sleep_marker()
     with sandboxd.connect(daemon.url, token=daemon.token or "") as first:
-        first.start_process(f"sleep {killed}")
-        wait_for(lambda: len(sleepers(killed)) == 1, what="the sleep")
-    wait_for(lambda: not sleepers(killed), what="the sandbox's process to be killed at close")
-    second = sandboxd.connect(daemon.url, token=daemon.token or "")
-    survivor = second.start_process(f"sleep {kept}").process_id
-    wait_for(lambda: len(sleepers(kept)) == 1, what="the kept sleep to run")
-    second.close(kill_processes=False)
-    assert second.status == sandboxd.SandboxStatus.CLOSED
-    with sandboxd.connect(daemon.url, token=daemon.token or "") as third:
+        # A dev server a script starts must outlive the script, whether it leaves the block or just exits.
+        survivor = first.start_process(f"sleep {kept}").process_id
+        wait_for(lambda: len(sleepers(kept)) == 1, what="the sleep")
+    assert first.status == sandboxd.SandboxStatus.CLOSED
+    with sandboxd.connect(daemon.url, token=daemon.token or "") as second:
         # Several round trips after close(): a kill it had sent would have ended the sleep by now.
-        assert third.exec("true").exit_code == 0
-        kept_handle = third.processes.get(survivor)
+        assert second.exec("true").exit_code == 0
+        kept_handle = second.processes.get(survivor)
         assert kept_handle is not None and kept_handle.status == sandboxd.ProcessStatus.RUNNING
         assert len(sleepers(kept)) == 1
-        third.processes.kill(survivor, "SIGKILL")
+        second.processes.kill(survivor, "SIGKILL")
+        second.start_process(f"sleep {killed}")
+        wait_for(lambda: len(sleepers(killed)) == 1, what="the second sleep")
+        second.close(kill_processes=True)
     wait_for(lambda: not sleepers(kept), what="the kept sleep to be killed")
+    wait_for(lambda: not sleepers(killed), what="close(kill_processes=True) to kill the sandbox's process")

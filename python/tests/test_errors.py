@@ -114,7 +114,8 @@ def test_a_limit_is_limit_exceeded(limited: Daemon) -> None:
         expect_reason(refused.value, "LIMIT_EXCEEDED", limit="max-processes")
         if REASONS:
             assert refused.value.limit == "max-processes"
-    wait_for(lambda: not sleepers(marker), what="close() to kill the sleep")
+        sandbox.close(kill_processes=True)
+    wait_for(lambda: not sleepers(marker), what="close(kill_processes=True) to kill the sleep")
 
 
 def test_an_exec_cut_by_a_daemon_shutting_down_is_unavailable_never_an_invented_exit() -> None:

@@ -78,6 +78,7 @@ def test_sessions_scope_list_and_kill_all(sandbox: Sandbox, daemon: Daemon) -> N
         assert sandbox.processes.kill_all("SIGKILL") == 1
         assert mine.wait().exit_code == 137
         assert theirs.refresh() == ProcessStatus.RUNNING
+        other.close(kill_processes=True)
     wait_for(lambda: not sleepers(marker), what="the other sandbox's sleep to be killed at its close")
 
 
@@ -125,3 +126,4 @@ async def test_async_process_management(async_sandbox: AsyncSandbox) -> None:
     got = await async_sandbox.processes.get(handle.process_id)
     assert got is not None and got.exit_code == 0
     assert (await async_sandbox.processes.logs(handle.process_id)).stdout == b"abc"
+

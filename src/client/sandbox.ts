@@ -72,7 +72,12 @@ export interface SandboxDescription {
 
 /** Options of {@link Sandbox.close}. */
 export interface CloseOptions {
-  /** Kill the live processes of this sandbox's sessions first (default true). */
+  /**
+   * Kill the live background processes of this sandbox's sessions first. Default false: a process
+   * started to outlive the script (a dev server an agent started) keeps running after close(), as it
+   * does when the script just exits. Waiting calls still running end either way (their commands die
+   * with their calls).
+   */
   killProcesses?: boolean;
 }
 
@@ -111,8 +116,8 @@ type SandboxState =
  * calls, the Together sandbox SDK's `exec(command, args)` and `getOutput()`, the LangSmith sandbox
  * SDK's `run()` and CommandHandle, and Vercel Sandbox's `runCommand()`. Waiting runs go through
  * Exec, so cancelling them, or losing this client, kills them on the daemon; background commands
- * outlive their calls and are followed through resumable log streams. Commands belong to the
- * sandbox's sessions: stop() and close() kill them.
+ * outlive their calls and are followed through resumable log streams, and close() (or the end of an
+ * `await using` scope) too, unless `close({ killProcesses: true })`; stop() kills them.
  */
 export class Sandbox implements AsyncDisposable {
   /** The sandbox id. */
@@ -218,33 +223,38 @@ export class Sandbox implements AsyncDisposable {
   }
 
   /**
-   * Closes the sandbox for good: kills its sessions' live processes (unless `killProcesses` is
-   * false; failures to reach the daemon are ignored), releases the connection and goes to `closed`.
-   * Closing a closed sandbox does nothing.
+   * Closes the sandbox for good: releases the connection (waiting calls still running end, and the
+   * daemon kills their commands) and goes to `closed`. Background processes (startProcess,
+   * `run(..., { wait: false })`, a detached runCommand) keep running, as when a script just exits:
+   * a dev server outlives the script that started it; `killProcesses: true` kills this sandbox's
+   * sessions' live processes first (failures to reach the daemon are ignored). Closing a closed
+   * sandbox does nothing.
    */
   async close(options: CloseOptions = {}): Promise<void> {
     if (this.s.status === "closed") return;
-    if (this.s.status === "running" && options.killProcesses !== false) {
+    if (this.s.status === "running" && options.killProcesses === true) {
       await this.killAllProcesses().catch(() => {});
     }
     this.release({ status: "closed" });
   }
 
-  /** Closes the sandbox for good, as the Orbiter sandbox's `cleanup()`: the same as {@link close}. */
+  /** Closes the sandbox for good, as the Orbiter sandbox's `cleanup()`: the same as {@link close} (background processes run on). */
   cleanup(): Promise<void> {
     return this.close();
   }
 
-  /** Closes the sandbox (see {@link close}); for `await using`. */
+  /** Closes the sandbox (see {@link close}: background processes run on); for `await using`. */
   async [Symbol.asyncDispose](): Promise<void> {
     await this.close();
   }
 
   /**
    * Runs a command and waits for it, in the shape of the Cloudflare Sandbox SDK's `exec(command,
-   * options)` (an {@link ExecResult}; a command killed by its `timeout` rejects with
-   * ExecutionTimeoutError) or the Together sandbox SDK's `exec(command, args, options)`
-   * (`{ exitCode, output }`). See exec.ts's {@link exec} for what each resolves and rejects with.
+   * options)` (an {@link ExecResult}; a command killed by its time limit rejects with
+   * ExecutionTimeoutError naming it) or the Together sandbox SDK's `exec(command, args, options)`
+   * (`{ exitCode, output }`, 137 after the limit). Time limit: `timeout` (Cloudflare, in
+   * milliseconds) or `timeoutMs` (Together), by default the sandbox's `timeoutMs` (30 s; 0 for
+   * none). See exec.ts's {@link exec} for what each resolves and rejects with.
    */
   exec(command: string, options?: ExecOptions): Promise<ExecResult>;
   exec(command: string, args: readonly string[], options?: Omit<CommandOptions, "args">): Promise<ExecOutput>;
@@ -254,17 +264,21 @@ export class Sandbox implements AsyncDisposable {
 
   /**
    * Runs a command as an async iterable of {@link ExecEvent}s, as the Cloudflare Sandbox SDK's
-   * `execStream()`: `start`, `stdout`/`stderr` text, then `complete` or one `error`. Leaving the
-   * loop early kills the command.
+   * `execStream()`: `start`, `stdout`/`stderr` events (text in `data`, bytes in `bytes`), then
+   * `complete` or one `error`. Leaving the loop early kills the command. Time limit: `timeout`, in
+   * milliseconds, by default the sandbox's `timeoutMs` (30 s; 0 for none); its expiry is an `error`
+   * event with an ExecutionTimeoutError naming the limit.
    */
   async *execStream(command: string, options?: StreamOptions): AsyncGenerator<ExecEvent> {
     yield* execStream(this.running(), command, options);
   }
 
   /**
-   * Runs a command as the LangSmith sandbox SDK's `run()` (`timeout` in seconds): with `wait:
-   * false` resolves at once with a live {@link CommandHandle} (whose `kill()` is SIGKILL);
-   * otherwise waits and resolves with its {@link CommandFinished}.
+   * Runs a command as the LangSmith sandbox SDK's `run()`: with `wait: false` resolves at once with
+   * a live {@link CommandHandle} (whose `kill()` is SIGKILL); otherwise waits and resolves with its
+   * {@link CommandFinished}. Time limit: `timeout`, in seconds as there; a waiting run's default is
+   * the sandbox's `timeoutMs` (30 s; 0 for none), a background one has none; its expiry is
+   * `timedOut` with exit code 137.
    */
   run(command: string, options: RunOptions & { wait: false }): Promise<CommandHandle>;
   run(command: string, options?: RunOptions & { wait?: true }): Promise<CommandFinished>;
@@ -275,8 +289,10 @@ export class Sandbox implements AsyncDisposable {
   /**
    * Runs a command as Vercel Sandbox's `runCommand()`: blocking resolves with a
    * {@link CommandFinished} (exitCode, stdout(), stderr()); `detached: true` resolves at once with a
-   * live {@link Command} (wait(), logs(), kill() with SIGTERM). `timeoutMs` SIGKILLs (exit code
-   * 137), `signal` cancels, `sudo` runs as root where the daemon allows it.
+   * live {@link Command} (wait(), logs(), kill() with SIGTERM). Time limit: `timeoutMs`, in
+   * milliseconds; a blocking call's default is the sandbox's `timeoutMs` (30 s; 0 for none), a
+   * detached one has none; it SIGKILLs (exit code 137). `signal` cancels, `sudo` runs as root where
+   * the daemon allows it.
    */
   runCommand(cmd: string, args: readonly string[] | undefined, options: RunCommandOptions & { detached: true }): Promise<Command>;
   runCommand(cmd: string, args?: readonly string[], options?: RunCommandOptions & { detached?: false }): Promise<CommandFinished>;

@@ -77,8 +77,8 @@ class AsyncSandbox:
 
     ``init`` until ``start()``, ``running`` while connected, ``idle`` after ``stop()``, ``error`` when a restart
     failed, ``closed`` after ``close()``; commands run only while ``running`` (SandboxError ``NOT_RUNNING``).
-    ``async with AsyncSandbox(url) as sandbox`` starts it and closes it on leaving, which kills the live processes of
-    its session. Waiting commands (``exec``, ``exec_stream``) go through Exec, so cancelling them (task cancel, a
+    ``async with AsyncSandbox(url) as sandbox`` starts it and closes it on leaving; background processes run on (a
+    dev server outlives the script), unless closed with ``close(kill_processes=True)``. Waiting commands (``exec``, ``exec_stream``) go through Exec, so cancelling them (task cancel, a
     KeyboardInterrupt in the sync API, leaving an ``exec_stream`` loop) or losing this client kills them on the
     daemon; background processes (``start_process``) outlive their calls and are followed through resumable log
     streams.
@@ -194,10 +194,12 @@ class AsyncSandbox:
         await self._release()
         self._lifecycle.transition(SandboxStatus.IDLE)
 
-    async def close(self, *, kill_processes: bool = True) -> None:
-        """Closes the sandbox for good: kills its sessions' live processes (unless ``kill_processes`` is False;
-        a daemon that cannot be reached is ignored), releases the connection and goes to ``closed``. Closing a
-        closed sandbox does nothing."""
+    async def close(self, *, kill_processes: bool = False) -> None:
+        """Closes the sandbox for good: releases the connection (waiting commands still running end, and the daemon
+        kills them) and goes to ``closed``. Background processes (``start_process``) keep running, as when a script
+        just exits: a dev server outlives the script that started it; ``kill_processes=True`` kills this sandbox's
+        sessions' live processes first (a daemon that cannot be reached is ignored). Leaving ``async with`` closes
+        the same way. Closing a closed sandbox does nothing."""
         if self.status == SandboxStatus.CLOSED:
             return
         if self.status == SandboxStatus.RUNNING and kill_processes:

@@ -200,8 +200,8 @@ class Sandbox:
     """Sandbox is a synchronous client of one sandboxd daemon: the same surface as :class:`~sandboxd.AsyncSandbox`,
     each call run on an event loop thread the process's sync sandboxes share.
 
-    ``with sandboxd.connect(url, token=...) as sandbox:`` connects, and leaving the block closes the sandbox (killing
-    the live processes of its session). A KeyboardInterrupt during ``exec()`` or an ``exec_stream()`` loop cancels
+    ``with sandboxd.connect(url, token=...) as sandbox:`` connects, and leaving the block closes the sandbox
+    (background processes run on; ``close(kill_processes=True)`` kills them). A KeyboardInterrupt during ``exec()`` or an ``exec_stream()`` loop cancels
     the call, and the daemon kills the command before the interrupt goes on.
     """
 
@@ -266,8 +266,9 @@ class Sandbox:
         """Kills this sandbox's processes and releases the connection: ``running`` to ``idle``."""
         self._portal.call(self._async.stop)
 
-    def close(self, *, kill_processes: bool = True) -> None:
-        """Closes the sandbox for good (see AsyncSandbox.close)."""
+    def close(self, *, kill_processes: bool = False) -> None:
+        """Closes the sandbox for good; background processes run on unless ``kill_processes=True`` (see
+        AsyncSandbox.close)."""
         self._portal.call(self._async.close, kill_processes=kill_processes)
 
     def __enter__(self) -> Self:
@@ -299,8 +300,8 @@ async def _kill_unclaimed(handle: AsyncCommandHandle) -> None:
 
 
 def connect(url: str | None = None, **options: Unpack[SandboxOptions]) -> Sandbox:
-    """Connects to a daemon: creates a :class:`Sandbox` and starts it. Use it in a ``with`` block to close it (and
-    kill its processes) at the end."""
+    """Connects to a daemon: creates a :class:`Sandbox` and starts it. Use it in a ``with`` block to close it at the
+    end (background processes run on; see :meth:`Sandbox.close`)."""
     return Sandbox.connect(url, **options)
 
 

@@ -87,7 +87,9 @@ export function createLogsSource(client: Client<typeof SandboxService>, processI
 
 /** Converts an output chunk message. */
 export function chunkFromProto(chunk: ProtoChunk): OutputChunk {
-  return { stream: streamName(chunk.stream), data: chunk.data, offset: Number(chunk.offset) };
+  // A Buffer over the same memory (no copy): its toString() is the text, so `${chunk.data}` prints it.
+  const data = Buffer.from(chunk.data.buffer, chunk.data.byteOffset, chunk.data.byteLength);
+  return { stream: streamName(chunk.stream), data, offset: Number(chunk.offset) };
 }
 
 function streamName(stream: OutputStream): OutputStreamName {

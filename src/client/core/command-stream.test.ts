@@ -65,7 +65,7 @@ function countingTarget(): StreamTarget & { received: number } {
 
 const output = (text: string): CommandEvent => ({
   kind: "output",
-  chunk: { stream: "stdout", data: new TextEncoder().encode(text), offset: 0 },
+  chunk: { stream: "stdout", data: Buffer.from(text), offset: 0 },
 });
 const exited: CommandEvent = { kind: "exited", exited: {} as ProcessExited };
 

@@ -138,9 +138,12 @@ export class ExecutionTimeoutError extends SandboxError {
   /** The time limit that passed, in milliseconds (0 when unknown). */
   readonly timeout: number;
 
-  /** Creates the error for a limit of `timeout` milliseconds; code `EXECUTION_TIMEOUT`. */
-  constructor(timeout: number, options: SandboxErrorOptions = {}) {
-    super(`Execution timed out after ${timeout}ms`, "EXECUTION_TIMEOUT", options);
+  /**
+   * Creates the error for a limit of `timeout` milliseconds; code `EXECUTION_TIMEOUT`. `message`
+   * says which limit it was and where it came from (see the exec calls); a generic one otherwise.
+   */
+  constructor(timeout: number, options: SandboxErrorOptions & { message?: string } = {}) {
+    super(options.message ?? `Execution timed out after ${timeout}ms`, "EXECUTION_TIMEOUT", options);
     this.name = "ExecutionTimeoutError";
     this.timeout = timeout;
   }

@@ -8,8 +8,12 @@ export type OutputStreamName = "stdout" | "stderr";
 export interface OutputChunk {
   /** Which stream the bytes came from. */
   readonly stream: OutputStreamName;
-  /** The bytes. */
-  readonly data: Uint8Array;
+  /**
+   * The bytes, exactly as written. A Node Buffer (a Uint8Array), so `String(chunk.data)` and
+   * `${chunk.data}` give its text (UTF-8 of this chunk alone; a handle's `logs()` and `onOutput`
+   * decode across chunks, as execStream's `data` does).
+   */
+  readonly data: Buffer;
   /** Byte offset of `data`'s first byte within its stream (stdout and stderr count separately). */
   readonly offset: number;
 }

@@ -48,6 +48,10 @@ export interface ExecResult {
   stderr: string;
   /** Both streams joined in arrival order. With `pty`, everything is here and in stdout. */
   output: string;
+  /** Standard output bytes, exactly as written (the bytes view of `stdout`). */
+  stdoutBytes: Buffer;
+  /** Standard error bytes, exactly as written (the bytes view of `stderr`). */
+  stderrBytes: Buffer;
   /** The command that was executed, with its arguments. */
   command: string;
   /** How long the command ran, in milliseconds. */
@@ -74,8 +78,13 @@ export interface ExecEvent {
   type: "start" | "stdout" | "stderr" | "complete" | "error";
   /** ISO timestamp of the event. */
   timestamp: string;
-  /** The text, for stdout and stderr. */
+  /** The text, for stdout and stderr (decoded across chunks: a character split between two comes whole). */
   data?: string;
+  /**
+   * The bytes, for stdout and stderr, exactly as written; the text view is `data`. An event whose
+   * bytes end inside a character carries them here and that character's text in a later event.
+   */
+  bytes?: Buffer;
   /** The command, for start. */
   command?: string;
   /** The exit code, for complete. */
@@ -112,10 +121,12 @@ export function fromBaseExecOptions<T extends BaseExecOptions>(options: T): Omit
  * Runs a command and waits for it, in either of two shapes:
  * - `exec(command, options?)`, as the Cloudflare Sandbox SDK's: resolves with an
  *   {@link ExecResult} whatever the exit code; rejects with {@link ExecutionTimeoutError} when the
- *   `timeout` killed the command, with a SandboxError when the daemon refuses it or the stream
+ *   time limit killed the command (`timeout`, in milliseconds; by default the sandbox's `timeoutMs`,
+ *   30 s unless `connect()` said otherwise; 0 for none): its message names the limit and its source, with a SandboxError when the daemon refuses it or the stream
  *   ends without an exit, and with `signal`'s reason when aborted (the command is killed).
  * - `exec(command, args, options?)`, as the Together sandbox SDK's: resolves with
- *   `{ exitCode, output }` whatever the exit code (a command killed by the time limit has 137);
+ *   `{ exitCode, output }` whatever the exit code (a command killed by the time limit, `timeoutMs`
+ *   or by default the sandbox's 30 s, has 137);
  *   rejects when there is no exit code to give.
  * A second argument of any other shape is a SandboxError INVALID_ARGUMENT.
  */
@@ -141,7 +152,7 @@ async function execWithResult(context: LaunchContext, command: string, options: 
   try {
     const handle = await launch(context, command, fromBaseExecOptions(rest), "wait");
     const finished = await handle.result;
-    if (finished.timedOut) throw new ExecutionTimeoutError(timeoutMs);
+    if (finished.timedOut) throw commandTimedOut(timeoutMs, options.timeout !== undefined, "exec");
     const result = toExecResult(finished, commandLine(handle), handle.sessionId);
     if (stream === true) onComplete?.(result);
     return result;
@@ -155,8 +166,8 @@ async function execWithResult(context: LaunchContext, command: string, options: 
 /**
  * Runs a command as an async iterable of {@link ExecEvent}s, as the Cloudflare Sandbox SDK's
  * `execStream()`: `start`, `stdout`/`stderr` text, then `complete` with the result, or one `error`
- * event that ends the stream (an {@link ExecutionTimeoutError} when the `timeout` killed the
- * command). Leaving the loop early cancels the call, which kills the command.
+ * event that ends the stream (an {@link ExecutionTimeoutError} naming the limit when the time limit
+ * killed the command: `timeout`, in milliseconds, by default the sandbox's `timeoutMs`, 30 s). Leaving the loop early cancels the call, which kills the command.
  */
 export async function* execStream(context: LaunchContext, command: string, options: StreamOptions = {}): AsyncGenerator<ExecEvent> {
   checkOptions(options, streamOptionNames, "execStream");
@@ -170,15 +181,14 @@ export async function* execStream(context: LaunchContext, command: string, optio
     yield { type: "start", timestamp: now(), command: commandLine(handle) };
     const decoder = new StreamDecoder(options.encoding);
     for await (const chunk of handle) {
-      const data = decoder.decode(chunk.stream, chunk.data);
-      if (data !== "") yield { type: chunk.stream, timestamp: now(), data };
+      yield { type: chunk.stream, timestamp: now(), data: decoder.decode(chunk.stream, chunk.data), bytes: chunk.data };
     }
     for (const stream of ["stdout", "stderr"] as const) {
       const data = decoder.flush(stream);
-      if (data !== "") yield { type: stream, timestamp: now(), data };
+      if (data !== "") yield { type: stream, timestamp: now(), data, bytes: Buffer.alloc(0) };
     }
     const finished = await handle.result;
-    if (finished.timedOut) throw new ExecutionTimeoutError(timeoutMs);
+    if (finished.timedOut) throw commandTimedOut(timeoutMs, options.timeout !== undefined, "execStream");
     const result = toExecResult(finished, commandLine(handle), handle.sessionId);
     yield { type: "complete", timestamp: now(), exitCode: result.exitCode, result };
   } catch (error) {
@@ -190,6 +200,18 @@ export async function* execStream(context: LaunchContext, command: string, optio
   if (failure !== undefined) yield { type: "error", timestamp: now(), error: failure };
 }
 
+/**
+ * The ExecutionTimeoutError of a command its time limit killed, naming the limit, its unit and where
+ * it came from: the call's `timeout`, or the sandbox's default for waiting calls and how to lift it.
+ */
+export function commandTimedOut(timeoutMs: number, given: boolean, call: string): ExecutionTimeoutError {
+  const message = given
+    ? `the command ran past its time limit and was killed (SIGKILL): timeout ${timeoutMs} ms, the timeout option of ${call} (in milliseconds)`
+    : `the command ran past its time limit and was killed (SIGKILL): ${timeoutMs} ms, the sandbox's default for waiting calls ` +
+      `(give ${call} a timeout in milliseconds, or connect({ timeoutMs }) for the whole sandbox; 0 for none)`;
+  return new ExecutionTimeoutError(timeoutMs, { message });
+}
+
 /** Converts a finished command to an ExecResult. */
 export function toExecResult(finished: CommandFinished, command: string, sessionId: string | undefined): ExecResult {
   return {
@@ -198,10 +220,17 @@ export function toExecResult(finished: CommandFinished, command: string, session
     stdout: finished.stdout(),
     stderr: finished.stderr(),
     output: finished.output(),
+    stdoutBytes: asBuffer(finished.stdoutBytes()),
+    stderrBytes: asBuffer(finished.stderrBytes()),
     command,
     duration: finished.exit.durationMs,
     timestamp: finished.exit.startTime.toISOString(),
     sessionId,
     signal: finished.signal,
   };
+}
+
+/** A Buffer over the same memory as `bytes`. */
+function asBuffer(bytes: Uint8Array): Buffer {
+  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
 }
