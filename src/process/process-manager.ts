@@ -2,11 +2,12 @@ import { randomUUID } from "node:crypto";
 import { resolveCommand, type ProcessSpec } from "./command.js";
 import { createBaseEnvironment } from "./environment.js";
 import { ProcessError } from "./errors.js";
-import { GroupLedger, type GroupReservation, type ReapReport, ExpiryQueue, noteProcessStarted, releaseBufferedMemory } from "./housekeeping/index.js";
+import { GroupLedger, type GroupReservation, type ReapReport, ExpiryQueue, noteProcessStarted } from "./housekeeping/index.js";
 import { Launcher, HelperStartError, spawnPipeChild, spawnPtyChild } from "./spawn/index.js";
 import { defaultKillGracePeriodMs, ManagedProcess, type ProcessStatus } from "./managed-process.js";
 import { defaultMemoryBudgetBytes, MemoryBudget, type OutputReader } from "./output/index.js";
 import { findProgramProblem } from "./program-lookup.js";
+import { RetainedOutputBudget } from "./retained-output-budget.js";
 import type { SignalName } from "./signals.js";
 import { validateSessionId, validateSpec } from "./spec-validation.js";
 import { currentUser, rootIdentity, type UserIdentity } from "./user.js";
@@ -148,8 +149,8 @@ export class ProcessManager {
 
   /** What every record's retained output and pending stdin count against (see {@link ProcessManagerOptions.maxRetainedBytes}). */
   readonly budget: MemoryBudget;
-  /** Exited records that may still retain output, oldest exit first: the first to go when the budget is full. */
-  private readonly exitedOutput = new Set<ManagedProcess>();
+  /** Who gives up output when the budget is full, and which stdin data it refuses. */
+  private readonly retained: RetainedOutputBudget;
   private readonly runAs?: UserIdentity;
   private readonly allowSudo: boolean;
   private readonly log?: (message: string) => void;
@@ -165,10 +166,11 @@ export class ProcessManager {
     readonly workspace: Workspace,
     options: ProcessManagerOptions = {},
   ) {
-    this.budget = new MemoryBudget({
+    this.retained = new RetainedOutputBudget({
       limitBytes: options.maxRetainedBytes ?? defaultMemoryBudgetBytes(),
-      reclaim: (targetBytes) => this.reclaim(targetBytes),
+      records: () => this.processes.values(),
     });
+    this.budget = this.retained.budget;
     this.runAs = options.runAs;
     this.allowSudo = options.allowSudo ?? false;
     this.log = options.log;
@@ -239,7 +241,7 @@ export class ProcessManager {
   private async startProcess(spec: ProcessSpec, options: StartOptions, pinned: boolean): Promise<{ process: ManagedProcess } | PinnedProcess> {
     this.checkAdmission(options.signal);
     validateSpec(spec);
-    this.checkInputFits(spec.stdinData?.length ?? 0);
+    this.retained.checkInputFits(spec.stdinData?.length ?? 0);
     const id = spec.processId || randomUUID();
     this.checkRoom(id);
     if (spec.sudo && !this.allowSudo) throw new ProcessError("sudo is not allowed by this daemon", "SUDO_NOT_ALLOWED");
@@ -253,7 +255,7 @@ export class ProcessManager {
     // starts may have taken the id or the last slots meanwhile. From here to register nothing awaits.
     this.checkAdmission(options.signal);
     this.checkRoom(id);
-    this.checkInputFits(spec.stdinData?.length ?? 0);
+    this.retained.checkInputFits(spec.stdinData?.length ?? 0);
     const command = resolveCommand(spec, {
       id,
       cwd,
@@ -483,21 +485,6 @@ export class ProcessManager {
     });
   }
 
-  /**
-   * Refuses `stdin_data` the budget cannot hold (LIMIT_EXCEEDED naming `max-retained-bytes`): larger
-   * than the whole budget, or than what is left once output was dropped for it (the rest is stdin
-   * nobody reads and output Exec callers have not read yet).
-   */
-  private checkInputFits(bytes: number): void {
-    const metadata = { limit: "max-retained-bytes", value: String(this.budget.limitBytes) };
-    if (bytes > this.budget.limitBytes) {
-      throw new ProcessError(`stdin_data of ${bytes} bytes is larger than the daemon's budget of ${this.budget.limitBytes} bytes for output and input`, "LIMIT_EXCEEDED", { metadata });
-    }
-    if (bytes > 0 && !this.budget.fits(bytes)) {
-      throw new ProcessError(`stdin_data of ${bytes} bytes does not fit now: the daemon's budget of ${this.budget.limitBytes} bytes for output and input is full`, "LIMIT_EXCEEDED", { metadata });
-    }
-  }
-
   /** Pins a reader on a new record's output, with the ways to let go of it. */
   private pinned(managed: ManagedProcess): PinnedProcess {
     const reader = managed.pinReader();
@@ -507,7 +494,7 @@ export class ProcessManager {
       release: () => managed.unpinReader(),
       delivered: () => {
         managed.unpinReader();
-        this.dropOutput(managed);
+        if (managed.exit !== undefined && this.processes.get(managed.id) === managed) this.retained.dropDelivered(managed);
       },
     };
   }
@@ -520,78 +507,17 @@ export class ProcessManager {
     noteProcessStarted();
     void managed.exited.then(() => {
       this.liveCount--;
-      if (this.processes.get(managed.id) === managed && managed.retainedBytes > 0) this.exitedOutput.add(managed);
+      if (this.processes.get(managed.id) === managed) this.retained.exited(managed);
       if (!managed.description.autoCleanup || this.processes.get(managed.id) !== managed) return;
       this.lingering.add(managed.id, managed.sequence);
     });
   }
 
-  /**
-   * Drops the retained output of an exited record whose reader has everything (an Exec that
-   * delivered its exit): its record stays, readers of its output get a gap. Without it every
-   * finished Exec kept up to its capacity for the linger time (3,000 execs: 56 to 170 MB).
-   */
-  private dropOutput(managed: ManagedProcess): void {
-    if (managed.exit === undefined || this.processes.get(managed.id) !== managed) return;
-    releaseBufferedMemory(managed.discardRetainedOutput());
-    if (managed.retainedBytes === 0) this.exitedOutput.delete(managed);
-  }
-
-  /**
-   * Makes room in the budget until at most `targetBytes` are held: first the output of exited
-   * records, oldest exit first, then the live processes' output, the largest buffers first, trimmed
-   * down to one common level (a chatty process loses its oldest output before a quiet one loses
-   * any), then all live output but what cannot go: what an Exec caller has not read yet, and each
-   * buffer's newest chunk. Readers of dropped output get a gap saying exactly what they missed.
-   */
-  private reclaim(targetBytes: number): void {
-    const before = this.budget.usedBytes;
-    try {
-      for (const managed of this.exitedOutput) {
-        if (this.budget.usedBytes <= targetBytes) return;
-        managed.discardRetainedOutput();
-        // What a pinned reader has not read yet stays, and the record with it.
-        if (managed.retainedBytes === 0) this.exitedOutput.delete(managed);
-      }
-      if (this.budget.usedBytes <= targetBytes) return;
-      const live = [...this.processes.values()]
-        .filter((managed) => managed.exit === undefined && managed.retainedBytes > 0)
-        .sort((a, b) => b.retainedBytes - a.retainedBytes);
-      const level = commonLevel(
-        live.map((managed) => managed.retainedBytes),
-        this.budget.usedBytes - targetBytes,
-      );
-      for (const managed of live) {
-        if (managed.retainedBytes <= level) break;
-        managed.trimRetainedOutput(level);
-      }
-      if (this.budget.usedBytes <= targetBytes) return;
-      for (const managed of live) managed.trimRetainedOutput(0);
-    } finally {
-      releaseBufferedMemory(Math.max(0, before - this.budget.usedBytes));
-    }
-  }
-
   private remove(managed: ManagedProcess): void {
     if (this.processes.get(managed.id) !== managed) return;
-    this.exitedOutput.delete(managed);
     this.processes.delete(managed.id);
-    releaseBufferedMemory(managed.releaseOutput());
+    this.retained.removed(managed);
   }
-}
-
-/**
- * The level to trim the largest of these sizes (sorted largest first) down to, so that together
- * they give up at least `excessBytes`: every size above the level becomes the level, the others stay.
- */
-function commonLevel(sizes: readonly number[], excessBytes: number): number {
-  let sum = 0;
-  for (let index = 0; index < sizes.length; index++) {
-    sum += sizes[index];
-    const level = (sum - excessBytes) / (index + 1);
-    if (level >= (sizes[index + 1] ?? 0)) return Math.max(0, Math.floor(level));
-  }
-  return 0;
 }
 
 /** Creates a process manager, resolving its workspace roots (which must exist). */
