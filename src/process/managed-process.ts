@@ -271,13 +271,20 @@ export class ManagedProcess {
     return this.output.leaveBudget();
   }
 
-  /** Delivers output from the child into the buffer. @internal */
-  handleOutput(stream: OutputStreamName, data: Uint8Array): void {
-    this.output.append(stream, data);
+  /**
+   * Starts the child: calls `spawn` with the function the child's output goes to (this record's
+   * buffer), then takes ownership of the child it returns: status running, timeout armed, a kill
+   * asked meanwhile sent, exit awaited. A failure of `spawn` is thrown as it is and the record stays
+   * `starting`: the caller says why it could not start with {@link failToStart}. @internal
+   */
+  async spawn(spawn: (onOutput: (stream: OutputStreamName, data: Uint8Array) => void) => SpawnedChild | Promise<SpawnedChild>): Promise<SpawnedChild> {
+    const child = await spawn((stream, data) => this.output.append(stream, data));
+    this.attach(child);
+    return child;
   }
 
-  /** Takes ownership of a spawned child: status running, timeout armed, exit awaited. @internal */
-  attach(child: SpawnedChild): void {
+  /** Takes ownership of a spawned child: status running, timeout armed, exit awaited. */
+  private attach(child: SpawnedChild): void {
     if (this.life.t !== "starting") return;
     const { pendingKill } = this.life;
     const running: Extract<Life, { t: "running" }> = { t: "running", child, killed: false, timedOut: false };

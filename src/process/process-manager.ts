@@ -310,16 +310,19 @@ export class ProcessManager {
       env: plan.env,
       stdin: command.stdin.acceptsInput,
       statusFd: plan.statusFd,
-      onOutput: this.onOutputBytes === undefined
-        ? managed.handleOutput.bind(managed)
-        : (stream: "stdout" | "stderr", data: Uint8Array) => {
-            this.onOutputBytes!(stream, data.length);
-            managed.handleOutput(stream, data);
-          },
     };
+    const counted = this.onOutputBytes;
     try {
-      const child = command.pty ? spawnPtyChild({ ...childOptions, ...command.pty }) : await spawnPipeChild(childOptions);
-      managed.attach(child);
+      const child = await managed.spawn((toRecord) => {
+        const onOutput =
+          counted === undefined
+            ? toRecord
+            : (stream: "stdout" | "stderr", data: Uint8Array) => {
+                counted(stream, data.length);
+                toRecord(stream, data);
+              };
+        return command.pty ? spawnPtyChild({ ...childOptions, ...command.pty, onOutput }) : spawnPipeChild({ ...childOptions, onOutput });
+      });
       this.indexPid(managed, child.pid);
       try {
         reservation?.commit(child.pid, id);
