@@ -31,6 +31,8 @@ export { canTransition, sandboxTransitions } from "./lifecycle.js";
 export type { SandboxStatus } from "./lifecycle.js";
 export {
   ExecutionTimeoutError,
+  FileExistsError,
+  FileNotFoundError,
   LimitExceededError,
   OutputLostError,
   ProcessAlreadyExistsError,
@@ -50,7 +52,35 @@ export { defaultBaseUrl, isLoopbackHost, resolveDaemonAddress, tokenVariable, ur
 export type { DaemonAddress, DaemonAddressOptions } from "./core/index.js";
 export { createSandboxConnection, defaultPingIntervalMs, defaultPingTimeoutMs } from "./core/index.js";
 export type { SandboxConnection, SandboxConnectionOptions, SandboxProtocol } from "./core/index.js";
+export { FileChangedError, FileWatch, permissionsText, ReadLimitError, SandboxFiles } from "./files/index.js";
+export type {
+  DownloadOptions,
+  FileChangeEvent,
+  FileChangeKind,
+  FileInfo,
+  FileKind,
+  FileWatchEvent,
+  ListOptions,
+  MkdirOptions,
+  ReadOptions,
+  ReadProgress,
+  ReadRangeOptions,
+  RemoveOptions,
+  RenameOptions,
+  SignalOptions,
+  StatOptions,
+  UploadOptions,
+  WatchEndKind,
+  WatchOptions,
+  WatchOverflowEvent,
+  WatchOverflowKind,
+  WriteData,
+  WriteOptions,
+} from "./files/index.js";
 /** The generated service descriptor and messages, for raw RPCs with `createClient`. */
 export * as sandboxV1 from "../../gen/sandbox/v1/sandbox_pb.js";
 export { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
+/** The generated file service descriptor and messages, for raw file RPCs with `createClient(FileService, transport)`. */
+export * as filesV1 from "../../gen/sandbox/v1/files_pb.js";
+export { FileService } from "../../gen/sandbox/v1/files_pb.js";
 export { createClient, type Client } from "@connectrpc/connect";

@@ -1,9 +1,11 @@
 import { randomBytes } from "node:crypto";
 import { ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
-import { type DaemonAddress, resolveDaemonAddress, tlsMismatch, type CommandFinished, type CommandDefaults, type CommandOptions, isUnreachable, SandboxError, toSandboxError, type OutputOffsets, type ProcessHandle, type ReconnectSettings, createSandboxConnection, type SandboxConnection, type SandboxConnectionOptions } from "./core/index.js";
+import { FileService } from "../../gen/sandbox/v1/files_pb.js";
+import { type DaemonAddress, defaultReconnectSettings, resolveDaemonAddress, tlsMismatch, type CommandFinished, type CommandDefaults, type CommandOptions, isUnreachable, SandboxError, toSandboxError, type OutputOffsets, type ProcessHandle, type ReconnectSettings, createSandboxConnection, type SandboxConnection, type SandboxConnectionOptions } from "./core/index.js";
 import { type CommandHandle, exec, execStream, type ExecEvent, type ExecOptions, type ExecOutput, type ExecResult, type StreamOptions, type LogEvent, type ListProcessesOptions, type ProcessesContext, type ProcessOptions, runCommand, type Command, type RunCommandOptions, type RunCommandParams, run, type RunOptions, processes } from "./wrappers/index.js";
 import { assertTransition, canTransition, notRunningError, type SandboxStatus } from "./lifecycle.js";
+import { SandboxFiles } from "./files/index.js";
 
 /** Options of a {@link Sandbox}: the connection's, and what the sandbox adds to its commands. */
 export interface SandboxOptions extends Omit<SandboxConnectionOptions, "baseUrl"> {
@@ -85,6 +87,7 @@ export interface CloseOptions {
 interface Link {
   readonly connection: SandboxConnection;
   readonly context: ProcessesContext;
+  readonly files: Client<typeof FileService>;
 }
 
 /**
@@ -131,6 +134,20 @@ export class Sandbox implements AsyncDisposable {
   private readonly handles = new Set<ProcessHandle>();
   private readonly defaults: CommandDefaults;
   private readonly address: DaemonAddress;
+  /**
+   * The sandbox's file API: read, write, list, stat, watch... the files inside the daemon's
+   * workspace roots, streamed (see {@link SandboxFiles}), as E2B's `sandbox.files`. Its calls run
+   * while the sandbox is `running` (SandboxError NOT_RUNNING otherwise).
+   */
+  readonly files: SandboxFiles = new SandboxFiles({
+    client: () => {
+      if (this.s.status !== "running") throw notRunningError(this.s.status);
+      return this.s.link.files;
+    },
+    fail: (error) => this.fail(error),
+    reconnect: () => ({ ...defaultReconnectSettings, ...this.options.reconnect }),
+    goAwayCount: () => ("link" in this.s ? (this.s.link?.connection.goAwayCount ?? 0) : 0),
+  });
 
   /**
    * Creates a sandbox in state `init`; start() connects it. Throws a SandboxError
@@ -202,7 +219,7 @@ export class Sandbox implements AsyncDisposable {
     if (!canTransition(this.s.status, "running")) connection.close();
     assertTransition(this.s.status, "running");
     if (this.s.status === "error" && this.s.link !== undefined) this.earlier.push(this.s.link.connection);
-    this.s = { status: "running", link: { connection, context: this.createContext(connection, client) } };
+    this.s = { status: "running", link: { connection, context: this.createContext(connection, client), files: createClient(FileService, connection.transport) } };
   }
 
   /**
@@ -412,11 +429,16 @@ export class Sandbox implements AsyncDisposable {
       return await call(context);
     } catch (error) {
       if (!(error instanceof SandboxError) && !(error instanceof ConnectError)) throw error;
-      const failure = toSandboxError(error);
-      const unreachable = failure.cause instanceof ConnectError && isUnreachable(failure.cause);
-      if (unreachable && this.s.status === "running") this.s = { status: "error", link: this.s.link };
-      throw failure;
+      throw this.fail(error);
     }
+  }
+
+  /** A call's failure as a SandboxError; a daemon that could not be reached moves the sandbox to `error`. */
+  private fail(error: unknown): SandboxError {
+    const failure = toSandboxError(error);
+    const unreachable = failure.cause instanceof ConnectError && isUnreachable(failure.cause);
+    if (unreachable && this.s.status === "running") this.s = { status: "error", link: this.s.link };
+    return failure;
   }
 }
 

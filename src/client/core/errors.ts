@@ -130,6 +130,39 @@ export class StdinNotOpenError extends SandboxError {
 }
 
 /**
+ * FileNotFoundError says a path of a file call (or one of its parents) does not exist (reason
+ * PATH_NOT_FOUND, code NOT_FOUND), as Cloudflare's Sandbox SDK names it.
+ */
+export class FileNotFoundError extends SandboxError {
+  /** The path, as requested. */
+  readonly path: string;
+
+  /** Creates the error with the daemon's message; code `NOT_FOUND`. */
+  constructor(message: string, path: string, options: SandboxErrorOptions = {}) {
+    super(message, "NOT_FOUND", { reason: "PATH_NOT_FOUND", ...options });
+    this.name = "FileNotFoundError";
+    this.path = path;
+  }
+}
+
+/**
+ * FileExistsError says something exists at a path a file call must create: a write with
+ * `overwrite: false`, a mkdir without `recursive`, a rename without `overwrite` (reason
+ * PATH_ALREADY_EXISTS, code ALREADY_EXISTS), as Cloudflare's Sandbox SDK names it.
+ */
+export class FileExistsError extends SandboxError {
+  /** The path, as requested. */
+  readonly path: string;
+
+  /** Creates the error with the daemon's message; code `ALREADY_EXISTS`. */
+  constructor(message: string, path: string, options: SandboxErrorOptions = {}) {
+    super(message, "ALREADY_EXISTS", { reason: "PATH_ALREADY_EXISTS", ...options });
+    this.name = "FileExistsError";
+    this.path = path;
+  }
+}
+
+/**
  * ExecutionTimeoutError says a command ran out of time: exec() and execStream() of a command killed
  * by its `timeout` (as the Cloudflare Sandbox SDK's exec reports it), a call whose own deadline
  * passed (gRPC DEADLINE_EXCEEDED), or a bounded wait such as `wait({ timeoutMs })`.
@@ -177,7 +210,8 @@ export class OutputLostError extends SandboxError {
  * Converts anything a call threw into a SandboxError, by the daemon's reason where it gave one:
  * PROCESS_NOT_FOUND becomes {@link ProcessNotFoundError}, PROCESS_ALREADY_EXISTS
  * {@link ProcessAlreadyExistsError}, LIMIT_EXCEEDED {@link LimitExceededError}, PROCESS_NOT_RUNNING
- * {@link ProcessNotRunningError}, STDIN_NOT_OPEN {@link StdinNotOpenError}, a passed deadline
+ * {@link ProcessNotRunningError}, STDIN_NOT_OPEN {@link StdinNotOpenError}, PATH_NOT_FOUND
+ * {@link FileNotFoundError}, PATH_ALREADY_EXISTS {@link FileExistsError}, a passed deadline
  * {@link ExecutionTimeoutError} (with `timeoutMs` when the caller knows it), and anything else a
  * SandboxError named after its code with the reason and metadata as they came. The message is
  * the daemon's and is never read. SandboxErrors pass through unchanged; the original is the `cause`.
@@ -200,6 +234,10 @@ export function toSandboxError(error: unknown, context: { timeoutMs?: number } =
       return new ProcessNotRunningError(message, metadata.process_id ?? "", options);
     case "STDIN_NOT_OPEN":
       return new StdinNotOpenError(message, metadata.process_id ?? "", options);
+    case "PATH_NOT_FOUND":
+      return new FileNotFoundError(message, metadata.path ?? "", options);
+    case "PATH_ALREADY_EXISTS":
+      return new FileExistsError(message, metadata.path ?? "", options);
   }
   if (connectError.code === Code.DeadlineExceeded) return new ExecutionTimeoutError(context.timeoutMs ?? 0, options);
   return new SandboxError(message, isUnreachable(connectError) ? "UNAVAILABLE" : codeName(connectError.code), options);

@@ -28,6 +28,8 @@ export {
 } from "./daemon-address.js";
 export {
   ExecutionTimeoutError,
+  FileExistsError,
+  FileNotFoundError,
   isUnreachable,
   LimitExceededError,
   OutputLostError,
