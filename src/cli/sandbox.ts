@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * `sandbox`: the command-line client of sandboxd (exec, start, ps, logs, kill, attach), built on
+ * `sandbox`: the command-line client of sandboxd (exec, start, ps, logs, kill, attach, cp, ls), built on
  * the client SDK. See `sandbox --help` and the README's "From a terminal".
  *
  * @module

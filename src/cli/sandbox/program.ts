@@ -1,10 +1,12 @@
 import { Command, CommanderError } from "commander";
 import { sandboxdVersion } from "../../shared/version.js";
 import { createAttachCommand } from "./commands/attach.js";
+import { createCpCommand } from "./commands/cp.js";
 import { createExecCommand } from "./commands/exec.js";
 import { createKillCommand } from "./commands/kill.js";
 import { createLogsCommand } from "./commands/logs.js";
 import { createCompletionCommand } from "./commands/completion.js";
+import { createLsCommand } from "./commands/ls.js";
 import { createPsCommand } from "./commands/ps.js";
 import { createRmCommand } from "./commands/rm.js";
 import { createStartCommand } from "./commands/start.js";
@@ -26,7 +28,7 @@ class UsageError extends CliError {
 export function createProgram(finish: (code: number) => void): Command {
   const program = new Command("sandbox")
     .description(
-      "Run commands in a sandboxd daemon from a terminal.\n\n" +
+      "Run commands in a sandboxd daemon from a terminal, and copy and list its files.\n\n" +
         `The daemon is at --url or $SANDBOXD_URL (default ${defaultUrl}); its token is read from --token-file or $SANDBOXD_TOKEN ` +
         "(the variables the TypeScript and Python clients read too; the old SANDBOX_URL and SANDBOX_TOKEN still work, with a warning).\n\n" +
         "Exit codes: exec and attach exit with the command's own code (128 + n when signal n ended it) and with 125 " +
@@ -43,7 +45,7 @@ export function createProgram(finish: (code: number) => void): Command {
       if (command.getOptionValue(key) === undefined && program.getOptionValue(key) !== undefined) command.setOptionValue(key, program.getOptionValue(key));
     }
   });
-  for (const create of [createExecCommand, createStartCommand, createPsCommand, createLogsCommand, createKillCommand, createRmCommand, createAttachCommand]) {
+  for (const create of [createExecCommand, createStartCommand, createPsCommand, createLogsCommand, createKillCommand, createRmCommand, createAttachCommand, createCpCommand, createLsCommand]) {
     program.addCommand(create(finish));
   }
   program.addCommand(createCompletionCommand(finish, () => program));
