@@ -130,28 +130,40 @@ describe("OutputBuffer on a shared budget", () => {
     expect([data[0], data.at(-1)]).toEqual([6, 7]);
   });
 
-  it("an exhausted budget pauses a pinned reader's producer after 64 KiB unread, and its room resumes it", async () => {
-    const budget = new MemoryBudget({ limitBytes: 256 * kib });
+  it("an exhausted budget pauses a pinned reader's producer at its share of the budget, and its room resumes it", async () => {
+    const budget = new MemoryBudget({ limitBytes: mib });
     const states: boolean[] = [];
-    const buffer = new OutputBuffer({
-      capacityBytes: 8 * mib,
-      budget,
-      onBackpressure: (paused) => states.push(paused),
-    });
-    const reader = buffer.createReader({}, { pinned: true });
+    const buffers = Array.from(
+      { length: 4 },
+      (_, index) =>
+        new OutputBuffer({
+          capacityBytes: 8 * mib,
+          budget,
+          onBackpressure: (paused) => index === 0 && states.push(paused),
+        }),
+    );
+    const readers = buffers.map((buffer) => buffer.createReader({}, { pinned: true }));
+    // Four pinned readers share the budget: 256 KiB each.
+    expect(budget.pinnedShareBytes).toBe(256 * kib);
     // Something else holds the whole budget and cannot give it back.
-    budget.charge(256 * kib);
-    buffer.append("stdout", new Uint8Array(32 * kib));
+    budget.charge(mib);
+    buffers[0].append("stdout", new Uint8Array(128 * kib));
     expect(states).toEqual([]);
-    buffer.append("stdout", new Uint8Array(32 * kib));
-    // Not the 8 MiB capacity: 64 KiB unread, the budget exhausted.
+    buffers[0].append("stdout", new Uint8Array(128 * kib));
+    // Not the 8 MiB capacity: its share unread, the budget exhausted.
     expect(states).toEqual([true]);
-    budget.charge(-256 * kib);
+    budget.charge(-mib);
     await new Promise((resolve) => setImmediate(resolve));
     expect(states).toEqual([true, false]);
     // The unread bytes were never dropped.
-    const items = await drain(reader);
+    const items = await drain(readers[0]);
     expect(items.every((item) => item.kind === "chunk")).toBe(true);
-    expect(items.reduce((sum, item) => sum + (item.kind === "chunk" ? item.data.length : 0), 0)).toBe(64 * kib);
+    expect(items.reduce((sum, item) => sum + (item.kind === "chunk" ? item.data.length : 0), 0)).toBe(256 * kib);
+    // Readers let go of are counted out; the share never goes below 64 KiB.
+    for (const [index, buffer] of buffers.entries()) buffer.unpin(readers[index]);
+    expect(budget.pinnedShareBytes).toBe(mib);
+    const crowded = new MemoryBudget({ limitBytes: mib });
+    for (let index = 0; index < 100; index++) crowded.countPinned(1);
+    expect(crowded.pinnedShareBytes).toBe(64 * kib);
   });
 });

@@ -95,7 +95,7 @@ export interface ProcessManagerOptions {
    * oldest exited records' output is dropped first, then the largest live buffers are trimmed to a
    * common level (readers get a gap either way); what cannot be dropped is held back at its source:
    * stdin input waits for room (SendInput stops reading its stream), and an Exec whose caller has
-   * not read its output pauses after 64 KiB instead of its whole capacity. Default
+   * not read its output pauses at its share of the budget instead of its whole capacity. Default
    * {@link defaultMemoryBudgetBytes} (a twentieth of the memory, from 128 MiB to 4 GiB).
    */
   maxRetainedBytes?: number;

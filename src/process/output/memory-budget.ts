@@ -49,6 +49,7 @@ export class MemoryBudget {
    */
   private fellShortAt?: { targetBytes: number };
   private released?: { promise: Promise<void>; resolve: () => void };
+  private pinnedReaders = 0;
 
   /** Creates an empty budget. */
   constructor(options: MemoryBudgetOptions) {
@@ -90,6 +91,21 @@ export class MemoryBudget {
     if (this.used + bytes <= this.limitBytes) return true;
     this.reclaimTo(this.limitBytes - bytes - this.slackBytes);
     return this.used + bytes <= this.limitBytes;
+  }
+
+  /** Counts a pinned reader (an Exec caller's, whose output is never dropped) in (1) or out (-1). */
+  countPinned(delta: 1 | -1): void {
+    this.pinnedReaders += delta;
+  }
+
+  /**
+   * What each pinned reader's unread output may hold while the budget is exhausted: the limit shared
+   * among them, at least 64 KiB. So lagging Exec callers hold the budget together, not each its
+   * capacity (at most twice the limit in all: what they held when it filled, and their shares
+   * since), and each still moves in steps large enough to be fast.
+   */
+  get pinnedShareBytes(): number {
+    return Math.max(64 * 1024, Math.floor(this.limitBytes / Math.max(1, this.pinnedReaders)));
   }
 
   /**

@@ -47,7 +47,8 @@ export interface OutputBufferOptions {
   /**
    * A budget shared with other buffers (the daemon's, see `MemoryBudget`): the retained bytes are
    * charged to it as they change, it may {@link OutputBuffer.trimTo} this buffer to make room, and
-   * while it is exhausted a pinned reader's producer pauses once 64 KiB are unread. Default: none.
+   * while it is exhausted a pinned reader's producer pauses once its share of the budget is unread
+   * (see {@link SharedByteBudget.pinnedShareBytes}) rather than the capacity. Default: none.
    */
   budget?: SharedByteBudget;
 }
@@ -60,6 +61,10 @@ export interface SharedByteBudget {
   readonly exhausted: boolean;
   /** Resolves at the next release of bytes by any holder. */
   nextRelease(): Promise<void>;
+  /** Counts a pinned reader in (1) or out (-1), for {@link pinnedShareBytes}. */
+  countPinned(delta: 1 | -1): void;
+  /** What each pinned reader's unread output may hold while the budget is exhausted. */
+  readonly pinnedShareBytes: number;
 }
 
 interface StoredChunk {
@@ -74,8 +79,6 @@ const coalesceBelowBytes = 4096;
 const maxChunkBytes = 64 * 1024;
 /** Bookkeeping cost charged per stored chunk, so many tiny writes stay bounded too. */
 const chunkOverheadBytes = 64;
-/** Unread bytes at which a pinned reader's producer pauses while the shared budget is exhausted. */
-const exhaustedBudgetPauseBytes = 64 * 1024;
 /** What a dropped chunk holds until its slot is compacted away. */
 const droppedData = new Uint8Array(0);
 
@@ -166,6 +169,7 @@ export class OutputBuffer {
    */
   leaveBudget(): number {
     const released = this.discardRetained();
+    if (this.pinned !== undefined) this.budget?.countPinned(-1);
     this.budget?.charge(-this.charged);
     this.charged = 0;
     this.budget = undefined;
@@ -220,6 +224,7 @@ export class OutputBuffer {
     if (options.pinned) {
       if (this.pinned !== undefined) throw new Error("output buffer already has a pinned reader");
       this.pinned = reader;
+      this.budget?.countPinned(1);
     }
     return reader;
   }
@@ -228,6 +233,7 @@ export class OutputBuffer {
   unpin(reader: OutputReader): void {
     if (this.pinned !== reader) return;
     this.pinned = undefined;
+    this.budget?.countPinned(-1);
     this.updateBackpressure();
     this.dropOldest();
     this.chargeBudget();
@@ -342,9 +348,9 @@ export class OutputBuffer {
     if (this.onBackpressure === undefined) return;
     const unread = this.unreadByPinned();
     // Output a pinned reader has not read cannot be dropped: with the budget exhausted, the producer
-    // goes in step with its reader instead of filling its capacity.
+    // holds its share of the budget instead of filling its capacity.
     const exhausted = this.budget?.exhausted ?? false;
-    const pauseAt = exhausted ? Math.min(this.capacityBytes, exhaustedBudgetPauseBytes) : this.capacityBytes;
+    const pauseAt = exhausted ? Math.min(this.capacityBytes, this.budget!.pinnedShareBytes) : this.capacityBytes;
     if (!this.paused && unread >= pauseAt) {
       this.paused = true;
       this.onBackpressure(true);
