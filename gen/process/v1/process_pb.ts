@@ -481,10 +481,10 @@ export const ProcessService: GenService<{
     output: typeof StartResponseSchema;
   },
   /**
-   * Runs a command to its exit and answers with its exit code and output. At most the daemon's output limit
-   * per process (--max-output-bytes, both streams together) is kept, the newest bytes; the trailers
-   * sandboxd-stdout-dropped-bytes and sandboxd-stderr-dropped-bytes say how many of the first bytes were
-   * dropped. A deadline, or a client that goes away, kills the process group.
+   * Runs a command to its exit and answers with its exit code and output: the newest bytes, at most the
+   * daemon's output limit per process (--max-output-bytes) and what fits a gRPC client's default 4 MiB message
+   * limit, both streams together; the trailers sandboxd-stdout-dropped-bytes and sandboxd-stderr-dropped-bytes
+   * say how many of the first bytes were dropped. A deadline, or a client that goes away, kills the group.
    *
    * @generated from rpc process.v1.ProcessService.Execute
    */

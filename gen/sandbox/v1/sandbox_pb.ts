@@ -1204,7 +1204,8 @@ export enum ErrorReason {
    * RESOURCE_EXHAUSTED: a limit of the daemon is reached. Metadata: `limit`,
    * the daemon flag that sets it ("max-processes", "max-calls",
    * "max-calls-per-connection", "max-message-bytes", "max-transfers",
-   * "max-transfers-per-connection", "max-watches-per-connection") or, for a
+   * "max-transfers-per-connection", "max-watches-per-connection",
+   * "max-retained-bytes") or, for a
    * fixed limit, its name ("max-pending-input-bytes", "max-public-calls",
    * the kernel's "fs.inotify.max_user_watches" and
    * "fs.inotify.max_user_instances"); `value`, the limit.
@@ -1659,6 +1660,9 @@ export const SandboxService: GenService<{
    * SendInput feeds a process's stdin or PTY. The first message must be
    * `open`, naming the process; then data, end-of-input, resizes and signals
    * are applied in order, and each message is answered with an acknowledgement.
+   * Data counts against the process's pending stdin (8 MiB) and the daemon's
+   * memory budget as it is read; while either is full, no further message is
+   * read (HTTP/2 flow control holds the client back) until the process reads.
    *
    * @generated from rpc sandbox.v1.SandboxService.SendInput
    */
