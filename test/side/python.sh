@@ -25,7 +25,7 @@ echo "== python: src/sandboxd/_gen is what generate.sh writes from proto/"
 generated=$(mktemp -d)
 trap 'rm -rf "$generated"' EXIT
 OUT="$generated" PYTHON="$PWD/$venv/bin/python" bash python/generate.sh
-for file in sandbox/v1/sandbox_pb2.py sandbox/v1/sandbox_pb2.pyi; do
+for file in sandbox/v1/sandbox_pb2.py sandbox/v1/sandbox_pb2.pyi sandbox/v1/files_pb2.py sandbox/v1/files_pb2.pyi; do
   if ! cmp -s "$generated/$file" "python/src/sandboxd/_gen/$file"; then
     diff -u "python/src/sandboxd/_gen/$file" "$generated/$file" | head -40 || true
     echo "python/src/sandboxd/_gen/$file is not current: run 'bash python/generate.sh' (after bash test/side/python.sh made the venv) and commit it" >&2
@@ -40,7 +40,7 @@ wheel=$(ls "$generated"/dist/sandboxd-*.whl)
 "$venv/bin/python" - "$wheel" <<'PY'
 import sys, zipfile
 names = set(zipfile.ZipFile(sys.argv[1]).namelist())
-for needed in ("sandboxd/py.typed", "sandboxd/__init__.py", "sandboxd/_gen/sandbox/v1/sandbox_pb2.py", "sandboxd/_gen/sandbox/v1/sandbox_pb2.pyi"):
+for needed in ("sandboxd/py.typed", "sandboxd/__init__.py", "sandboxd/_gen/sandbox/v1/sandbox_pb2.py", "sandboxd/_gen/sandbox/v1/sandbox_pb2.pyi", "sandboxd/_gen/sandbox/v1/files_pb2.py", "sandboxd/_gen/sandbox/v1/files_pb2.pyi"):
     assert needed in names, f"{needed} missing from the wheel"
 print("wheel", sys.argv[1].rsplit("/", 1)[1], len(names), "files")
 PY

@@ -10,10 +10,15 @@ them through handles that resume from byte offsets after a broken connection, fe
         result = sandbox.exec("echo hello && echo oops >&2 && exit 3")
         print(result.exit_code, result.output.text)
 
-The generated protobuf messages of ``sandbox.v1`` are :mod:`sandboxd.v1`.
+Read, write, list and watch the files inside the daemon's workspace roots through ``sandbox.files``, streamed both ways.
+
+The generated protobuf messages of ``sandbox.v1`` are :mod:`sandboxd.v1` (the file service's, :mod:`sandboxd.files_v1`).
 """
 
 from ._async_sandbox import AsyncProcesses, AsyncSandbox, SandboxOptions
+from ._files import AsyncFiles, AsyncFileWatch, WriteData
+from ._files_sync import Files, FileWatch
+from ._gen.sandbox.v1 import files_pb2 as files_v1
 from ._gen.sandbox.v1 import sandbox_pb2 as v1
 from ._handle import DEFAULT_MAX_RETAINED_BYTES, AsyncCommandHandle
 from ._reconnect import ReconnectPolicy
@@ -21,21 +26,31 @@ from ._sync import CommandHandle, Processes, Sandbox, connect, connect_async
 from ._transport import DEFAULT_URL, TOKEN_VARIABLE, URL_VARIABLE, Keepalive, Tls
 from .errors import (
     AuthenticationError,
+    ContentMismatchError,
     CwdNotAccessibleError,
     CwdNotFoundError,
     CwdOutsideWorkspaceError,
+    DirectoryNotEmptyError,
     ExecutionTimeoutError,
     FailedPreconditionError,
+    FileChangedError,
     HostNotAllowedError,
     InvalidArgumentError,
+    IsDirectoryError,
     LimitExceededError,
+    NotDirectoryError,
     OffsetOutOfRangeError,
     OutputLostError,
+    PathExistsError,
+    PathNotAccessibleError,
+    PathNotFoundError,
+    PathOutsideWorkspaceError,
     PermissionDeniedError,
     ProcessAlreadyExistsError,
     ProcessNotFoundError,
     ProcessNotRunningError,
     PtyNotOpenError,
+    ReadLimitError,
     ResourceExhaustedError,
     SandboxError,
     SandboxUnavailableError,
@@ -43,9 +58,11 @@ from .errors import (
     SpawnFailedError,
     StateNotRecordedError,
     StdinNotOpenError,
+    StorageExhaustedError,
     SudoNotAllowedError,
     UnknownOptionError,
 )
+from .files import FileChange, FileChangeType, FileInfo, FileType, OverflowSource, WatchEndReason, WatchEvent, WatchOverflow
 from .lifecycle import SandboxStatus
 from .options import Command, ExecOptions, ProcessOptions, PtySize
 from .output import InputAck, Output, OutputChunk, StreamDecoder, StreamName
@@ -59,29 +76,47 @@ __all__ = [
     "TOKEN_VARIABLE",
     "URL_VARIABLE",
     "AsyncCommandHandle",
+    "AsyncFileWatch",
+    "AsyncFiles",
     "AsyncProcesses",
     "AsyncSandbox",
     "AuthenticationError",
     "Command",
     "CommandHandle",
     "CommandResult",
+    "ContentMismatchError",
     "CwdNotAccessibleError",
     "CwdNotFoundError",
     "CwdOutsideWorkspaceError",
+    "DirectoryNotEmptyError",
     "ExecEvent",
     "ExecOptions",
     "ExecResult",
     "ExecutionTimeoutError",
     "FailedPreconditionError",
+    "FileChange",
+    "FileChangeType",
+    "FileChangedError",
+    "FileInfo",
+    "FileType",
+    "FileWatch",
+    "Files",
     "HostNotAllowedError",
     "InputAck",
     "InvalidArgumentError",
+    "IsDirectoryError",
     "Keepalive",
     "LimitExceededError",
+    "NotDirectoryError",
     "OffsetOutOfRangeError",
     "Output",
     "OutputChunk",
     "OutputLostError",
+    "OverflowSource",
+    "PathExistsError",
+    "PathNotAccessibleError",
+    "PathNotFoundError",
+    "PathOutsideWorkspaceError",
     "PermissionDeniedError",
     "ProcessAlreadyExistsError",
     "ProcessExit",
@@ -94,6 +129,7 @@ __all__ = [
     "Processes",
     "PtyNotOpenError",
     "PtySize",
+    "ReadLimitError",
     "ReconnectPolicy",
     "ResourceExhaustedError",
     "Sandbox",
@@ -105,12 +141,18 @@ __all__ = [
     "SpawnFailedError",
     "StateNotRecordedError",
     "StdinNotOpenError",
+    "StorageExhaustedError",
     "StreamDecoder",
     "StreamName",
     "SudoNotAllowedError",
     "Tls",
     "UnknownOptionError",
+    "WatchEndReason",
+    "WatchEvent",
+    "WatchOverflow",
+    "WriteData",
     "connect",
     "connect_async",
+    "files_v1",
     "v1",
 ]

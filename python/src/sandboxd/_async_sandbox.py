@@ -16,6 +16,7 @@ import grpc
 import grpc.aio
 
 from ._gen.sandbox.v1 import sandbox_pb2 as pb
+from ._files import AsyncFiles
 from ._handle import AsyncCommandHandle, HandleContext, fetch_logs, grace_ms, signal_name
 from ._reconnect import ReconnectPolicy
 from ._transport import (
@@ -111,6 +112,8 @@ class AsyncSandbox:
         self._handles: weakref.WeakSet[AsyncCommandHandle] = weakref.WeakSet()
         #: Process management: list, get, attach, kill, kill_all, cleanup, logs.
         self.processes = AsyncProcesses(self)
+        #: The file API: read, write, list, stat, watch... the files inside the daemon's workspace roots, streamed.
+        self.files = AsyncFiles(self)
 
     @classmethod
     async def connect(cls, url: str | None = None, **options: Unpack[SandboxOptions]) -> Self:

@@ -7,6 +7,7 @@ from types import TracebackType
 from typing import Any, Self, Unpack
 
 from ._async_sandbox import AsyncSandbox, SandboxOptions
+from ._files_sync import Files
 from ._handle import AsyncCommandHandle
 from ._portal import Portal
 
@@ -211,6 +212,8 @@ class Sandbox:
         self._async = AsyncSandbox(url, **options)
         #: Process management: list, get, attach, kill, kill_all, cleanup, logs.
         self.processes = Processes(self)
+        #: The file API: read, write, list, stat, watch... the files inside the daemon's workspace roots, streamed.
+        self.files = Files(self)
 
     @classmethod
     def connect(cls, url: str | None = None, **options: Unpack[SandboxOptions]) -> Self:

@@ -1,4 +1,4 @@
-"""The gRPC channel to a daemon (grpc.aio over HTTP/2, with keepalive pings) and the ten RPCs of sandbox.v1, typed."""
+"""The gRPC channel to a daemon (grpc.aio over HTTP/2, with keepalive pings) and the RPCs of sandbox.v1, typed."""
 
 from __future__ import annotations
 
@@ -15,10 +15,12 @@ import grpc
 import grpc.aio
 from google.protobuf.message import Message
 
+from ._gen.sandbox.v1 import files_pb2 as files_pb
 from ._gen.sandbox.v1 import sandbox_pb2 as pb
 from .errors import InvalidArgumentError
 
 _SERVICE = "/sandbox.v1.SandboxService/"
+_FILE_SERVICE = "/sandbox.v1.FileService/"
 
 _Message = TypeVar("_Message", bound=Message)
 
@@ -156,7 +158,9 @@ _RETRY_SERVICE_CONFIG = json.dumps(
                         "CleanupProcesses",
                         "GetProcessLogs",
                     )
-                ],
+                ]
+                # Describing files changes nothing either; Write, MakeDir, Remove, Move and Chmod are never retried.
+                + [{"service": "sandbox.v1.FileService", "method": method} for method in ("Stat", "List")],
                 "retryPolicy": {
                     "maxAttempts": 4,
                     "initialBackoff": "0.1s",
@@ -249,3 +253,23 @@ class SandboxRpc:
         self.get_process_logs = c.unary_unary(
             _SERVICE + "GetProcessLogs", _serializer(pb.GetProcessLogsRequest), pb.GetProcessLogsResponse.FromString
         )
+        #: The file service's methods on the same channel.
+        self.files = FileRpc(channel)
+
+
+class FileRpc:
+    """FileRpc is sandbox.v1.FileService's nine methods on a channel, typed (see :class:`SandboxRpc`)."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        c = channel
+        self.read = c.unary_stream(_FILE_SERVICE + "Read", _serializer(files_pb.ReadRequest), files_pb.ReadResponse.FromString)
+        self.write = c.stream_unary(_FILE_SERVICE + "Write", _serializer(files_pb.WriteRequest), files_pb.WriteResponse.FromString)
+        self.stat = c.unary_unary(_FILE_SERVICE + "Stat", _serializer(files_pb.StatRequest), files_pb.StatResponse.FromString)
+        self.list = c.unary_unary(_FILE_SERVICE + "List", _serializer(files_pb.ListRequest), files_pb.ListResponse.FromString)
+        self.make_dir = c.unary_unary(
+            _FILE_SERVICE + "MakeDir", _serializer(files_pb.MakeDirRequest), files_pb.MakeDirResponse.FromString
+        )
+        self.remove = c.unary_unary(_FILE_SERVICE + "Remove", _serializer(files_pb.RemoveRequest), files_pb.RemoveResponse.FromString)
+        self.move = c.unary_unary(_FILE_SERVICE + "Move", _serializer(files_pb.MoveRequest), files_pb.MoveResponse.FromString)
+        self.chmod = c.unary_unary(_FILE_SERVICE + "Chmod", _serializer(files_pb.ChmodRequest), files_pb.ChmodResponse.FromString)
+        self.watch = c.unary_stream(_FILE_SERVICE + "Watch", _serializer(files_pb.WatchRequest), files_pb.WatchResponse.FromString)

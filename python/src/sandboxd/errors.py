@@ -267,6 +267,98 @@ class OutputLostError(SandboxError):
         self.missed_bytes = missed_bytes
 
 
+class PathNotFoundError(SandboxError, FileNotFoundError):
+    """A path of a file call, or one of its parents, does not exist (``PATH_NOT_FOUND``, gRPC NOT_FOUND).
+
+    It is a FileNotFoundError too, so ``except FileNotFoundError`` catches it as it catches a local one.
+    """
+
+    default_code = "NOT_FOUND"
+
+    @property
+    def path(self) -> str | None:
+        """The path, as requested."""
+        return self.metadata.get("path")
+
+
+class PathExistsError(SandboxError, FileExistsError):
+    """Something exists at a path the call must create: a write with ``overwrite=False``, a mkdir without
+    ``parents``, a rename without ``overwrite`` (``PATH_ALREADY_EXISTS``, gRPC ALREADY_EXISTS); a FileExistsError
+    too."""
+
+    default_code = "ALREADY_EXISTS"
+
+    @property
+    def path(self) -> str | None:
+        """The path, as requested."""
+        return self.metadata.get("path")
+
+
+class PathOutsideWorkspaceError(PermissionDeniedError):
+    """A path resolves outside every workspace root: through ``..``, as an absolute path or through a symlink
+    (``PATH_OUTSIDE_WORKSPACE``)."""
+
+    @property
+    def path(self) -> str | None:
+        """The path, as requested."""
+        return self.metadata.get("path")
+
+
+class PathNotAccessibleError(PermissionDeniedError):
+    """The daemon's user (the ``--user`` one, when set) may not do this to the path (``PATH_NOT_ACCESSIBLE``)."""
+
+    @property
+    def path(self) -> str | None:
+        """The path."""
+        return self.metadata.get("path")
+
+
+class IsDirectoryError(FailedPreconditionError, IsADirectoryError):
+    """The path is a directory and the call needs something else (``IS_A_DIRECTORY``); an IsADirectoryError too."""
+
+
+class NotDirectoryError(FailedPreconditionError, NotADirectoryError):
+    """The path, or one of its parents, is not a directory and the call needs one (``NOT_A_DIRECTORY``); a
+    NotADirectoryError too."""
+
+
+class DirectoryNotEmptyError(FailedPreconditionError):
+    """The directory has entries: a remove without ``recursive`` (``DIRECTORY_NOT_EMPTY``)."""
+
+
+class StorageExhaustedError(ResourceExhaustedError):
+    """The filesystem is full, a quota is reached or the file would be too large (``STORAGE_EXHAUSTED``); a write
+    that fails this way leaves the old file intact. ``errno`` names the system error."""
+
+    @property
+    def errno(self) -> str | None:
+        """``ENOSPC``, ``EDQUOT`` or ``EFBIG``."""
+        return self.metadata.get("errno")
+
+
+class ContentMismatchError(SandboxError):
+    """A write's bytes do not match its ``expected_size`` or ``expected_sha256``; nothing was written
+    (``CONTENT_MISMATCH``, gRPC DATA_LOSS)."""
+
+    default_code = "DATA_LOSS"
+
+
+class FileChangedError(SandboxError):
+    """A read could not resume after its connection broke because the file changed meanwhile (its size or
+    modification time): the bytes already read and those after them would not belong to one file. Code
+    ``FILE_CHANGED``."""
+
+    default_code = "FILE_CHANGED"
+
+
+class ReadLimitError(SandboxError):
+    """The daemon stopped a read of a file without a size (a device, a /proc file) at its
+    ``--max-unsized-read-bytes`` before the end; ask for a ``length`` to read such a file on purpose. Code
+    ``READ_LIMIT_REACHED``."""
+
+    default_code = "READ_LIMIT_REACHED"
+
+
 _BY_REASON: dict[str, type[SandboxError]] = {
     "PROCESS_NOT_FOUND": ProcessNotFoundError,
     "PROCESS_ALREADY_EXISTS": ProcessAlreadyExistsError,
@@ -285,6 +377,15 @@ _BY_REASON: dict[str, type[SandboxError]] = {
     "OFFSET_OUT_OF_RANGE": OffsetOutOfRangeError,
     "HOST_NOT_ALLOWED": HostNotAllowedError,
     "STATE_NOT_RECORDED": StateNotRecordedError,
+    "PATH_NOT_FOUND": PathNotFoundError,
+    "PATH_ALREADY_EXISTS": PathExistsError,
+    "PATH_OUTSIDE_WORKSPACE": PathOutsideWorkspaceError,
+    "PATH_NOT_ACCESSIBLE": PathNotAccessibleError,
+    "IS_A_DIRECTORY": IsDirectoryError,
+    "NOT_A_DIRECTORY": NotDirectoryError,
+    "DIRECTORY_NOT_EMPTY": DirectoryNotEmptyError,
+    "STORAGE_EXHAUSTED": StorageExhaustedError,
+    "CONTENT_MISMATCH": ContentMismatchError,
 }
 
 _BY_CODE: dict[grpc.StatusCode, type[SandboxError]] = {
