@@ -10,10 +10,10 @@ import sys
 from .support import REPOSITORY, Daemon
 
 
-def python_blocks() -> list[str]:
-    """The ```python blocks of the README's "Python client" section, in order."""
+def python_blocks(section_title: str = "Python client") -> list[str]:
+    """The ```python blocks of one section of the README ("Python client" by default), in order."""
     readme = (REPOSITORY / "README.md").read_text()
-    start = readme.index("\n## Python client\n")
+    start = readme.index(f"\n## {section_title}\n")
     end = readme.find("\n## ", start + 1)
     section = readme[start : end if end != -1 else None]
     return re.findall(r"```python\n(.*?)```", section, re.S)
@@ -37,6 +37,16 @@ def test_the_section_has_the_examples() -> None:
 
 def test_the_section_runs_as_written(daemon: Daemon) -> None:
     code = "\n".join(python_blocks()).replace('"http://127.0.0.1:7007"', repr(daemon.url))
+    env = {**os.environ, "SANDBOXD_TOKEN": daemon.token or ""}
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.rstrip("\n").split("\n") == promised_lines(code)
+
+
+def test_the_files_section_runs_as_written(daemon: Daemon) -> None:
+    code = "\n".join(python_blocks("Files"))
+    assert "sandbox.files.write(" in code and "sandbox.files.iter(" in code
+    code = code.replace('"http://127.0.0.1:7007"', repr(daemon.url))
     env = {**os.environ, "SANDBOXD_TOKEN": daemon.token or ""}
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60, check=False)
     assert result.returncode == 0, result.stderr

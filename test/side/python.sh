@@ -46,10 +46,12 @@ print("wheel", sys.argv[1].rsplit("/", 1)[1], len(names), "files")
 PY
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check --no-deps --force-reinstall "$wheel"
 
-echo "== python: mypy --strict (the package, the tests, and the README's Python as written)"
+echo "== python: mypy --strict (the package, the tests, and the README's Python as written, its Files section too)"
 (cd python && .venv/bin/mypy)
 (cd python && .venv/bin/python -c 'from tests.test_readme import python_blocks; print("\n".join(python_blocks()))') >"$generated/readme_example.py"
 (cd python && .venv/bin/mypy --strict --no-incremental "$generated/readme_example.py")
+(cd python && .venv/bin/python -c 'from tests.test_readme import python_blocks; print("\n".join(python_blocks("Files")))') >"$generated/readme_files.py"
+(cd python && .venv/bin/mypy --strict --no-incremental "$generated/readme_files.py")
 
 echo "== python: pytest"
 (cd python && .venv/bin/python -m pytest -q -p no:cacheprovider)
