@@ -1,5 +1,6 @@
 import { afterEach, describe, expect, it } from "vitest";
-import { OutputStream } from "../gen/sandbox/v1/sandbox_pb.js";
+import type { MessageInitShape } from "@bufbuild/protobuf";
+import { OutputStream, type SendInputRequestSchema } from "../gen/sandbox/v1/sandbox_pb.js";
 import { waitFor } from "./support/processes.js";
 import { Code, collectExec, collectLogs, deterministicBytesCommand, rpcError, sleepMarker } from "./support/rpc.js";
 import { startTestServer, type TestServer } from "./support/server.js";
@@ -111,6 +112,35 @@ describe("the output of all records is bounded daemon-wide", () => {
     await expect(pending).rejects.toMatchObject({ reason: "PROCESS_NOT_RUNNING" });
     // The input is gone with the process; what is left is output.
     expect(server.manager.budget.usedBytes).toBe(server.manager.list().reduce((sum, managed) => sum + managed.retainedBytes, 0));
+  });
+
+  it("input is not starved by output an Exec caller does not read: stdin may always use half the budget", async () => {
+    const budget = 1024 * 1024;
+    test = await startTestServer({ maxRetainedBytes: budget });
+    const { client, server } = test;
+    // A caller that takes the first event and reads nothing more: its output fills the budget and cannot go.
+    const lagging = client.exec({ spec: { command: "head -c 8388608 /dev/zero" } })[Symbol.asyncIterator]();
+    expect((await lagging.next()).value?.event.case).toBe("started");
+    await waitFor(() => server.manager.budget.exhausted, { what: "the budget to fill" });
+    const { process } = await client.startProcess({ spec: { command: "wc -c", stdin: true, autoCleanup: false } });
+    const processId = process!.processId;
+    async function* input(): AsyncGenerator<MessageInitShape<typeof SendInputRequestSchema>> {
+      yield { input: { case: "open", value: { processId } } };
+      yield { input: { case: "data", value: new Uint8Array(256 * 1024) } };
+      yield { input: { case: "close", value: {} } };
+    }
+    let acks = 0;
+    for await (const _ of client.sendInput(input(), { timeoutMs: 20_000 })) acks++;
+    expect(acks).toBe(3);
+    await waitFor(async () => (await client.getProcess({ processId })).process?.exit !== undefined, { what: "wc to exit" });
+    expect(Buffer.from((await client.getProcessLogs({ processId })).stdout).toString().trim()).toBe(String(256 * 1024));
+    expect(server.manager.budget.exhausted).toBe(true);
+    // The lagging caller reads the rest: every byte, then the exit.
+    let bytes = 0;
+    for (let next = await lagging.next(); !next.done; next = await lagging.next()) {
+      if (next.value.event.case === "output") bytes += next.value.event.value.data.length;
+    }
+    expect(bytes).toBe(8 * 1024 * 1024);
   });
 
   it("stdin_data larger than the whole budget is refused, naming it", async () => {

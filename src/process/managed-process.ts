@@ -394,14 +394,14 @@ export class ManagedProcess {
 
   /**
    * Resolves once stdin has room again: fewer than {@link maxPendingInputBytes} pending, and the
-   * daemon's budget not exhausted once what may be dropped was (see `MemoryBudget.fits`); at once
+   * daemon's budget has room for input (see `MemoryBudget.fitsInput`: half of it always); at once
    * when stdin is closed or the process has exited (what comes next fails on its own). Rejects with
    * a ProcessError (CANCELED) when `signal` aborts first. A SendInput call waits for it before it
    * reads its next message: backpressure reaches the client instead of the daemon buffering.
    */
   async waitForInputRoom(signal?: AbortSignal): Promise<void> {
     while (this.life.t !== "exited" && !this.inputClosed) {
-      if (this.pendingInputBytes < maxPendingInputBytes && this.budget.fits(0)) return;
+      if (this.pendingInputBytes < maxPendingInputBytes && this.budget.fitsInput(0)) return;
       // A settled write releases its bytes from the budget, and so does whatever else makes room;
       // the exit wakes the waiters too (see finish).
       await raceSignal(this.budget.nextRelease(), signal, (reason) => this.writeCancelled(reason));
@@ -426,7 +426,7 @@ export class ManagedProcess {
     }
     // Output gives way to input (fits drops it); what cannot go is input nobody reads and output an
     // Exec caller has not read, and a write that waits for nothing is refused against those.
-    if (pastLimit === "refuse" && !this.budget.fits(data.length)) {
+    if (pastLimit === "refuse" && !this.budget.fitsInput(data.length)) {
       throw new ProcessError(
         `stdin of process ${this.id} cannot take ${data.length} bytes now: the daemon's budget of ${this.budget.limitBytes} bytes for output and input is full`,
         "LIMIT_EXCEEDED",
@@ -434,7 +434,7 @@ export class ManagedProcess {
       );
     }
     this.pendingInputBytes += data.length;
-    this.budget.charge(data.length);
+    this.budget.chargeInput(data.length);
     const written = this.writeChain
       .then(() => {
         // Skipped, not written: the caller is gone and nothing of it reached the child.
@@ -454,7 +454,7 @@ export class ManagedProcess {
       })
       .finally(() => {
         this.pendingInputBytes -= data.length;
-        this.budget.charge(-data.length);
+        this.budget.chargeInput(-data.length);
       });
     // The next write waits for this one to be written (or dropped): a child write settles when the
     // bytes were taken by the OS or, at the latest, once the process has exited.

@@ -43,7 +43,7 @@ export class RetainedOutputBudget {
         { metadata },
       );
     }
-    if (bytes > 0 && !budget.fits(bytes)) {
+    if (bytes > 0 && !budget.fitsInput(bytes)) {
       throw new ProcessError(
         `stdin_data of ${bytes} bytes does not fit now: the daemon's budget of ${budget.limitBytes} bytes for output and input is full`,
         "LIMIT_EXCEEDED",

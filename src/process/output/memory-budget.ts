@@ -40,6 +40,7 @@ export class MemoryBudget {
   /** The limit, in bytes. */
   readonly limitBytes: number;
   private used = 0;
+  private input = 0;
   private readonly slackBytes: number;
   private readonly reclaim?: (targetBytes: number) => void;
   private reclaiming = false;
@@ -91,6 +92,26 @@ export class MemoryBudget {
     if (this.used + bytes <= this.limitBytes) return true;
     this.reclaimTo(this.limitBytes - bytes - this.slackBytes);
     return this.used + bytes <= this.limitBytes;
+  }
+
+  /** Stdin bytes held now (a part of {@link usedBytes}). */
+  get inputBytes(): number {
+    return this.input;
+  }
+
+  /** Counts `deltaBytes` more stdin bytes held (negative: written or dropped), as {@link charge} does. */
+  chargeInput(deltaBytes: number): void {
+    this.input += deltaBytes;
+    this.charge(deltaBytes);
+  }
+
+  /**
+   * Whether `bytes` more stdin bytes may be held: always while stdin bytes together stay within half
+   * of the limit, so input is never starved by output nobody reads (an Exec caller that lags holds its
+   * output, and it cannot be dropped); beyond that, as {@link fits} says.
+   */
+  fitsInput(bytes: number): boolean {
+    return this.input + bytes <= this.limitBytes / 2 || this.fits(bytes);
   }
 
   /** Counts a pinned reader (an Exec caller's, whose output is never dropped) in (1) or out (-1). */
