@@ -3,8 +3,10 @@ import { chmodSync, existsSync, lstatSync, mkdirSync, readFileSync, readdirSync,
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { runCli } from "./support/cli.js";
+import { installCliShim, runCli } from "./support/cli.js";
 import { startTestServer, type TestServer } from "./support/server.js";
+import { TerminalShell } from "./support/terminal.js";
+import { runCommand } from "./support/tools.js";
 
 let t: TestServer;
 let local: string;
@@ -121,6 +123,33 @@ describe("sandbox cp", () => {
     expect(bothLocal.stderr.toString()).toBe("sandbox: one side of the copy must be in the sandbox, written :PATH\n");
     expect((await cli(["cp", ":a", ":b"])).code).toBe(2);
     expect((await cli(["cp", "only-one"])).code).toBe(2);
+  });
+});
+
+describe("sandbox cp's progress", () => {
+  it("is one line on a terminal for a transfer longer than half a second, erased at the end, and nothing elsewhere", async () => {
+    const name = fresh();
+    const bin = path.join(local, `${name}-bin`);
+    mkdirSync(bin);
+    installCliShim(bin);
+    const env = { PATH: `${bin}:${process.env.PATH}`, SANDBOXD_URL: t.server.url };
+    // The source pauses in the middle, so the transfer lasts past the half second whatever the machine's speed.
+    const slowCopy = (target: string) => `(head -c 1048576 /dev/zero; sleep 2; head -c 1048576 /dev/zero) | sandbox cp - :${name}/${target}`;
+    const shell = TerminalShell.start({ env });
+    try {
+      shell.type(`${slowCopy("on-a-terminal.bin")}; printf 'EX%s=%s\\n' IT $?\r`);
+      const shown = await shell.waitFor(/\d+\.\d MiB copied, 0 files, [\d.]+ (?:B|KiB|MiB)\/s/, { timeoutMs: 60_000 });
+      const exit = await shell.waitFor(/EXIT=(\d+)/, { from: shown.end, timeoutMs: 60_000 });
+      expect(exit.match[1]).toBe("0");
+      expect(shell.screen.slice(shown.end, exit.end)).toContain("\r\x1b[K");
+    } finally {
+      shell.close();
+    }
+    expect(statSync(path.join(t.workspace, name, "on-a-terminal.bin")).size).toBe(2 * 1024 * 1024);
+    const piped = await runCommand("bash", ["-o", "pipefail", "-c", slowCopy("piped.bin")], { cwd: local, env, timeoutMs: 60_000 });
+    expect(piped.stderr).toBe("");
+    expect(piped.code).toBe(0);
+    expect(statSync(path.join(t.workspace, name, "piped.bin")).size).toBe(2 * 1024 * 1024);
   });
 });
 
