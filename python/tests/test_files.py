@@ -308,3 +308,18 @@ print(json.dumps({"size": info.size, "up": up.hexdigest(), "down": down.hexdiges
     assert hashlib.sha256((directory / "big").read_bytes()).hexdigest() == report["up"]
     # A client that kept what it streams would grow by 256 MiB or more; grpcio's buffers took 49 MiB on a 2-core machine.
     assert report["peak"] - report["baseline"] < 100 * 1024 * 1024, report
+
+
+async def test_an_async_watch_read_too_slowly_reports_an_overflow(async_sandbox: sandboxd.AsyncSandbox, scratch: tuple[str, Path]) -> None:
+    name, directory = scratch
+    watch = await async_sandbox.files.watch(name)
+    # Nobody reads while far more changes happen than the daemon queues for one watch.
+    result = await async_sandbox.exec(f"cd {directory} && seq 1 60000 | xargs touch && seq 1 60000 | xargs rm", timeout=120)
+    assert result.exit_code == 0
+    overflow: sandboxd.WatchOverflow | None = None
+    async with watch:
+        async for event in watch:
+            if isinstance(event, sandboxd.WatchOverflow):
+                overflow = event
+                break
+    assert overflow is not None and overflow.source == "client" and overflow.type == "overflow"
