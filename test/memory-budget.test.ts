@@ -83,6 +83,22 @@ describe("MemoryBudget", () => {
     expect(reclaims).toBe(2);
   });
 
+  it("stdin may always use half the limit; beyond it input needs room as output does", () => {
+    const budget = new MemoryBudget({ limitBytes: mib });
+    // Output nobody can drop fills the budget.
+    budget.charge(2 * mib);
+    expect(budget.fits(0)).toBe(false);
+    expect(budget.fitsInput(512 * kib)).toBe(true);
+    budget.chargeInput(512 * kib);
+    expect(budget.inputBytes).toBe(512 * kib);
+    expect(budget.fitsInput(1)).toBe(false);
+    budget.chargeInput(-512 * kib);
+    budget.charge(-2 * mib);
+    expect([budget.inputBytes, budget.usedBytes]).toEqual([0, 0]);
+    // With room, input may take more than half.
+    expect(budget.fitsInput(768 * kib)).toBe(true);
+  });
+
   it("wakes waiters at the next release, and lets an aborted wait go", async () => {
     const budget = new MemoryBudget({ limitBytes: mib });
     budget.charge(mib);
