@@ -8,8 +8,7 @@ import contextlib
 import dataclasses
 import math
 import signal as signals
-from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Self
@@ -18,8 +17,10 @@ import grpc
 import grpc.aio
 
 from ._gen.sandbox.v1 import sandbox_pb2 as pb
+from ._command_output import CommandOutput
+from ._command_stream import CommandStream, Failed, Finished, Following
 from ._input import InputStream
-from ._reconnect import ReconnectPolicy, is_transient
+from ._reconnect import ReconnectPolicy
 from ._sources import (
     CaughtUpEvent,
     CommandEvent,
@@ -32,22 +33,12 @@ from ._sources import (
     ProcessEvent,
 )
 from ._transport import SandboxRpc
-from .errors import (
-    ExecutionTimeoutError,
-    OutputLostError,
-    ProcessNotFoundError,
-    SandboxError,
-    SandboxUnavailableError,
-    from_rpc_error,
-)
+from .errors import ExecutionTimeoutError, ProcessNotFoundError, SandboxError, from_rpc_error
 from .output import InputAck, OutputChunk, Output, RetainedOutput, StreamName, join_chunks
 from .records import CommandResult, ProcessExit, ProcessInfo, ProcessLogs, ProcessStatus
 
 #: Default ``max_retained_bytes`` of a background process's handle: 16 MiB.
 DEFAULT_MAX_RETAINED_BYTES = 16 * 1024 * 1024
-
-#: Queue capacity of one iterator, in bytes: beyond it the stream is held back (backpressure).
-_ITERATOR_CAPACITY_BYTES = 4 * 1024 * 1024
 
 #: How long leaving ``async with handle`` waits for the killed process to exit, in seconds.
 _EXIT_WAIT_SECONDS = 10.0
@@ -65,37 +56,11 @@ class HandleContext:
     encoding: str
 
 
-@dataclass(frozen=True, slots=True)
-class _NotFollowing:
-    """Created; nothing read yet."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Following:
-    """The pump task reads the stream."""
-
-    task: asyncio.Task[CommandResult]
-
-
-@dataclass(frozen=True, slots=True)
-class _Finished:
-    """The command exited; the result is known."""
-
-    result: CommandResult
-
-
-@dataclass(frozen=True, slots=True)
-class _Failed:
-    """Following ended without the exit: a lasting failure, lost output, or the handle was detached."""
-
-    error: BaseException
-
-
-_State = _NotFollowing | _Following | _Finished | _Failed
-
-
 class AsyncCommandHandle:
-    """AsyncCommandHandle is a live handle to one command in the sandbox (seed 001's CommandHandle, for asyncio).
+    """AsyncCommandHandle is a live handle to one command in the sandbox (seed 001's CommandHandle, for asyncio). It
+    assembles small parts, as the TypeScript client's ProcessHandle does: the record (what the daemon said of the
+    process), a :class:`CommandStream` that follows it and reconnects, the :class:`CommandOutput` it feeds (offsets,
+    the output kept for the result, iterators with backpressure) and an input stream.
 
     - ``async for chunk in handle`` yields :class:`~sandboxd.OutputChunk` s of stdout and stderr interleaved in
       arrival order, each with its byte offset. Several iterators may run; one that starts late first gets the
@@ -131,24 +96,23 @@ class AsyncCommandHandle:
     ) -> None:
         """Internal: handles are made by the sandbox (``start_process``, ``processes.get``...)."""
         self._context = context
-        self._source = source
         self._info = info
         self._exit: ProcessExit | None = info.exit if info is not None and info.status not in _LIVE else None
-        self._offsets: dict[StreamName, int] = dict(offsets or {"stdout": 0, "stderr": 0})
-        # Where the user is: offsets after the last chunk an iterator handed over (None until one did). The pump
-        # goes on receiving for the result while nobody iterates, so it can be ahead of what the user saw.
-        self._seen: dict[StreamName, int] | None = None
-        self._from: dict[StreamName, int] = dict(self._offsets)
-        self._output = retained
+        self._output = CommandOutput(retained, offsets)
         self._encoding = encoding or context.encoding
-        self._state: _State = _NotFollowing()
-        self._subscribers: set[_ChunkQueue] = set()
         self._started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._stop_reason: BaseException | None = None
         self._kill_requested = False
         self._input: InputStream | None = None
         self._input_closed = False
-        self._reconnects = 0
+        self._stream = CommandStream(
+            source,
+            context.reconnect,
+            apply=self._apply,
+            offsets=lambda: self._output.offsets,
+            kill_requested=lambda: self._kill_requested,
+            process_id=lambda: self.process_id,
+            on_settle=self._settled,
+        )
         if info is not None:
             self._started.set_result(None)
 
@@ -159,7 +123,7 @@ class AsyncCommandHandle:
         """Runs a command through Exec and returns its handle once the daemon reports it started; raises the daemon's
         refusal. Cancelling the handle later (``_stop``) cancels the call, which kills the command."""
         handle = cls(context, ExecSource(context.rpc, request), info=None, retained=RetainedOutput(math.inf), encoding=encoding)
-        handle._follow()
+        handle._stream.follow()
         try:
             await handle._started
         except BaseException:
@@ -248,34 +212,34 @@ class AsyncCommandHandle:
         """Offset after the last stdout byte handed to you: yielded by an iterator of this handle (or skipped by an
         OutputLostError it raised), or, while none yielded anything, received for the result. Where ``reconnect()``
         resumes; it does not move once your loop has left."""
-        return self._resume_offsets()["stdout"]
+        return self._output.resume_offsets()["stdout"]
 
     @property
     def last_stderr_offset(self) -> int:
         """Offset after the last stderr byte handed to you, as ``last_stdout_offset`` says for stdout."""
-        return self._resume_offsets()["stderr"]
+        return self._output.resume_offsets()["stderr"]
 
     @property
     def auto_reconnects(self) -> int:
         """How many times this handle reconnected on its own."""
-        return self._reconnects
+        return self._stream.reconnects
 
     # Following the command.
 
     def __aiter__(self) -> AsyncIterator[OutputChunk]:
         """Yields output chunks, stdout and stderr interleaved in arrival order (see the class comment)."""
-        return self._iterate()
+        return self._output.iterate(self._ended, self._stream.follow)
 
     async def wait(self, timeout: float | None = None) -> CommandResult:
         """Waits for the command to exit and returns its result; raises a SandboxError when following failed for
         good. ``timeout`` (seconds) bounds the wait only: ExecutionTimeoutError, and the command runs on. Cancelling
         the wait does not stop following either."""
-        state = self._state
-        if isinstance(state, _Finished):
+        state = self._stream.state
+        if isinstance(state, Finished):
             return state.result
-        if isinstance(state, _Failed):
+        if isinstance(state, Failed):
             raise state.error
-        task = self._follow()
+        task = self._stream.follow()
         try:
             async with asyncio.timeout(timeout) as deadline:
                 return await asyncio.shield(task)
@@ -322,13 +286,14 @@ class AsyncCommandHandle:
         await self._started
         assert self._info is not None
         await self._stop(_detached())
-        offsets = self._resume_offsets()
+        offsets = self._output.resume_offsets()
+        retained = self._output.retained
         return AsyncCommandHandle(
             self._context,
             LogsSource(self._context.rpc, self._info.process_id),
             info=self._info,
             offsets=offsets,
-            retained=RetainedOutput(self._output.limit_bytes, self._output, up_to=offsets),
+            retained=RetainedOutput(retained.limit_bytes, retained, up_to=offsets),
             encoding=self._encoding,
         )
 
@@ -373,109 +338,39 @@ class AsyncCommandHandle:
 
     # Internals.
 
-    def _follow(self) -> asyncio.Future[CommandResult]:
-        state = self._state
-        if isinstance(state, _Following):
-            return state.task
-        if isinstance(state, _NotFollowing):
-            task = asyncio.get_running_loop().create_task(self._run())
-            # The outcome is raised to whoever waits or iterates; a handle nobody follows must not log it as lost.
-            task.add_done_callback(lambda finished: finished.cancelled() or finished.exception())
-            self._state = _Following(task)
-            return task
-        done: asyncio.Future[CommandResult] = asyncio.get_running_loop().create_future()
-        if isinstance(state, _Finished):
-            done.set_result(state.result)
-        else:
-            done.set_exception(state.error)
-        return done
-
     async def _stop(self, reason: BaseException) -> None:
-        """Stops following with ``reason`` as the outcome seen by waiters and iterators, and waits until the stream's
-        call is cancelled (an Exec command is then killed by the daemon)."""
+        """Stops following with ``reason`` (see :meth:`CommandStream.stop`) and closes the input call."""
         if self._input is not None:
             self._input.close()
         self._input_closed = True
-        state = self._state
-        if isinstance(state, _Following):
-            if self._stop_reason is None:
-                self._stop_reason = reason
-            state.task.cancel()
-            await asyncio.wait([state.task])
-        elif isinstance(state, _NotFollowing):
-            self._settle(_Failed(reason))
+        await self._stream.stop(reason)
 
-    async def _run(self) -> CommandResult:
-        try:
-            result = await self._pump()
-        except asyncio.CancelledError as cancelled:
-            if self._stop_reason is None:
-                # Not ours (the loop is shutting down): pass the cancellation on.
-                self._settle(_Failed(SandboxError("following the command was cancelled", code="CANCELLED")))
-                raise
-            self._settle(_Failed(self._stop_reason))
-            raise self._stop_reason from cancelled
-        except BaseException as error:
-            self._settle(_Failed(error))
-            raise
-        self._settle(_Finished(result))
-        return result
-
-    def _settle(self, state: _Finished | _Failed) -> None:
-        self._state = state
-        error = state.error if isinstance(state, _Failed) else None
+    def _settled(self, state: Finished | Failed) -> None:
+        error = state.error if isinstance(state, Failed) else None
         if not self._started.done():
             if error is not None:
                 self._started.set_exception(error)
                 self._started.exception()  # Retrieved: a failure before the start is raised where it is awaited.
             else:
                 self._started.set_result(None)
-        for queue in self._subscribers:
-            queue.finish(error)
+        self._output.finish(error)
 
-    async def _pump(self) -> CommandResult:
-        """Reads the stream to the exit, reconnecting as the class comment says."""
-        policy = self._context.reconnect
-        failures = 0
-        while True:
-            events = self._source.open(self._offsets["stdout"], self._offsets["stderr"])
-            try:
-                async for event in events:
-                    failures = 0
-                    result = await self._apply(event)
-                    if result is not None:
-                        return result
-                raise SandboxError("the stream ended without the command's exit", code="NO_EXIT")
-            except grpc.aio.AioRpcError as error:
-                if not is_transient(error):
-                    raise from_rpc_error(error, process_id=self.process_id or None) from error
-                if not self._source.resumable:
-                    raise SandboxUnavailableError(
-                        f"the connection to the sandbox was lost ({error.details()}); the daemon ends an Exec command whose call is gone"
-                    ) from error
-                if self._kill_requested:
-                    raise from_rpc_error(error, process_id=self.process_id) from error
-                if failures >= policy.max_attempts:
-                    raise SandboxUnavailableError(f"gave up after {failures} reconnect attempts: {error.details()}") from error
-                failures += 1
-            finally:
-                await events.aclose()
-            await asyncio.sleep(policy.delay(failures))
-            self._reconnects += 1
+    def _ended(self) -> tuple[bool, BaseException | None]:
+        state = self._stream.state
+        if isinstance(state, Finished):
+            return True, None
+        if isinstance(state, Failed):
+            return True, state.error
+        return False, None
 
     async def _apply(self, event: CommandEvent) -> CommandResult | None:
         match event:
             case ProcessEvent(info):
                 self._adopt(ProcessInfo.from_proto(info))
             case OutputEvent(chunk):
-                await self._deliver(chunk)
+                await self._output.deliver(chunk)
             case GapEvent(stream, offset, missed_bytes):
-                # Only bytes from our own offset on count as lost; the offset moves past them for reconnect().
-                end = offset + missed_bytes
-                start = max(offset, self._offsets[stream])
-                if end > start:
-                    self._offsets[stream] = end
-                    raise OutputLostError(stream, start, end - start)
+                self._output.gap(stream, offset, missed_bytes)
             case ExitedEvent(exited):
                 ended = ProcessExit.from_proto(exited)
                 if ended is None:
@@ -488,60 +383,6 @@ class AsyncCommandHandle:
                 raise SandboxError("the log stream stopped before the command exited", code="NO_EXIT")
         return None
 
-    async def _deliver(self, received: OutputChunk) -> None:
-        """Hands a chunk to the result and every iterator, skipping bytes already received."""
-        expected = self._offsets[received.stream]
-        if received.end <= expected:
-            return
-        if received.offset > expected:
-            self._offsets[received.stream] = received.offset
-            raise OutputLostError(received.stream, expected, received.offset - expected)
-        chunk = received if received.offset == expected else OutputChunk(received.stream, received.data[expected - received.offset :], expected)
-        self._offsets[chunk.stream] = chunk.end
-        self._output.push(chunk)
-        for queue in list(self._subscribers):
-            await queue.put(chunk)
-
-    async def _iterate(self) -> AsyncGenerator[OutputChunk, None]:
-        # Subscribing and copying what was received happen in one step, so no chunk is missed or doubled.
-        replay = self._output.received()
-        state = self._state
-        if isinstance(state, (_Finished, _Failed)):
-            for chunk in replay:
-                yield chunk
-            if isinstance(state, _Failed):
-                raise state.error
-            return
-        queue = _ChunkQueue(_ITERATOR_CAPACITY_BYTES)
-        self._subscribers.add(queue)
-        try:
-            self._follow()
-            for chunk in replay:
-                self._saw(chunk.stream, chunk.end)
-                yield chunk
-            while True:
-                try:
-                    chunk_or_end = await queue.get()
-                except OutputLostError as lost:
-                    # The user was told of the hole: where they are is past it.
-                    self._saw(lost.stream, lost.offset + lost.missed_bytes)
-                    raise
-                if chunk_or_end is None:
-                    return
-                self._saw(chunk_or_end.stream, chunk_or_end.end)
-                yield chunk_or_end
-        finally:
-            self._subscribers.discard(queue)
-            queue.close()
-
-    def _saw(self, stream: StreamName, end: int) -> None:
-        if self._seen is None:
-            self._seen = dict(self._from)
-        self._seen[stream] = max(self._seen[stream], end)
-
-    def _resume_offsets(self) -> dict[StreamName, int]:
-        return dict(self._seen if self._seen is not None else self._offsets)
-
     def _adopt(self, info: ProcessInfo) -> None:
         self._info = info
         if info.exit is not None and self._exit is None and info.status not in _LIVE:
@@ -550,7 +391,8 @@ class AsyncCommandHandle:
             self._started.set_result(None)
 
     def _result(self, ended: ProcessExit) -> CommandResult:
-        joined = join_chunks(self._output.retained(), self._encoding)
+        retained = self._output.retained
+        joined = join_chunks(retained.retained(), self._encoding)
         return CommandResult(
             process_id=self.process_id,
             command=self._info.command_line if self._info else "",
@@ -559,7 +401,7 @@ class AsyncCommandHandle:
             stdout=joined.stdout,
             stderr=joined.stderr,
             output=joined.output,
-            dropped_bytes=dict(self._output.dropped_bytes),
+            dropped_bytes=dict(retained.dropped_bytes),
         )
 
     async def _send(self, request: pb.SendInputRequest) -> InputAck:
@@ -577,7 +419,7 @@ class AsyncCommandHandle:
             await self.kill("SIGTERM", grace_period=1.0)
         except ProcessNotFoundError:
             return
-        if isinstance(self._state, _Following):
+        if isinstance(self._stream.state, Following):
             with contextlib.suppress(SandboxError):
                 await self.wait(timeout=_EXIT_WAIT_SECONDS)
             return
@@ -628,54 +470,3 @@ async def fetch_logs(context: HandleContext, process_id: str, encoding: str) -> 
         stderr_offset=response.stderr_offset,
         process=ProcessInfo.from_proto(response.process) if response.HasField("process") else None,
     )
-
-
-class _ChunkQueue:
-    """The chunks waiting for one iterator, bounded in bytes: the pump waits for room (backpressure)."""
-
-    def __init__(self, capacity_bytes: int) -> None:
-        self._capacity = capacity_bytes
-        self._items: deque[OutputChunk] = deque()
-        self._size = 0
-        self._ready = asyncio.Event()
-        self._room = asyncio.Event()
-        self._finished = False
-        self._error: BaseException | None = None
-        self._closed = False
-
-    async def put(self, chunk: OutputChunk) -> None:
-        """Adds a chunk, waiting while the queue is full; does nothing once the iterator has left."""
-        while self._size >= self._capacity and not self._closed:
-            self._room.clear()
-            await self._room.wait()
-        if self._closed:
-            return
-        self._items.append(chunk)
-        self._size += len(chunk.data)
-        self._ready.set()
-
-    def finish(self, error: BaseException | None) -> None:
-        """Ends the queue after what it holds: cleanly, or with ``error``."""
-        self._finished = True
-        self._error = error
-        self._ready.set()
-
-    def close(self) -> None:
-        """The iterator left: drop what is queued and release a waiting ``put``."""
-        self._closed = True
-        self._items.clear()
-        self._room.set()
-
-    async def get(self) -> OutputChunk | None:
-        """The next chunk, None at a clean end; raises the error of a failed end."""
-        while not self._items:
-            if self._finished:
-                if self._error is not None:
-                    raise self._error
-                return None
-            self._ready.clear()
-            await self._ready.wait()
-        chunk = self._items.popleft()
-        self._size -= len(chunk.data)
-        self._room.set()
-        return chunk
