@@ -233,18 +233,27 @@ export class ManagedProcess {
   }
 
   /**
-   * Creates the reader of the one caller who reads every byte (Exec): its unread output is never
-   * dropped, the process is paused instead. Called before the spawn, so it misses nothing. @internal
+   * Pins the reader of the one caller who reads every byte (Exec): its unread output is never dropped,
+   * the process is paused instead. Called before the spawn, so it misses nothing. `release` lets go of
+   * it (the caller left: output is dropped, not held, from now on); `delivered` also tells `onDelivered`
+   * that the caller has every byte and the exit. Both are idempotent. @internal
    */
-  pinReader(): OutputReader {
-    this.pinned = this.output.createReader({}, { pinned: true });
-    return this.pinned;
-  }
-
-  /** Lets go of the pinned reader (its caller left): output is dropped, not held, from now on. @internal */
-  unpinReader(): void {
-    if (this.pinned !== undefined) this.output.unpin(this.pinned);
-    this.pinned = undefined;
+  pinReader(onDelivered: () => void): { reader: OutputReader; release(): void; delivered(): void } {
+    const reader = this.output.createReader({}, { pinned: true });
+    this.pinned = reader;
+    const release = () => {
+      if (this.pinned !== reader) return;
+      this.output.unpin(reader);
+      this.pinned = undefined;
+    };
+    return {
+      reader,
+      release,
+      delivered: () => {
+        release();
+        onDelivered();
+      },
+    };
   }
 
   /**

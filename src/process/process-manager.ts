@@ -490,17 +490,12 @@ export class ProcessManager {
 
   /** Pins a reader on a new record's output, with the ways to let go of it. */
   private pinned(managed: ManagedProcess): PinnedProcess {
-    const reader = managed.pinReader();
-    return {
-      process: managed,
-      reader,
-      release: () => managed.unpinReader(),
-      delivered: () => {
-        managed.unpinReader();
-        if (managed.exit !== undefined && this.processes.get(managed.id) === managed) this.retained.dropDelivered(managed);
-      },
-    };
+    const pin = managed.pinReader(() => {
+      if (managed.exit !== undefined && this.processes.get(managed.id) === managed) this.retained.dropDelivered(managed);
+    });
+    return { process: managed, reader: pin.reader, release: pin.release, delivered: pin.delivered };
   }
+
 
   private register(managed: ManagedProcess): void {
     const previous = this.processes.get(managed.id);
