@@ -189,6 +189,18 @@ function listProcesses(session: http2.ClientHttp2Session): Promise<string> {
   });
 }
 
+/** GET /metrics with the token on `session`; resolves with the text. */
+function metricsOn(session: http2.ClientHttp2Session): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const stream = session.request({ ":path": "/metrics", authorization: `Bearer ${token}` });
+    let text = "";
+    stream.setEncoding("utf8");
+    stream.on("data", (chunk: string) => (text += chunk));
+    stream.once("end", () => resolve(text));
+    stream.once("error", reject);
+  });
+}
+
 /** Resolves once the daemon closed `socket`. */
 function closed(socket: net.Socket): Promise<void> {
   return new Promise((resolve) => {
@@ -221,6 +233,8 @@ describe("the connection budget: sockets that made no authenticated call make ro
     await closed(first);
     expect([second, other, newcomer].map((socket) => socket.destroyed)).toEqual([false, false, false]);
     expect(await listProcesses(proven)).toBe("0");
+    // Read on the proven connection: a new one would take another place of the full budget.
+    expect(await metricsOn(proven)).toMatch(/^sandboxd_connections_turned_away_total\{how="displaced"\} 1$/m);
   });
 
   it("a peer holds at most its share of unproven connections: its own oldest makes room; other peers and its proven connections are untouched", async () => {

@@ -62,6 +62,7 @@ export interface DaemonMetrics {
   readonly starts: Counter<"result">;
   readonly outputBytes: Counter<"stream">;
   readonly authFailures: Counter;
+  readonly connectionsTurnedAway: Counter<"how">;
 }
 
 /**
@@ -85,6 +86,12 @@ export function createDaemonMetrics(source: { manager: ProcessManager; connectio
   const buildInfo = new Gauge({ name: "sandboxd_build_info", help: "Always 1; the labels say which sandboxd and Node run.", labelNames: ["version", "node"], registers: [registry] });
   buildInfo.set({ version: sandboxdVersion, node: process.version }, 1);
   const authFailures = new Counter({ name: "sandboxd_auth_failures_total", help: "Calls refused for a missing or wrong token.", registers: [registry] });
+  const connectionsTurnedAway = new Counter({
+    name: "sandboxd_connections_turned_away_total",
+    help: "Connections closed by the connection budget: displaced (made no authenticated call, closed for a newcomer) or refused (a newcomer, every connection proven).",
+    labelNames: ["how"],
+    registers: [registry],
+  });
   new Gauge({
     name: "sandboxd_processes",
     help: "Process records, by status.",
@@ -140,7 +147,7 @@ export function createDaemonMetrics(source: { manager: ProcessManager; connectio
       this.set(source.connections());
     },
   });
-  return { registry, calls, callSeconds, starts, outputBytes, authFailures };
+  return { registry, calls, callSeconds, starts, outputBytes, authFailures, connectionsTurnedAway };
 }
 
 /**

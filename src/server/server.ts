@@ -227,6 +227,7 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
       ...options.listener,
       tls: options.tls,
       proven: guarded.proven,
+      onTurnedAway: (how) => metrics?.connectionsTurnedAway.inc({ how }),
       http2: { maxSessionMemory: maxSessionMemoryMb, settings: { initialWindowSize: 4 * 1024 * 1024, maxConcurrentStreams: unprovenStreams } },
       onSession: (session) => {
         sessions.add(session);

@@ -27,6 +27,8 @@ export interface ConnectionBudgetOptions {
   maxConnections: number;
   /** Most unproven connections of one peer; 0 for no such cap. */
   maxConnectionsPerPeer: number;
+  /** Called with each connection closed to make room, before it is closed. */
+  onDisplaced?: (connection: BudgetedConnection) => void;
 }
 
 /**
@@ -66,6 +68,7 @@ export function createConnectionBudget(options: ConnectionBudgetOptions): Connec
   };
   const displace = (connection: BudgetedConnection) => {
     release(connection);
+    options.onDisplaced?.(connection);
     connection.close();
   };
   /** The number of unproven connections of one peer, and the oldest of them. */

@@ -86,6 +86,11 @@ export interface ListenerOptions {
    * Default: none is.
    */
   proven?: (connection: object) => boolean;
+  /**
+   * Called with each connection the budget closes: `displaced` (one that made no authenticated call,
+   * for a newcomer) or `refused` (a newcomer, when every connection is proven). For metrics.
+   */
+  onTurnedAway?: (how: "displaced" | "refused") => void;
 }
 
 /**
@@ -125,6 +130,7 @@ export function createListener(handler: RequestHandler, options: ListenerOptions
   const budget = createConnectionBudget({
     maxConnections,
     maxConnectionsPerPeer: options.maxConnectionsPerPeer ?? defaultMaxConnectionsPerPeer(maxConnections),
+    onDisplaced: () => options.onTurnedAway?.("displaced"),
   });
   /**
    * The budget's entry of every accepted socket, by its address pair: the HTTP/2 session or TLS
@@ -141,7 +147,10 @@ export function createListener(handler: RequestHandler, options: ListenerOptions
       proven: () => options.proven?.(entry.connection) ?? false,
       close: () => socket.destroy(),
     };
-    if (!budget.admit(entry)) return false;
+    if (!budget.admit(entry)) {
+      options.onTurnedAway?.("refused");
+      return false;
+    }
     accepted.set(key, entry);
     socket.once("close", () => {
       budget.release(entry);
