@@ -1,10 +1,19 @@
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { connect, FileExistsError, FileNotFoundError, type FileWatchEvent, type ReadProgress, type Sandbox, SandboxError } from "../src/client/index.js";
+import {
+  connect,
+  FileExistsError,
+  FileNotFoundError,
+  type FileWatchEvent,
+  ReadLimitError,
+  type ReadProgress,
+  type Sandbox,
+  SandboxError,
+} from "../src/client/index.js";
 import { waitFor } from "./support/processes.js";
 import { startTestServer, type TestServer } from "./support/server.js";
 import { startTcpProxy } from "./support/tcp-proxy.js";
@@ -215,6 +224,34 @@ describe("sandbox.files: errors by reason", () => {
     const stopped = await connect({ baseUrl: t.server.url });
     await stopped.close();
     expect((await failure(stopped.files.stat(name))).code).toBe("NOT_RUNNING");
+  });
+});
+
+describe("sandbox.files: files without a size", () => {
+  it.runIf(process.getuid?.() === 0)("a read the daemon stops at its limit fails with ReadLimitError after the bytes before it; a length reads such a file on purpose", async () => {
+    const limited = await startTestServer({ maxUnsizedReadBytes: 100_000 });
+    const client = await connect({ baseUrl: limited.server.url });
+    try {
+      // A character device like /dev/zero (1, 5), made inside the workspace: it has no size and never ends.
+      const made = spawnSync("mknod", [path.join(limited.workspace, "zero"), "c", "1", "5"]);
+      expect(made.status, made.stderr.toString()).toBe(0);
+      expect((await client.files.stat("zero")).type).toBe("character-device");
+      const error = await failure(client.files.read("zero", { format: "bytes" }));
+      expect(error).toBeInstanceOf(ReadLimitError);
+      expect(error).toMatchObject({ code: "READ_LIMIT_REACHED", limitBytes: 100_000 });
+      let streamed = 0;
+      const stream = client.files.iterate("zero");
+      await expect(
+        (async () => {
+          for await (const chunk of stream) streamed += chunk.length;
+        })(),
+      ).rejects.toBeInstanceOf(ReadLimitError);
+      expect(streamed).toBe(100_000);
+      expect((await client.files.read("zero", { format: "bytes", length: 4096 })).length).toBe(4096);
+    } finally {
+      await client.close();
+      await limited.close();
+    }
   });
 });
 
