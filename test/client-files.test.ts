@@ -414,6 +414,31 @@ describe("sandbox.files: watch", () => {
   }, 180_000);
 });
 
+describe("sandbox.files: a watch on a broken connection", () => {
+  it("is set up again on a new connection and says changes may have been lost, then reports the changes after it", async () => {
+    const { name, dir } = scratch();
+    const proxy = await startTcpProxy({ host: "127.0.0.1", port: t.server.port });
+    const cut = await connect({ baseUrl: proxy.url, reconnect: { backoffBaseMs: 20, backoffMaxMs: 200 } });
+    try {
+      const watch = await cut.files.watch(name);
+      const events = watch[Symbol.asyncIterator]();
+      // A directory: one event each (a file's write would be another).
+      mkdirSync(path.join(dir, "before"));
+      expect((await events.next()).value).toEqual({ type: "create", path: path.join(dir, "before"), isDirectory: true });
+      expect(proxy.cut()).toBeGreaterThan(0);
+      expect((await events.next()).value).toEqual({ type: "overflow", source: "reconnect", lostEvents: 0 });
+      mkdirSync(path.join(dir, "after"));
+      expect((await events.next()).value).toEqual({ type: "create", path: path.join(dir, "after"), isDirectory: true });
+      watch.close();
+      expect((await events.next()).done).toBe(true);
+      expect(proxy.connections).toBe(2);
+    } finally {
+      await cut.close();
+      await proxy.close();
+    }
+  });
+});
+
 describe("sandbox.files: memory", () => {
   it("streams 256 MiB up and down with the client's RSS growing by a bounded amount, sha256-exact (in a process of its own)", async () => {
     const { name } = scratch();

@@ -323,3 +323,16 @@ async def test_an_async_watch_read_too_slowly_reports_an_overflow(async_sandbox:
                 overflow = event
                 break
     assert overflow is not None and overflow.source == "client" and overflow.type == "overflow"
+
+
+def test_a_watch_on_a_broken_connection_is_set_up_again_and_says_so(daemon: Daemon, proxy: TcpProxy, scratch: tuple[str, Path]) -> None:
+    name, directory = scratch
+    with sandboxd.connect(proxy.url, token=daemon.token or "", reconnect=FAST_RECONNECT) as cut, cut.files.watch(name) as watch:
+        events = iter(watch)
+        # Directories: one event each (a file's write would be another).
+        (directory / "before").mkdir()
+        assert next(events) == sandboxd.FileChange(type="create", path=str(directory / "before"), is_directory=True)
+        assert proxy.cut() > 0
+        assert next(events) == sandboxd.WatchOverflow(source="reconnect", lost_events=0)
+        (directory / "after").mkdir()
+        assert next(events) == sandboxd.FileChange(type="create", path=str(directory / "after"), is_directory=True)

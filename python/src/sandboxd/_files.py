@@ -8,7 +8,7 @@ import codecs
 import contextlib
 import os
 import secrets
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any, Self, TypedDict, TypeVar, Unpack
@@ -20,7 +20,7 @@ from ._gen.sandbox.v1 import files_pb2 as pb
 from ._reconnect import ReconnectPolicy, is_transient
 from ._transport import FileRpc
 from .errors import FileChangedError, InvalidArgumentError, PathNotFoundError, ReadLimitError, SandboxError, from_rpc_error
-from .files import FileInfo, FileType, WatchEndReason, WatchEvent, change_from_proto, end_reason_from_proto, overflow_from_proto
+from .files import FileInfo, FileType, WatchEndReason, WatchEvent, WatchOverflow, change_from_proto, end_reason_from_proto, overflow_from_proto
 from .options import check_options
 
 if TYPE_CHECKING:
@@ -384,19 +384,27 @@ class AsyncFiles:
         ``files.watch_dir``: ``async for event in watch`` yields :class:`~sandboxd.FileChange` s and
         :class:`~sandboxd.WatchOverflow` s; ``async with`` or ``close()`` ends it."""
         check_options(options, WatchOptions, "watch()")
-        files, metadata = self._rpc()
-        call = files.watch(pb.WatchRequest(path=path, recursive=options.get("recursive", False)), metadata=metadata)
+        recursive = options.get("recursive", False)
+
+        async def open_watch() -> tuple[grpc.aio.UnaryStreamCall[pb.WatchRequest, pb.WatchResponse], pb.WatchStarted]:
+            files, metadata = self._rpc()
+            call = files.watch(pb.WatchRequest(path=path, recursive=recursive), metadata=metadata)
+            try:
+                first = await call.read()
+            except BaseException:
+                call.cancel()
+                raise
+            if first is grpc.aio.EOF or not isinstance(first, pb.WatchResponse) or first.WhichOneof("event") != "started":
+                call.cancel()
+                raise SandboxError(f"the watch of {path} did not start with its started event", code="NO_START")
+            return call, first.started
+
         try:
-            first = await call.read()
+            call, started = await open_watch()
         except grpc.aio.AioRpcError as error:
             raise from_rpc_error(error) from error
-        except BaseException:
-            call.cancel()
-            raise
-        if first is grpc.aio.EOF or not isinstance(first, pb.WatchResponse) or first.WhichOneof("event") != "started":
-            call.cancel()
-            raise SandboxError(f"the watch of {path} did not start with its started event", code="NO_START")
-        return AsyncFileWatch(call, FileInfo.from_proto(first.started.stat), first.started.watched_directories)
+        policy = self._sandbox._options.get("reconnect", ReconnectPolicy())
+        return AsyncFileWatch(call, FileInfo.from_proto(started.stat), started.watched_directories, open_watch, policy)
 
     async def _make_dir(self, path: str, options: MkdirOptions) -> tuple[FileInfo, bool]:
         files, metadata = self._rpc()
@@ -407,15 +415,29 @@ class AsyncFiles:
         return FileInfo.from_proto(response.stat), response.created
 
 
+_WatchCall = grpc.aio.UnaryStreamCall[pb.WatchRequest, pb.WatchResponse]
+
+
 class AsyncFileWatch:
     """AsyncFileWatch is a watch in place on a directory: ``async for event in watch`` yields every change after
-    ``watch()`` returned, in order, with a :class:`~sandboxd.WatchOverflow` where changes were lost. The loop ends
-    after ``close()`` (or leaving ``async with``), and when the watch ends by itself (the directory was removed or
-    moved away: ``end_reason`` says which). One loop iterates it."""
+    ``watch()`` returned, in order, with a :class:`~sandboxd.WatchOverflow` where changes were lost. A watch whose
+    connection breaks is set up again (with the sandbox's reconnect policy) and says so with a WatchOverflow of source
+    ``reconnect``, since changes in between are unknown. The loop ends after ``close()`` (or leaving ``async with``),
+    and when the watch ends by itself (the directory was removed or moved away: ``end_reason`` says which). One loop
+    iterates it."""
 
-    def __init__(self, call: grpc.aio.UnaryStreamCall[pb.WatchRequest, pb.WatchResponse], directory: FileInfo, watched_directories: int) -> None:
+    def __init__(
+        self,
+        call: _WatchCall,
+        directory: FileInfo,
+        watched_directories: int,
+        reopen: Callable[[], Awaitable[tuple[_WatchCall, pb.WatchStarted]]],
+        policy: ReconnectPolicy,
+    ) -> None:
         """Internal: made by ``watch()``."""
         self._call = call
+        self._reopen = reopen
+        self._policy = policy
         #: The watched directory.
         self.directory = directory
         #: How many directories the daemon watches (1 unless recursive).
@@ -444,9 +466,12 @@ class AsyncFileWatch:
                 try:
                     response = await self._call.read()
                 except grpc.aio.AioRpcError as error:
-                    if self._closed or error.code() == grpc.StatusCode.CANCELLED and self._call.cancelled():
+                    if self._closed:
                         return
-                    raise from_rpc_error(error) from error
+                    if not await self._reconnect(error):
+                        return
+                    yield WatchOverflow(source="reconnect", lost_events=0)
+                    continue
                 except asyncio.CancelledError:
                     if self._closed:
                         return
@@ -464,6 +489,25 @@ class AsyncFileWatch:
                     self.end_reason = end_reason_from_proto(response.ended.reason)
         finally:
             self.close()
+
+    async def _reconnect(self, error: grpc.aio.AioRpcError) -> bool:
+        """Sets the watch up again after ``error``, with backoff: True once in place, False when closed meanwhile; a
+        failure that is not the connection's, or too many in a row, is raised."""
+        failures = 0
+        while True:
+            if self._closed:
+                return False
+            failures += 1
+            if not is_transient(error) or failures > self._policy.max_attempts:
+                raise from_rpc_error(error) from error
+            await asyncio.sleep(self._policy.delay(failures))
+            if self._closed:
+                return False
+            try:
+                self._call, _ = await self._reopen()
+                return True
+            except grpc.aio.AioRpcError as failed:
+                error = failed
 
 
 async def _unary(call: grpc.aio.UnaryUnaryCall[Any, _Response]) -> _Response:

@@ -104,8 +104,9 @@ class FileInfo:
 #: What happened to an entry under a watch: sandbox.proto's ``FileChangeType``, kebab-cased.
 FileChangeType = Literal["create", "write", "remove", "rename", "attribute"]
 
-#: Where a watch lost changes: sandbox.proto's ``WatchOverflowSource``, kebab-cased.
-OverflowSource = Literal["kernel", "client", "watch-limit"]
+#: Where a watch lost changes: sandbox.proto's ``WatchOverflowSource``, kebab-cased, or ``reconnect``: the connection
+#: broke and the watch was set up again on a new one.
+OverflowSource = Literal["kernel", "client", "watch-limit", "reconnect"]
 
 #: Why a watch ended by itself: sandbox.proto's ``WatchEndReason``, kebab-cased.
 WatchEndReason = Literal["directory-removed", "directory-moved", "unmounted"]
@@ -128,8 +129,9 @@ class FileChange:
 @dataclass(frozen=True, slots=True)
 class WatchOverflow:
     """WatchOverflow says changes were lost: the kernel's queue overflowed (``kernel``), this client read more slowly
-    than changes happened (``client``), or a new subdirectory could not be watched (``watch-limit``, ``path`` says
-    which). A client keeping a copy in sync should list the directory again."""
+    than changes happened (``client``), a new subdirectory could not be watched (``watch-limit``, ``path`` says
+    which), or the connection broke and the watch was set up again (``reconnect``). A client keeping a copy in sync
+    should list the directory again."""
 
     #: Where the changes were lost.
     source: OverflowSource

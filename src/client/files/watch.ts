@@ -1,5 +1,5 @@
-import { linkSignals } from "../../shared/abort.js";
-import { SandboxError } from "../core/index.js";
+import { abortableDelay, linkSignals } from "../../shared/abort.js";
+import { backoffDelay, classifyFailure, SandboxError } from "../core/index.js";
 import type { WatchResponse } from "../../../gen/sandbox/v1/files_pb.js";
 import { changeKindOf, type FileChangeKind, type FileInfo, fileInfoFromProto, overflowKindOf, endKindOf, type WatchEndKind, type WatchOverflowKind } from "./file-info.js";
 import type { FilesContext } from "./files-context.js";
@@ -26,14 +26,15 @@ export interface FileChangeEvent {
 
 /**
  * Changes were lost: the kernel's queue overflowed (`kernel`), this client read more slowly than
- * changes happened (`client`), or a new subdirectory could not be watched (`watch-limit`, `path`
- * says which). A client keeping a copy in sync should list the directory again.
+ * changes happened (`client`), a new subdirectory could not be watched (`watch-limit`, `path`
+ * says which), or the connection broke and the watch was set up again on a new one (`reconnect`:
+ * changes in between are unknown). A client keeping a copy in sync should list the directory again.
  */
 export interface WatchOverflowEvent {
   /** Always `overflow`. */
   type: "overflow";
-  /** Where the changes were lost. */
-  source: WatchOverflowKind;
+  /** Where the changes were lost: the daemon's sources, or `reconnect`, this client's. */
+  source: WatchOverflowKind | "reconnect";
   /** How many changes the daemon dropped, when it knows (0 for the kernel's). */
   lostEvents: number;
   /** For `watch-limit`, the directory left unwatched. */
@@ -46,10 +47,12 @@ export type FileWatchEvent = FileChangeEvent | WatchOverflowEvent;
 /**
  * FileWatch is a watch in place on a directory (E2B's `WatchHandle`, iterated as Node's
  * `fs.promises.watch` is): every change after `watch()` resolved is yielded, in order, with an
- * `overflow` event where changes were lost. The iteration ends when {@link close} is called (or
- * the loop is left, which closes it) and when the watch ends by itself (the directory was removed
- * or moved away: {@link endReason} says which). One loop iterates it; the client keeps nothing
- * but the event in hand.
+ * `overflow` event where changes were lost. A watch whose connection breaks is set up again on a
+ * new one (with the sandbox's reconnect backoff) and says so with an `overflow` event of source
+ * `reconnect`, since changes in between are unknown. The iteration ends when {@link close} is
+ * called (or the loop is left, which closes it) and when the watch ends by itself (the directory
+ * was removed or moved away: {@link endReason} says which). One loop iterates it; the client keeps
+ * nothing but the event in hand.
  */
 export class FileWatch implements AsyncIterable<FileWatchEvent>, AsyncDisposable {
   /** The watched directory. */
@@ -59,17 +62,21 @@ export class FileWatch implements AsyncIterable<FileWatchEvent>, AsyncDisposable
   /** Why the watch ended by itself, once it did: `directory-removed`, `directory-moved` or `unmounted`. */
   endReason?: WatchEndKind;
   private iterated = false;
+  private events: AsyncIterator<WatchResponse>;
+  private goAways: number;
 
-  /** Internal: made by `watch()` once the daemon confirmed the watch. */
+  /** Internal: made by `watch()` once the daemon confirmed the watch; `reopen` sets it up again on the same signal. */
   constructor(
-    started: { directory: FileInfo; watchedDirectories: number },
-    private readonly events: AsyncIterator<WatchResponse>,
+    opened: OpenedWatch,
+    private readonly reopen: () => Promise<OpenedWatch>,
     private readonly call: { abort(reason?: unknown): void; readonly signal: AbortSignal },
     private readonly context: FilesContext,
     private readonly userSignal: AbortSignal | undefined,
   ) {
-    this.directory = started.directory;
-    this.watchedDirectories = started.watchedDirectories;
+    this.directory = opened.directory;
+    this.watchedDirectories = opened.watchedDirectories;
+    this.events = opened.events;
+    this.goAways = context.goAwayCount();
   }
 
   /** Ends the watch (the call is cancelled); a loop over it ends quietly. Idempotent. */
@@ -92,9 +99,9 @@ export class FileWatch implements AsyncIterable<FileWatchEvent>, AsyncDisposable
         try {
           next = await this.events.next();
         } catch (error) {
-          if (this.userSignal?.aborted) throw this.userSignal.reason;
-          if (this.call.signal.aborted) return;
-          throw this.context.fail(error);
+          if (!(await this.reconnect(error))) return;
+          yield { type: "overflow", source: "reconnect", lostEvents: 0 };
+          continue;
         }
         if (next.done === true) {
           if (this.endReason === undefined && !this.call.signal.aborted) {
@@ -117,6 +124,50 @@ export class FileWatch implements AsyncIterable<FileWatchEvent>, AsyncDisposable
       this.close();
     }
   }
+
+  /**
+   * Sets the watch up again after its stream failed with `error`, with the sandbox's backoff:
+   * true once it is in place, false when the watch was closed meanwhile. A failure that is not the
+   * connection's (the directory is gone, a limit) or too many in a row is thrown.
+   */
+  private async reconnect(error: unknown): Promise<boolean> {
+    let failures = 0;
+    for (;;) {
+      if (this.userSignal?.aborted) throw this.userSignal.reason;
+      if (this.call.signal.aborted) return false;
+      const kind = classifyFailure(error, this.context.goAwayCount() > this.goAways);
+      const settings = this.context.reconnect();
+      if (kind === "fatal" || ++failures > settings.maxAttempts) throw this.context.fail(error);
+      this.goAways = this.context.goAwayCount();
+      // An abort during the wait is seen at the top of the loop.
+      if (kind === "transient") await abortableDelay(backoffDelay(failures, Math.random, settings), this.call.signal).catch(() => {});
+      if (this.call.signal.aborted) continue;
+      try {
+        this.events = (await this.reopen()).events;
+        return true;
+      } catch (failed) {
+        error = failed;
+      }
+    }
+  }
+}
+
+/** A watch the daemon confirmed: its first event's facts, and the events after it. */
+interface OpenedWatch {
+  directory: FileInfo;
+  watchedDirectories: number;
+  events: AsyncIterator<WatchResponse>;
+}
+
+/** Opens a Watch call and reads its `started` event; failures are thrown as they came. */
+async function openWatch(context: FilesContext, path: string, recursive: boolean, signal: AbortSignal): Promise<OpenedWatch> {
+  const events = context.client().watch({ path, recursive }, { signal })[Symbol.asyncIterator]();
+  const first = await events.next();
+  if (first.done === true || first.value.event.case !== "started") {
+    throw new SandboxError(`the watch of ${path} did not start with its started event`, "NO_START");
+  }
+  const started = first.value.event.value;
+  return { directory: fileInfoFromProto(started.stat!), watchedDirectories: started.watchedDirectories, events };
 }
 
 /** The reason a watch closed by its owner is cancelled with. */
@@ -129,14 +180,10 @@ const closed = new SandboxError("the watch was closed", "CANCELED");
  */
 export async function watchDirectory(context: FilesContext, path: string, options: WatchOptions = {}): Promise<FileWatch> {
   const call = linkSignals(options.signal);
+  const recursive = options.recursive === true;
   try {
-    const events = context.client().watch({ path, recursive: options.recursive === true }, { signal: call.signal })[Symbol.asyncIterator]();
-    const first = await events.next();
-    if (first.done === true || first.value.event.case !== "started") {
-      throw new SandboxError(`the watch of ${path} did not start with its started event`, "NO_START");
-    }
-    const started = first.value.event.value;
-    return new FileWatch({ directory: fileInfoFromProto(started.stat!), watchedDirectories: started.watchedDirectories }, events, call, context, options.signal);
+    const opened = await openWatch(context, path, recursive, call.signal);
+    return new FileWatch(opened, () => openWatch(context, path, recursive, call.signal), call, context, options.signal);
   } catch (error) {
     call.abort();
     if (options.signal?.aborted) throw options.signal.reason;
