@@ -12,6 +12,10 @@
  *   --cgroup PATH      join the cgroup whose cgroup.procs is PATH (before anything else); repeatable,
  *                      one per cgroup v1 hierarchy (pids, memory, cpu)
  *   --nproc N          set RLIMIT_NPROC to N
+ *   --trace-tasks N    cap the command's tasks at N without cgroups: a supervisor process of the command's user
+ *                      traces every fork and clone of the command and of what it starts (ptrace, auto-attached)
+ *                      and kills a new task past N at once; for a daemon whose commands share one uid and no
+ *                      pids cgroup can be made, where RLIMIT_NPROC would count all of them together
  *   --uid U --gid G    switch to this user and group (setgroups, setgid, setuid)
  *   --groups NAME      the user's supplementary groups from the group database (initgroups);
  *                      without it a user switch clears them
@@ -37,10 +41,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
+#include <sys/wait.h>
+#include <signal.h>
 #include <unistd.h>
 
 #ifndef CLOSE_RANGE_CLOEXEC
@@ -100,6 +108,151 @@ static void join_cgroup(const char *procs) {
   close(fd);
 }
 
+/* The tasks a supervisor traces: a small set of pids (at most the cap plus the ones being killed). */
+struct task_set {
+  pid_t *pids;
+  size_t count, capacity;
+};
+
+static int task_set_has(const struct task_set *set, pid_t pid) {
+  for (size_t i = 0; i < set->count; i++) {
+    if (set->pids[i] == pid) return 1;
+  }
+  return 0;
+}
+
+static void task_set_add(struct task_set *set, pid_t pid) {
+  if (set->count == set->capacity) {
+    size_t capacity = set->capacity == 0 ? 64 : set->capacity * 2;
+    pid_t *pids = realloc(set->pids, capacity * sizeof *pids);
+    if (pids == NULL) _exit(1); /* PTRACE_O_EXITKILL: the command goes with the supervisor */
+    set->pids = pids;
+    set->capacity = capacity;
+  }
+  set->pids[set->count++] = pid;
+}
+
+static void task_set_remove(struct task_set *set, pid_t pid) {
+  for (size_t i = 0; i < set->count; i++) {
+    if (set->pids[i] == pid) {
+      set->pids[i] = set->pids[--set->count];
+      return;
+    }
+  }
+}
+
+/*
+ * A new task of the command: counted, and killed at once (before it runs) when it is one too many. A
+ * task's first stop may come before or after its parent's fork event: whichever comes first counts it.
+ */
+static void admit(struct task_set *tasks, struct task_set *departed, pid_t pid, long max_tasks) {
+  if (task_set_has(tasks, pid)) return;
+  /* Killed (the command's group, say) before either was reported: its exit came first. */
+  if (task_set_has(departed, pid)) {
+    task_set_remove(departed, pid);
+    return;
+  }
+  task_set_add(tasks, pid);
+  /* SIGKILL to a thread ends its whole process: a thread past the cap costs its process, as it would cost
+   * its creation under pids.max (there pthread_create fails instead). */
+  if ((long)tasks->count > max_tasks) kill(pid, SIGKILL);
+}
+
+/* The supervisor's loop: returns when the command and everything it started have exited. */
+static void supervise(pid_t command, long max_tasks) {
+  struct task_set tasks = {0}, departed = {0};
+  task_set_add(&tasks, command);
+  while (tasks.count > 0) {
+    int status;
+    pid_t pid = waitpid(-1, &status, __WALL);
+    if (pid < 0) {
+      if (errno == EINTR) continue;
+      return;
+    }
+    if (WIFEXITED(status) || WIFSIGNALED(status)) {
+      if (task_set_has(&tasks, pid)) task_set_remove(&tasks, pid);
+      else task_set_add(&departed, pid);
+      continue;
+    }
+    if (!WIFSTOPPED(status)) continue;
+    int signal = WSTOPSIG(status);
+    int event = status >> 16;
+    if (!task_set_has(&tasks, pid)) {
+      /* A new task's first stop, before its parent's fork event: let it run unless it is over the cap. */
+      admit(&tasks, &departed, pid, max_tasks);
+      ptrace(PTRACE_CONT, pid, 0, 0);
+      continue;
+    }
+    if (event == PTRACE_EVENT_FORK || event == PTRACE_EVENT_VFORK || event == PTRACE_EVENT_CLONE) {
+      unsigned long child = 0;
+      if (ptrace(PTRACE_GETEVENTMSG, pid, 0, &child) == 0 && child > 0) admit(&tasks, &departed, (pid_t)child, max_tasks);
+      ptrace(PTRACE_CONT, pid, 0, 0);
+    } else if (event == PTRACE_EVENT_STOP) {
+      /* A group-stop (SIGSTOP, SIGTSTP...): stays stopped until SIGCONT, as it would untraced. Otherwise
+       * the first stop of a task counted at its parent's fork event. */
+      if (signal == SIGSTOP || signal == SIGTSTP || signal == SIGTTIN || signal == SIGTTOU) ptrace(PTRACE_LISTEN, pid, 0, 0);
+      else ptrace(PTRACE_CONT, pid, 0, 0);
+    } else {
+      /* A signal on its way: delivered as it would be untraced. */
+      ptrace(PTRACE_CONT, pid, 0, (void *)(long)signal);
+    }
+  }
+}
+
+/*
+ * Starts the supervisor of --trace-tasks for this process (the command, once exec'd) and returns once it
+ * traces it. The supervisor is a grandchild (its parent exits at once), so it is no child of the command's
+ * to wait for; it runs as the command's user, holds none of its fds, and dies with its last task. Killing
+ * it kills every task it traces (PTRACE_O_EXITKILL), so the command cannot shed the cap that way.
+ */
+static void start_task_supervisor(long max_tasks) {
+  pid_t command = getpid();
+  int to_supervisor[2], from_supervisor[2];
+  if (pipe2(to_supervisor, O_CLOEXEC) != 0 || pipe2(from_supervisor, O_CLOEXEC) != 0) fail("trace", errno, 125, NULL);
+  /* setuid cleared this process's dumpable flag: the supervisor, of the same user, may trace it only with it set. */
+  if (prctl(PR_SET_DUMPABLE, 1UL, 0UL, 0UL, 0UL) != 0) fail("trace", errno, 125, NULL);
+  pid_t middle = fork();
+  if (middle < 0) fail("trace", errno, 125, NULL);
+  if (middle == 0) {
+    pid_t supervisor = fork();
+    if (supervisor != 0) _exit(supervisor > 0 ? 0 : 1);
+    pid_t self = getpid();
+    char go;
+    if (write(from_supervisor[1], &self, sizeof self) != (ssize_t)sizeof self || read(to_supervisor[0], &go, 1) != 1) _exit(1);
+    int error = 0;
+    if (ptrace(PTRACE_SEIZE, command, 0, (void *)(long)(PTRACE_O_TRACEFORK | PTRACE_O_TRACEVFORK | PTRACE_O_TRACECLONE | PTRACE_O_EXITKILL)) != 0) error = errno;
+    if (write(from_supervisor[1], &error, sizeof error) != (ssize_t)sizeof error || error != 0) _exit(1);
+    int null = open("/dev/null", O_RDWR);
+    for (int fd = 0; fd <= 2; fd++) dup2(null, fd);
+#ifdef SYS_close_range
+    syscall(SYS_close_range, 3U, ~0U, 0U);
+#else
+    for (int fd = 3; fd < 1024; fd++) close(fd);
+#endif
+    /* Only SIGKILL ends it: a signal to the command's process group (SIGTERM first, a terminal's SIGHUP or
+     * SIGTSTP) is for the command, and its death would SIGKILL every task it traces. */
+    for (int number = 1; number < 32; number++) {
+      if (number != SIGKILL && number != SIGSTOP && number != SIGCHLD) signal(number, SIG_IGN);
+    }
+    supervise(command, max_tasks);
+    _exit(0);
+  }
+  int status;
+  while (waitpid(middle, &status, 0) < 0 && errno == EINTR) {
+  }
+  pid_t supervisor = 0;
+  int error = EIO;
+  if (read(from_supervisor[0], &supervisor, sizeof supervisor) != (ssize_t)sizeof supervisor) fail("trace", EIO, 125, NULL);
+  /* Yama's ptrace_scope 1 lets a process trace only its descendants, unless the tracee names it. */
+  (void)prctl(PR_SET_PTRACER, (unsigned long)supervisor, 0UL, 0UL, 0UL);
+  if (write(to_supervisor[1], "g", 1) != 1 || read(from_supervisor[0], &error, sizeof error) != (ssize_t)sizeof error) fail("trace", EIO, 125, NULL);
+  if (error != 0) fail("trace", error, 125, NULL);
+  close(to_supervisor[0]);
+  close(to_supervisor[1]);
+  close(from_supervisor[0]);
+  close(from_supervisor[1]);
+}
+
 /* Builds the command's environment from the SANDBOXD_ENV_<n> variables, in order of n. */
 static char **command_environment(void) {
   static const char prefix[] = "SANDBOXD_ENV_";
@@ -125,6 +278,7 @@ int main(int argc, char **argv) {
   const char *groups = NULL;
   const char *cwd = NULL;
   long nproc = -1;
+  long trace_tasks = -1;
   long uid = -1;
   long gid = -1;
   int tty_owner = 0;
@@ -146,6 +300,7 @@ int main(int argc, char **argv) {
       cgroups[cgroup_count++] = value;
     }
     else if (strcmp(option, "--nproc") == 0) nproc = parse_number(value, option);
+    else if (strcmp(option, "--trace-tasks") == 0) trace_tasks = parse_number(value, option);
     else if (strcmp(option, "--uid") == 0) uid = parse_number(value, option);
     else if (strcmp(option, "--gid") == 0) gid = parse_number(value, option);
     else if (strcmp(option, "--groups") == 0) groups = value;
@@ -183,6 +338,7 @@ int main(int argc, char **argv) {
     // The directory entered is not the one the daemon checked: a component was swapped meanwhile.
     if (strcmp(actual, cwd) != 0) fail("cwd", EXDEV, 126, cwd);
   }
+  if (trace_tasks > 0) start_task_supervisor(trace_tasks);
   environ = command_env;
   execvp(command[0], command);
   fail("exec", errno, errno == ENOENT ? 127 : 126, command[0]);

@@ -20,7 +20,7 @@ describe("the daemon's flags", () => {
       expect(usage).toContain(`--${flag.name}`);
       expect(usage).toContain(flag.env);
     }
-    expect(daemonFlags.length).toBe(40);
+    expect(daemonFlags.length).toBe(41);
   });
 
   it("the README's Daemon flags table is the table the parser uses", () => {

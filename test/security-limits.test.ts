@@ -196,7 +196,7 @@ async function drainQuietly(stream: AsyncIterable<unknown>): Promise<void> {
   }
 }
 
-const fallback = Launcher.create({ maxTasksPerCommand: 37, cgroups: false });
+const fallback = Launcher.create({ maxTasksPerCommand: 37, cgroups: false, traceTasks: false });
 
 describe.skipIf(process.getuid?.() !== 0 || fallback.forkLimit(65534) !== "rlimit-nproc")("the RLIMIT_NPROC fallback without cgroups", () => {
   it("sets RLIMIT_NPROC for a command run as another user, and nothing for root", async () => {

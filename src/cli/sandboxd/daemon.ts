@@ -162,5 +162,6 @@ function securitySummary(options: SandboxServerOptions, server: SandboxServer, o
     forkLimit === "rlimit-nproc"
       ? "; WARNING: no writable pids cgroup, so the fork cap is RLIMIT_NPROC, which counts every process of the commands' uid together: one command holding many processes stops the others' forks (give the daemon a writable pids controller: docs/OPERATIONS.md, \"Fork caps\")"
       : "";
-  return `${access}; commands run as ${user}; fork cap: ${forkLimit}${orphaned}${resources}${reaped}${helper}${addon}${sameUser}${sharedCount}`;
+  const traced = forkLimit === "traced" ? " (no writable pids cgroup: a supervisor per command traces its forks, so strace and gdb cannot attach inside commands)" : "";
+  return `${access}; commands run as ${user}; fork cap: ${forkLimit}${traced}${orphaned}${resources}${reaped}${helper}${addon}${sameUser}${sharedCount}`;
 }

@@ -54,6 +54,12 @@ export const daemonFlags: readonly DaemonFlag[] = [
   { name: "allow-sudo", env: "SANDBOXD_ALLOW_SUDO", type: "boolean", help: "let requests with sudo run as root (the daemon must be root); needs a token" },
   { name: "max-tasks", env: "SANDBOXD_MAX_TASKS", type: "string", value: "<n>", help: "tasks (processes, threads) one command may have, 0 for no cap", defaultText: "1024" },
   {
+    name: "no-trace-tasks",
+    env: "SANDBOXD_NO_TRACE_TASKS",
+    type: "boolean",
+    help: "without a writable pids cgroup, cap commands' tasks by RLIMIT_NPROC alone (one count for all commands of a uid) instead of tracing each command's forks, which keeps strace and gdb from working inside commands",
+  },
+  {
     name: "max-tasks-total",
     env: "SANDBOXD_MAX_TASKS_TOTAL",
     type: "string",

@@ -106,9 +106,14 @@ function securityOptions(flags: DaemonFlagValues, env: NodeJS.ProcessEnv): Sandb
     runAs: user ? resolveUser(user) : undefined,
     allowSudo: flags.enabled("allow-sudo"),
     launcher:
-      maxTasks === undefined && maxTasksTotal === undefined && commandsMemory === undefined && commandsCpuWeight === undefined
+      maxTasks === undefined && maxTasksTotal === undefined && commandsMemory === undefined && commandsCpuWeight === undefined && !flags.enabled("no-trace-tasks")
         ? undefined
-        : Launcher.create({ maxTasksPerCommand: maxTasks, maxTasksTotal, resources: { memoryBytes: commandsMemory, cpuWeight: commandsCpuWeight } }),
+        : Launcher.create({
+            maxTasksPerCommand: maxTasks,
+            maxTasksTotal,
+            traceTasks: !flags.enabled("no-trace-tasks"),
+            resources: { memoryBytes: commandsMemory, cpuWeight: commandsCpuWeight },
+          }),
     maxMessageBytes: integer(flags, "max-message-bytes", undefined, 1024),
     callLimits: {
       maxCalls: integer(flags, "max-calls", undefined, 1),

@@ -24,7 +24,14 @@ function readPidMax(): number {
 export type ForkLimit =
   /** A cgroup per command with `pids.max`: exact, per command, works for root too. */
   | "cgroup-pids"
-  /** RLIMIT_NPROC (set by the helper, or util-linux `prlimit`): counts every process of the command's uid, and the kernel ignores it for root. */
+  /**
+   * Without a pids cgroup, through the helper: a supervisor process per command traces the command's
+   * forks and clones (ptrace) and kills a task past the cap as it is created; per command, root's too.
+   * RLIMIT_NPROC, at the total, still bounds the uid. A traced command cannot be traced by anything
+   * else (no `strace` or `gdb` inside it).
+   */
+  | "traced"
+  /** RLIMIT_NPROC (set by the helper, or util-linux `prlimit`): counts every process of the command's uid together, and the kernel ignores it for root. */
   | "rlimit-nproc"
   /** Nothing available (or disabled). */
   | "none";
@@ -40,6 +47,12 @@ export interface LauncherOptions {
   maxTasksTotal?: number;
   /** Look for a cgroup pids controller; false forces the rlimit fallback. Default true. */
   cgroups?: boolean;
+  /**
+   * Without a pids cgroup, cap each command's tasks with a tracing supervisor (see {@link ForkLimit}
+   * "traced") rather than RLIMIT_NPROC alone, which one command can exhaust for all of them. Default
+   * true; needs the helper.
+   */
+  traceTasks?: boolean;
   /**
    * Memory and CPU of all commands together (see {@link ResourceCgroup}); false for none. Default:
    * the defaults of {@link ResourceLimits}, where a cgroup v1 memory or cpu hierarchy is writable.
@@ -107,6 +120,10 @@ export class Launcher {
     readonly helper: string | undefined,
     /** Whether the daemon holds fds it inherited (see hasInheritedFds): every command then goes through the helper. */
     private readonly inheritedFds: boolean,
+    /** Whether commands without a pids cgroup are capped by a tracing supervisor. */
+    private readonly traceTasks: boolean,
+    /** Most tasks of all commands together, as RLIMIT_NPROC of a traced command's uid. */
+    private readonly tasksTotal: number,
   ) {}
 
   /** Detects cgroups, the native helper and prlimit on this machine. */
@@ -115,13 +132,15 @@ export class Launcher {
     const cgroup = maxTasks > 0 && options.cgroups !== false ? PidsCgroup.detect(options.maxTasksTotal ?? defaultMaxTasksTotal) : undefined;
     const helper = options.execHelper === null ? undefined : (options.execHelper ?? findExecHelper());
     const resources = options.resources === false ? undefined : ResourceCgroup.detect(options.resources ?? {});
-    return new Launcher(maxTasks, cgroup, resources, findProgram("prlimit"), helper, hasInheritedFds());
+    const total = options.maxTasksTotal ?? defaultMaxTasksTotal;
+    return new Launcher(maxTasks, cgroup, resources, findProgram("prlimit"), helper, hasInheritedFds(), options.traceTasks ?? true, total);
   }
 
   /** How fork bombs are capped for a command run as `uid`. */
   forkLimit(uid: number = process.getuid?.() ?? 0): ForkLimit {
     if (this.maxTasks <= 0) return "none";
     if (this.cgroup !== undefined) return "cgroup-pids";
+    if (this.helper !== undefined && this.traceTasks) return "traced";
     return (this.helper !== undefined || this.prlimit !== undefined) && uid !== 0 ? "rlimit-nproc" : "none";
   }
 
@@ -166,11 +185,16 @@ export class Launcher {
     // The helper costs an exec. A command it has nothing to do for (same user, a root as cwd, no fd
     // inherited) starts without it: a shell command line joins its cgroups itself, first thing.
     const shellLine = request.file === "/bin/sh" && request.args.length === 2 && request.args[0] === "-c";
-    const helperNeeded = switching || !request.cwdIsRoot || this.inheritedFds || (procsFiles.length > 0 && !shellLine);
+    const helperNeeded = switching || !request.cwdIsRoot || this.inheritedFds || (procsFiles.length > 0 && !shellLine) || limit === "traced";
     if (this.helper !== undefined && helperNeeded) {
       const options: string[] = [];
       for (const file of procsFiles) options.push("--cgroup", file);
       if (limit === "rlimit-nproc") options.push("--nproc", String(this.maxTasks));
+      if (limit === "traced") {
+        options.push("--trace-tasks", String(this.maxTasks));
+        // The uid's total, where the kernel applies it (not to root): the supervisor caps each command.
+        if (this.tasksTotal > 0 && (identity?.uid ?? daemonUid) !== 0) options.push("--nproc", String(this.tasksTotal));
+      }
       if (switching) {
         options.push("--uid", String(identity.uid), "--gid", String(identity.gid));
         // A uid without a passwd entry has no groups to look up: the switch clears them.
