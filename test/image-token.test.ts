@@ -71,7 +71,7 @@ describe.skipIf(!isRoot)("the image's configuration keeps the token from command
       expect(report.ancestors.slice(0, 2).map((process) => process.name)).toEqual(["node", "sh"]);
       expect.soft(report.ancestors.filter((process) => process.signal !== "EPERM")).toEqual([]);
       expect((await sandbox.exec("echo still serving")).stdout).toBe("still serving\n");
-      expect(daemon.stderr()).not.toContain("WARNING: commands run as the daemon's own user");
+      expect(daemon.stderr()).not.toContain("commands run as the daemon's own user");
     } finally {
       await sandbox.close();
       // SIGTERM to the whole group, as `docker stop` reaches the daemon: it drains and removes its cgroups.

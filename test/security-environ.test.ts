@@ -47,7 +47,7 @@ describe("the token in the daemon's environment", () => {
       expect(result.stderr).toContain("Permission denied");
       expect(result.exitCode).not.toBe(0);
       // It can still signal the daemon, and the daemon says so at start.
-      expect(daemon.stderr()).toContain("WARNING: commands run as the daemon's own user: they can signal it");
+      expect(daemon.stderr()).toContain("commands run as the daemon's own user: they can signal it");
       // Not root, it has no pids cgroup: each command's forks are capped by a supervisor tracing it, and it says so.
       expect(daemon.stderr()).toContain("fork cap: traced (no writable pids cgroup");
     } finally {
