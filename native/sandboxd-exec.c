@@ -187,6 +187,12 @@ static void supervise(pid_t command, long max_tasks) {
       unsigned long child = 0;
       if (ptrace(PTRACE_GETEVENTMSG, pid, 0, &child) == 0 && child > 0) admit(&tasks, &departed, (pid_t)child, max_tasks);
       ptrace(PTRACE_CONT, pid, 0, 0);
+    } else if (event == PTRACE_EVENT_EXEC) {
+      /* An exec from a thread other than the leader: that thread now has the leader's id, its old id
+       * reports no exit, and neither does the leader. Forget the old id. */
+      unsigned long former = 0;
+      if (ptrace(PTRACE_GETEVENTMSG, pid, 0, &former) == 0 && (pid_t)former != pid) task_set_remove(&tasks, (pid_t)former);
+      ptrace(PTRACE_CONT, pid, 0, 0);
     } else if (event == PTRACE_EVENT_STOP) {
       /* A group-stop (SIGSTOP, SIGTSTP...): stays stopped until SIGCONT, as it would untraced. Otherwise
        * the first stop of a task counted at its parent's fork event. */
@@ -220,7 +226,7 @@ static void start_task_supervisor(long max_tasks) {
     char go;
     if (write(from_supervisor[1], &self, sizeof self) != (ssize_t)sizeof self || read(to_supervisor[0], &go, 1) != 1) _exit(1);
     int error = 0;
-    if (ptrace(PTRACE_SEIZE, command, 0, (void *)(long)(PTRACE_O_TRACEFORK | PTRACE_O_TRACEVFORK | PTRACE_O_TRACECLONE | PTRACE_O_EXITKILL)) != 0) error = errno;
+    if (ptrace(PTRACE_SEIZE, command, 0, (void *)(long)(PTRACE_O_TRACEFORK | PTRACE_O_TRACEVFORK | PTRACE_O_TRACECLONE | PTRACE_O_TRACEEXEC | PTRACE_O_EXITKILL)) != 0) error = errno;
     if (write(from_supervisor[1], &error, sizeof error) != (ssize_t)sizeof error || error != 0) _exit(1);
     int null = open("/dev/null", O_RDWR);
     for (int fd = 0; fd <= 2; fd++) dup2(null, fd);
