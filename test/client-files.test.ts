@@ -439,6 +439,47 @@ describe("sandbox.files: a watch on a broken connection", () => {
   });
 });
 
+describe("sandbox.files: calls that change nothing", () => {
+  it("a stat or a listing that cannot reach the daemon is tried again; a write is not", async () => {
+    const { name, dir } = scratch();
+    writeFileSync(path.join(dir, "file"), "x");
+    const proxy = await startTcpProxy({ host: "127.0.0.1", port: t.server.port });
+    let attempts: string[] = [];
+    let failFirst = false;
+    const cut = await connect({
+      baseUrl: proxy.url,
+      reconnect: { backoffBaseMs: 20, backoffMaxMs: 200 },
+      interceptors: [
+        (next) => (request) => {
+          attempts.push(request.method.name);
+          // The first attempt of a call finds the daemon unreachable (connections reset, new ones refused).
+          const first = attempts.length === 1;
+          proxy.refuse(failFirst && first);
+          if (failFirst && first) proxy.cut();
+          return next(request);
+        },
+      ],
+    });
+    failFirst = true;
+    try {
+      attempts = [];
+      // Node reports the reset stream as UNAVAILABLE or CANCELED; either way the write fails once.
+      expect(["UNAVAILABLE", "CANCELED"]).toContain((await failure(cut.files.write(`${name}/written`, "x"))).code);
+      expect(attempts).toEqual(["Write"]);
+      expect(existsSync(path.join(dir, "written"))).toBe(false);
+      attempts = [];
+      expect((await cut.files.stat(`${name}/file`)).size).toBe(1);
+      expect(attempts).toEqual(["Stat", "Stat"]);
+      attempts = [];
+      expect((await cut.files.list(name)).map((entry) => entry.name)).toEqual(["file"]);
+      expect(attempts).toEqual(["List", "List"]);
+    } finally {
+      await cut.close();
+      await proxy.close();
+    }
+  });
+});
+
 describe("sandbox.files: memory", () => {
   it("streams 256 MiB up and down with the client's RSS growing by a bounded amount, sha256-exact (in a process of its own)", async () => {
     const { name } = scratch();

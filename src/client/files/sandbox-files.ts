@@ -5,7 +5,8 @@ import path from "node:path";
 import { Readable } from "node:stream";
 import { TextDecoder } from "node:util";
 import { pipeline } from "node:stream/promises";
-import { checkOptions, optionNames, SandboxError } from "../core/index.js";
+import { abortableDelay } from "../../shared/abort.js";
+import { backoffDelay, checkOptions, classifyFailure, optionNames, SandboxError } from "../core/index.js";
 import { type FileInfo, fileInfoFromProto } from "./file-info.js";
 import type { FilesContext } from "./files-context.js";
 import { checkedNumber, collectBytes, readChunks, type ReadProgress, type ReadRangeOptions, toReadableStream } from "./read.js";
@@ -105,7 +106,8 @@ const downloadOptionNames = optionNames<DownloadOptions>({ mode: true, signal: t
  * (`PATH_NOT_FOUND` as a {@link FileNotFoundError}, `PATH_ALREADY_EXISTS` as a
  * {@link FileExistsError}, `PATH_OUTSIDE_WORKSPACE`, `IS_A_DIRECTORY`, ...). Nothing is held whole
  * unless asked: streamed reads and writes keep one chunk of at most 1 MiB at a time. A streamed
- * read whose connection breaks resumes where it left off; a write is never retried.
+ * read whose connection breaks resumes where it left off, a watch is set up again, a stat or a page
+ * of a listing is tried again; a write, or any call that changes something, is never retried.
  */
 export class SandboxFiles {
   /** Internal: a sandbox makes its own (`sandbox.files`). */
@@ -225,7 +227,7 @@ export class SandboxFiles {
     const depth = options.depth === undefined ? 0 : checkedNumber(options.depth, "depth");
     let pageToken = "";
     do {
-      const page = await this.call(() => this.context.client().list({ path, depth, pageToken }, { signal: options.signal }), options.signal);
+      const page = await this.call(() => this.context.client().list({ path, depth, pageToken }, { signal: options.signal }), options.signal, "retry");
       for (const entry of page.entries) yield fileInfoFromProto(entry);
       pageToken = page.nextPageToken;
     } while (pageToken !== "");
@@ -234,7 +236,11 @@ export class SandboxFiles {
   /** Describes a file, directory or symlink (Node's `fs.stat`; `followSymlinks` for what a symlink points to). */
   async stat(path: string, options: StatOptions = {}): Promise<FileInfo> {
     checkOptions(options, statOptionNames, "stat");
-    const response = await this.call(() => this.context.client().stat({ path, followSymlinks: options.followSymlinks === true }, { signal: options.signal }), options.signal);
+    const response = await this.call(
+      () => this.context.client().stat({ path, followSymlinks: options.followSymlinks === true }, { signal: options.signal }),
+      options.signal,
+      "retry",
+    );
     return fileInfoFromProto(response.stat!);
   }
 
@@ -327,13 +333,23 @@ export class SandboxFiles {
     return { stat: fileInfoFromProto(response.stat!), created: response.created };
   }
 
-  /** Runs one unary call: its failure as a SandboxError, or the signal's reason when it was cancelled. */
-  private async call<T>(run: () => Promise<T>, signal: AbortSignal | undefined): Promise<T> {
-    try {
-      return await run();
-    } catch (error) {
-      if (signal?.aborted) throw signal.reason;
-      throw this.context.fail(error);
+  /**
+   * Runs one unary call: its failure as a SandboxError, or the signal's reason when it was
+   * cancelled. A call that changes nothing (Stat, a page of List) is tried again after a failure of
+   * the connection, with the sandbox's backoff; the others are never repeated.
+   */
+  private async call<T>(run: () => Promise<T>, signal: AbortSignal | undefined, retry?: "retry"): Promise<T> {
+    for (let failures = 1; ; failures++) {
+      const goAways = this.context.goAwayCount();
+      try {
+        return await run();
+      } catch (error) {
+        if (signal?.aborted) throw signal.reason;
+        const settings = this.context.reconnect();
+        const kind = retry === undefined || error instanceof SandboxError ? "fatal" : classifyFailure(error, this.context.goAwayCount() > goAways);
+        if (kind === "fatal" || failures > settings.maxAttempts) throw this.context.fail(error);
+        if (kind === "transient") await abortableDelay(backoffDelay(failures, Math.random, settings), signal);
+      }
     }
   }
 }
