@@ -47,7 +47,7 @@ class SandboxOptions(TypedDict, total=False):
     #: (InvalidArgumentError): anyone on the path could read the token and run commands with it. False by default;
     #: use ``https://`` instead where you can.
     allow_cleartext_token: bool
-    #: Default time limit of waiting commands (exec, exec_stream) in seconds; 30 by default (seed 002), None for
+    #: Default time limit of waiting commands (exec, exec_stream) in seconds; 30 by default (as the Orbiter sandbox's), None for
     #: none. Background processes have none unless asked.
     timeout: float | None
     #: Identifier of this sandbox; 12 random hex characters by default.
@@ -74,7 +74,7 @@ class SandboxOptions(TypedDict, total=False):
 
 
 class AsyncSandbox:
-    """AsyncSandbox is an asyncio client of one sandboxd daemon with seed 002's lifecycle.
+    """AsyncSandbox is an asyncio client of one sandboxd daemon with the Orbiter sandbox's lifecycle.
 
     ``init`` until ``start()``, ``running`` while connected, ``idle`` after ``stop()``, ``error`` when a restart
     failed, ``closed`` after ``close()``; commands run only while ``running`` (SandboxError ``NOT_RUNNING``).
@@ -138,7 +138,7 @@ class AsyncSandbox:
         return list(self._defaults.workspace)
 
     def describe(self) -> dict[str, Any]:
-        """Describes the sandbox (seed 002's ``describe()``): id, status, workspace, timeout, session and url."""
+        """Describes the sandbox (the Orbiter sandbox's ``describe()``): id, status, workspace, timeout, session and url."""
         return {
             "sandbox_id": self.sandbox_id,
             "status": self.status,
@@ -224,7 +224,7 @@ class AsyncSandbox:
         await self.close()
 
     async def exec(self, command: Command, **options: Unpack[ExecOptions]) -> CommandResult:
-        """Runs a command and waits for it (seeds 000 and 004): returns its :class:`~sandboxd.CommandResult` whatever
+        """Runs a command and waits for it (as the Cloudflare and Together sandbox SDKs' exec): returns its :class:`~sandboxd.CommandResult` whatever
         the exit code (``exit_code``, ``stdout``, ``stderr``, ``output``). Raises a SandboxError when the daemon
         refuses the command or the stream ends without an exit (never an invented exit code). Cancelling the call
         kills the command."""
@@ -237,7 +237,7 @@ class AsyncSandbox:
             await handle._stop(SandboxError("the command was cancelled", code="CANCELLED"))
 
     async def exec_stream(self, command: Command, **options: Unpack[ExecOptions]) -> AsyncGenerator[ExecEvent, None]:
-        """Runs a command as an async iterator of :class:`~sandboxd.ExecEvent` s (seed 000): ``start``,
+        """Runs a command as an async iterator of :class:`~sandboxd.ExecEvent` s (the Cloudflare Sandbox SDK): ``start``,
         ``stdout``/``stderr`` output as it arrives, then ``complete`` with the result. Leaving the loop early (or
         closing the iterator, e.g. with ``contextlib.aclosing``) kills the command; failures are raised."""
         check_options(options, ExecOptions, "exec_stream()")
@@ -260,7 +260,7 @@ class AsyncSandbox:
             await handle._stop(SandboxError("the command was cancelled", code="CANCELLED"))
 
     async def start_process(self, command: Command, **options: Unpack[ProcessOptions]) -> AsyncCommandHandle:
-        """Starts a background process (seed 000) and returns its live, resumable handle, which follows the process
+        """Starts a background process (the Cloudflare Sandbox SDK) and returns its live, resumable handle, which follows the process
         when first iterated or waited on. It has no time limit unless ``timeout`` is given. A live duplicate
         ``process_id`` is ProcessAlreadyExistsError; ``async with`` the handle kills it on leaving the block."""
         check_options(options, ProcessOptions, "start_process()")
@@ -341,7 +341,7 @@ class AsyncSandbox:
 
 
 class AsyncProcesses:
-    """AsyncProcesses manages a sandbox's processes (seed 000): ``sandbox.processes.list()``, ``get``, ``attach``,
+    """AsyncProcesses manages a sandbox's processes (the Cloudflare Sandbox SDK): ``sandbox.processes.list()``, ``get``, ``attach``,
     ``kill``, ``kill_all``, ``cleanup``, ``logs``. ``kill_all`` and ``cleanup`` act on the sandbox's sessions;
     ``list`` too unless ``all=True``; the others take any process id."""
 

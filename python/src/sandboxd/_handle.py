@@ -57,7 +57,7 @@ class HandleContext:
 
 
 class AsyncCommandHandle:
-    """AsyncCommandHandle is a live handle to one command in the sandbox (seed 001's CommandHandle, for asyncio). It
+    """AsyncCommandHandle is a live handle to one command in the sandbox (the LangSmith sandbox SDK's CommandHandle, for asyncio). It
     assembles small parts, as the TypeScript client's ProcessHandle does: the record (what the daemon said of the
     process), a :class:`CommandStream` that follows it and reconnects, the :class:`CommandOutput` it feeds (offsets,
     the output kept for the result, iterators with backpressure) and an input stream.
@@ -77,11 +77,11 @@ class AsyncCommandHandle:
     ends it with a SandboxError, never a hang.
     """
 
-    #: Seed 001's name for the default :attr:`ReconnectPolicy.max_attempts`.
+    #: The LangSmith sandbox SDK's name for the default :attr:`ReconnectPolicy.max_attempts`.
     MAX_AUTO_RECONNECTS = ReconnectPolicy().max_attempts
-    #: Seed 001's name for the default :attr:`ReconnectPolicy.backoff_base`, in seconds.
+    #: The LangSmith sandbox SDK's name for the default :attr:`ReconnectPolicy.backoff_base`, in seconds.
     BACKOFF_BASE = ReconnectPolicy().backoff_base
-    #: Seed 001's name for the default :attr:`ReconnectPolicy.backoff_max`, in seconds.
+    #: The LangSmith sandbox SDK's name for the default :attr:`ReconnectPolicy.backoff_max`, in seconds.
     BACKOFF_MAX = ReconnectPolicy().backoff_max
 
     def __init__(
@@ -162,7 +162,7 @@ class AsyncCommandHandle:
 
     @property
     def command_id(self) -> str:
-        """The process id, named as seed 001 names it."""
+        """The process id, named as the LangSmith sandbox SDK names it."""
         return self.process_id
 
     @property

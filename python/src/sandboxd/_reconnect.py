@@ -12,7 +12,7 @@ import grpc.aio
 
 @dataclass(frozen=True, slots=True)
 class ReconnectPolicy:
-    """ReconnectPolicy says how a handle following a background process reconnects on its own (seed 001).
+    """ReconnectPolicy says how a handle following a background process reconnects on its own (the LangSmith sandbox SDK).
 
     After a transient failure (see :func:`is_transient`) the handle waits ``backoff_base·2ⁿ⁻¹`` seconds for the
     n-th consecutive failure, capped at ``backoff_max``, of which a random share up to ``jitter`` is taken off (so
@@ -20,11 +20,11 @@ class ReconnectPolicy:
     consecutive failures it gives up with a SandboxUnavailableError; the count restarts once the stream delivers.
     """
 
-    #: Consecutive failed reconnect attempts before the handle gives up (seed 001's MAX_AUTO_RECONNECTS).
+    #: Consecutive failed reconnect attempts before the handle gives up (the LangSmith sandbox SDK's MAX_AUTO_RECONNECTS).
     max_attempts: int = 5
-    #: First delay in seconds, doubled on each consecutive failure (seed 001's BACKOFF_BASE).
+    #: First delay in seconds, doubled on each consecutive failure (the LangSmith sandbox SDK's BACKOFF_BASE).
     backoff_base: float = 0.5
-    #: Largest delay in seconds (seed 001's BACKOFF_MAX).
+    #: Largest delay in seconds (the LangSmith sandbox SDK's BACKOFF_MAX).
     backoff_max: float = 10.0
     #: Share of each delay taken off at random, 0 to 1: 0.5 waits between half and all of it.
     jitter: float = 0.5

@@ -18,7 +18,7 @@ from .records import CommandResult, ExecEvent, ProcessExit, ProcessInfo, Process
 
 
 class CommandHandle:
-    """CommandHandle is a live handle to one command in the sandbox (seed 001), for synchronous code.
+    """CommandHandle is a live handle to one command in the sandbox (the LangSmith sandbox SDK), for synchronous code.
 
     The same handle as :class:`~sandboxd.AsyncCommandHandle`, method for method: ``for chunk in handle`` yields
     output chunks as they arrive (auto-reconnecting with backoff and jitter), ``wait()`` returns the result,
@@ -26,11 +26,11 @@ class CommandHandle:
     command on leaving the block (a KeyboardInterrupt included) if it is still running.
     """
 
-    #: Seed 001's name for the default reconnect attempts.
+    #: The LangSmith sandbox SDK's name for the default reconnect attempts.
     MAX_AUTO_RECONNECTS = AsyncCommandHandle.MAX_AUTO_RECONNECTS
-    #: Seed 001's name for the default first backoff, in seconds.
+    #: The LangSmith sandbox SDK's name for the default first backoff, in seconds.
     BACKOFF_BASE = AsyncCommandHandle.BACKOFF_BASE
-    #: Seed 001's name for the default largest backoff, in seconds.
+    #: The LangSmith sandbox SDK's name for the default largest backoff, in seconds.
     BACKOFF_MAX = AsyncCommandHandle.BACKOFF_MAX
 
     def __init__(self, handle: AsyncCommandHandle, portal: Portal) -> None:
@@ -50,7 +50,7 @@ class CommandHandle:
 
     @property
     def command_id(self) -> str:
-        """The process id, named as seed 001 names it."""
+        """The process id, named as the LangSmith sandbox SDK names it."""
         return self._handle.command_id
 
     @property
@@ -258,7 +258,7 @@ class Sandbox:
         return self._async.workspace
 
     def describe(self) -> dict[str, Any]:
-        """Describes the sandbox (seed 002's ``describe()``)."""
+        """Describes the sandbox (the Orbiter sandbox's ``describe()``)."""
         return self._async.describe()
 
     def start(self) -> None:
@@ -283,7 +283,7 @@ class Sandbox:
         self.close()
 
     def exec(self, command: Command, **options: Unpack[ExecOptions]) -> CommandResult:
-        """Runs a command and waits for it (seeds 000 and 004); see AsyncSandbox.exec."""
+        """Runs a command and waits for it (as the Cloudflare and Together sandbox SDKs' exec); see AsyncSandbox.exec."""
         return self._portal.call(self._async.exec, command, **options)
 
     def exec_stream(self, command: Command, **options: Unpack[ExecOptions]) -> Iterator[ExecEvent]:

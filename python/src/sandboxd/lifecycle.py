@@ -1,4 +1,4 @@
-"""A sandbox's lifecycle (seed 002): its states and the transitions allowed between them."""
+"""A sandbox's lifecycle (the Orbiter sandbox): its states and the transitions allowed between them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from .errors import SandboxError
 
 
 class SandboxStatus(StrEnum):
-    """SandboxStatus is a sandbox's lifecycle state (seed 002)."""
+    """SandboxStatus is a sandbox's lifecycle state (the Orbiter sandbox)."""
 
     #: Created, not started.
     INIT = "init"
@@ -22,7 +22,7 @@ class SandboxStatus(StrEnum):
     CLOSED = "closed"
 
 
-#: The allowed transitions of seed 002, from each state.
+#: The transitions the Orbiter sandbox allows, from each state.
 TRANSITIONS: dict[SandboxStatus, frozenset[SandboxStatus]] = {
     SandboxStatus.INIT: frozenset({SandboxStatus.RUNNING, SandboxStatus.CLOSED}),
     SandboxStatus.RUNNING: frozenset({SandboxStatus.IDLE, SandboxStatus.ERROR, SandboxStatus.CLOSED}),
@@ -33,12 +33,12 @@ TRANSITIONS: dict[SandboxStatus, frozenset[SandboxStatus]] = {
 
 
 def can_transition(current: SandboxStatus, target: SandboxStatus) -> bool:
-    """Whether seed 002 allows going from ``current`` to ``target``."""
+    """Whether the Orbiter sandbox's lifecycle allows going from ``current`` to ``target``."""
     return target in TRANSITIONS[current]
 
 
 class Lifecycle:
-    """Lifecycle holds a sandbox's state and allows only seed 002's transitions: any other is a SandboxError with
+    """Lifecycle holds a sandbox's state and allows only the Orbiter sandbox's transitions: any other is a SandboxError with
     code ``INVALID_TRANSITION``, and the state stays as it was."""
 
     def __init__(self) -> None:
@@ -50,7 +50,7 @@ class Lifecycle:
         return self._status
 
     def transition(self, target: SandboxStatus) -> None:
-        """Moves to ``target``, or raises SandboxError (``INVALID_TRANSITION``) when seed 002 does not allow it."""
+        """Moves to ``target``, or raises SandboxError (``INVALID_TRANSITION``) when the Orbiter sandbox's lifecycle does not allow it."""
         if not can_transition(self._status, target):
             raise SandboxError(f"invalid sandbox transition: {self._status} -> {target}", code="INVALID_TRANSITION")
         self._status = target

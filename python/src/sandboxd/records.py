@@ -178,7 +178,7 @@ class CommandResult:
 
     ``exit_code`` is always an int: the process's own exit code, or 128 + the signal number when a signal ended it
     (137 for SIGKILL, as a timeout reports it), with ``signal`` naming the signal. A non-zero exit is data, not an
-    exception. ``stdout``, ``stderr`` and ``output`` (both joined in arrival order, seed 004) are
+    exception. ``stdout``, ``stderr`` and ``output`` (both joined in arrival order, as the Together sandbox SDK's output) are
     :class:`~sandboxd.Output` bytes with a ``.text`` helper; with ``pty`` everything is in stdout.
 
     A background process's handle keeps at most ``max_retained_bytes`` of output (16 MiB by default): beyond it the
@@ -238,7 +238,7 @@ class CommandResult:
         return any(self.dropped_bytes.values())
 
 
-#: The result of ``exec()``: the same type as a handle's result, named as seed 000 names it.
+#: The result of ``exec()``: the same type as a handle's result, named as the Cloudflare Sandbox SDK names it.
 ExecResult = CommandResult
 
 
@@ -273,8 +273,8 @@ def _seconds(duration: duration_pb2.Duration) -> float:
 
 @dataclass(frozen=True, slots=True)
 class ExecEvent:
-    """ExecEvent is one event of ``exec_stream()`` (seed 000): ``start``, then ``stdout``/``stderr`` output, then
-    ``complete`` with the result. A failure is raised from the loop rather than sent as an event."""
+    """ExecEvent is one event of ``exec_stream()``, as the Cloudflare Sandbox SDK's: ``start``, then ``stdout``/``stderr``
+    output, then ``complete`` with the result. A failure is raised from the loop rather than sent as an event."""
 
     #: What happened.
     type: Literal["start", "stdout", "stderr", "complete"]

@@ -1,5 +1,5 @@
 /**
- * The seed-shaped APIs' door: thin wrappers over the core, each in the shape of the SDK it mirrors
+ * The mirrored APIs' door: thin wrappers over the core, each in the shape of the SDK it mirrors
  * (Cloudflare's exec, execStream and process calls; LangSmith's run and CommandHandle; Vercel's
  * runCommand). They depend on the core; the core knows none of them.
  *
