@@ -51,3 +51,19 @@ def test_the_files_section_runs_as_written(daemon: Daemon) -> None:
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60, check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout.rstrip("\n").split("\n") == promised_lines(code)
+
+
+def package_readme_blocks() -> list[str]:
+    """Every ```python block of python/README.md, in order."""
+    return re.findall(r"```python\n(.*?)```", (REPOSITORY / "python" / "README.md").read_text(), re.S)
+
+
+def test_the_package_readme_runs_as_written(daemon: Daemon) -> None:
+    blocks = package_readme_blocks()
+    assert blocks and "sandboxd.connect()" in blocks[0]
+    for code in blocks:
+        # As a user runs them: the daemon and its token from the variables the SDK reads, the code untouched.
+        env = {**os.environ, "SANDBOXD_URL": daemon.url, "SANDBOXD_TOKEN": daemon.token or ""}
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=60, check=False)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.rstrip("\n").split("\n") == promised_lines(code)
