@@ -26,6 +26,8 @@ describe("exits of the addon's children", () => {
   it("are each told once with their own code while background processes wait and child_process children exit beside them", async () => {
     // Waiting children make the exited ones a few among many; child_process children are reaped by
     // Node itself, and the daemon must neither take their status nor lose its own to them.
+    // One call first: a connection gets its full share of streams once it has made one (flood protection).
+    await t.client.listProcesses({});
     const background = await Promise.all(
       Array.from({ length: 40 }, () => t.client.startProcess({ spec: { command: "sleep", args: ["30"] } })),
     );
