@@ -4,7 +4,7 @@ import { createInterface } from "node:readline";
 import { createClient } from "@connectrpc/connect";
 import { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
 import { createSandboxConnection } from "../../src/client/core/transport.js";
-import { repoRoot, type Daemon } from "../daemon.js";
+import { readCpuMs, repoRoot, type Daemon } from "../daemon.js";
 import type { Row } from "../report.js";
 import type { BenchSize } from "../size.js";
 import { percentile, timeMs } from "../stats.js";
@@ -19,6 +19,8 @@ interface FloodReport {
   answered: number;
   connectionsMade: number;
   seconds: number;
+  /** CPU time the flood client used, in milliseconds (read from /proc before it exits). */
+  cpuMs: number;
 }
 
 /**
@@ -52,7 +54,9 @@ export async function measureFloods(daemon: Daemon, size: BenchSize): Promise<Ro
       } finally {
         report = await flood.stop();
       }
-      const daemonCpu = (daemon.cpuMs() - cpuBefore) / (performance.now() - floodBegan);
+      const floodMs = performance.now() - floodBegan;
+      const daemonCpu = (daemon.cpuMs() - cpuBefore) / floodMs;
+      const attackerCpu = report.cpuMs / (report.seconds * 1000);
       const p99 = percentile(during, 0.99);
       const streams = size.floodConnections * size.floodStreams;
       const answers = Object.entries(report.answers).map(([status, count]) => `${status === "reset" ? "reset" : `grpc-status ${status}`}: ${count}`).join(", ");
@@ -69,7 +73,7 @@ export async function measureFloods(daemon: Daemon, size: BenchSize): Promise<Ro
           `${during.length} sequential exec("true") calls (p50 ${percentile(during, 0.5).toFixed(1)} ms, max ${Math.max(...during).toFixed(0)} ms) while ` +
           `${size.floodConnections} connections x ${size.floodStreams} streams flooded; baseline: the same calls without the flood just before; ` +
           `flood answers ${(report.answered / report.seconds).toFixed(0)}/s (${answers}), ${report.connectionsMade} connections made; ` +
-          `the daemon used ${(daemonCpu * 100).toFixed(0)}% of a core meanwhile`,
+          `the daemon used ${(daemonCpu * 100).toFixed(0)}% of a core meanwhile, the flood client ${(attackerCpu * 100).toFixed(0)}%`,
       });
     }
     return rows;
@@ -107,8 +111,9 @@ async function startFlood(url: string, kind: string, connections: number, stream
   return {
     async stop() {
       const report = next();
+      const cpuMs = readCpuMs(child.pid!);
       child.kill("SIGTERM");
-      return JSON.parse(await report) as FloodReport;
+      return { ...(JSON.parse(await report) as Omit<FloodReport, "cpuMs">), cpuMs };
     },
   };
 }
