@@ -7,7 +7,7 @@
 //      (build/sandboxd-exec, build/sandboxd.node, as assets) into a blob;
 //   3. postject injects the blob into a copy of a Node binary: this one's, or --node <path>.
 // Needs the dev dependencies and the native build (npm ci). Usage: node scripts/build-one-file.mjs [--node <path>] [--out <file>]
-import { execFileSync } from "node:child_process";
+import { execFileSync, spawnSync } from "node:child_process";
 import { copyFileSync, chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { parseArgs } from "node:util";
@@ -18,7 +18,8 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const { values } = parseArgs({ options: { node: { type: "string" }, out: { type: "string" } } });
 const nodeBinary = values.node ?? process.execPath;
 const out = path.resolve(values.out ?? path.join(root, "dist/one-file/sandboxd"));
-const work = path.join(root, "dist/one-file/work");
+// Beside the output, so two builds to different places do not share it.
+const work = path.join(path.dirname(out), "work");
 mkdirSync(work, { recursive: true });
 for (const file of ["build/sandboxd-exec", "build/sandboxd.node"]) {
   if (!existsSync(path.join(root, file))) throw new Error(`${file} is missing: the native build (npm ci, needs a C compiler) comes first`);
@@ -75,13 +76,27 @@ writeFileSync(
     assets: { "sandboxd-exec": path.join(root, "build/sandboxd-exec"), "sandboxd.node": path.join(root, "build/sandboxd.node") },
   }),
 );
-execFileSync(nodeBinary, ["--experimental-sea-config", config], { stdio: "inherit" });
+// Node's own "Wrote single executable preparation blob" line says nothing the last line does not.
+const prepared = spawnSync(nodeBinary, ["--experimental-sea-config", config], { stdio: ["ignore", "pipe", "pipe"], encoding: "utf8" });
+passOn(`${prepared.stdout}${prepared.stderr}`, /^Wrote single executable preparation blob to /);
+if (prepared.status !== 0) throw new Error(`node --experimental-sea-config failed (${prepared.status ?? prepared.signal})`);
 mkdirSync(path.dirname(out), { recursive: true });
 copyFileSync(nodeBinary, out);
 chmodSync(out, 0o755);
-execFileSync(
+const injected = spawnSync(
   process.execPath,
   [path.join(root, "node_modules/postject/dist/cli.js"), out, "NODE_SEA_BLOB", blob, "--sentinel-fuse", "NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2"],
-  { stdio: ["ignore", "ignore", "inherit"] },
+  { stdio: ["ignore", "ignore", "pipe"], encoding: "utf8" },
 );
+// postject's ELF reader (LIEF) warns once per note section of Node's binary whose name it cannot look up
+// ("Can't find string offset for section name '.note.100'"): it injects correctly all the same (the
+// package suite runs the result). Those lines are dropped; anything else postject says is passed on.
+passOn(injected.stderr, /^warning: Can't find string offset for section name '\.note[\w.]*'$/);
+if (injected.status !== 0) throw new Error(`postject failed (${injected.status ?? injected.signal})`);
 console.log(`sandboxd: wrote ${path.relative(process.cwd(), out)} (${Math.round(readFileSync(out).length / 1048576)} MiB, Node ${execFileSync(nodeBinary, ["--version"]).toString().trim()})`);
+
+/** Writes `text` to stderr but for the lines `expected` matches (and empty ones). */
+function passOn(text, expected) {
+  const said = text.split("\n").filter((line) => line !== "" && !expected.test(line));
+  if (said.length > 0) process.stderr.write(`${said.join("\n")}\n`);
+}
