@@ -1,6 +1,6 @@
 import { spawn, spawnSync } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
-import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -330,7 +330,8 @@ describe("sandbox.files: resuming a read", () => {
 
   it("a read does not resume into a file that changed meanwhile", async () => {
     const { name, dir } = scratch();
-    writeFileSync(path.join(dir, "big"), randomBytes(24 * 1024 * 1024));
+    // Large enough that the read is still going when the connection is cut, whatever the windows hold.
+    writeFileSync(path.join(dir, "big"), randomBytes(64 * 1024 * 1024));
     const proxy = await startTcpProxy({ host: "127.0.0.1", port: t.server.port });
     const cut = await connect({ baseUrl: proxy.url, reconnect: { backoffBaseMs: 20, backoffMaxMs: 200 } });
     try {
@@ -338,7 +339,9 @@ describe("sandbox.files: resuming a read", () => {
       const reading = (async () => {
         for await (const _ of cut.files.iterate(`${name}/big`, {}, progress)) {
           if (progress.offset > 4 * 1024 * 1024 && proxy.cuts === 0) {
-            writeFileSync(path.join(dir, "big"), "replaced");
+            // A new file in its place (the daemon's open one reads on, so only the resume can notice).
+            writeFileSync(path.join(dir, "big.new"), "replaced");
+            renameSync(path.join(dir, "big.new"), path.join(dir, "big"));
             proxy.cut();
           }
         }
@@ -500,8 +503,9 @@ describe("sandbox.files: memory", () => {
     expect(report.downloadSha256).toBe(report.uploadSha256);
     const onDisk = createHash("sha256").update(readFileSync(path.join(t.workspace, name, "big"))).digest("hex");
     expect(onDisk).toBe(report.uploadSha256);
-    // A client that kept what it streams would grow by 256 MiB or more; windows and one message in flight took 30 MiB on a 2-core machine.
-    expect(report.peakRss - report.baselineRss).toBeLessThan(64 * 1024 * 1024);
+    // A client that kept what it streams would grow by 256 MiB or more; windows, a message in flight and garbage
+    // V8 had not collected yet took 12 to 50 MiB on a 2-core machine.
+    expect(report.peakRss - report.baselineRss).toBeLessThan(96 * 1024 * 1024);
   }, 300_000);
 });
 

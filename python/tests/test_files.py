@@ -175,14 +175,17 @@ def test_a_read_cut_twice_resumes_at_its_offset_sha256_exact(daemon: Daemon, pro
 
 def test_a_read_does_not_resume_into_a_changed_file(daemon: Daemon, proxy: TcpProxy, scratch: tuple[str, Path]) -> None:
     name, directory = scratch
-    (directory / "big").write_bytes(os.urandom(16 * 1024 * 1024))
+    # Large enough that the read is still going when the connection is cut, whatever the buffers hold.
+    (directory / "big").write_bytes(os.urandom(64 * 1024 * 1024))
     with sandboxd.connect(proxy.url, token=daemon.token or "", reconnect=FAST_RECONNECT) as cut:
         with pytest.raises(sandboxd.FileChangedError) as changed:
             received = 0
             for chunk in cut.files.iter(f"{name}/big"):
                 received += len(chunk)
                 if received > 4 * 1024 * 1024 and proxy.cuts == 0:
-                    (directory / "big").write_bytes(b"replaced")
+                    # A new file in its place (the daemon's open one reads on, so only the resume can notice).
+                    (directory / "big.new").write_bytes(b"replaced")
+                    (directory / "big.new").replace(directory / "big")
                     proxy.cut()
         assert changed.value.code == "FILE_CHANGED"
 
@@ -278,9 +281,12 @@ except KeyboardInterrupt:
 def test_the_client_streams_256_mib_with_bounded_memory(daemon: Daemon, scratch: tuple[str, Path]) -> None:
     name, directory = scratch
     code = """
-import hashlib, json, os, resource, sys, sandboxd
+import hashlib, json, os, re, sys, sandboxd
 size = int(sys.argv[4])
 block = os.urandom(1024 * 1024)
+def high_water():
+    # This process's peak RSS (VmHWM), which starts anew at exec; getrusage's maxrss keeps the parent's.
+    return int(re.search(r"VmHWM:\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
 def pieces(hash):
     for index in range(size // len(block)):
         piece = bytes([index % 256]) + block[1:]
@@ -296,7 +302,7 @@ with sandboxd.connect(sys.argv[1], token=sys.argv[2]) as sandbox:
     down = hashlib.sha256()
     for chunk in sandbox.files.iter(sys.argv[3]):
         down.update(chunk)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = high_water()
 print(json.dumps({"size": info.size, "up": up.hexdigest(), "down": down.hexdigest(), "baseline": baseline, "peak": peak}))
 """
     size = 256 * 1024 * 1024
@@ -306,8 +312,8 @@ print(json.dumps({"size": info.size, "up": up.hexdigest(), "down": down.hexdiges
     assert report["size"] == size
     assert report["up"] == report["down"]
     assert hashlib.sha256((directory / "big").read_bytes()).hexdigest() == report["up"]
-    # A client that kept what it streams would grow by 256 MiB or more; grpcio's buffers took 49 MiB on a 2-core machine.
-    assert report["peak"] - report["baseline"] < 100 * 1024 * 1024, report
+    # A client that kept what it streams would grow by 256 MiB or more; it grew by 15 MiB on a 2-core machine.
+    assert report["peak"] - report["baseline"] < 64 * 1024 * 1024, report
 
 
 async def test_an_async_watch_read_too_slowly_reports_an_overflow(async_sandbox: sandboxd.AsyncSandbox, scratch: tuple[str, Path]) -> None:

@@ -1,9 +1,10 @@
 // A client in a process of its own, for measuring its memory: uploads `size` deterministic bytes to `path` through
 // sandbox.files.write (from an async generator), downloads them back through sandbox.files.iterate, hashes both
 // ways, and prints one JSON line: the sha256 of each direction, the RSS after a warm-up round trip, and the peak
-// RSS of the process (getrusage's maxrss), in bytes.
+// RSS of the process (VmHWM), in bytes.
 // Usage: node --import tsx test/support/files-transfer-child.ts <baseUrl> <path> <size>
 import { createCipheriv, createHash } from "node:crypto";
+import { readFileSync } from "node:fs";
 import { connect } from "../../src/client/index.js";
 
 const [baseUrl, path, sizeText] = process.argv.slice(2);
@@ -38,7 +39,8 @@ for await (const chunk of sandbox.files.iterate(path)) {
   downloaded.update(chunk);
   received += chunk.length;
 }
-const peakRss = process.resourceUsage().maxRSS * 1024;
+// This process's peak RSS (VmHWM), which starts anew at exec; getrusage's maxrss keeps the parent's (the test runner's).
+const peakRss = Number(/VmHWM:\s+(\d+) kB/.exec(readFileSync("/proc/self/status", "utf8"))![1]) * 1024;
 await sandbox.close();
 process.stdout.write(
   `${JSON.stringify({ size: stat.size, received, uploadSha256: uploaded.digest("hex"), downloadSha256: downloaded.digest("hex"), baselineRss, peakRss })}\n`,
