@@ -116,12 +116,12 @@ describe("process.v1 Execute", () => {
       expectReason(await rpcError(processes.execute({ config: { command: ["pwd"], cwd } })), {
         code: Code.PermissionDenied,
         reason: "CWD_OUTSIDE_WORKSPACE",
-        metadata: { cwd },
+        metadata: { cwd, roots: t.workspace },
       });
       expectReason(await streamError(processes.start({ config: { command: ["pwd"], cwd } })), {
         code: Code.PermissionDenied,
         reason: "CWD_OUTSIDE_WORKSPACE",
-        metadata: { cwd },
+        metadata: { cwd, roots: t.workspace },
       });
     }
   });

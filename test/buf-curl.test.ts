@@ -32,6 +32,7 @@ describe("buf curl with no proto file, through server reflection", () => {
       "grpc.reflection.v1.ServerReflection",
       "grpc.reflection.v1alpha.ServerReflection",
       "process.v1.ProcessService",
+      "sandbox.v1.FileService",
       "sandbox.v1.SandboxService",
     ]);
   });
