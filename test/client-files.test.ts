@@ -220,6 +220,7 @@ describe("sandbox.files: errors by reason", () => {
     const unknown = await failure(sandbox.files.read(`${name}/file`, { lenght: 1 } as never));
     expect(unknown.code).toBe("INVALID_ARGUMENT");
     expect((await failure(sandbox.files.chmod(`${name}/file`, "rwx"))).code).toBe("INVALID_ARGUMENT");
+    expect(() => sandbox.files.iterate(`${name}/file`, { format: "text" } as never)).toThrow(/unknown option format/);
     expect((await failure(sandbox.files.read(`${name}/file`, { offset: -1 }))).code).toBe("INVALID_ARGUMENT");
     const stopped = await connect({ baseUrl: t.server.url });
     await stopped.close();

@@ -76,6 +76,7 @@ export interface DownloadOptions extends SignalOptions {
 }
 
 const readOptionNames = optionNames<ReadOptions>({ offset: true, length: true, signal: true, format: true, encoding: true });
+const rangeOptionNames = optionNames<ReadRangeOptions>({ offset: true, length: true, signal: true });
 const writeOptionNames = optionNames<WriteOptions>({
   mode: true,
   createParents: true,
@@ -139,7 +140,7 @@ export class SandboxFiles {
    * format: "stream" })`.
    */
   iterate(path: string, options: ReadRangeOptions = {}, progress?: ReadProgress): AsyncGenerator<Uint8Array, void, undefined> {
-    checkOptions(options, readOptionNames, "iterate");
+    checkOptions(options, rangeOptionNames, "iterate");
     return readChunks(this.context, path, options, progress);
   }
 
