@@ -342,3 +342,24 @@ def test_a_watch_on_a_broken_connection_is_set_up_again_and_says_so(daemon: Daem
         assert next(events) == sandboxd.WatchOverflow(source="reconnect", lost_events=0)
         (directory / "after").mkdir()
         assert next(events) == sandboxd.FileChange(type="create", path=str(directory / "after"), is_directory=True)
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="mknod needs root")
+def test_a_device_read_stopped_at_the_daemons_limit_raises_read_limit_error() -> None:
+    limited = Daemon("--max-unsized-read-bytes", "100000")
+    try:
+        # A character device like /dev/zero (1, 5), made inside the workspace: it has no size and never ends.
+        os.mknod(Path(limited.workspace, "zero"), stats.S_IFCHR | 0o666, os.makedev(1, 5))
+        with sandboxd.connect(limited.url, token="") as sandbox:
+            assert sandbox.files.stat("zero").type == sandboxd.FileType.CHARACTER_DEVICE
+            with pytest.raises(sandboxd.ReadLimitError) as stopped:
+                sandbox.files.read_bytes("zero")
+            assert (stopped.value.code, stopped.value.metadata["limit_bytes"]) == ("READ_LIMIT_REACHED", "100000")
+            received = 0
+            with pytest.raises(sandboxd.ReadLimitError):
+                for chunk in sandbox.files.iter("zero"):
+                    received += len(chunk)
+            assert received == 100_000
+            assert len(sandbox.files.read_bytes("zero", length=4096)) == 4096
+    finally:
+        limited.close()
