@@ -7,7 +7,7 @@
  *     npm run bench -- --quick          # tiny counts: proves the harness runs (seconds)
  *     npm run bench -- --only latency,throughput --cpu-prof .tmp-prof
  *
- * Flags: --quick; --only <figures> (start, latency, throughput, ghz, floor, memory, fanout, scale, floods); --out <file>
+ * Flags: --quick; --only <figures> (start, latency, throughput, ghz, floor, memory, fanout, scale, floods, files); --out <file>
  * (default bench/results.json); --tsx (run the daemon through tsx instead of the esbuild bundle);
  * --cpu-prof <dir> (write the daemon's CPU profiles there, for `node --cpu-prof`); --node-args "<flags>"
  * (Node and V8 flags for the daemon's node, for A/B runs of a flag).
@@ -23,6 +23,7 @@ import { measureDaemonStart } from "./figures/daemon-start.js";
 import { measureExecLatency } from "./figures/exec-latency.js";
 import { measureExecMemory } from "./figures/exec-memory.js";
 import { measureExecThroughput } from "./figures/exec-throughput.js";
+import { measureFiles } from "./figures/files.js";
 import { floodToken, measureFloods } from "./figures/floods.js";
 import { measureGhz } from "./figures/ghz.js";
 import { measureLogsFanout } from "./figures/logs-fanout.js";
@@ -32,7 +33,7 @@ import { formatMarkdown, formatTable, writeResults, type BenchResults, type Row 
 import { fullSize, quickSize } from "./size.js";
 
 /** Names accepted by --only, in the order the figures run. */
-export const figureNames = ["start", "latency", "throughput", "ghz", "floor", "memory", "fanout", "scale", "floods"] as const;
+export const figureNames = ["start", "latency", "throughput", "ghz", "floor", "memory", "fanout", "scale", "floods", "files"] as const;
 
 async function main(): Promise<void> {
   const { values } = parseArgs({
@@ -121,6 +122,10 @@ async function main(): Promise<void> {
   if (only.has("floods")) {
     log("an honest Exec during floods without the token");
     await withDaemon(["--token", floodToken], (daemon) => measureFloods(daemon, size));
+  }
+  if (only.has("files")) {
+    log("the file service: transfers, a small file, a large listing");
+    await withDaemon([], (daemon) => measureFiles(daemon, size));
   }
 
   const results: BenchResults = {

@@ -27,6 +27,8 @@ export interface BenchSize {
   /** Calls ghz makes. */
   ghzCalls: number;
   ghzConcurrency: number;
+  /** Bytes of the file moved up and down through the file service. */
+  fileBytes: number;
 }
 
 /** The sizes of issue 5. */
@@ -47,6 +49,7 @@ export const fullSize: BenchSize = {
   floodStreams: 272,
   ghzCalls: 2000,
   ghzConcurrency: 50,
+  fileBytes: 1024 ** 3,
 };
 
 /** Tiny counts, for the smoke test and a first look (a few seconds per figure). */
@@ -67,4 +70,5 @@ export const quickSize: BenchSize = {
   floodStreams: 16,
   ghzCalls: 100,
   ghzConcurrency: 50,
+  fileBytes: 8 * 1024 ** 2,
 };

@@ -39,6 +39,15 @@ const expectedIds = [
   "memory-per-process",
   "exec-p99-unauthenticated-flood",
   "exec-p99-watch-flood",
+  "files-upload-grpc",
+  "files-upload-http1",
+  "files-upload-rest",
+  "files-download-grpc",
+  "files-download-http1",
+  "files-download-rest",
+  "files-rss-growth",
+  "files-small-p50",
+  "files-list-10k",
 ];
 
 const directory = mkdtempSync(path.join(tmpdir(), "sandboxd-bench-smoke-"));

@@ -180,9 +180,24 @@ function createNativeFileCalls(native: NativeFileFunctions, identity: Int32Array
     unlink: async (dir, name, directory) => void (await call(op.unlink, dir, name, directory ? AT_REMOVEDIR : 0)),
     rename: async (fromDir, fromName, toDir, toName, noReplace) => void (await call(op.rename, fromDir, fromName, noReplace ? RENAME_NOREPLACE : 0, 0, toDir, toName)),
     chmod: async (fd, mode) => void (await call(op.chmod, fd, "", 0, mode)),
-    readdir: (fd) => call(op.readdir, fd, "") as Promise<DirectoryEntries>,
-    // The names travel NUL-separated: a name never holds a NUL.
-    statEntries: (dir, names) => (names.length === 0 ? Promise.resolve([]) : (call(op.statEntries, dir, "", 0, 0, -1, names.join("\0")) as Promise<(RawStat | null)[]>)),
+    // Names travel NUL-separated both ways (a name never holds a NUL), stats packed: one value for
+    // a whole directory rather than one per entry.
+    readdir: async (fd) => {
+      const { names, types } = (await call(op.readdir, fd, "")) as { names: string; types: Uint8Array };
+      return { names: types.length === 0 ? [] : names.split("\0"), types };
+    },
+    statEntries: async (dir, names) => {
+      if (names.length === 0) return [];
+      const { stats, links } = (await call(op.statEntries, dir, "", 0, 0, -1, names.join("\0"))) as { stats: Float64Array; links: (string | undefined)[] };
+      return names.map((_, index) => {
+        const at = index * 8;
+        if (stats[at] === -1) return null;
+        const raw: RawStat = { mode: stats[at], size: stats[at + 1], uid: stats[at + 2], gid: stats[at + 3], dev: stats[at + 4], ino: stats[at + 5], mtimeSeconds: stats[at + 6], mtimeNanos: stats[at + 7] };
+        const link = links[index];
+        if (link !== undefined) raw.link = link;
+        return raw;
+      });
+    },
     allocate: async (fd, length) => {
       try {
         await call(op.allocate, fd, "", 0, length);
