@@ -159,6 +159,17 @@ describe("the REST surface of KEP-539.2 (filesystem.yaml)", () => {
     expect(await ranged.text()).toBe("byt");
   });
 
+  it("PUT takes a multipart/form-data form too, the bytes of its part file", async () => {
+    const form = new FormData();
+    form.append("file", new Blob([Buffer.from("from a form")]), "upload.txt");
+    expect((await fetch(url("rest/form.txt"), { method: "PUT", body: form })).status).toBe(204);
+    expect(readFileSync(path.join(t.workspace, "rest/form.txt"), "utf8")).toBe("from a form");
+    const without = new FormData();
+    without.append("other", "x");
+    expect((await fetch(url("rest/form.txt"), { method: "PUT", body: without })).status).toBe(400);
+    expect(readFileSync(path.join(t.workspace, "rest/form.txt"), "utf8")).toBe("from a form");
+  });
+
   it("GET of a directory is the JSON listing: path and entries with name, size, type, modified_at and mode; symlinks out are left out", async () => {
     mkdirSync(path.join(t.workspace, "rest/listed/sub"), { recursive: true });
     writeFileSync(path.join(t.workspace, "rest/listed/a.txt"), "abc");

@@ -9,6 +9,7 @@ import type { ErrorReasonName } from "../../shared/error-reasons.js";
 import { errorInfoOf, toConnectError } from "../rpc/index.js";
 import type { FileLimits } from "./limits.js";
 import type { FileMetrics } from "./metrics.js";
+import { multipartBoundary, multipartFile } from "./multipart.js";
 
 /** A request and its response, HTTP/1.1 or HTTP/2 (the compatibility API). */
 type AnyRequest = http.IncomingMessage | import("node:http2").Http2ServerRequest;
@@ -43,7 +44,8 @@ export interface FilesRest {
    *   with a size, one `Range: bytes=` range answered 206), or a directory's listing as JSON
    *   (`{ path, entries: [{ name, size, type, modified_at, mode }] }`; symlinks as what they point to
    *   inside the workspace, others left out). `HEAD` answers the same headers without the body.
-   * - `PUT /v1/files/{path}?mode=0644`: writes the body (raw bytes) atomically, parents created: 204.
+   * - `PUT /v1/files/{path}?mode=0644`: writes the body atomically, parents created: 204. The body is
+ *   the raw bytes, or a `multipart/form-data` form whose part `file` holds them.
    * - `DELETE /v1/files/{path}?recursive=true`: 204; a directory with entries is 409 without
    *   `recursive`; the workspace root is emptied with `recursive`, else 409.
    * The path is percent-decoded as a whole (`%2F` is a slash), relative to the first workspace root
@@ -251,11 +253,9 @@ async function serveWrite(options: FilesRestOptions, request: AnyRequest, respon
   if (modeText !== null && !/^0[0-7]{3}$/.test(modeText)) {
     throw new FileError(`mode ${JSON.stringify(modeText)} must match ^0[0-7]{3}$`, "INVALID_ARGUMENT", { metadata: { field: "mode" } });
   }
-  const contentType = String(request.headers["content-type"] ?? "");
-  if (contentType.toLowerCase().startsWith("multipart/")) {
-    throw new FileError("multipart bodies are not supported yet: send the raw bytes (application/octet-stream)", "INVALID_ARGUMENT", { metadata: { field: "content-type" } });
-  }
-  const lengthHeader = request.headers["content-length"];
+  // The KEP's two bodies: the raw bytes, or a multipart/form-data form whose part "file" holds them.
+  const boundary = multipartBoundary(String(request.headers["content-type"] ?? ""));
+  const lengthHeader = boundary === undefined ? request.headers["content-length"] : undefined;
   const release = options.limits.acquire("transfer", connectionOf(request));
   const writer = await options.files
     .createWriter({
@@ -271,7 +271,8 @@ async function serveWrite(options: FilesRestOptions, request: AnyRequest, respon
   try {
     const aborted = onAbort(signal, () => request.destroy());
     try {
-      for await (const chunk of request as AsyncIterable<Buffer>) {
+      const body = request as AsyncIterable<Buffer>;
+      for await (const chunk of boundary === undefined ? body : multipartFile(body, boundary)) {
         await writer.write(chunk);
         outcome.bytes += chunk.length;
         options.metrics?.bytes.inc({ direction: "write" }, chunk.length);
