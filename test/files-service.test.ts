@@ -252,6 +252,33 @@ describe("the REST surface of KEP-539.2 (filesystem.yaml)", () => {
   });
 });
 
+describe("the REST surface behind the daemon's gate", () => {
+  it("needs the token as every RPC does (401 without it), and a daemon without one answers loopback Hosts only", async () => {
+    const token = "files-rest-token";
+    const guarded = await startTestServer({ token });
+    try {
+      writeFileSync(path.join(guarded.workspace, "guarded.txt"), "secret");
+      const without = await fetch(`${guarded.server.url}/v1/files/guarded.txt`);
+      expect(without.status).toBe(401);
+      expect(await without.text()).not.toContain("secret");
+      const withToken = await fetch(`${guarded.server.url}/v1/files/guarded.txt`, { headers: { authorization: `Bearer ${token}` } });
+      expect(await withToken.text()).toBe("secret");
+      expect((await fetch(`${guarded.server.url}/v1/files/x.txt`, { method: "PUT", body: "x" })).status).toBe(401);
+    } finally {
+      await guarded.close();
+    }
+    const status = await new Promise<number>((resolve, reject) =>
+      http
+        .get({ host: "127.0.0.1", port: t.server.port, path: "/v1/files/logged.txt", headers: { host: "evil.example" } }, (response) => {
+          response.resume();
+          resolve(response.statusCode!);
+        })
+        .on("error", reject),
+    );
+    expect(status).toBe(403);
+  });
+});
+
 describe("a slow reader", () => {
   it("pauses the read: the daemon reads ahead only what the transport holds", async () => {
     const size = 128 * 1024 * 1024;
