@@ -5,8 +5,12 @@ import { fileStatOf, type FileStat } from "./file-stat.js";
 import { O_PATH } from "./native-calls.js";
 import type { FilesContext } from "./context.js";
 
-/** Default bytes of one chunk of a read. */
-export const defaultReadChunkBytes = 256 * 1024;
+/**
+ * Default bytes of one chunk of a read: 1 MiB, a quarter of the 4 MiB message every gRPC client takes
+ * by default (fewer, larger messages: 1 GiB down through Read cost the daemon 2.2-2.9 s of CPU in
+ * 1 MiB chunks, 3.0-3.7 s in 256 KiB ones, on a loaded machine).
+ */
+export const defaultReadChunkBytes = 1024 * 1024;
 
 /** Options of a read. */
 export interface ReadOptions {
