@@ -88,7 +88,7 @@ describe("every reason in the proto, from a real call against a real server (cod
       expectReason(await streamError(t.client.exec({ spec: { command: "true", cwd } })), {
         code: Code.PermissionDenied,
         reason: "CWD_OUTSIDE_WORKSPACE",
-        metadata: { cwd },
+        metadata: { cwd, roots: t.workspace },
       });
     }
     expectReason(await rpcError(t.client.startProcess({ spec: { command: "true", cwd: "missing/dir" } })), {
