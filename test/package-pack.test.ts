@@ -26,4 +26,12 @@ describe("npm pack, as a user types it in a checkout", { timeout: 240_000 }, () 
     expect(readdirSync(tree).filter((name) => name.endsWith(".tgz"))).toEqual([]);
     expect(existsSync(path.join(tree, "dist", "sandboxd-0.1.0.tgz"))).toBe(true);
   });
+
+  it("the client's package too: its tarball lands in packages/client/dist/", async () => {
+    const client = path.join(tree, "packages", "client");
+    const packed = await runCommand("npm", ["pack"], { cwd: client, timeoutMs: 200_000 });
+    expect(packed.code, packed.stderr).toBe(0);
+    expect(readdirSync(client).filter((name) => name.endsWith(".tgz"))).toEqual([]);
+    expect(readdirSync(path.join(client, "dist")).filter((name) => name.endsWith(".tgz"))).toHaveLength(1);
+  });
 });
