@@ -137,6 +137,23 @@ describe("sandbox start and exec options", { timeout: 240_000 }, () => {
     expect(bad.stderr.toString()).toMatch(/^sandbox: .*bad\.env:2: write it as KEY=VALUE/);
   });
 
+  it("exec -o json and logs -o json: one object each, for scripts; exec exits with the command's code", async () => {
+    const exec = await cli(["exec", "-o", "json", "--", "sh", "-c", "echo out; echo err >&2; exit 3"]);
+    expect(exec.code).toBe(3);
+    const result = JSON.parse(exec.stdout.toString()) as Record<string, unknown>;
+    expect(result).toMatchObject({ exitCode: 3, signal: null, timedOut: false, stdout: "out\n", stderr: "err\n" });
+    expect(typeof result.id).toBe("string");
+    const timed = JSON.parse((await cli(["exec", "-o", "json", "--timeout", "1s", "--", "sleep", "30"])).stdout.toString()) as Record<string, unknown>;
+    expect(timed).toMatchObject({ exitCode: 137, signal: "SIGKILL", timedOut: true });
+    expect((await cli(["exec", "-o", "json", "-i", "--", "cat"])).code).toBe(125);
+
+    await start("json-logs", "sh", "-c", "echo kept; echo also >&2");
+    await exited("json-logs");
+    const logs = JSON.parse((await cli(["logs", "-o", "json", "json-logs"])).stdout.toString()) as Record<string, unknown>;
+    expect(logs).toEqual({ id: "json-logs", status: "completed", exitCode: 0, stdout: "kept\n", stderr: "also\n", stdoutOffset: 0, stderrOffset: 0 });
+    expect((await cli(["logs", "-o", "json", "-f", "json-logs"])).stderr.toString()).toBe("sandbox: -o json prints what is kept now: drop -f\n");
+  });
+
   it("exec -w outside the workspace names the allowed roots", async () => {
     const result = await cli(["exec", "-w", "/tmp", "--", "pwd"]);
     expect(result.code).toBe(125);

@@ -1,7 +1,7 @@
-import { Command } from "commander";
+import { Command, Option } from "commander";
 import { classifyFailure, sandboxV1, toSandboxError, type CommandHandle, type Sandbox } from "../../../client/index.js";
 import { addConnectionOptions, closeSandbox, openSandbox, type ConnectionFlags } from "../connection.js";
-import { escapeControls } from "../escape.js";
+import { escapeControls, jsonForTerminal } from "../escape.js";
 import { CliError, exitCodes } from "../exit-codes.js";
 import { BrokenPipeError, LocalOutput } from "../local-output.js";
 import { onSignals, signalExitCode, sigpipeExitCode } from "../signals.js";
@@ -10,7 +10,10 @@ import { StdinRelay, type InputTarget } from "../stdin-relay.js";
 import { onTerminalResize, RawMode, terminalSize } from "../terminal.js";
 
 /** The flags of `sandbox exec`. */
-export interface ExecFlags extends SpecFlags, ConnectionFlags {}
+export interface ExecFlags extends SpecFlags, ConnectionFlags {
+  /** Output format (-o): the command's bytes on this terminal's streams, or one JSON object at the end. */
+  output?: "raw" | "json";
+}
 
 /** Creates the `exec` command; `finish` receives its exit code. */
 export function createExecCommand(finish: (code: number) => void): Command {
@@ -28,6 +31,11 @@ export function createExecCommand(finish: (code: number) => void): Command {
     interactive: "pass this terminal's stdin to the command; its end (Ctrl-D, end of a pipe) is passed on",
     tty: "run the command in a pseudo-terminal of this terminal's size; with -i this terminal goes raw until the end",
   });
+  command.addOption(
+    new Option("-o, --output <format>", "raw: the command's bytes as they come; json: one object {id, exitCode, signal, timedOut, stdout, stderr} at the end (not with -i or -t)")
+      .choices(["raw", "json"])
+      .default("raw"),
+  );
   addConnectionOptions(command);
   return command
     .argument("<command...>", commandArgumentHelp)
@@ -41,12 +49,27 @@ export async function runExec(argv: string[], flags: ExecFlags): Promise<number>
   if (flags.tty === true && flags.interactive === true && !process.stdin.isTTY) {
     throw new CliError("the input device is not a TTY: drop -t, or run this from a terminal");
   }
+  if (flags.output === "json" && (flags.interactive === true || flags.tty === true)) throw new CliError("-o json collects the output: drop -i and -t", { usage: true });
   const sandbox = await openSandbox(flags);
   try {
+    if (flags.output === "json") return await execToJson(sandbox, argv, flags);
     return await new ExecSession(sandbox, argv, flags).run();
   } finally {
     await closeSandbox(sandbox);
   }
+}
+
+/**
+ * `exec -o json`: runs the command to its end (through Exec, so it dies with this client), then prints one
+ * object with its id, exit code, signal, whether --timeout killed it, and its output as text; exits with its code.
+ */
+async function execToJson(sandbox: Sandbox, argv: string[], flags: ExecFlags): Promise<number> {
+  // No limit unless --timeout, as for a plain exec (run's seconds; 0 is none).
+  const finished = await sandbox.run(argv[0], { args: argv.slice(1), env: flags.env, cwd: flags.workdir, timeout: (flags.timeout ?? 0) / 1000 });
+  process.stdout.write(
+    jsonForTerminal({ id: finished.id, exitCode: finished.exitCode, signal: finished.signal ?? null, timedOut: finished.timedOut, stdout: finished.stdout(), stderr: finished.stderr() }),
+  );
+  return finished.exitCode;
 }
 
 /** Where an exec session is. */

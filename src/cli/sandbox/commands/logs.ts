@@ -1,7 +1,8 @@
-import { Command, InvalidArgumentError } from "commander";
+import { Command, InvalidArgumentError, Option } from "commander";
 import { OutputLostError, sandboxV1, type OutputOffsets, type Sandbox } from "../../../client/index.js";
 import { addConnectionOptions, closeSandbox, openSandbox, type ConnectionFlags } from "../connection.js";
-import { exitCodes } from "../exit-codes.js";
+import { jsonForTerminal } from "../escape.js";
+import { CliError, exitCodes } from "../exit-codes.js";
 import { aboutProcess } from "../failure.js";
 import { BrokenPipeError, LocalOutput } from "../local-output.js";
 import { resolveProcessId } from "../process-ids.js";
@@ -12,6 +13,8 @@ export interface LogsFlags extends ConnectionFlags {
   follow?: boolean;
   /** Where each stream starts (--from-offset). */
   fromOffset?: OutputOffsets;
+  /** Output format (-o): the bytes as they are, or one JSON object. */
+  output: "raw" | "json";
 }
 
 /** Creates the `logs` command; `finish` receives its exit code. */
@@ -26,7 +29,12 @@ export function createLogsCommand(finish: (code: number) => void): Command {
         "Output the daemon no longer keeps is reported on stderr as a gap.",
     )
     .option("-f, --follow", "go on printing live output until the process exits")
-    .option("--from-offset <offset>", "first byte of stdout (N), or of stdout and stderr (N,M); default 0,0", parseOffsets);
+    .option("--from-offset <offset>", "first byte of stdout (N), or of stdout and stderr (N,M); default 0,0", parseOffsets)
+    .addOption(
+      new Option("-o, --output <format>", "raw: the bytes on stdout and stderr; json: one object {id, status, exitCode, stdout, stderr, stdoutOffset, stderrOffset} with the text kept (no -f)")
+        .choices(["raw", "json"])
+        .default("raw"),
+    );
   addConnectionOptions(command);
   return command.argument("<id>", "the process id, or the start of one").action(async (id: string, flags: LogsFlags) => finish(await runLogs(id, flags)));
 }
@@ -47,12 +55,14 @@ export function parseOffsets(text: string): OutputOffsets {
 
 /** Runs `sandbox logs`. */
 export async function runLogs(id: string, flags: LogsFlags): Promise<number> {
+  if (flags.output === "json" && flags.follow === true) throw new CliError("-o json prints what is kept now: drop -f", { usage: true });
   const sandbox = await openSandbox(flags);
   const output = new LocalOutput();
   const from = flags.fromOffset ?? { stdout: 0, stderr: 0 };
   try {
     id = await resolveProcessId(sandbox, id);
-    if (flags.follow === true) await follow(sandbox, id, from, output);
+    if (flags.output === "json") await printJson(sandbox, id);
+    else if (flags.follow === true) await follow(sandbox, id, from, output);
     else await snapshot(sandbox, id, from, output);
     return exitCodes.ok;
   } catch (error) {
@@ -62,6 +72,23 @@ export async function runLogs(id: string, flags: LogsFlags): Promise<number> {
   } finally {
     await closeSandbox(sandbox);
   }
+}
+
+/** `-o json`: what the daemon keeps of a process's output now, as text, with where each stream's kept part starts. */
+async function printJson(sandbox: Sandbox, id: string): Promise<void> {
+  const logs = await sandbox.client.getProcessLogs({ processId: id });
+  const text = (bytes: Uint8Array) => Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("utf8");
+  process.stdout.write(
+    jsonForTerminal({
+      id: logs.processId,
+      status: logs.process === undefined ? null : sandboxV1.ProcessStatus[logs.process.status].toLowerCase(),
+      exitCode: logs.process?.exit?.exitCode ?? null,
+      stdout: text(logs.stdout),
+      stderr: text(logs.stderr),
+      stdoutOffset: Number(logs.stdoutOffset),
+      stderrOffset: Number(logs.stderrOffset),
+    }),
+  );
 }
 
 /**
