@@ -1,6 +1,8 @@
 import http2 from "node:http2";
 import { afterEach, describe, expect, it } from "vitest";
-import { streamsBeforeProof } from "../src/server/server.js";
+import { SandboxService } from "../gen/sandbox/v1/sandbox_pb.js";
+import { streamsAfterRefusal } from "../src/server/server.js";
+import { waitFor } from "./support/processes.js";
 import { collectExec, Code } from "./support/rpc.js";
 import { startTestServer, type TestServer } from "./support/server.js";
 
@@ -56,16 +58,19 @@ describe("floods without the token: honest calls are served, the flood is bounde
   });
 
   for (const kind of ["unauthenticated", "watch"] as const) {
-    it(`${kind}: 10 connections x 272 streams; each connection gets ${streamsBeforeProof} streams; the flood is answered ${kind === "watch" ? "LIMIT_EXCEEDED beyond the Watch limit" : "UNAUTHENTICATED"}; Execs with the token succeed throughout`, async () => {
+    it(`${kind}: 10 connections x 272 streams; each connection is held to ${streamsAfterRefusal} streams once refused; the flood is answered ${kind === "watch" ? "LIMIT_EXCEEDED beyond the Watch limit" : "UNAUTHENTICATED"}; Execs with the token succeed throughout`, async () => {
       test = await startTestServer({ token }, { sendToken: true });
       const floods = [];
       for (let index = 0; index < 10; index++) {
         const session = await connect(test.server.url);
         sessions.push(session);
-        // The daemon offers few streams to a connection that made no call with the token.
-        expect(session.remoteSettings.maxConcurrentStreams).toBe(streamsBeforeProof);
+        expect(session.remoteSettings.maxConcurrentStreams).toBe(256 + 16);
         floods.push(flood(session, kind, 272));
       }
+      // Once refused, a connection that made no call with the token is held to few streams.
+      await waitFor(() => sessions.every((session) => session.remoteSettings.maxConcurrentStreams === streamsAfterRefusal), {
+        what: "every flood connection to be held to its few streams",
+      });
       for (let index = 0; index < 5; index++) {
         const result = await collectExec(test.client, { command: `echo served ${index}` }, { timeoutMs: 30_000 });
         expect(result.stdout.toString()).toBe(`served ${index}\n`);
@@ -75,21 +80,35 @@ describe("floods without the token: honest calls are served, the flood is bounde
       for (const running of floods) for (const [status, count] of running.answers) answers.set(status, (answers.get(status) ?? 0) + count);
       const expected = String(kind === "watch" ? Code.ResourceExhausted : Code.Unauthenticated);
       expect(answers.get(expected) ?? 0).toBeGreaterThan(0);
-      // Nothing else came back: no call got through, no stream was reset.
-      expect([...answers.keys()].filter((status) => status !== expected)).toEqual([]);
+      // Nothing else came back: no call got through. Streams sent past the lowered limit before the
+      // client read it are reset by the HTTP/2 layer (REFUSED_STREAM).
+      expect([...answers.keys()].filter((status) => status !== expected && status !== "reset")).toEqual([]);
       expect(test.server.manager.list().length).toBe(5);
     });
   }
 
-  it("a connection gets its full stream limit with its first call let through with the token", async () => {
+  it("a client's first burst on a fresh connection, sent before it reads the daemon's SETTINGS, is served: 100 concurrent calls", async () => {
+    const started = await startTestServer({ token });
+    test = started;
+    const client = started.connect(SandboxService, { token });
+    const answers = await Promise.all(Array.from({ length: 100 }, () => client.listProcesses({})));
+    expect(answers).toHaveLength(100);
+  });
+
+  it("a connection refused before its first call with the token is held to few streams, and gets them all back with that call", async () => {
     test = await startTestServer({ token });
     const session = await connect(test.server.url);
     sessions.push(session);
-    expect(session.remoteSettings.maxConcurrentStreams).toBe(streamsBeforeProof);
-    const settings = new Promise<http2.Settings>((resolve) => session.once("remoteSettings", resolve));
-    const stream = session.request({ ":method": "POST", ":path": "/sandbox.v1.SandboxService/ListProcesses", "content-type": "application/grpc", te: "trailers", authorization: `Bearer ${token}` });
-    stream.end(Buffer.alloc(5));
-    stream.resume();
-    expect((await settings).maxConcurrentStreams).toBe(256 + 16);
+    expect(session.remoteSettings.maxConcurrentStreams).toBe(256 + 16);
+    const call = (headers: http2.OutgoingHttpHeaders) => {
+      const settings = new Promise<http2.Settings>((resolve) => session.once("remoteSettings", resolve));
+      const stream = session.request({ ":method": "POST", ":path": "/sandbox.v1.SandboxService/ListProcesses", "content-type": "application/grpc", te: "trailers", ...headers });
+      stream.end(Buffer.alloc(5));
+      stream.on("error", () => {});
+      stream.resume();
+      return settings;
+    };
+    expect((await call({})).maxConcurrentStreams).toBe(streamsAfterRefusal);
+    expect((await call({ authorization: `Bearer ${token}` })).maxConcurrentStreams).toBe(256 + 16);
   });
 });

@@ -20,10 +20,11 @@ export const defaultPort = 7007;
 export const defaultHost = "127.0.0.1";
 
 /**
- * Streams an HTTP/2 connection may have open before its first call let through with the token (any
- * call but health on a daemon without one); it gets `--max-calls-per-connection` + 16 after.
+ * Streams an HTTP/2 connection may have open once a call of it was refused (no token, a wrong one, a
+ * health limit) before any call of it was let through with the token (any call but health on a
+ * daemon without one); it gets `--max-calls-per-connection` + 16 back with such a call.
  */
-export const streamsBeforeProof = 16;
+export const streamsAfterRefusal = 16;
 
 /** Options for {@link startServer}. */
 export interface SandboxServerOptions extends ProcessManagerOptions {
@@ -176,12 +177,14 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
   // The HTTP/2 stream limit sits above the per-connection call limit, so a client normally meets the
   // limit as RESOURCE_EXHAUSTED naming it; the transport's own refusal is the backstop.
   const maxStreams = (options.callLimits?.maxCallsPerConnection ?? defaultMaxCallsPerConnection) + 16;
-  // A connection starts with few streams, and gets all of them with its first call let through with
-  // the token: 100 connections x 272 streams without it kept the loop busy with 27,200 refusals at a
-  // time, and an honest call waited seconds behind them. A client queues calls beyond the limit
-  // until the new SETTINGS arrive, one round trip after its first call.
-  const unprovenStreams = Math.min(maxStreams, streamsBeforeProof);
+  // A connection refused before it made a call with the token is held to few streams until it makes
+  // one: 100 connections x 272 streams without the token kept the loop busy with 27,200 refusals at
+  // a time, and an honest call waited seconds behind them. Every connection starts with all its
+  // streams: a client may send a burst before it reads the daemon's SETTINGS, and streams past the
+  // limit then would be refused (REFUSED_STREAM), which connect-es does not retry.
+  const refusedStreams = Math.min(maxStreams, streamsAfterRefusal);
   const sessions = new WeakSet<object>();
+  const limited = new WeakSet<object>();
   // A call refused for an oversized message leaves its stream open until the client ends it, holding
   // session memory; past Node's default of 10 MB the connection refuses new streams with
   // ENHANCE_YOUR_CALM. Room for a few calls at the message limit keeps honest clients clear of it.
@@ -214,8 +217,15 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
       );
       refusedSinceLog = 0;
     },
+    onRefusedUnproven: (connection) => {
+      const session = connection as http2.ServerHttp2Session;
+      if (!sessions.has(session) || session.destroyed || session.closed) return;
+      limited.add(session);
+      session.settings({ maxConcurrentStreams: refusedStreams });
+    },
     onProven: (connection) => {
-      if (sessions.has(connection)) (connection as http2.ServerHttp2Session).settings({ maxConcurrentStreams: maxStreams });
+      const session = connection as http2.ServerHttp2Session;
+      if (limited.has(session) && !session.destroyed && !session.closed) session.settings({ maxConcurrentStreams: maxStreams });
     },
     ...options.gate,
   } satisfies GateOptions;
@@ -228,7 +238,7 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
       tls: options.tls,
       proven: guarded.proven,
       onTurnedAway: (how) => metrics?.connectionsTurnedAway.inc({ how }),
-      http2: { maxSessionMemory: maxSessionMemoryMb, settings: { initialWindowSize: 4 * 1024 * 1024, maxConcurrentStreams: unprovenStreams } },
+      http2: { maxSessionMemory: maxSessionMemoryMb, settings: { initialWindowSize: 4 * 1024 * 1024, maxConcurrentStreams: maxStreams } },
       onSession: (session) => {
         sessions.add(session);
         watchSessionLiveness(session, options.keepalive);

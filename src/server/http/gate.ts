@@ -71,6 +71,8 @@ export interface GateOptions {
    * through with the token (any call but health on a daemon without one): see {@link Gate.proven}.
    */
   onProven?: (connection: object) => void;
+  /** Called once per connection with the first call refused on it before it was proven. */
+  onRefusedUnproven?: (connection: object) => void;
 }
 
 /**
@@ -93,6 +95,7 @@ export function createGate(handler: RequestHandler, options: GateOptions): Gate 
   let watchStreams = 0;
   const admittedConnections = new WeakSet<object>();
   const provenConnections = new WeakSet<object>();
+  const refusedConnections = new WeakSet<object>();
   const maxResets = options.maxResetsPerSecond ?? defaultMaxResetsPerSecond;
   const resets = new WeakMap<object, { second: number; count: number }>();
   // Encoded once (for the default answer): a flood of calls without the token, or beyond the health
@@ -165,6 +168,10 @@ export function createGate(handler: RequestHandler, options: GateOptions): Gate 
   const refuse = (request: AnyRequest, response: AnyResponse, refusal: Refusal) => {
     const connection = connectionOf(request);
     if (connection !== undefined && provenConnections.has(connection)) return answer(request, response, refusal);
+    if (connection !== undefined && !refusedConnections.has(connection)) {
+      refusedConnections.add(connection);
+      options.onRefusedUnproven?.(connection);
+    }
     queued.push(() => answer(request, response, refusal));
     if (!drainScheduled) {
       drainScheduled = true;
