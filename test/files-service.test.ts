@@ -305,6 +305,38 @@ describe("a slow reader", () => {
   });
 });
 
+describe("cancelled reads and watches", () => {
+  it("let go of their files even when cancelled with a chunk unread (a generator parked on a yield)", async () => {
+    writeFileSync(path.join(t.workspace, "held.bin"), Buffer.alloc(32 * 1024 * 1024, 5));
+    await grpc.stat({ path: "held.bin" });
+    const fds = () => readdirSync("/proc/self/fd").length;
+    const before = fds();
+    for (let index = 0; index < 20; index++) {
+      const cancel = new AbortController();
+      const stream = grpc.read({ path: "held.bin" }, { signal: cancel.signal })[Symbol.asyncIterator]();
+      await stream.next();
+      await stream.next();
+      cancel.abort();
+    }
+    await waitFor(() => fds() <= before + 2, { what: "the cancelled reads' files to be closed" });
+  });
+
+  it("and cancelled watches with events unread stop their kernel watches (their fds are closed)", async () => {
+    mkdirSync(path.join(t.workspace, "busy"));
+    const fds = () => readdirSync("/proc/self/fd").length;
+    const before = fds();
+    for (let index = 0; index < 10; index++) {
+      const cancel = new AbortController();
+      const stream = grpc.watch({ path: "busy" }, { signal: cancel.signal })[Symbol.asyncIterator]();
+      await stream.next();
+      for (let file = 0; file < 50; file++) writeFileSync(path.join(t.workspace, "busy", `f${index}-${file}`), "x");
+      await stream.next();
+      cancel.abort();
+    }
+    await waitFor(() => fds() <= before + 2, { what: "the cancelled watches' fds to be closed" });
+  });
+});
+
 describe("Watch", () => {
   async function* withTimeout(stream: AsyncIterable<WatchResponse>) {
     yield* stream;

@@ -45,7 +45,11 @@ export interface FileReader {
   readonly plannedBytes: number | undefined;
   /** The chunks, a limit when one stopped the read, and the end; closes the file when done. */
   events(signal?: AbortSignal): AsyncGenerator<ReadEvent>;
-  /** Closes the file (also done by `events` when it finishes or is abandoned). */
+  /**
+   * Closes the file, once a read in flight is done (also done by `events` when it finishes). Call it
+   * when the consumer stops without finishing `events`: a generator parked on a `yield` never runs
+   * its own `finally`.
+   */
   close(): Promise<void>;
 }
 
@@ -78,9 +82,12 @@ export async function openFileReader(context: FilesContext, requested: string, o
   const cap = sized ? Math.max(0, stat.sizeBytes - offset) : maxUnsizedReadBytes;
   const stopAt = Math.min(length ?? Number.POSITIVE_INFINITY, cap);
   let closed = false;
+  // A read in flight holds the fd: closing waits for it, so the number is never reused under it.
+  let reading: Promise<unknown> = Promise.resolve();
   const close = async () => {
     if (closed) return;
     closed = true;
+    await reading.catch(() => {});
     await calls.close(fd);
   };
   return {
@@ -93,8 +100,11 @@ export async function openFileReader(context: FilesContext, requested: string, o
       try {
         while (sent < stopAt) {
           signal?.throwIfAborted();
+          if (closed) throw new FileError(`the read of ${requested} was closed`, "FILE_BUSY", { metadata: { path: requested, errno: "EBADF" } });
           const buffer = Buffer.allocUnsafe(Math.min(chunkBytes, stopAt - sent));
-          const count = await readAt(fd, buffer, offset + sent).catch((error: unknown) => {
+          const pending = readAt(fd, buffer, offset + sent);
+          reading = pending;
+          const count = await pending.catch((error: unknown) => {
             throw fileErrorOf(error, requested);
           });
           if (count === undefined) {

@@ -3,7 +3,7 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import { codeToString } from "@connectrpc/connect/protocol-connect";
 import { FileService, type ReadRequest, type ReadResponseSchema, type WatchRequest, type WatchResponseSchema, type WriteRequest } from "../../../gen/sandbox/v1/files_pb.js";
-import { maxListPageSize, type FileWriter, type WorkspaceFiles } from "../../files/index.js";
+import { maxListPageSize, type FileReader, type FileWatch, type FileWriter, type WorkspaceFiles } from "../../files/index.js";
 import { onAbort } from "../../shared/abort.js";
 import { callDetailsKey, clientGoneKey, connectionKey, sandboxError, throwIfShuttingDown, toConnectError } from "../rpc/index.js";
 import { toProtoFileInfo, toProtoReadEvent, toProtoWatchEvent } from "./convert.js";
@@ -50,12 +50,18 @@ export function createFileService(options: FileServiceOptions): ServiceImpl<type
       const signal = context.values.get(clientGoneKey) ?? context.signal;
       let release: (() => void) | undefined;
       let sent = 0;
-      // A call cancelled while parked on a `yield` may run its `finally` late: its slot is freed at once.
-      const freeing = onAbort(context.signal, () => release?.());
+      // A call cancelled while parked on a `yield` may never run its `finally`: its slot and its file
+      // are let go from the signal itself.
+      let reader: FileReader | undefined;
+      const freeing = onAbort(context.signal, () => {
+        release?.();
+        void reader?.close();
+      });
       try {
         release = limits.acquire("transfer", context.values.get(connectionKey));
-        const reader = await files.openRead(request.path, { offset: Number(request.offset), length: request.length === undefined ? undefined : Number(request.length) });
+        reader = await files.openRead(request.path, { offset: Number(request.offset), length: request.length === undefined ? undefined : Number(request.length) });
         try {
+          context.signal.throwIfAborted();
           yield { event: { case: "stat", value: toProtoFileInfo(reader.stat) } } satisfies ReadEvent;
           for await (const event of reader.events(context.signal)) {
             if (event.kind === "chunk") {
@@ -161,10 +167,16 @@ export function createFileService(options: FileServiceOptions): ServiceImpl<type
     async *watch(request: WatchRequest, context: HandlerContext) {
       note(context, { path: request.path });
       let release: (() => void) | undefined;
-      const freeing = onAbort(context.signal, () => release?.());
+      // As for Read: a watch cancelled while parked on a `yield` is stopped from the signal itself.
+      let watch: FileWatch | undefined;
+      const freeing = onAbort(context.signal, () => {
+        release?.();
+        void watch?.close();
+      });
       try {
         release = limits.acquire("watch", context.values.get(connectionKey));
-        const watch = await files.watch(request.path, { recursive: request.recursive });
+        watch = await files.watch(request.path, { recursive: request.recursive });
+        if (context.signal.aborted) await watch.close();
         for await (const event of watch.events(context.signal)) yield toProtoWatchEvent(event) satisfies WatchEvent;
         throwIfShuttingDown(context.signal);
         metrics?.operations.inc({ operation: "watch", surface: "rpc", result: "ok" });
