@@ -27,8 +27,11 @@ let small: string | undefined;
 /** A read-only tmpfs. */
 let readOnly: string | undefined;
 
+/** Where the mounts live. */
+let base: string;
+
 beforeAll(async () => {
-  const base = mkdtempSync(path.join(os.tmpdir(), "files-errors-mounts-"));
+  base = mkdtempSync(path.join(os.tmpdir(), "files-errors-mounts-"));
   if (isRoot) {
     small = path.join(base, "small");
     readOnly = path.join(base, "read-only");
@@ -56,6 +59,7 @@ afterAll(async () => {
   await t?.close();
   rmSync(workspace, { recursive: true, force: true });
   for (const mount of [small, readOnly]) if (mount !== undefined) execFileSync("umount", ["-l", mount]);
+  rmSync(base, { recursive: true, force: true });
 });
 
 describe("every file reason, with its code and metadata", () => {
