@@ -479,13 +479,17 @@ describe("a daemon that closes gracefully for a restart", () => {
     CommandHandle.BACKOFF_BASE = 20_000;
     try {
       const handle = await client.run("echo up; sleep 600", { wait: false });
-      const waiting = handle.wait();
+      // Caught at once: the handle may fail while the old daemon is still closing.
+      const waiting = handle.wait().then(
+        () => undefined,
+        (failure: unknown) => failure,
+      );
       await waitFor(() => handle.lastStdoutOffset > 0, { what: "the first line" });
       // The address now leads to the restarted daemon, as a service address does.
       front.retarget({ host: "127.0.0.1", port: after.server.port });
       const closedAt = Date.now();
       await before.close();
-      const error = await waiting.catch((failure: unknown) => failure);
+      const error = await waiting;
       // The restarted daemon has no record of the process (a restart ends every command): it says so at once.
       expect(error).toBeInstanceOf(ProcessNotFoundError);
       expect((error as ProcessNotFoundError).processId).toBe(handle.id);

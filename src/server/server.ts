@@ -296,8 +296,10 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
         health.shutdown();
         const closed = Promise.all(listeners.map((each) => each.close()));
         shutdown.abort(shuttingDownError());
-        await manager.shutdown(gracePeriodMs);
+        // GOAWAY before the commands' grace period: a client's retry must open a new connection (to the
+        // daemon that replaces this one) instead of being refused on this one in a loop until it closes.
         for (const each of listeners) each.endConnections();
+        await manager.shutdown(gracePeriodMs);
         const forced = setTimeout(() => {
           for (const each of listeners) each.destroyConnections();
         }, 1000);
