@@ -12,7 +12,12 @@ import base from "./vitest.config.js";
 const testDirectory = fileURLToPath(new URL("./test/", import.meta.url));
 const needsTools = readdirSync(testDirectory)
   .filter((name) => name.endsWith(".test.ts"))
-  .filter((name) => /\btool\(|\btoolsBin\b|\bvenvPython\b|runCommand\("go"/.test(readFileSync(testDirectory + name, "utf8")))
+  .filter((name) =>
+    /\btool\(|\btoolsBin\b|\bvenvPython\b|runCommand\("go"/.test(readFileSync(testDirectory + name, "utf8")),
+  )
   .map((name) => `test/${name}`);
 
-export default mergeConfig(base, defineConfig({ test: { exclude: ["**/node_modules/**", "test/side/**", ...needsTools] } }));
+export default mergeConfig(
+  base,
+  defineConfig({ test: { exclude: ["**/node_modules/**", "test/side/**", ...needsTools] } }),
+);

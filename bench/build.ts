@@ -33,7 +33,9 @@ async function bundle(entry: string, outfile: string): Promise<string> {
     target: "node20",
     external: ["node-pty"],
     // node-pty is CommonJS and loaded with require(); ES modules have none of their own.
-    banner: { js: "import { createRequire as __sandboxdCreateRequire } from 'node:module'; const require = __sandboxdCreateRequire(import.meta.url);" },
+    banner: {
+      js: "import { createRequire as __sandboxdCreateRequire } from 'node:module'; const require = __sandboxdCreateRequire(import.meta.url);",
+    },
     logLevel: "warning",
   });
   return outfile;

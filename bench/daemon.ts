@@ -68,7 +68,9 @@ export async function startDaemon(options: DaemonOptions = {}): Promise<Daemon> 
     process.execPath,
     [
       ...(options.nodeArgs ?? []),
-      ...(options.entry === undefined ? ["--import", "tsx", path.join(repoRoot, "src/cli/sandboxd.ts")] : [options.entry]),
+      ...(options.entry === undefined
+        ? ["--import", "tsx", path.join(repoRoot, "src/cli/sandboxd.ts")]
+        : [options.entry]),
       ...["--port", "0", "--workspace", workspace, ...(options.args ?? [])],
     ],
     { cwd: repoRoot, stdio: ["ignore", "ignore", "pipe"], env: daemonEnvironment() },
@@ -110,7 +112,10 @@ export async function startDaemon(options: DaemonOptions = {}): Promise<Daemon> 
     probe,
     client,
     newClient,
-    http1Client: createClient(SandboxService, createConnectTransport({ baseUrl: url, httpVersion: "1.1", acceptCompression: [] })),
+    http1Client: createClient(
+      SandboxService,
+      createConnectTransport({ baseUrl: url, httpVersion: "1.1", acceptCompression: [] }),
+    ),
     rssBytes: () => readRssBytes(pid),
     cpuMs: () => readCpuMs(pid),
     async stop() {
@@ -160,7 +165,10 @@ export function readRssBytes(pid: number): number {
 export function listeningUrl(child: ChildProcess, timeoutMs: number): Promise<string> {
   return new Promise((resolve, reject) => {
     let text = "";
-    const timer = setTimeout(() => reject(new Error(`the server did not listen within ${timeoutMs} ms: ${text}`)), timeoutMs);
+    const timer = setTimeout(
+      () => reject(new Error(`the server did not listen within ${timeoutMs} ms: ${text}`)),
+      timeoutMs,
+    );
     child.stderr!.setEncoding("utf8");
     const onData = (data: string) => {
       text += data;
@@ -187,7 +195,11 @@ export function listeningUrl(child: ChildProcess, timeoutMs: number): Promise<st
  * over HTTP/2, so the bench needs no generated code for it; when the daemon answers UNIMPLEMENTED
  * (no health service yet), the first successful ListProcesses counts instead.
  */
-async function waitUntilServing(url: string, client: Client<typeof SandboxService>, deadline: number): Promise<ReadyProbe> {
+async function waitUntilServing(
+  url: string,
+  client: Client<typeof SandboxService>,
+  deadline: number,
+): Promise<ReadyProbe> {
   for (;;) {
     const health = await checkHealth(url).catch(() => "error" as const);
     if (health === "serving") return "health";
@@ -230,7 +242,8 @@ function checkHealth(url: string): Promise<"serving" | "not-serving" | "unimplem
       const message = Buffer.concat(body).subarray(5);
       // A daemon without the health service answers 404 (no route) or UNIMPLEMENTED.
       if (status === "12" || httpStatus === 404) resolve("unimplemented");
-      else if (status === "0") resolve(message.length >= 2 && message[0] === 0x08 && message[1] === 0x01 ? "serving" : "not-serving");
+      else if (status === "0")
+        resolve(message.length >= 2 && message[0] === 0x08 && message[1] === 0x01 ? "serving" : "not-serving");
       else resolve("error");
     });
     stream.end(Buffer.alloc(5));

@@ -28,8 +28,18 @@ let announced = false;
 
 const headers: http2.OutgoingHttpHeaders =
   kind === "unauthenticated"
-    ? { ":method": "POST", ":path": "/sandbox.v1.SandboxService/Exec", "content-type": "application/grpc", te: "trailers" }
-    : { ":method": "POST", ":path": "/grpc.health.v1.Health/Watch", "content-type": "application/grpc", te: "trailers" };
+    ? {
+        ":method": "POST",
+        ":path": "/sandbox.v1.SandboxService/Exec",
+        "content-type": "application/grpc",
+        te: "trailers",
+      }
+    : {
+        ":method": "POST",
+        ":path": "/grpc.health.v1.Health/Watch",
+        "content-type": "application/grpc",
+        te: "trailers",
+      };
 const emptyMessage = Buffer.alloc(5);
 
 function count(status: string): void {
@@ -89,6 +99,8 @@ let stopping = false;
 for (let slot = 0; slot < connections; slot++) connect(slot);
 process.once("SIGTERM", () => {
   stopping = true;
-  process.stdout.write(`${JSON.stringify({ answers: Object.fromEntries(answers), answered, connectionsMade, seconds: (performance.now() - began) / 1000 })}\n`);
+  process.stdout.write(
+    `${JSON.stringify({ answers: Object.fromEntries(answers), answered, connectionsMade, seconds: (performance.now() - began) / 1000 })}\n`,
+  );
   process.exit(0);
 });

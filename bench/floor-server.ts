@@ -32,7 +32,15 @@ async function* exec(request: ExecRequest): AsyncGenerator<ExecResponse> {
   yield create(ExecResponseSchema, {
     event: {
       case: "started",
-      value: { processId: "floor", pid: process.pid, command: spec?.command ?? "", args: spec?.args ?? [], status: ProcessStatus.RUNNING, cwd: "/", startTime },
+      value: {
+        processId: "floor",
+        pid: process.pid,
+        command: spec?.command ?? "",
+        args: spec?.args ?? [],
+        status: ProcessStatus.RUNNING,
+        cwd: "/",
+        startTime,
+      },
     },
   });
   if (spec?.command === "stream") {
@@ -40,11 +48,16 @@ async function* exec(request: ExecRequest): AsyncGenerator<ExecResponse> {
     for (let offset = 0n; offset < total; offset += BigInt(chunkBytes)) {
       const left = total - offset;
       const data = left < chunkBytes ? chunk.subarray(0, Number(left)) : chunk;
-      yield create(ExecResponseSchema, { event: { case: "output", value: { stream: OutputStream.STDOUT, offset, data } } });
+      yield create(ExecResponseSchema, {
+        event: { case: "output", value: { stream: OutputStream.STDOUT, offset, data } },
+      });
     }
   }
   yield create(ExecResponseSchema, {
-    event: { case: "exited", value: { status: ProcessStatus.COMPLETED, exitCode: 0, startTime, endTime: timestampNow() } },
+    event: {
+      case: "exited",
+      value: { status: ProcessStatus.COMPLETED, exitCode: 0, startTime, endTime: timestampNow() },
+    },
   });
 }
 
@@ -58,6 +71,8 @@ const server = http2.createServer({ settings: { initialWindowSize: 4 * 1024 * 10
 server.on("connection", (socket: import("node:net").Socket) => socket.setNoDelay(true));
 server.listen(0, "127.0.0.1", () => {
   const address = server.address();
-  process.stderr.write(`listening on http://127.0.0.1:${typeof address === "object" && address !== null ? address.port : 0}\n`);
+  process.stderr.write(
+    `listening on http://127.0.0.1:${typeof address === "object" && address !== null ? address.port : 0}\n`,
+  );
 });
 process.on("SIGTERM", () => process.exit(0));

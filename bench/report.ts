@@ -58,29 +58,51 @@ export function formatTable(rows: readonly Row[]): string {
     row.figure,
     formatValue(row.value, row.unit),
     formatValue(row.baseline, row.unit),
-    row.ratio === null ? "-" : row.goal.includes("beyond") ? `+${row.ratio.toFixed(0)} ${row.unit}` : `${row.ratio.toFixed(2)}x`,
+    row.ratio === null
+      ? "-"
+      : row.goal.includes("beyond")
+        ? `+${row.ratio.toFixed(0)} ${row.unit}`
+        : `${row.ratio.toFixed(2)}x`,
     row.goal,
     row.verdict === "pass" ? "PASS" : row.verdict === "fail" ? "FAIL" : row.verdict,
   ]);
   const widths = header.map((title, column) => Math.max(title.length, ...lines.map((line) => line[column].length)));
-  const render = (cells: string[]) => cells.map((cell, column) => cell.padEnd(widths[column])).join("  ").trimEnd();
+  const render = (cells: string[]) =>
+    cells
+      .map((cell, column) => cell.padEnd(widths[column]))
+      .join("  ")
+      .trimEnd();
   const notes = rows.filter((row) => row.note).map((row) => `  ${row.id}: ${row.note}`);
-  return [render(header), render(widths.map((width) => "-".repeat(width))), ...lines.map(render), "", "notes:", ...notes].join("\n");
+  return [
+    render(header),
+    render(widths.map((width) => "-".repeat(width))),
+    ...lines.map(render),
+    "",
+    "notes:",
+    ...notes,
+  ].join("\n");
 }
 
 /** Formats results as a Markdown table, for docs/PERFORMANCE.md. */
 export function formatMarkdown(rows: readonly Row[]): string {
   const lines = ["| figure | sandboxd | baseline | ratio | goal | result |", "| --- | --- | --- | --- | --- | --- |"];
   for (const row of rows) {
-    const ratio = row.ratio === null ? "-" : row.goal.includes("beyond") ? `+${row.ratio.toFixed(0)} ${row.unit}` : `${row.ratio.toFixed(2)}x`;
-    lines.push(`| ${row.figure} | ${formatValue(row.value, row.unit)} | ${formatValue(row.baseline, row.unit)} | ${ratio} | ${row.goal} | ${row.verdict} |`);
+    const ratio =
+      row.ratio === null
+        ? "-"
+        : row.goal.includes("beyond")
+          ? `+${row.ratio.toFixed(0)} ${row.unit}`
+          : `${row.ratio.toFixed(2)}x`;
+    lines.push(
+      `| ${row.figure} | ${formatValue(row.value, row.unit)} | ${formatValue(row.baseline, row.unit)} | ${ratio} | ${row.goal} | ${row.verdict} |`,
+    );
   }
   return lines.join("\n");
 }
 
 /** Writes results as pretty JSON. */
 export function writeResults(file: string, results: BenchResults): void {
-  writeFileSync(file, JSON.stringify(results, null, 2) + "\n");
+  writeFileSync(file, `${JSON.stringify(results, null, 2)}\n`);
 }
 
 function formatValue(value: number | null, unit: string): string {

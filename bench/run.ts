@@ -33,7 +33,18 @@ import { formatMarkdown, formatTable, writeResults, type BenchResults, type Row 
 import { fullSize, quickSize } from "./size.js";
 
 /** Names accepted by --only, in the order the figures run. */
-export const figureNames = ["start", "latency", "throughput", "ghz", "floor", "memory", "fanout", "scale", "floods", "files"] as const;
+export const figureNames = [
+  "start",
+  "latency",
+  "throughput",
+  "ghz",
+  "floor",
+  "memory",
+  "fanout",
+  "scale",
+  "floods",
+  "files",
+] as const;
 
 async function main(): Promise<void> {
   const { values } = parseArgs({
@@ -51,7 +62,8 @@ async function main(): Promise<void> {
   const size = values.quick ? quickSize : fullSize;
   const only = new Set(values.only?.split(",").map((name) => name.trim()) ?? figureNames);
   for (const name of only) {
-    if (!(figureNames as readonly string[]).includes(name)) throw new Error(`unknown figure ${name}: use ${figureNames.join(", ")}`);
+    if (!(figureNames as readonly string[]).includes(name))
+      throw new Error(`unknown figure ${name}: use ${figureNames.join(", ")}`);
   }
   const out = path.resolve(values.out ?? path.join(repoRoot, "bench/results.json"));
   const startedAt = new Date();
@@ -117,7 +129,9 @@ async function main(): Promise<void> {
   }
   if (only.has("scale")) {
     log("process scale and memory");
-    await withDaemon(["--max-processes", String(size.scaleProcesses + 24)], (daemon) => measureProcessScale(daemon, size));
+    await withDaemon(["--max-processes", String(size.scaleProcesses + 24)], (daemon) =>
+      measureProcessScale(daemon, size),
+    );
   }
   if (only.has("floods")) {
     log("an honest Exec during floods without the token");
@@ -138,7 +152,9 @@ async function main(): Promise<void> {
   writeResults(out, results);
   process.stdout.write(`${formatTable(rows)}\n\n`);
   if (values.markdown) process.stdout.write(`${formatMarkdown(rows)}\n\n`);
-  process.stdout.write(`${size.mode} run in ${results.elapsedSeconds.toFixed(0)} s on ${results.machine.cpus} cores; results in ${path.relative(process.cwd(), out)}\n`);
+  process.stdout.write(
+    `${size.mode} run in ${results.elapsedSeconds.toFixed(0)} s on ${results.machine.cpus} cores; results in ${path.relative(process.cwd(), out)}\n`,
+  );
 }
 
 main().then(

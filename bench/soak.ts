@@ -54,10 +54,14 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 /** Starts a daemon process, runs the soak against it, stops it and reports. */
 export async function runSoak(options: SoakOptions): Promise<SoakReport> {
   const workspace = realpathSync(mkdtempSync(path.join(tmpdir(), "sandboxd-soak-")));
-  const daemon = spawn(process.execPath, ["--import", "tsx", "src/cli/sandboxd.ts", "--port", "0", "--workspace", workspace, "--linger-ms", "1000"], {
-    cwd: root,
-    stdio: ["ignore", "ignore", "pipe"],
-  });
+  const daemon = spawn(
+    process.execPath,
+    ["--import", "tsx", "src/cli/sandboxd.ts", "--port", "0", "--workspace", workspace, "--linger-ms", "1000"],
+    {
+      cwd: root,
+      stdio: ["ignore", "ignore", "pipe"],
+    },
+  );
   try {
     const url = await daemonUrl(daemon);
     const sessionManager = new Http2SessionManager(url);
@@ -93,7 +97,8 @@ async function oneExec(client: Client<typeof SandboxService>, i: number, failure
       if (response.event.case === "output") stdout += Buffer.from(response.event.value.data).toString();
       if (response.event.case === "exited") exit = response.event.value.exitCode;
     }
-    if (stdout.replaceAll("\r", "") !== `soak-${i}\n` || exit !== 0) failures.push(`exec ${i}: ${JSON.stringify(stdout)} exit ${exit}`);
+    if (stdout.replaceAll("\r", "") !== `soak-${i}\n` || exit !== 0)
+      failures.push(`exec ${i}: ${JSON.stringify(stdout)} exit ${exit}`);
   } catch (error) {
     failures.push(`exec ${i}: ${String(error)}`);
   }
@@ -101,7 +106,9 @@ async function oneExec(client: Client<typeof SandboxService>, i: number, failure
 
 async function oneCycle(client: Client<typeof SandboxService>, i: number, failures: string[]): Promise<void> {
   try {
-    const { process } = await client.startProcess({ spec: { command: `while :; do echo tick-${i}; sleep 0.05; done`, pty: i % 4 === 3 ? {} : undefined } });
+    const { process } = await client.startProcess({
+      spec: { command: `while :; do echo tick-${i}; sleep 0.05; done`, pty: i % 4 === 3 ? {} : undefined },
+    });
     const processId = process!.processId;
     let sawOutput = false;
     let exited: ProcessStatus | undefined;
@@ -112,7 +119,8 @@ async function oneCycle(client: Client<typeof SandboxService>, i: number, failur
       }
       if (response.event.case === "exited") exited = response.event.value.status;
     }
-    if (!sawOutput || exited !== ProcessStatus.KILLED) failures.push(`cycle ${i}: output ${sawOutput}, exit status ${exited}`);
+    if (!sawOutput || exited !== ProcessStatus.KILLED)
+      failures.push(`cycle ${i}: output ${sawOutput}, exit status ${exited}`);
   } catch (error) {
     failures.push(`cycle ${i}: ${String(error)}`);
   }
@@ -221,5 +229,11 @@ if (process.argv[1] !== undefined && fileURLToPath(import.meta.url) === realpath
   });
   console.log(formatReport(report));
   for (const failure of report.failures.slice(0, 20)) console.log(`failure: ${failure}`);
-  process.exit(report.failures.length === 0 && report.after.fds <= report.before.fds && report.after.children <= report.before.children ? 0 : 1);
+  process.exit(
+    report.failures.length === 0 &&
+      report.after.fds <= report.before.fds &&
+      report.after.children <= report.before.children
+      ? 0
+      : 1,
+  );
 }

@@ -17,7 +17,11 @@ export async function timeMs(operation: () => Promise<unknown>): Promise<number>
  * Runs `operation` `count` times with at most `concurrency` in flight; resolves with the elapsed
  * milliseconds of the whole run.
  */
-export async function runConcurrently(count: number, concurrency: number, operation: (index: number) => Promise<unknown>): Promise<number> {
+export async function runConcurrently(
+  count: number,
+  concurrency: number,
+  operation: (index: number) => Promise<unknown>,
+): Promise<number> {
   let next = 0;
   const start = performance.now();
   const worker = async () => {
@@ -33,7 +37,11 @@ export function megabytesPerSecond(bytes: number, elapsedMs: number): number {
 }
 
 /** Polls `condition` every `intervalMs` until it holds or `timeoutMs` passed; resolves with whether it held. */
-export async function waitFor(condition: () => boolean | Promise<boolean>, timeoutMs: number, intervalMs = 20): Promise<boolean> {
+export async function waitFor(
+  condition: () => boolean | Promise<boolean>,
+  timeoutMs: number,
+  intervalMs = 20,
+): Promise<boolean> {
   const deadline = performance.now() + timeoutMs;
   for (;;) {
     if (await condition()) return true;

@@ -27,7 +27,13 @@ function compile(what, args) {
   }
 }
 
-if (!compile("build/sandboxd-exec", ["-o", path.join(build, "sandboxd-exec"), path.join(root, "native", "sandboxd-exec.c")])) {
+if (
+  !compile("build/sandboxd-exec", [
+    "-o",
+    path.join(build, "sandboxd-exec"),
+    path.join(root, "native", "sandboxd-exec.c"),
+  ])
+) {
   console.warn("sandboxd: the daemon will run without it: no --user, and inherited fds reach commands");
 }
 let headers;
@@ -38,5 +44,15 @@ try {
 }
 if (headers !== undefined) {
   // Node-API symbols resolve against the node binary at load time.
-  compile("build/sandboxd.node", ["-shared", "-fPIC", "-DNAPI_VERSION=8", "-I", headers, "-o", path.join(build, "sandboxd.node"), path.join(root, "native", "addon.c"), path.join(root, "native", "files.c")]);
+  compile("build/sandboxd.node", [
+    "-shared",
+    "-fPIC",
+    "-DNAPI_VERSION=8",
+    "-I",
+    headers,
+    "-o",
+    path.join(build, "sandboxd.node"),
+    path.join(root, "native", "addon.c"),
+    path.join(root, "native", "files.c"),
+  ]);
 }

@@ -22,7 +22,8 @@ const out = path.resolve(values.out ?? path.join(root, "dist/one-file/sandboxd")
 const work = path.join(path.dirname(out), "work");
 mkdirSync(work, { recursive: true });
 for (const file of ["build/sandboxd-exec", "build/sandboxd.node"]) {
-  if (!existsSync(path.join(root, file))) throw new Error(`${file} is missing: the native build (npm ci, needs a C compiler) comes first`);
+  if (!existsSync(path.join(root, file)))
+    throw new Error(`${file} is missing: the native build (npm ci, needs a C compiler) comes first`);
 }
 const { version } = JSON.parse(readFileSync(path.join(root, "package.json"), "utf8"));
 
@@ -59,7 +60,10 @@ await build({
 });
 
 // The daemon's V8 flags, from the module the daemon itself reads them from (it imports nothing).
-const flagsSource = await transform(readFileSync(path.join(root, "src/cli/sandboxd/node-flags.ts"), "utf8"), { loader: "ts", format: "esm" });
+const flagsSource = await transform(readFileSync(path.join(root, "src/cli/sandboxd/node-flags.ts"), "utf8"), {
+  loader: "ts",
+  format: "esm",
+});
 const { daemonNodeFlags } = await import(`data:text/javascript,${encodeURIComponent(flagsSource.code)}`);
 
 const blob = path.join(work, "sandboxd.blob");
@@ -73,19 +77,33 @@ writeFileSync(
     useCodeCache: true,
     // The daemon's V8 flags (src/cli/sandboxd/node-flags.ts), applied by Node 24.6 and later; older ones ignore it.
     execArgv: daemonNodeFlags,
-    assets: { "sandboxd-exec": path.join(root, "build/sandboxd-exec"), "sandboxd.node": path.join(root, "build/sandboxd.node") },
+    assets: {
+      "sandboxd-exec": path.join(root, "build/sandboxd-exec"),
+      "sandboxd.node": path.join(root, "build/sandboxd.node"),
+    },
   }),
 );
 // Node's own "Wrote single executable preparation blob" line says nothing the last line does not.
-const prepared = spawnSync(nodeBinary, ["--experimental-sea-config", config], { stdio: ["ignore", "pipe", "pipe"], encoding: "utf8" });
+const prepared = spawnSync(nodeBinary, ["--experimental-sea-config", config], {
+  stdio: ["ignore", "pipe", "pipe"],
+  encoding: "utf8",
+});
 passOn(`${prepared.stdout}${prepared.stderr}`, /^Wrote single executable preparation blob to /);
-if (prepared.status !== 0) throw new Error(`node --experimental-sea-config failed (${prepared.status ?? prepared.signal})`);
+if (prepared.status !== 0)
+  throw new Error(`node --experimental-sea-config failed (${prepared.status ?? prepared.signal})`);
 mkdirSync(path.dirname(out), { recursive: true });
 copyFileSync(nodeBinary, out);
 chmodSync(out, 0o755);
 const injected = spawnSync(
   process.execPath,
-  [path.join(root, "node_modules/postject/dist/cli.js"), out, "NODE_SEA_BLOB", blob, "--sentinel-fuse", "NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2"],
+  [
+    path.join(root, "node_modules/postject/dist/cli.js"),
+    out,
+    "NODE_SEA_BLOB",
+    blob,
+    "--sentinel-fuse",
+    "NODE_SEA_FUSE_fce680ab2cc467b6e072b8b5df1996b2",
+  ],
   { stdio: ["ignore", "ignore", "pipe"], encoding: "utf8" },
 );
 // postject's ELF reader (LIEF) warns once per note section of Node's binary whose name it cannot look up
@@ -93,7 +111,9 @@ const injected = spawnSync(
 // package suite runs the result). Those lines are dropped; anything else postject says is passed on.
 passOn(injected.stderr, /^warning: Can't find string offset for section name '\.note[\w.]*'$/);
 if (injected.status !== 0) throw new Error(`postject failed (${injected.status ?? injected.signal})`);
-console.log(`sandboxd: wrote ${path.relative(process.cwd(), out)} (${Math.round(readFileSync(out).length / 1048576)} MiB, Node ${execFileSync(nodeBinary, ["--version"]).toString().trim()})`);
+console.log(
+  `sandboxd: wrote ${path.relative(process.cwd(), out)} (${Math.round(readFileSync(out).length / 1048576)} MiB, Node ${execFileSync(nodeBinary, ["--version"]).toString().trim()})`,
+);
 
 /** Writes `text` to stderr but for the lines `expected` matches (and empty ones). */
 function passOn(text, expected) {

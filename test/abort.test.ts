@@ -75,7 +75,9 @@ describe("raceSignal", () => {
     await expect(raced).rejects.toThrow("stop");
     const second = new AbortController();
     second.abort("why");
-    await expect(raceSignal(never, second.signal, (reason) => new Error(`cancelled: ${String(reason)}`))).rejects.toThrow("cancelled: why");
+    await expect(
+      raceSignal(never, second.signal, (reason) => new Error(`cancelled: ${String(reason)}`)),
+    ).rejects.toThrow("cancelled: why");
   });
 });
 

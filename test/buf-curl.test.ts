@@ -45,21 +45,36 @@ describe("buf curl with no proto file, through server reflection", () => {
   ] as const) {
     it(`streams Exec with ${name}, started first and exited last`, async () => {
       const events = ok(
-        await bufCurl([...flags, "-d", JSON.stringify({ spec: { command: "echo via buf curl" } }), `${test.server.url}/sandbox.v1.SandboxService/Exec`]),
+        await bufCurl([
+          ...flags,
+          "-d",
+          JSON.stringify({ spec: { command: "echo via buf curl" } }),
+          `${test.server.url}/sandbox.v1.SandboxService/Exec`,
+        ]),
       );
       expect(Object.keys(events[0])).toEqual(["started"]);
       expect(events.at(-1)!.exited).toMatchObject({ status: "PROCESS_STATUS_COMPLETED", exitCode: 0 });
-      const output = events.flatMap((event) => (event.output ? [Buffer.from(event.output.data as string, "base64")] : []));
+      const output = events.flatMap((event) =>
+        event.output ? [Buffer.from(event.output.data as string, "base64")] : [],
+      );
       expect(Buffer.concat(output).toString()).toBe("via buf curl\n");
     });
   }
 
   it("calls a unary RPC, and reports the error code of a failing one", async () => {
     const [started] = ok(
-      await bufCurl(["-d", JSON.stringify({ spec: { command: "exit 0", processId: "buf-curl" } }), `${test.server.url}/sandbox.v1.SandboxService/StartProcess`]),
+      await bufCurl([
+        "-d",
+        JSON.stringify({ spec: { command: "exit 0", processId: "buf-curl" } }),
+        `${test.server.url}/sandbox.v1.SandboxService/StartProcess`,
+      ]),
     );
     expect(started.process.processId).toBe("buf-curl");
-    const missing = await bufCurl(["-d", '{"processId":"no-such-process"}', `${test.server.url}/sandbox.v1.SandboxService/GetProcess`]);
+    const missing = await bufCurl([
+      "-d",
+      '{"processId":"no-such-process"}',
+      `${test.server.url}/sandbox.v1.SandboxService/GetProcess`,
+    ]);
     expect(missing.code).not.toBe(0);
     expect(JSON.parse(missing.stderr)).toEqual({
       code: "not_found",
@@ -76,7 +91,14 @@ describe("buf curl with no proto file, through server reflection", () => {
   });
 
   it("checks health with gRPC", async () => {
-    const events = ok(await bufCurl(["--http2-prior-knowledge", "--protocol", "grpc", `${test.server.url}/grpc.health.v1.Health/Check`]));
+    const events = ok(
+      await bufCurl([
+        "--http2-prior-knowledge",
+        "--protocol",
+        "grpc",
+        `${test.server.url}/grpc.health.v1.Health/Check`,
+      ]),
+    );
     expect(events).toEqual([{ status: "SERVING" }]);
   });
 });

@@ -44,7 +44,9 @@ function expectOneLine(stderr: Buffer, pattern: RegExp): void {
 
 describe("sandbox --version and --help", () => {
   it("--version prints the package's version", async () => {
-    const { version } = JSON.parse(readFileSync(path.join(repositoryRoot, "package.json"), "utf8")) as { version: string };
+    const { version } = JSON.parse(readFileSync(path.join(repositoryRoot, "package.json"), "utf8")) as {
+      version: string;
+    };
     for (const flag of ["--version", "-V"]) {
       const result = await runCli([flag]);
       expect(result.code).toBe(0);
@@ -55,7 +57,8 @@ describe("sandbox --version and --help", () => {
   it("--help lists the commands and the exit codes; each command has its own --help", async () => {
     const top = await runCli(["--help"]);
     expect(top.code).toBe(0);
-    for (const name of ["exec", "start", "ps", "logs", "kill", "attach"]) expect(top.stdout.toString()).toMatch(new RegExp(`\\n  ${name} `));
+    for (const name of ["exec", "start", "ps", "logs", "kill", "attach"])
+      expect(top.stdout.toString()).toMatch(new RegExp(`\\n  ${name} `));
     expect(top.stdout.toString()).toContain("125");
     const expected: Record<string, string[]> = {
       exec: ["--interactive", "--tty", "--env", "--workdir", "--timeout", "--url", "--token-file"],
@@ -123,13 +126,19 @@ describe("sandbox connection failures: one line, exit 1 (125 for exec)", () => {
   it("a URL that is not one", async () => {
     const result = await runCli(["ps"], { url: "localhost:7007" });
     expect(result.code).toBe(2);
-    expectOneLine(result.stderr, /invalid daemon URL "localhost:7007": write it as http:\/\/host:port \(the daemon speaks plain HTTP by default\)/);
+    expectOneLine(
+      result.stderr,
+      /invalid daemon URL "localhost:7007": write it as http:\/\/host:port \(the daemon speaks plain HTTP by default\)/,
+    );
   });
 
   it("https:// against a daemon that speaks plain HTTP says so, instead of OpenSSL's words", async () => {
     const result = await runCli(["ps"], { url: open.server.url.replace("http:", "https:") });
     expect(result.code).toBe(1);
-    expectOneLine(result.stderr, /speaks plain HTTP, not TLS: use http:\/\/127\.0\.0\.1:\d+, or start the daemon with --tls-cert and --tls-key/);
+    expectOneLine(
+      result.stderr,
+      /speaks plain HTTP, not TLS: use http:\/\/127\.0\.0\.1:\d+, or start the daemon with --tls-cert and --tls-key/,
+    );
     expect(result.stderr.toString()).not.toContain("wrong version number");
   });
 
@@ -137,9 +146,15 @@ describe("sandbox connection failures: one line, exit 1 (125 for exec)", () => {
     // 192.0.2.1 is TEST-NET-1: nothing answers there; the refusal comes before any connection.
     const refused = await runCli(["ps", "--url", "http://192.0.2.1:7007"], { env: { SANDBOXD_TOKEN: token } });
     expect(refused.code).toBe(2);
-    expectOneLine(refused.stderr, /refusing to send the token in clear to http:\/\/192\.0\.2\.1:7007: use https:\/\/ .*--allow-cleartext-token/);
+    expectOneLine(
+      refused.stderr,
+      /refusing to send the token in clear to http:\/\/192\.0\.2\.1:7007: use https:\/\/ .*--allow-cleartext-token/,
+    );
     // Allowed, the same command gets as far as connecting (and fails there: nobody listens).
-    const allowed = await runCli(["--allow-cleartext-token", "ps", "--url", "http://192.0.2.1:7007"], { env: { SANDBOXD_TOKEN: token }, timeoutMs: 60_000 });
+    const allowed = await runCli(["--allow-cleartext-token", "ps", "--url", "http://192.0.2.1:7007"], {
+      env: { SANDBOXD_TOKEN: token },
+      timeoutMs: 60_000,
+    });
     expect(allowed.code).toBe(1);
     expectOneLine(allowed.stderr, /cannot connect to http:\/\/192\.0\.2\.1:7007/);
   });
@@ -161,27 +176,48 @@ describe("sandbox connection failures: one line, exit 1 (125 for exec)", () => {
     const fromFile = await runCli(["exec", "--url", guarded.server.url, "--token-file", tokenFile, "--", "echo", "in"]);
     expect(fromFile.code).toBe(0);
     expect(fromFile.stdout.toString()).toBe("in\n");
-    const fromEnv = await runCli(["exec", "--", "echo", "in"], { url: guarded.server.url, env: { SANDBOXD_TOKEN: token } });
+    const fromEnv = await runCli(["exec", "--", "echo", "in"], {
+      url: guarded.server.url,
+      env: { SANDBOXD_TOKEN: token },
+    });
     expect(fromEnv.stdout.toString()).toBe("in\n");
     expect(fromEnv.stderr.toString()).toBe("");
     // The old names still work, with one warning line each naming the new one.
-    const old = await runCli(["exec", "--", "echo", "old"], { env: { SANDBOX_URL: guarded.server.url, SANDBOX_TOKEN: token } });
+    const old = await runCli(["exec", "--", "echo", "old"], {
+      env: { SANDBOX_URL: guarded.server.url, SANDBOX_TOKEN: token },
+    });
     expect(old.stdout.toString()).toBe("old\n");
-    expect(old.stderr.toString()).toMatch(/^sandbox: warning: SANDBOX_URL is deprecated: set SANDBOXD_URL instead.*\nsandbox: warning: SANDBOX_TOKEN is deprecated: set SANDBOXD_TOKEN instead.*\n$/);
+    expect(old.stderr.toString()).toMatch(
+      /^sandbox: warning: SANDBOX_URL is deprecated: set SANDBOXD_URL instead.*\nsandbox: warning: SANDBOX_TOKEN is deprecated: set SANDBOXD_TOKEN instead.*\n$/,
+    );
     // --url wins over SANDBOXD_URL, before the command's name or after it (where it wins over one before).
     const elsewhere = `http://127.0.0.1:${await closedPort()}`;
     const flagWins = await runCli(["exec", "--url", open.server.url, "--", "echo", "open"], { url: elsewhere });
     expect(flagWins.stdout.toString()).toBe("open\n");
     const before = await runCli(["--url", open.server.url, "exec", "--", "echo", "before"], { url: elsewhere });
     expect(before.stdout.toString()).toBe("before\n");
-    const both = await runCli(["--url", elsewhere, "--token-file", tokenFile, "exec", "--url", guarded.server.url, "--", "echo", "both"]);
+    const both = await runCli([
+      "--url",
+      elsewhere,
+      "--token-file",
+      tokenFile,
+      "exec",
+      "--url",
+      guarded.server.url,
+      "--",
+      "echo",
+      "both",
+    ]);
     expect(both.stdout.toString()).toBe("both\n");
   });
 
   it("a daemon that goes away under exec: one line, exit 125", async () => {
     const doomed = await startTestServer();
     const running = runCli(["exec", "--", "sleep", "30"], { url: doomed.server.url });
-    await waitFor(async () => (await doomed.client.listProcesses({})).processes.length > 0, { what: "the command to start", intervalMs: 50 });
+    await waitFor(async () => (await doomed.client.listProcesses({})).processes.length > 0, {
+      what: "the command to start",
+      intervalMs: 50,
+    });
     await doomed.close();
     const result = await running;
     expect(result.code).toBe(125);

@@ -59,9 +59,22 @@ describe("sandbox exec without a terminal", () => {
 
   it("sets environment variables (-e) and the working directory (-w)", async () => {
     mkdirSync(path.join(t.workspace, "sub"), { recursive: true });
-    const result = await exec(["-e", "GREETING=hello world", "-e", "EMPTY=", "-w", "sub", "--", "sh", "-c", 'echo "$GREETING|${EMPTY-unset}|$(pwd)"']);
+    const result = await exec([
+      "-e",
+      "GREETING=hello world",
+      "-e",
+      "EMPTY=",
+      "-w",
+      "sub",
+      "--",
+      "sh",
+      "-c",
+      'echo "$GREETING|${EMPTY-unset}|$(pwd)"',
+    ]);
     expect(result.stdout.toString()).toBe(`hello world||${path.join(t.workspace, "sub")}\n`);
-    const passed = await exec(["-e", "FROM_HERE", "--", "sh", "-c", 'echo "$FROM_HERE"'], { env: { FROM_HERE: "local value" } });
+    const passed = await exec(["-e", "FROM_HERE", "--", "sh", "-c", 'echo "$FROM_HERE"'], {
+      env: { FROM_HERE: "local value" },
+    });
     expect(passed.stdout.toString()).toBe("local value\n");
   });
 
@@ -107,7 +120,13 @@ describe("sandbox exec without a terminal", () => {
   });
 
   it("passes Ctrl-C (SIGINT) on to the command once, and exits with the command's code", async () => {
-    const { child, done, printed } = startCli(["exec", "--", "sh", "-c", 'trap "echo got INT; exit 5" INT; echo ready; while :; do sleep 0.1; done']);
+    const { child, done, printed } = startCli([
+      "exec",
+      "--",
+      "sh",
+      "-c",
+      'trap "echo got INT; exit 5" INT; echo ready; while :; do sleep 0.1; done',
+    ]);
     await waitFor(() => printed().includes("ready"), { what: "the command to start" });
     child.kill("SIGINT");
     const result = await done;
@@ -116,7 +135,13 @@ describe("sandbox exec without a terminal", () => {
   });
 
   it("on SIGTERM abandons the command, which the daemon kills, and exits 143", async () => {
-    const { child, done, printed } = startCli(["exec", "--", "sh", "-c", "echo $$; trap '' INT TERM; while :; do sleep 0.1; done"]);
+    const { child, done, printed } = startCli([
+      "exec",
+      "--",
+      "sh",
+      "-c",
+      "echo $$; trap '' INT TERM; while :; do sleep 0.1; done",
+    ]);
     const pid = Number(await waitFor(() => /^(\d+)\n/.exec(printed())?.[1], { what: "the pid" }));
     expect(isAlive(pid)).toBe(true);
     child.kill("SIGTERM");
@@ -126,7 +151,13 @@ describe("sandbox exec without a terminal", () => {
   });
 
   it("abandons a command that ignores the first Ctrl-C at the second: the daemon kills it, exit 130", async () => {
-    const { child, done, printed } = startCli(["exec", "--", "sh", "-c", "echo $$; trap 'echo ignored' INT; while :; do sleep 0.1; done"]);
+    const { child, done, printed } = startCli([
+      "exec",
+      "--",
+      "sh",
+      "-c",
+      "echo $$; trap 'echo ignored' INT; while :; do sleep 0.1; done",
+    ]);
     const pid = Number(await waitFor(() => /^(\d+)\n/.exec(printed())?.[1], { what: "the pid" }));
     child.kill("SIGINT");
     await waitFor(() => printed().includes("ignored"), { what: "the first SIGINT to reach the command" });

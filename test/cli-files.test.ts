@@ -1,5 +1,17 @@
 import { createHash, randomBytes } from "node:crypto";
-import { chmodSync, existsSync, lstatSync, mkdirSync, readFileSync, readdirSync, readlinkSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  readFileSync,
+  readdirSync,
+  readlinkSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -20,7 +32,8 @@ afterAll(async () => {
   rmSync(local, { recursive: true, force: true });
 });
 
-const cli = (args: readonly string[], options: { input?: string | Buffer } = {}) => runCli(args, { url: t.server.url, cwd: local, timeoutMs: 60_000, ...options });
+const cli = (args: readonly string[], options: { input?: string | Buffer } = {}) =>
+  runCli(args, { url: t.server.url, cwd: local, timeoutMs: 60_000, ...options });
 
 /** A fresh name for a test's files, in the workspace and locally. */
 const fresh = () => `c-${randomBytes(4).toString("hex")}`;
@@ -66,10 +79,14 @@ describe("sandbox cp", () => {
     makeTree(tree);
     const up = await cli(["cp", name, `:${name}`]);
     expect(up.code).toBe(0);
-    expect(up.stderr.toString()).toBe(`sandbox: warning: skipping ${path.join(name, "link")}: a symlink (the file API creates no links)\n`);
+    expect(up.stderr.toString()).toBe(
+      `sandbox: warning: skipping ${path.join(name, "link")}: a symlink (the file API creates no links)\n`,
+    );
     const remote = path.join(t.workspace, name);
     expect(readdirSync(remote).sort()).toEqual(["a.txt", "run.sh", "sub"]);
-    expect(readFileSync(path.join(remote, "sub", "data.bin")).equals(readFileSync(path.join(tree, "sub", "data.bin")))).toBe(true);
+    expect(
+      readFileSync(path.join(remote, "sub", "data.bin")).equals(readFileSync(path.join(tree, "sub", "data.bin"))),
+    ).toBe(true);
     expect(statSync(path.join(remote, "run.sh")).mode & 0o777).toBe(0o755);
     expect(statSync(path.join(remote, "sub", "empty")).isDirectory()).toBe(true);
 
@@ -90,7 +107,9 @@ describe("sandbox cp", () => {
     expect(readdirSync(back).sort()).toEqual(["a.txt", "link", name, "run.sh", "sub"].sort());
     expect(readlinkSync(path.join(back, "link"))).toBe("a.txt");
     expect(lstatSync(path.join(back, "link")).isSymbolicLink()).toBe(true);
-    expect(readFileSync(path.join(back, "sub", "data.bin")).equals(readFileSync(path.join(tree, "sub", "data.bin")))).toBe(true);
+    expect(
+      readFileSync(path.join(back, "sub", "data.bin")).equals(readFileSync(path.join(tree, "sub", "data.bin"))),
+    ).toBe(true);
     expect(statSync(path.join(back, "run.sh")).mode & 0o777).toBe(0o755);
     expect(statSync(path.join(back, "sub", "empty")).isDirectory()).toBe(true);
   });
@@ -104,7 +123,9 @@ describe("sandbox cp", () => {
     expect(readFileSync(path.join(t.workspace, name, "from-stdin.bin")).equals(data)).toBe(true);
     const down = await cli(["cp", `:${name}/from-stdin.bin`, "-"]);
     expect(down.code).toBe(0);
-    expect(createHash("sha256").update(down.stdout).digest("hex")).toBe(createHash("sha256").update(data).digest("hex"));
+    expect(createHash("sha256").update(down.stdout).digest("hex")).toBe(
+      createHash("sha256").update(data).digest("hex"),
+    );
     const toDirectory = await cli(["cp", "-", `:${name}`], { input: "x" });
     expect(toDirectory.code).toBe(1);
     expect(toDirectory.stderr.toString()).toBe(`sandbox: ${name} is a directory: name the file to write stdin to\n`);
@@ -134,7 +155,8 @@ describe("sandbox cp's progress", () => {
     installCliShim(bin);
     const env = { PATH: `${bin}:${process.env.PATH}`, SANDBOXD_URL: t.server.url };
     // The source pauses in the middle, so the transfer lasts past the half second whatever the machine's speed.
-    const slowCopy = (target: string) => `(head -c 1048576 /dev/zero; sleep 2; head -c 1048576 /dev/zero) | sandbox cp - :${name}/${target}`;
+    const slowCopy = (target: string) =>
+      `(head -c 1048576 /dev/zero; sleep 2; head -c 1048576 /dev/zero) | sandbox cp - :${name}/${target}`;
     const shell = TerminalShell.start({ env });
     try {
       shell.type(`${slowCopy("on-a-terminal.bin")}; printf 'EX%s=%s\\n' IT $?\r`);
@@ -146,7 +168,11 @@ describe("sandbox cp's progress", () => {
       shell.close();
     }
     expect(statSync(path.join(t.workspace, name, "on-a-terminal.bin")).size).toBe(2 * 1024 * 1024);
-    const piped = await runCommand("bash", ["-o", "pipefail", "-c", slowCopy("piped.bin")], { cwd: local, env, timeoutMs: 60_000 });
+    const piped = await runCommand("bash", ["-o", "pipefail", "-c", slowCopy("piped.bin")], {
+      cwd: local,
+      env,
+      timeoutMs: 60_000,
+    });
     expect(piped.stderr).toBe("");
     expect(piped.code).toBe(0);
     expect(statSync(path.join(t.workspace, name, "piped.bin")).size).toBe(2 * 1024 * 1024);
@@ -163,7 +189,9 @@ describe("sandbox ls", () => {
     expect(names.stderr.toString()).toBe("");
     expect(names.stdout.toString()).toBe("a.txt\nlink\nrun.sh\nsub\n");
     expect((await cli(["ls", "-a", `:${name}`])).stdout.toString()).toBe(".hidden\na.txt\nlink\nrun.sh\nsub\n");
-    expect((await cli(["ls", "--depth", "3", name])).stdout.toString()).toBe("a.txt\nlink\nrun.sh\nsub\nsub/data.bin\nsub/empty\n");
+    expect((await cli(["ls", "--depth", "3", name])).stdout.toString()).toBe(
+      "a.txt\nlink\nrun.sh\nsub\nsub/data.bin\nsub/empty\n",
+    );
 
     const long = (await cli(["ls", "-l", name])).stdout.toString().trimEnd().split("\n");
     expect(long).toHaveLength(4);
@@ -174,7 +202,13 @@ describe("sandbox ls", () => {
 
     const json = JSON.parse((await cli(["ls", "-o", "json", name])).stdout.toString()) as Record<string, unknown>[];
     expect(json.map((entry) => entry.name)).toEqual(["a.txt", "link", "run.sh", "sub"]);
-    expect(json[0]).toMatchObject({ path: path.join(dir, "a.txt"), type: "file", size: 6, mode: 0o644, permissions: "rw-r--r--" });
+    expect(json[0]).toMatchObject({
+      path: path.join(dir, "a.txt"),
+      type: "file",
+      size: 6,
+      mode: 0o644,
+      permissions: "rw-r--r--",
+    });
     expect(json[1]).toMatchObject({ type: "symlink", symlinkTarget: "a.txt" });
     expect(typeof json[0].modifiedTime).toBe("string");
 

@@ -30,7 +30,9 @@ async function start(id: string, ...argv: string[]): Promise<string> {
 
 /** Waits until the daemon reports process `id` exited. */
 async function exited(id: string): Promise<void> {
-  await waitFor(async () => (await t.client.getProcess({ processId: id })).process?.exit !== undefined, { what: `${id} to exit` });
+  await waitFor(async () => (await t.client.getProcess({ processId: id })).process?.exit !== undefined, {
+    what: `${id} to exit`,
+  });
 }
 
 describe("sandbox ps prints no terminal escapes", { timeout: 240_000 }, () => {
@@ -45,7 +47,9 @@ describe("sandbox ps prints no terminal escapes", { timeout: 240_000 }, () => {
       expect(text).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/);
       const json = (await cli(["ps", "-o", "json"])).stdout.toString();
       expect(json).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/);
-      expect((JSON.parse(json) as { id: string; command: string }[]).find((row) => row.id === id)?.command).toBe(hostile);
+      expect((JSON.parse(json) as { id: string; command: string }[]).find((row) => row.id === id)?.command).toBe(
+        hostile,
+      );
     } finally {
       await cli(["kill", "-s", "KILL", id]);
     }
@@ -68,7 +72,9 @@ describe("process ids, as docker takes them", { timeout: 240_000 }, () => {
     const ids = (await cli(["ps", "-q"])).stdout.toString().split("\n");
     expect(ids).toContain("prefix-beta");
     expect(ids).not.toContain("prefix-alpha-1");
-    expect((await cli(["ps", "-aq"])).stdout.toString().split("\n")).toEqual(expect.arrayContaining(["prefix-alpha-1", "prefix-alpha-2", "prefix-beta"]));
+    expect((await cli(["ps", "-aq"])).stdout.toString().split("\n")).toEqual(
+      expect.arrayContaining(["prefix-alpha-1", "prefix-alpha-2", "prefix-beta"]),
+    );
 
     expect((await cli(["logs", "prefix-alpha-1"])).stdout.toString()).toBe("alpha\n");
     expect((await cli(["logs", "prefix-alpha-2"])).stdout.toString()).toBe("second\n");
@@ -94,7 +100,9 @@ describe("process ids, as docker takes them", { timeout: 240_000 }, () => {
     expect((await cli(["ps", "-aq"])).stdout.toString().split("\n")).not.toContain("rm-done");
     const live = await cli(["rm", "rm-live"]);
     expect(live.code).toBe(1);
-    expect(live.stderr.toString()).toBe("sandbox: process rm-live is still running: stop it first (sandbox kill rm-live)\n");
+    expect(live.stderr.toString()).toBe(
+      "sandbox: process rm-live is still running: stop it first (sandbox kill rm-live)\n",
+    );
     const all = await cli(["rm", "--all"]);
     expect(all.stdout.toString()).toMatch(/^\d+ exited records? removed\n$/);
     const left = (await cli(["ps", "-aq"])).stdout.toString().split("\n");
@@ -118,11 +126,25 @@ describe("process ids, as docker takes them", { timeout: 240_000 }, () => {
 describe("sandbox start and exec options", { timeout: 240_000 }, () => {
   it("--env-file reads KEY=VALUE lines (comments, export, KEY alone), -e wins; start -o json", async () => {
     const file = path.join(dir, "app.env");
-    writeFileSync(file, "# settings\nGREETING=hello world\n\nexport TARGET=\"quoted\"\nHOME_FROM_HERE\nOVERRIDDEN=file\n");
-    const exec = await runCli(["exec", "--env-file", file, "-e", "OVERRIDDEN=flag", "--", 'echo "$GREETING|$TARGET|$OVERRIDDEN|$HOME_FROM_HERE"'], {
-      url: t.server.url,
-      env: { HOME_FROM_HERE: "passed" },
-    });
+    writeFileSync(
+      file,
+      '# settings\nGREETING=hello world\n\nexport TARGET="quoted"\nHOME_FROM_HERE\nOVERRIDDEN=file\n',
+    );
+    const exec = await runCli(
+      [
+        "exec",
+        "--env-file",
+        file,
+        "-e",
+        "OVERRIDDEN=flag",
+        "--",
+        'echo "$GREETING|$TARGET|$OVERRIDDEN|$HOME_FROM_HERE"',
+      ],
+      {
+        url: t.server.url,
+        env: { HOME_FROM_HERE: "passed" },
+      },
+    );
     expect(exec.stderr.toString()).toBe("");
     expect(exec.stdout.toString()).toBe('hello world|"quoted"|flag|passed\n');
     const started = await cli(["start", "-o", "json", "--env-file", file, "--", 'printf "%s" "$GREETING"']);
@@ -143,21 +165,38 @@ describe("sandbox start and exec options", { timeout: 240_000 }, () => {
     const result = JSON.parse(exec.stdout.toString()) as Record<string, unknown>;
     expect(result).toMatchObject({ exitCode: 3, signal: null, timedOut: false, stdout: "out\n", stderr: "err\n" });
     expect(typeof result.id).toBe("string");
-    const timed = JSON.parse((await cli(["exec", "-o", "json", "--timeout", "1s", "--", "sleep", "30"])).stdout.toString()) as Record<string, unknown>;
+    const timed = JSON.parse(
+      (await cli(["exec", "-o", "json", "--timeout", "1s", "--", "sleep", "30"])).stdout.toString(),
+    ) as Record<string, unknown>;
     expect(timed).toMatchObject({ exitCode: 137, signal: "SIGKILL", timedOut: true });
     expect((await cli(["exec", "-o", "json", "-i", "--", "cat"])).code).toBe(125);
 
     await start("json-logs", "sh", "-c", "echo kept; echo also >&2");
     await exited("json-logs");
-    const logs = JSON.parse((await cli(["logs", "-o", "json", "json-logs"])).stdout.toString()) as Record<string, unknown>;
-    expect(logs).toEqual({ id: "json-logs", status: "completed", exitCode: 0, stdout: "kept\n", stderr: "also\n", stdoutOffset: 0, stderrOffset: 0 });
-    expect((await cli(["logs", "-o", "json", "-f", "json-logs"])).stderr.toString()).toBe("sandbox: -o json prints what is kept now: drop -f\n");
+    const logs = JSON.parse((await cli(["logs", "-o", "json", "json-logs"])).stdout.toString()) as Record<
+      string,
+      unknown
+    >;
+    expect(logs).toEqual({
+      id: "json-logs",
+      status: "completed",
+      exitCode: 0,
+      stdout: "kept\n",
+      stderr: "also\n",
+      stdoutOffset: 0,
+      stderrOffset: 0,
+    });
+    expect((await cli(["logs", "-o", "json", "-f", "json-logs"])).stderr.toString()).toBe(
+      "sandbox: -o json prints what is kept now: drop -f\n",
+    );
   });
 
   it("exec -w outside the workspace names the allowed roots", async () => {
     const result = await cli(["exec", "-w", "/tmp", "--", "pwd"]);
     expect(result.code).toBe(125);
-    expect(result.stderr.toString()).toContain(`working directory is outside the workspace roots: /tmp (allowed: ${t.workspace})`);
+    expect(result.stderr.toString()).toContain(
+      `working directory is outside the workspace roots: /tmp (allowed: ${t.workspace})`,
+    );
   });
 });
 

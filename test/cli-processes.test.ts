@@ -14,7 +14,8 @@ afterAll(async () => {
   await t.close();
 });
 
-const cli = (args: readonly string[], options: { input?: string | Buffer } = {}) => runCli(args, { url: t.server.url, ...options });
+const cli = (args: readonly string[], options: { input?: string | Buffer } = {}) =>
+  runCli(args, { url: t.server.url, ...options });
 
 /** What `ps -o json` prints for one process. */
 interface Row {
@@ -38,11 +39,14 @@ async function psJson(...flags: string[]): Promise<Row[]> {
 
 /** Polls ps -a until process `id` has exited; returns its row. */
 async function exitedRow(id: string): Promise<Row> {
-  const row = await waitFor(async () => (await psJson("-a")).find((candidate) => candidate.id === id && candidate.endTime !== null), {
-    what: `${id} to exit`,
-    timeoutMs: 15_000,
-    intervalMs: 100,
-  });
+  const row = await waitFor(
+    async () => (await psJson("-a")).find((candidate) => candidate.id === id && candidate.endTime !== null),
+    {
+      what: `${id} to exit`,
+      timeoutMs: 15_000,
+      intervalMs: 100,
+    },
+  );
   return row!;
 }
 
@@ -52,17 +56,37 @@ describe("sandbox start and ps", () => {
     expect(random.code).toBe(0);
     const randomId = random.stdout.toString().trim();
     expect(randomId).toMatch(/^[0-9a-f-]{36}$/);
-    const named = await cli(["start", "--id", "cli-named", "--session", "cli-session", "--", "sh", "-c", "sleep 30 # it's"]);
+    const named = await cli([
+      "start",
+      "--id",
+      "cli-named",
+      "--session",
+      "cli-session",
+      "--",
+      "sh",
+      "-c",
+      "sleep 30 # it's",
+    ]);
     expect(named.stdout.toString()).toBe("cli-named\n");
 
     const table = (await cli(["ps"])).stdout.toString().split("\n");
     expect(table[0]).toMatch(/^ID +PID +STATUS +AGE +SESSION +COMMAND$/);
     expect(table.find((line) => line.startsWith(randomId))).toMatch(/ running +\d+s +\S+ +sleep 30$/);
-    expect(table.find((line) => line.startsWith("cli-named "))).toMatch(/ running +\d+s +cli-session +sh -c 'sleep 30 # it'\\''s'$/);
+    expect(table.find((line) => line.startsWith("cli-named "))).toMatch(
+      / running +\d+s +cli-session +sh -c 'sleep 30 # it'\\''s'$/,
+    );
 
     const rows = await psJson();
     const row = rows.find((candidate) => candidate.id === "cli-named")!;
-    expect(row).toMatchObject({ status: "running", exitCode: null, signal: null, sessionId: "cli-session", command: "sh", args: ["-c", "sleep 30 # it's"], endTime: null });
+    expect(row).toMatchObject({
+      status: "running",
+      exitCode: null,
+      signal: null,
+      sessionId: "cli-session",
+      command: "sh",
+      args: ["-c", "sleep 30 # it's"],
+      endTime: null,
+    });
     expect(isAlive(row.pid!)).toBe(true);
     expect(Date.parse(row.startTime)).toBeGreaterThan(Date.now() - 60_000);
 
@@ -122,13 +146,17 @@ describe("sandbox logs", () => {
 
   it("prints what a running process printed so far, and returns", async () => {
     const id = (await cli(["start", "--", "sh", "-c", "echo first; exec sleep 30"])).stdout.toString().trim();
-    await waitFor(async () => (await cli(["logs", id])).stdout.toString() === "first\n", { what: "the first line", intervalMs: 100 });
+    await waitFor(async () => (await cli(["logs", id])).stdout.toString() === "first\n", {
+      what: "the first line",
+      intervalMs: 100,
+    });
     await cli(["kill", "-s", "KILL", id]);
   });
 
   it("-f follows live output until the process exits, byte for byte", async () => {
     // The rest of the output waits for the file `go-logs`, so the test sees -f print while the process runs.
-    const script = "echo out 1; echo err 1 >&2; while [ ! -e go-logs ]; do sleep 0.05; done; for i in 2 3 4; do echo out $i; echo err $i >&2; done; printf '\\377\\000end'";
+    const script =
+      "echo out 1; echo err 1 >&2; while [ ! -e go-logs ]; do sleep 0.05; done; for i in 2 3 4; do echo out $i; echo err $i >&2; done; printf '\\377\\000end'";
     const id = (await cli(["start", "--", "sh", "-c", script])).stdout.toString().trim();
     const child = spawnCli(["logs", "-f", id], { url: t.server.url });
     const seen: Buffer[] = [];
@@ -139,12 +167,18 @@ describe("sandbox logs", () => {
     writeFileSync(path.join(t.workspace, "go-logs"), "");
     const result = await done;
     expect(result.code).toBe(0);
-    expect(result.stdout.equals(Buffer.concat([Buffer.from("out 1\nout 2\nout 3\nout 4\n"), Buffer.from([0xff, 0x00]), Buffer.from("end")]))).toBe(true);
+    expect(
+      result.stdout.equals(
+        Buffer.concat([Buffer.from("out 1\nout 2\nout 3\nout 4\n"), Buffer.from([0xff, 0x00]), Buffer.from("end")]),
+      ),
+    ).toBe(true);
     expect(result.stderr.toString()).toBe("err 1\nerr 2\nerr 3\nerr 4\n");
   });
 
   it("-f --from-offset resumes after the bytes already read", async () => {
-    const id = (await cli(["start", "--", "sh", "-c", "echo 0123456789; sleep 0.5; echo abc"])).stdout.toString().trim();
+    const id = (await cli(["start", "--", "sh", "-c", "echo 0123456789; sleep 0.5; echo abc"])).stdout
+      .toString()
+      .trim();
     const result = await cli(["logs", "-f", "--from-offset", "5", id]);
     expect(result.stdout.toString()).toBe("56789\nabc\n");
   });
@@ -161,7 +195,9 @@ describe("sandbox logs", () => {
 
 describe("sandbox kill", () => {
   it("sends the signal given with -s (name or number) to the process group", async () => {
-    const id = (await cli(["start", "--", "sh", "-c", 'trap "exit 9" USR1; while :; do sleep 0.1; done'])).stdout.toString().trim();
+    const id = (await cli(["start", "--", "sh", "-c", 'trap "exit 9" USR1; while :; do sleep 0.1; done'])).stdout
+      .toString()
+      .trim();
     expect((await cli(["kill", "-s", "usr1", id])).code).toBe(0);
     expect(await exitedRow(id)).toMatchObject({ status: "failed", exitCode: 9 });
 
@@ -191,7 +227,10 @@ describe("sandbox attach", () => {
     // It prints `before`, then ticks until the file `go` appears in its working directory, then `after`, and dies of SIGTERM.
     const script = "echo before; while [ ! -e go ]; do echo tick; sleep 0.1; done; echo after; kill -TERM $$";
     const id = (await cli(["start", "--", "sh", "-c", script])).stdout.toString().trim();
-    await waitFor(async () => (await cli(["logs", id])).stdout.toString().startsWith("before\ntick\n"), { what: "the first lines", intervalMs: 100 });
+    await waitFor(async () => (await cli(["logs", id])).stdout.toString().startsWith("before\ntick\n"), {
+      what: "the first lines",
+      intervalMs: 100,
+    });
     const child = spawnCli(["attach", id], { url: t.server.url });
     const seen: Buffer[] = [];
     child.stdout.on("data", (chunk: Buffer) => seen.push(chunk));
@@ -204,7 +243,9 @@ describe("sandbox attach", () => {
   });
 
   it("detaches on Ctrl-C (SIGINT) and leaves the process running", async () => {
-    const id = (await cli(["start", "--", "sh", "-c", "while :; do echo tick; sleep 0.2; done"])).stdout.toString().trim();
+    const id = (await cli(["start", "--", "sh", "-c", "while :; do echo tick; sleep 0.2; done"])).stdout
+      .toString()
+      .trim();
     const child = spawnCli(["attach", id], { url: t.server.url });
     const seen: Buffer[] = [];
     child.stdout.on("data", (chunk: Buffer) => seen.push(chunk));

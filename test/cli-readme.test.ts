@@ -39,7 +39,17 @@ describe("the README's From a terminal section, as written", () => {
   it("has the exec, stdin and timeout, and background process examples, each promising output", () => {
     expect(blocks).toHaveLength(3);
     const all = blocks.join("\n");
-    for (const command of ["sandbox exec --", "sandbox exec -i", "--timeout", "sandbox start", "sandbox logs -f", "--from-offset", "sandbox ps -o json", "sandbox kill -s", "sandbox attach"]) {
+    for (const command of [
+      "sandbox exec --",
+      "sandbox exec -i",
+      "--timeout",
+      "sandbox start",
+      "sandbox logs -f",
+      "--from-offset",
+      "sandbox ps -o json",
+      "sandbox kill -s",
+      "sandbox attach",
+    ]) {
       expect(all).toContain(command);
     }
     for (const block of blocks) expect(promisedLines(block).length).toBeGreaterThan(0);
@@ -49,7 +59,13 @@ describe("the README's From a terminal section, as written", () => {
     it(`block ${index + 1} prints what its comments say`, async () => {
       const result = await runCommand("/bin/sh", ["-c", block], {
         cwd: dir,
-        env: { PATH: `${dir}:${process.env.PATH}`, SANDBOXD_URL: t.server.url, SANDBOXD_TOKEN: "", SANDBOX_URL: undefined, SANDBOX_TOKEN: undefined },
+        env: {
+          PATH: `${dir}:${process.env.PATH}`,
+          SANDBOXD_URL: t.server.url,
+          SANDBOXD_TOKEN: "",
+          SANDBOX_URL: undefined,
+          SANDBOX_TOKEN: undefined,
+        },
         timeoutMs: 60_000,
       });
       expect(result.stderr).toBe("");
@@ -66,8 +82,14 @@ describe("the README's alias for a checkout", () => {
     expect(alias![1]).not.toMatch(/tsx/);
     // As the shell expands it where the README says to define it: in the checkout's directory.
     const words = alias![1].replaceAll("$PWD", repositoryRoot).split(" ");
-    const result = await runCommand(words[0] === "node" ? process.execPath : words[0], [...words.slice(1), "--version"], { cwd: dir });
+    const result = await runCommand(
+      words[0] === "node" ? process.execPath : words[0],
+      [...words.slice(1), "--version"],
+      { cwd: dir },
+    );
     expect(result.code).toBe(0);
-    expect(result.stdout.trim()).toBe(JSON.parse(readFileSync(path.join(repositoryRoot, "package.json"), "utf8")).version);
+    expect(result.stdout.trim()).toBe(
+      JSON.parse(readFileSync(path.join(repositoryRoot, "package.json"), "utf8")).version,
+    );
   });
 });

@@ -42,7 +42,9 @@ function terminal(url = t.server.url, cols = 100, rows = 30): TerminalShell {
  * returns what to await for them.
  */
 function runFramed(shell: TerminalShell, commandLine: string) {
-  shell.type(`printf 'BEF%s=%s\\n' ORE "$(stty -g)"; ${commandLine}; printf 'EX%s=%s\\n' IT $?; printf 'AFT%s=%s\\n' ER "$(stty -g)"\r`);
+  shell.type(
+    `printf 'BEF%s=%s\\n' ORE "$(stty -g)"; ${commandLine}; printf 'EX%s=%s\\n' IT $?; printf 'AFT%s=%s\\n' ER "$(stty -g)"\r`,
+  );
   return {
     before: async () => (await shell.waitFor(/BEFORE=(\S+)/)).match[1],
     /** The CLI's exit code, and the settings after it, once it ended. */
@@ -55,7 +57,12 @@ function runFramed(shell: TerminalShell, commandLine: string) {
 }
 
 /** Types `line` and Enter in a terminal, again every 500 ms, until `pattern` shows after `from`: for effects that arrive asynchronously. */
-async function typeUntil(shell: TerminalShell, line: string, pattern: RegExp, from: number): Promise<{ match: RegExpExecArray; end: number }> {
+async function typeUntil(
+  shell: TerminalShell,
+  line: string,
+  pattern: RegExp,
+  from: number,
+): Promise<{ match: RegExpExecArray; end: number }> {
   let last: Error | undefined;
   for (let attempt = 0; attempt < 20; attempt++) {
     shell.type(`${line}\r`);
@@ -183,7 +190,12 @@ describe("sandbox attach -i in a real terminal", () => {
 
       shell.type("\x10\x11");
       // Said on the terminal, as the terminal is left: the process runs on, and how to come back or stop it.
-      await shell.waitFor(new RegExp(`detached from ${id}; it is still running \\(sandbox attach ${id} to come back, sandbox kill ${id} to stop it\\)`), { from: at });
+      await shell.waitFor(
+        new RegExp(
+          `detached from ${id}; it is still running \\(sandbox attach ${id} to come back, sandbox kill ${id} to stop it\\)`,
+        ),
+        { from: at },
+      );
       const { code, settings } = await run.after();
       expect(code).toBe(0);
       expect(settings).toBe(before);

@@ -29,7 +29,11 @@ const largeOutputBytes = 48 * 1024 * 1024;
 let t: TestServer;
 let proxy: TcpProxy;
 let sandbox: Sandbox;
-const saved = { max: CommandHandle.MAX_AUTO_RECONNECTS, base: CommandHandle.BACKOFF_BASE, cap: CommandHandle.BACKOFF_MAX };
+const saved = {
+  max: CommandHandle.MAX_AUTO_RECONNECTS,
+  base: CommandHandle.BACKOFF_BASE,
+  cap: CommandHandle.BACKOFF_MAX,
+};
 beforeAll(async () => {
   // Retains all of the large output, so a reader that is away while the proxy is cut never meets a gap.
   t = await startTestServer({ outputCapacityBytes: largeOutputBytes + 16 * 1024 * 1024 });
@@ -63,7 +67,10 @@ function joinChecked(chunks: readonly OutputChunk[], stream: "stdout" | "stderr"
 
 describe("CommandHandle (seed 001)", () => {
   it("runs `make build` without waiting, streams chunks and gives the result, as the seed's example", async () => {
-    writeFileSync(path.join(t.workspace, "Makefile"), "build:\n\t@echo compiling; sleep 0.05\n\t@echo warning: careful >&2; sleep 0.05\n\t@echo linked\n");
+    writeFileSync(
+      path.join(t.workspace, "Makefile"),
+      "build:\n\t@echo compiling; sleep 0.05\n\t@echo warning: careful >&2; sleep 0.05\n\t@echo linked\n",
+    );
     // As in the LangSmith example, `timeout` is in seconds: 600 s, not 600 ms.
     const handle = await sandbox.run("make build", { timeout: 600, wait: false });
     expect(handle.commandId).toBe(handle.id);
@@ -128,7 +135,9 @@ describe("CommandHandle (seed 001)", () => {
     const kib = 1024;
     const limit = 64 * kib;
     const printed = 2 * 1024 * kib;
-    const handle = await sandbox.startProcess(`head -c ${printed} /dev/zero | tr '\\0' x; echo; echo the end`, { maxRetainedBytes: limit });
+    const handle = await sandbox.startProcess(`head -c ${printed} /dev/zero | tr '\\0' x; echo; echo the end`, {
+      maxRetainedBytes: limit,
+    });
     let seen = 0;
     for await (const chunk of handle) seen += chunk.data.length;
     const total = printed + "\nthe end\n".length;
@@ -162,12 +171,17 @@ describe("CommandHandle (seed 001)", () => {
   });
 
   it("reconnect() keeps the limit: the resumed result stays within maxRetainedBytes", async () => {
-    const handle = await sandbox.startProcess("for i in $(seq 1 200); do echo line $i; sleep 0.002; done", { maxRetainedBytes: 100 });
+    const handle = await sandbox.startProcess("for i in $(seq 1 200); do echo line $i; sleep 0.002; done", {
+      maxRetainedBytes: 100,
+    });
     const iterator = handle[Symbol.asyncIterator]();
-    await waitFor(async () => {
-      await iterator.next();
-      return handle.lastStdoutOffset > 200;
-    }, { what: "some output" });
+    await waitFor(
+      async () => {
+        await iterator.next();
+        return handle.lastStdoutOffset > 200;
+      },
+      { what: "some output" },
+    );
     await iterator.return(undefined);
     const result = await (await handle.reconnect()).wait();
     expect(result.truncated).toBe(true);
@@ -180,7 +194,12 @@ describe("CommandHandle (seed 001)", () => {
 
   // LangSmith's CommandHandle.kill() is SIGKILL; the Cloudflare Process's and Vercel Command's are SIGTERM.
   for (const [api, start, signal, exitCode] of [
-    ["run({ wait: false })'s CommandHandle", (command: string) => sandbox.run(command, { wait: false }), "SIGKILL", 137],
+    [
+      "run({ wait: false })'s CommandHandle",
+      (command: string) => sandbox.run(command, { wait: false }),
+      "SIGKILL",
+      137,
+    ],
     ["startProcess()'s handle", (command: string) => sandbox.startProcess(command), "SIGTERM", 143],
   ] as const) {
     it(`kill() of ${api} sends ${signal} to the process group by default; the stream ends with the exit and no process is left`, async () => {
@@ -206,7 +225,9 @@ describe("CommandHandle (seed 001)", () => {
   });
 
   it("sendInput, resize and closeInput go to a PTY over one input stream", async () => {
-    const handle = await sandbox.startProcess("stty -echo; read line; stty size; echo \"got $line\"; cat", { pty: { cols: 80, rows: 24 } });
+    const handle = await sandbox.startProcess('stty -echo; read line; stty size; echo "got $line"; cat', {
+      pty: { cols: 80, rows: 24 },
+    });
     expect((await handle.resize(120, 40)).closed).toBe(false);
     await handle.sendInput("hello\n");
     await handle.sendInput("tail\n");
@@ -232,7 +253,9 @@ describe("CommandHandle (seed 001)", () => {
   });
 
   it("reconnect() returns a handle that resumes exactly at the last offsets, with the earlier output in its result", async () => {
-    const handle = await sandbox.run("for i in $(seq 1 20); do echo line $i; echo err $i >&2; sleep 0.02; done", { wait: false });
+    const handle = await sandbox.run("for i in $(seq 1 20); do echo line $i; echo err $i >&2; sleep 0.02; done", {
+      wait: false,
+    });
     const before: OutputChunk[] = [];
     for await (const chunk of handle) {
       before.push(chunk);
@@ -293,7 +316,8 @@ describe("CommandHandle (seed 001)", () => {
   for (const protocol of ["grpc", "connect"] as const) {
     it(`auto-reconnects through a proxy cut many times during ${largeOutputBytes / 1024 / 1024} MiB: sha256 of received == printed (${protocol})`, async () => {
       CommandHandle.BACKOFF_BASE = 20;
-      const client = protocol === "grpc" ? sandbox : await connect({ baseUrl: proxy.url, protocol, acceptCompression: false });
+      const client =
+        protocol === "grpc" ? sandbox : await connect({ baseUrl: proxy.url, protocol, acceptCompression: false });
       const handle = await client.run(`${deterministicBytesCommand(largeOutputBytes)}; echo done >&2`, { wait: false });
       const hash = createHash("sha256");
       let received = 0;
@@ -429,7 +453,11 @@ describe("CommandHandle (seed 001)", () => {
   it("wait() bounds only the wait: a timeout is ExecutionTimeoutError, an abort its reason; the command runs on", async () => {
     const marker = sleepMarker();
     const handle = await sandbox.startProcess(`sleep ${marker}`);
-    await expect(handle.wait({ timeoutMs: 50 })).rejects.toMatchObject({ name: "ExecutionTimeoutError", code: "EXECUTION_TIMEOUT", timeout: 50 });
+    await expect(handle.wait({ timeoutMs: 50 })).rejects.toMatchObject({
+      name: "ExecutionTimeoutError",
+      code: "EXECUTION_TIMEOUT",
+      timeout: 50,
+    });
     await expect(handle.wait({ signal: AbortSignal.abort(new Error("stop waiting")) })).rejects.toThrow("stop waiting");
     expect(await handle.getStatus()).toBe("running");
     await handle.kill("SIGKILL");
@@ -512,12 +540,19 @@ describe("classifyFailure", () => {
   /** A status as a server sends it: with response metadata (the grpc-status trailer) and, from the daemon, an ErrorInfo. */
   function answered(code: Code, reason?: string): ConnectError {
     const error = new ConnectError("from the server", code, new Headers({ "grpc-status": String(code) }));
-    if (reason !== undefined) error.details.push({ desc: ErrorInfoSchema, value: { reason, domain: "sandbox.v1", metadata: {} } });
+    if (reason !== undefined)
+      error.details.push({ desc: ErrorInfoSchema, value: { reason, domain: "sandbox.v1", metadata: {} } });
     return error;
   }
   /** An error of the connection: a Node error code under the ConnectError, as connect-node reports it. */
   function broken(code: Code, nodeCode: string): ConnectError {
-    return new ConnectError("connection failed", code, undefined, undefined, Object.assign(new Error(nodeCode), { code: nodeCode }));
+    return new ConnectError(
+      "connection failed",
+      code,
+      undefined,
+      undefined,
+      Object.assign(new Error(nodeCode), { code: nodeCode }),
+    );
   }
 
   it("resumes at once when the daemon goes away, backs off on connection failures, gives up on the daemon's refusals", () => {
@@ -537,7 +572,12 @@ describe("classifyFailure", () => {
     expect(classifyFailure(answered(Code.Internal), false)).toBe("fatal");
     expect(classifyFailure(answered(Code.InvalidArgument), false)).toBe("fatal");
     expect(classifyFailure(answered(Code.Unauthenticated, "UNAUTHENTICATED"), false)).toBe("fatal");
-    expect(classifyFailure(new ConnectError("http/2 stream closed with error code ECONNRESET", Code.PermissionDenied), false)).toBe("fatal");
+    expect(
+      classifyFailure(
+        new ConnectError("http/2 stream closed with error code ECONNRESET", Code.PermissionDenied),
+        false,
+      ),
+    ).toBe("fatal");
     // Any other UNAVAILABLE from the daemon is worth another try.
     expect(classifyFailure(answered(Code.Unavailable, "SOMETHING_NEW"), false)).toBe("transient");
   });

@@ -10,7 +10,10 @@ beforeAll(async () => {
   guarded = await startTestServer({ token }, { sendToken: false });
 });
 afterEach(() => {
-  for (const [name, value] of [["SANDBOXD_URL", saved.url], ["SANDBOXD_TOKEN", saved.token]] as const) {
+  for (const [name, value] of [
+    ["SANDBOXD_URL", saved.url],
+    ["SANDBOXD_TOKEN", saved.token],
+  ] as const) {
     if (value === undefined) delete process.env[name];
     else process.env[name] = value;
   }
@@ -85,7 +88,13 @@ describe("a token over cleartext http://", () => {
   });
 
   it("goes to loopback, over https://, and nowhere without a token", () => {
-    for (const baseUrl of ["http://127.0.0.1:7007", "http://127.8.9.10:7007", "http://localhost:7007", "http://[::1]:7007", "https://sandbox.example:7007"]) {
+    for (const baseUrl of [
+      "http://127.0.0.1:7007",
+      "http://127.8.9.10:7007",
+      "http://localhost:7007",
+      "http://[::1]:7007",
+      "https://sandbox.example:7007",
+    ]) {
       expect(new Sandbox({ baseUrl, token }).describe().baseUrl).toBe(baseUrl);
     }
     expect(new Sandbox({ baseUrl: "http://192.0.2.1:7007" }).describe().baseUrl).toBe("http://192.0.2.1:7007");

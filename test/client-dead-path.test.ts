@@ -1,6 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Code } from "@connectrpc/connect";
-import { connect, createClient, createSandboxConnection, SandboxError, SandboxService, type Sandbox } from "../src/client/index.js";
+import {
+  connect,
+  createClient,
+  createSandboxConnection,
+  SandboxError,
+  SandboxService,
+  type Sandbox,
+} from "../src/client/index.js";
 import { startBlackholeProxy, type BlackholeProxy } from "./support/blackhole-proxy.js";
 import { waitFor } from "./support/processes.js";
 import { sleepMarker, sleepers } from "./support/rpc.js";
@@ -23,7 +30,10 @@ afterAll(async () => {
 });
 
 /** Settles `promise` and tells whether it did within `timeoutMs`, with its value or error. */
-async function settlesWithin<T>(promise: Promise<T>, timeoutMs: number): Promise<{ value?: T; error?: unknown; elapsedMs: number }> {
+async function settlesWithin<T>(
+  promise: Promise<T>,
+  timeoutMs: number,
+): Promise<{ value?: T; error?: unknown; elapsedMs: number }> {
   const started = Date.now();
   let outcome: { value?: T; error?: unknown } | undefined;
   promise.then(
@@ -101,7 +111,12 @@ describe("the connection given up", () => {
 describe("a following handle on a path that dies while new connections work", () => {
   it("reconnects within the bound and the result has every byte", async () => {
     const proxy = await startBlackholeProxy({ host: "127.0.0.1", port: t.server.port });
-    const sandbox = await connect({ baseUrl: proxy.url, pingIntervalMs, pingTimeoutMs, reconnect: { backoffBaseMs: 20 } });
+    const sandbox = await connect({
+      baseUrl: proxy.url,
+      pingIntervalMs,
+      pingTimeoutMs,
+      reconnect: { backoffBaseMs: 20 },
+    });
     try {
       const handle = await sandbox.startProcess("echo first; sleep 1.5; echo second");
       const waiting = handle.wait();
@@ -109,7 +124,9 @@ describe("a following handle on a path that dies while new connections work", ()
       proxy.blackhole({ openOnly: true });
       const silentAt = Date.now();
       const { value, error } = await settlesWithin(waiting, boundMs + 1500);
-      console.log(`dead path: the handle reconnected (${handle.autoReconnects}) and finished ${Date.now() - silentAt} ms after the path went silent`);
+      console.log(
+        `dead path: the handle reconnected (${handle.autoReconnects}) and finished ${Date.now() - silentAt} ms after the path went silent`,
+      );
       expect(error).toBeUndefined();
       expect(value?.stdout()).toBe("first\nsecond\n");
       expect(handle.autoReconnects).toBeGreaterThanOrEqual(1);

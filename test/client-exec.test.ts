@@ -45,7 +45,10 @@ describe("exec (seed 000)", () => {
   it("streams output through callbacks, as the seed's build example does", async () => {
     const seen: Array<[string, string]> = [];
     const completed: ExecResult[] = [];
-    writeFileSync(path.join(t.workspace, "package.json"), JSON.stringify({ scripts: { build: "echo building; echo warn >&2; echo built" } }));
+    writeFileSync(
+      path.join(t.workspace, "package.json"),
+      JSON.stringify({ scripts: { build: "echo building; echo warn >&2; echo built" } }),
+    );
     const buildResult: ExecResult = await sandbox.exec("npm run build --silent", {
       stream: true,
       onOutput: (stream: "stdout" | "stderr", data: string) => {
@@ -56,15 +59,29 @@ describe("exec (seed 000)", () => {
       signal: new AbortController().signal,
     });
     expect(buildResult.success).toBe(true);
-    expect(seen.filter(([stream]) => stream === "stdout").map(([, data]) => data).join("")).toBe("building\nbuilt\n");
-    expect(seen.filter(([stream]) => stream === "stderr").map(([, data]) => data).join("")).toBe("warn\n");
+    expect(
+      seen
+        .filter(([stream]) => stream === "stdout")
+        .map(([, data]) => data)
+        .join(""),
+    ).toBe("building\nbuilt\n");
+    expect(
+      seen
+        .filter(([stream]) => stream === "stderr")
+        .map(([, data]) => data)
+        .join(""),
+    ).toBe("warn\n");
     expect(completed).toEqual([buildResult]);
   });
 
   it("takes env, cwd, sessionId and argv-form args", async () => {
     const sub = path.join(t.workspace, "sub");
     await sandbox.exec(`mkdir -p ${sub}`);
-    const result = await sandbox.exec('echo "$GREETING from $(pwd)"', { env: { GREETING: "hello" }, cwd: "sub", sessionId: "session-x" });
+    const result = await sandbox.exec('echo "$GREETING from $(pwd)"', {
+      env: { GREETING: "hello" },
+      cwd: "sub",
+      sessionId: "session-x",
+    });
     expect(result.stdout).toBe(`hello from ${sub}\n`);
     expect(result.sessionId).toBe("session-x");
     const argv = await sandbox.exec("printf", { args: ["%s|", "a b", "$HOME", "*"] });
@@ -81,7 +98,10 @@ describe("exec (seed 000)", () => {
     });
     // Inside the workspace by its name, outside by where it leads: a client cannot know, the daemon can.
     symlinkSync("/etc", path.join(t.workspace, "leads-out"));
-    await expect(sandbox.exec("pwd", { cwd: "leads-out" })).rejects.toMatchObject({ code: "PERMISSION_DENIED", reason: "CWD_OUTSIDE_WORKSPACE" });
+    await expect(sandbox.exec("pwd", { cwd: "leads-out" })).rejects.toMatchObject({
+      code: "PERMISSION_DENIED",
+      reason: "CWD_OUTSIDE_WORKSPACE",
+    });
   });
 
   it("writes `input` to stdin and closes it; `stdin` is only true or false", async () => {
@@ -107,13 +127,17 @@ describe("exec (seed 000)", () => {
   it("decodes other encodings", async () => {
     const result = await sandbox.exec("printf '\\351t\\351'", { encoding: "latin1" });
     expect(result.stdout).toBe("été");
-    await expect(sandbox.exec("true", { encoding: "no-such-encoding" })).rejects.toMatchObject({ code: "INVALID_ARGUMENT" });
+    await expect(sandbox.exec("true", { encoding: "no-such-encoding" })).rejects.toMatchObject({
+      code: "INVALID_ARGUMENT",
+    });
   });
 
   it("a command its timeout killed rejects with ExecutionTimeoutError, as the Cloudflare SDK defines it, and leaves no process", async () => {
     const marker = sleepMarker();
     const errors: Error[] = [];
-    const error = await sandbox.exec(`echo before; sleep ${marker}`, { timeout: 300, onError: (failure) => errors.push(failure) }).catch((failure: unknown) => failure);
+    const error = await sandbox
+      .exec(`echo before; sleep ${marker}`, { timeout: 300, onError: (failure) => errors.push(failure) })
+      .catch((failure: unknown) => failure);
     expect(error).toBeInstanceOf(ExecutionTimeoutError);
     expect(error).toMatchObject({ code: "EXECUTION_TIMEOUT", timeout: 300 });
     expect(errors).toEqual([error]);
@@ -133,7 +157,10 @@ describe("exec (seed 000)", () => {
     const marker = sleepMarker();
     const controller = new AbortController();
     const errors: Error[] = [];
-    const running = sandbox.exec(`sleep ${marker}`, { signal: controller.signal, onError: (error) => errors.push(error) });
+    const running = sandbox.exec(`sleep ${marker}`, {
+      signal: controller.signal,
+      onError: (error) => errors.push(error),
+    });
     await waitFor(() => sleepers(marker).length === 1, { what: "the sleep to start" });
     controller.abort(new Error("changed my mind"));
     await expect(running).rejects.toThrow("changed my mind");
@@ -156,7 +183,9 @@ describe("exec (seed 000)", () => {
 
 describe("exec (seed 004): one call, a guaranteed exit code and joined output", () => {
   it("joins stdout and stderr in arrival order and keeps the exit code", async () => {
-    const result = await sandbox.exec("sh", { args: ["-c", "echo hello && sleep 0.05 && echo oops >&2 && sleep 0.05 && echo again && exit 3"] });
+    const result = await sandbox.exec("sh", {
+      args: ["-c", "echo hello && sleep 0.05 && echo oops >&2 && sleep 0.05 && echo again && exit 3"],
+    });
     expect(result.exitCode).toBe(3);
     expect(result.output).toBe("hello\noops\nagain\n");
     expect(result.stdout).toBe("hello\nagain\n");
@@ -165,7 +194,10 @@ describe("exec (seed 004): one call, a guaranteed exit code and joined output", 
 
   it("takes the Together SDK's call shape, exec(command, args, options), and resolves with exactly { exitCode, output }", async () => {
     expect(await sandbox.exec("echo", ["hi"])).toEqual({ exitCode: 0, output: "hi\n" });
-    const result = await sandbox.exec("sh", ["-c", "echo hello && echo oops >&2 && exit 3"], { cwd: t.workspace, env: { X: "1" } });
+    const result = await sandbox.exec("sh", ["-c", "echo hello && echo oops >&2 && exit 3"], {
+      cwd: t.workspace,
+      env: { X: "1" },
+    });
     expect(result.exitCode).toBe(3);
     expect(result.output.split("\n").sort()).toEqual(["", "hello", "oops"]);
     // A command its time limit killed still has an exit code, so it resolves.
@@ -174,10 +206,14 @@ describe("exec (seed 004): one call, a guaranteed exit code and joined output", 
 
   it("never ignores an argument of the wrong shape", async () => {
     await expect(sandbox.exec("echo", "hi" as never)).rejects.toMatchObject({ code: "INVALID_ARGUMENT" });
-    await expect(sandbox.exec("echo", { args: ["a"] } as never, { cwd: "/" } as never)).rejects.toMatchObject({ code: "INVALID_ARGUMENT" });
+    await expect(sandbox.exec("echo", { args: ["a"] } as never, { cwd: "/" } as never)).rejects.toMatchObject({
+      code: "INVALID_ARGUMENT",
+    });
     // An option named as another API names it (`timeoutMs` is the core's; the Cloudflare shape says `timeout`).
     await expect(sandbox.exec("true", { timeoutMs: 5 } as never)).rejects.toMatchObject({ code: "INVALID_ARGUMENT" });
-    await expect(sandbox.exec("echo", ["x"], { timeout: 5 } as never)).rejects.toMatchObject({ code: "INVALID_ARGUMENT" });
+    await expect(sandbox.exec("echo", ["x"], { timeout: 5 } as never)).rejects.toMatchObject({
+      code: "INVALID_ARGUMENT",
+    });
   });
 
   it("with pty, stderr arrives merged into stdout", async () => {
@@ -226,7 +262,12 @@ describe("execStream (seed 000)", () => {
     }
     expect(printed).toBe("Started: echo one; echo two >&2; exit 4\none\nCompleted with exit code: 4\n");
     expect(events.map((event) => event.type)).toEqual(["start", "stdout", "stderr", "complete"]);
-    expect(events.at(-1)?.result).toMatchObject({ exitCode: 4, stdout: "one\n", stderr: "two\n", output: "one\ntwo\n" });
+    expect(events.at(-1)?.result).toMatchObject({
+      exitCode: 4,
+      stdout: "one\n",
+      stderr: "two\n",
+      output: "one\ntwo\n",
+    });
     expect(events.every((event) => !Number.isNaN(Date.parse(event.timestamp)))).toBe(true);
   });
 

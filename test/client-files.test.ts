@@ -1,6 +1,17 @@
 import { spawn, spawnSync } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
-import { existsSync, lstatSync, mkdirSync, readdirSync, readFileSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync } from "node:fs";
+import {
+  existsSync,
+  lstatSync,
+  mkdirSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -52,7 +63,14 @@ describe("sandbox.files: reads and writes", () => {
   it("writes text, bytes, a Blob, an async iterable and a web stream, and reads them back as text, bytes, a stream and a range", async () => {
     const { name, dir } = scratch();
     const info = await sandbox.files.write(`${name}/text.txt`, "héllo\n");
-    expect(info).toMatchObject({ path: path.join(dir, "text.txt"), name: "text.txt", type: "file", size: 7, mode: 0o644, permissions: "rw-r--r--" });
+    expect(info).toMatchObject({
+      path: path.join(dir, "text.txt"),
+      name: "text.txt",
+      type: "file",
+      size: 7,
+      mode: 0o644,
+      permissions: "rw-r--r--",
+    });
     expect(readFileSync(path.join(dir, "text.txt"), "utf8")).toBe("héllo\n");
     expect(await sandbox.files.read(`${name}/text.txt`)).toBe("héllo\n");
 
@@ -77,7 +95,9 @@ describe("sandbox.files: reads and writes", () => {
     );
     for (const file of ["bytes.bin", "blob.bin", "iterable.bin", "stream.bin"]) {
       expect(readFileSync(path.join(dir, file)).equals(binary), file).toBe(true);
-      expect(Buffer.from(await sandbox.files.read(`${name}/${file}`, { format: "bytes" })).equals(binary), file).toBe(true);
+      expect(Buffer.from(await sandbox.files.read(`${name}/${file}`, { format: "bytes" })).equals(binary), file).toBe(
+        true,
+      );
     }
     const chunks: Uint8Array[] = [];
     for await (const chunk of await sandbox.files.read(`${name}/bytes.bin`, { format: "stream" })) chunks.push(chunk);
@@ -144,7 +164,11 @@ describe("sandbox.files: directories and metadata", () => {
     symlinkSync("f0001", path.join(dir, "link"));
     const shallow = await sandbox.files.list(name);
     expect(shallow).toHaveLength(2502);
-    expect(shallow.find((entry) => entry.name === "f0006")).toMatchObject({ type: "file", size: 6, path: path.join(dir, "f0006") });
+    expect(shallow.find((entry) => entry.name === "f0006")).toMatchObject({
+      type: "file",
+      size: 6,
+      path: path.join(dir, "f0006"),
+    });
     expect(shallow.find((entry) => entry.name === "link")).toMatchObject({ type: "symlink", symlinkTarget: "f0001" });
     expect(shallow.find((entry) => entry.name === "sub")).toMatchObject({ type: "directory" });
     const owner = shallow[0];
@@ -171,14 +195,19 @@ describe("sandbox.files: directories and metadata", () => {
     await sandbox.files.write(`${name}/a/file.txt`, "content");
     symlinkSync("file.txt", path.join(dir, "a", "link"));
     expect((await sandbox.files.stat(`${name}/a/link`)).type).toBe("symlink");
-    expect(await sandbox.files.stat(`${name}/a/link`, { followSymlinks: true })).toMatchObject({ type: "file", size: 7 });
+    expect(await sandbox.files.stat(`${name}/a/link`, { followSymlinks: true })).toMatchObject({
+      type: "file",
+      size: 7,
+    });
     expect(await sandbox.files.getInfo(`${name}/a/file.txt`)).toMatchObject({ type: "file", size: 7 });
 
     const moved = await sandbox.files.rename(`${name}/a/file.txt`, `${name}/c/moved.txt`);
     expect(moved.path).toBe(path.join(dir, "c", "moved.txt"));
     expect(existsSync(path.join(dir, "a", "file.txt"))).toBe(false);
     await sandbox.files.write(`${name}/other.txt`, "other");
-    expect(await failure(sandbox.files.rename(`${name}/other.txt`, `${name}/c/moved.txt`))).toBeInstanceOf(FileExistsError);
+    expect(await failure(sandbox.files.rename(`${name}/other.txt`, `${name}/c/moved.txt`))).toBeInstanceOf(
+      FileExistsError,
+    );
     await sandbox.files.rename(`${name}/other.txt`, `${name}/c/moved.txt`, { overwrite: true });
     expect(readFileSync(path.join(dir, "c", "moved.txt"), "utf8")).toBe("other");
 
@@ -229,31 +258,34 @@ describe("sandbox.files: errors by reason", () => {
 });
 
 describe("sandbox.files: files without a size", () => {
-  it.runIf(process.getuid?.() === 0)("a read the daemon stops at its limit fails with ReadLimitError after the bytes before it; a length reads such a file on purpose", async () => {
-    const limited = await startTestServer({ maxUnsizedReadBytes: 100_000 });
-    const client = await connect({ baseUrl: limited.server.url });
-    try {
-      // A character device like /dev/zero (1, 5), made inside the workspace: it has no size and never ends.
-      const made = spawnSync("mknod", [path.join(limited.workspace, "zero"), "c", "1", "5"]);
-      expect(made.status, made.stderr.toString()).toBe(0);
-      expect((await client.files.stat("zero")).type).toBe("character-device");
-      const error = await failure(client.files.read("zero", { format: "bytes" }));
-      expect(error).toBeInstanceOf(ReadLimitError);
-      expect(error).toMatchObject({ code: "READ_LIMIT_REACHED", limitBytes: 100_000 });
-      let streamed = 0;
-      const stream = client.files.iterate("zero");
-      await expect(
-        (async () => {
-          for await (const chunk of stream) streamed += chunk.length;
-        })(),
-      ).rejects.toBeInstanceOf(ReadLimitError);
-      expect(streamed).toBe(100_000);
-      expect((await client.files.read("zero", { format: "bytes", length: 4096 })).length).toBe(4096);
-    } finally {
-      await client.close();
-      await limited.close();
-    }
-  });
+  it.runIf(process.getuid?.() === 0)(
+    "a read the daemon stops at its limit fails with ReadLimitError after the bytes before it; a length reads such a file on purpose",
+    async () => {
+      const limited = await startTestServer({ maxUnsizedReadBytes: 100_000 });
+      const client = await connect({ baseUrl: limited.server.url });
+      try {
+        // A character device like /dev/zero (1, 5), made inside the workspace: it has no size and never ends.
+        const made = spawnSync("mknod", [path.join(limited.workspace, "zero"), "c", "1", "5"]);
+        expect(made.status, made.stderr.toString()).toBe(0);
+        expect((await client.files.stat("zero")).type).toBe("character-device");
+        const error = await failure(client.files.read("zero", { format: "bytes" }));
+        expect(error).toBeInstanceOf(ReadLimitError);
+        expect(error).toMatchObject({ code: "READ_LIMIT_REACHED", limitBytes: 100_000 });
+        let streamed = 0;
+        const stream = client.files.iterate("zero");
+        await expect(
+          (async () => {
+            for await (const chunk of stream) streamed += chunk.length;
+          })(),
+        ).rejects.toBeInstanceOf(ReadLimitError);
+        expect(streamed).toBe(100_000);
+        expect((await client.files.read("zero", { format: "bytes", length: 4096 })).length).toBe(4096);
+      } finally {
+        await client.close();
+        await limited.close();
+      }
+    },
+  );
 });
 
 describe("sandbox.files: cancellation", () => {
@@ -317,7 +349,8 @@ describe("sandbox.files: resuming a read", () => {
       let cuts = 0;
       for await (const chunk of cut.files.iterate(`${name}/big`, {}, progress)) {
         hash.update(chunk);
-        if ((progress.offset > 8 * 1024 * 1024 && cuts === 0) || (progress.offset > 30 * 1024 * 1024 && cuts === 1)) cuts += Math.min(1, proxy.cut());
+        if ((progress.offset > 8 * 1024 * 1024 && cuts === 0) || (progress.offset > 30 * 1024 * 1024 && cuts === 1))
+          cuts += Math.min(1, proxy.cut());
       }
       expect(progress.offset).toBe(data.length);
       expect(hash.digest("hex")).toBe(createHash("sha256").update(data).digest("hex"));
@@ -405,7 +438,9 @@ describe("sandbox.files: watch", () => {
 
     // Nobody reads while far more changes happen than the daemon queues for one watch.
     const slow = await sandbox.files.watch(name);
-    const result = await sandbox.exec(`cd ${dir} && seq 1 60000 | xargs touch && seq 1 60000 | xargs rm`, { timeout: 120_000 });
+    const result = await sandbox.exec(`cd ${dir} && seq 1 60000 | xargs touch && seq 1 60000 | xargs rm`, {
+      timeout: 120_000,
+    });
     expect(result.exitCode).toBe(0);
     let overflow: FileWatchEvent | undefined;
     for await (const event of slow) {
@@ -428,7 +463,11 @@ describe("sandbox.files: a watch on a broken connection", () => {
       const events = watch[Symbol.asyncIterator]();
       // A directory: one event each (a file's write would be another).
       mkdirSync(path.join(dir, "before"));
-      expect((await events.next()).value).toEqual({ type: "create", path: path.join(dir, "before"), isDirectory: true });
+      expect((await events.next()).value).toEqual({
+        type: "create",
+        path: path.join(dir, "before"),
+        isDirectory: true,
+      });
       expect(proxy.cut()).toBeGreaterThan(0);
       expect((await events.next()).value).toEqual({ type: "overflow", source: "reconnect", lostEvents: 0 });
       mkdirSync(path.join(dir, "after"));
@@ -488,21 +527,42 @@ describe("sandbox.files: memory", () => {
   it("streams 256 MiB up and down with the client's RSS growing by a bounded amount, sha256-exact (in a process of its own)", async () => {
     const { name } = scratch();
     const size = 256 * 1024 * 1024;
-    const child = spawn(process.execPath, ["--expose-gc", "--import", "tsx", "test/support/files-transfer-child.ts", t.server.url, `${name}/big`, String(size)], {
-      cwd: repositoryRoot,
-      stdio: ["ignore", "pipe", "pipe"],
-    });
+    const child = spawn(
+      process.execPath,
+      [
+        "--expose-gc",
+        "--import",
+        "tsx",
+        "test/support/files-transfer-child.ts",
+        t.server.url,
+        `${name}/big`,
+        String(size),
+      ],
+      {
+        cwd: repositoryRoot,
+        stdio: ["ignore", "pipe", "pipe"],
+      },
+    );
     let stdout = "";
     let stderr = "";
     child.stdout.on("data", (data: Buffer) => (stdout += data.toString()));
     child.stderr.on("data", (data: Buffer) => (stderr += data.toString()));
     const code = await new Promise<number | null>((resolve) => child.on("close", resolve));
     expect(code, stderr).toBe(0);
-    const report = JSON.parse(stdout) as { size: number; received: number; uploadSha256: string; downloadSha256: string; baselineRss: number; peakRss: number };
+    const report = JSON.parse(stdout) as {
+      size: number;
+      received: number;
+      uploadSha256: string;
+      downloadSha256: string;
+      baselineRss: number;
+      peakRss: number;
+    };
     expect(report.size).toBe(size);
     expect(report.received).toBe(size);
     expect(report.downloadSha256).toBe(report.uploadSha256);
-    const onDisk = createHash("sha256").update(readFileSync(path.join(t.workspace, name, "big"))).digest("hex");
+    const onDisk = createHash("sha256")
+      .update(readFileSync(path.join(t.workspace, name, "big")))
+      .digest("hex");
     expect(onDisk).toBe(report.uploadSha256);
     // A client that kept what it streams would grow by 256 MiB or more; windows, a message in flight and garbage
     // V8 had not collected yet took 12 to 50 MiB on a 2-core machine.

@@ -18,10 +18,13 @@ const definition = protoLoader.loadSync(path.join(repositoryRoot, "proto/sandbox
   defaults: true,
   oneofs: true,
 });
-const SandboxService = (grpc.loadPackageDefinition(definition) as Decoded).sandbox.v1.SandboxService as grpc.ServiceClientConstructor;
+const SandboxService = (grpc.loadPackageDefinition(definition) as Decoded).sandbox.v1
+  .SandboxService as grpc.ServiceClientConstructor;
 
 /** Reads a server stream to its end; rejects with the call's error. */
-function collect(call: grpc.ClientReadableStream<Decoded> | grpc.ClientDuplexStream<Decoded, Decoded>): Promise<Decoded[]> {
+function collect(
+  call: grpc.ClientReadableStream<Decoded> | grpc.ClientDuplexStream<Decoded, Decoded>,
+): Promise<Decoded[]> {
   return new Promise((resolve, reject) => {
     const messages: Decoded[] = [];
     call.on("data", (message: Decoded) => messages.push(message));
@@ -33,16 +36,22 @@ function collect(call: grpc.ClientReadableStream<Decoded> | grpc.ClientDuplexStr
 /** Calls a unary method and resolves with its response or rejects with its ServiceError. */
 function unary(client: grpc.Client, method: string, request: Decoded): Promise<Decoded> {
   return new Promise((resolve, reject) => {
-    (client as unknown as Record<string, (request: Decoded, callback: (error: grpc.ServiceError | null, response: Decoded) => void) => void>)[method](
-      request,
-      (error, response) => (error ? reject(error) : resolve(response)),
-    );
+    (
+      client as unknown as Record<
+        string,
+        (request: Decoded, callback: (error: grpc.ServiceError | null, response: Decoded) => void) => void
+      >
+    )[method](request, (error, response) => (error ? reject(error) : resolve(response)));
   });
 }
 
 /** The concatenated bytes of the output events of one stream. */
 function output(events: Decoded[], stream: string): string {
-  return Buffer.concat(events.filter((event) => event.event === "output" && event.output.stream === stream).map((event) => event.output.data as Buffer)).toString();
+  return Buffer.concat(
+    events
+      .filter((event) => event.event === "output" && event.output.stream === stream)
+      .map((event) => event.output.data as Buffer),
+  ).toString();
 }
 
 describe("@grpc/grpc-js with @grpc/proto-loader loading sandbox.proto as it is", () => {
@@ -63,7 +72,12 @@ describe("@grpc/grpc-js with @grpc/proto-loader loading sandbox.proto as it is",
     expect(events[0].event).toBe("started");
     expect(events[0].started.status).toBe("PROCESS_STATUS_RUNNING");
     expect(events.at(-1)!.event).toBe("exited");
-    expect(events.at(-1)!.exited).toMatchObject({ status: "PROCESS_STATUS_FAILED", exitCode: 7, stdoutBytes: "3", stderrBytes: "3" });
+    expect(events.at(-1)!.exited).toMatchObject({
+      status: "PROCESS_STATUS_FAILED",
+      exitCode: 7,
+      stdoutBytes: "3",
+      stderrBytes: "3",
+    });
     expect(output(events, "OUTPUT_STREAM_STDOUT")).toBe("a\0b");
     expect(output(events, "OUTPUT_STREAM_STDERR")).toBe("err");
   });
@@ -80,7 +94,9 @@ describe("@grpc/grpc-js with @grpc/proto-loader loading sandbox.proto as it is",
   });
 
   it("starts a process with StartProcess and follows it with StreamLogs to its exit", async () => {
-    const started = await unary(client, "StartProcess", { spec: { command: "echo first; sleep 0.2; echo second", processId: "grpc-js-logs" } });
+    const started = await unary(client, "StartProcess", {
+      spec: { command: "echo first; sleep 0.2; echo second", processId: "grpc-js-logs" },
+    });
     expect(started.process).toMatchObject({ processId: "grpc-js-logs", status: "PROCESS_STATUS_RUNNING" });
     const events = await collect(client.StreamLogs({ processId: "grpc-js-logs", follow: true }));
     expect(events[0].event).toBe("process");
@@ -107,14 +123,18 @@ describe("@grpc/grpc-js with @grpc/proto-loader loading sandbox.proto as it is",
   });
 
   it("gets NOT_FOUND with the server's message for an unknown process", async () => {
-    const error = (await unary(client, "GetProcess", { processId: "no-such-process" }).catch((caught: unknown) => caught)) as grpc.ServiceError;
+    const error = (await unary(client, "GetProcess", { processId: "no-such-process" }).catch(
+      (caught: unknown) => caught,
+    )) as grpc.ServiceError;
     expect(error.code).toBe(grpc.status.NOT_FOUND);
     // grpc-js decodes grpc-message with decodeURI, which leaves reserved characters (":") encoded:
     // the daemon escapes only what the gRPC spec asks, so the text reads as sent.
     expect(error.details).toBe("process not found: no-such-process");
     expect(error.message).toBe("5 NOT_FOUND: process not found: no-such-process");
     // Non-ASCII text is escaped (as UTF-8 bytes) and comes back whole.
-    const unicode = (await unary(client, "GetProcess", { processId: "prozeß-ü" }).catch((caught: unknown) => caught)) as grpc.ServiceError;
+    const unicode = (await unary(client, "GetProcess", { processId: "prozeß-ü" }).catch(
+      (caught: unknown) => caught,
+    )) as grpc.ServiceError;
     expect(unicode.details).toBe("process not found: prozeß-ü");
   });
 });

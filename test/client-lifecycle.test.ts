@@ -4,7 +4,15 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { canTransition, connect, type ProcessHandle, Sandbox, SandboxError, sandboxTransitions, type SandboxStatus } from "../src/client/index.js";
+import {
+  canTransition,
+  connect,
+  type ProcessHandle,
+  Sandbox,
+  SandboxError,
+  sandboxTransitions,
+  type SandboxStatus,
+} from "../src/client/index.js";
 import { waitFor } from "./support/processes.js";
 import { sleepMarker, sleepers } from "./support/rpc.js";
 import { startTestServer, type TestServer } from "./support/server.js";
@@ -70,7 +78,9 @@ describe("lifecycle (seed 002)", () => {
   });
 
   it("refuses a `timeout` option, whose unit would be ambiguous", () => {
-    expect(() => new Sandbox({ baseUrl: t.server.url, timeout: 60 } as never)).toThrow(expect.objectContaining({ code: "INVALID_ARGUMENT" }));
+    expect(() => new Sandbox({ baseUrl: t.server.url, timeout: 60 } as never)).toThrow(
+      expect.objectContaining({ code: "INVALID_ARGUMENT" }),
+    );
   });
 
   it("refuses invalid transitions with SandboxError and keeps the state", async () => {
@@ -125,10 +135,13 @@ describe("lifecycle (seed 002)", () => {
     proxy.cut();
     // A call racing the cut may die with the old connection first; the next ones cannot connect.
     const failures = new Set<string>();
-    await waitFor(async () => {
-      await sandbox.listProcesses().catch((error: SandboxError) => failures.add(error.code));
-      return sandbox.status === "error";
-    }, { what: "the sandbox to go to error" });
+    await waitFor(
+      async () => {
+        await sandbox.listProcesses().catch((error: SandboxError) => failures.add(error.code));
+        return sandbox.status === "error";
+      },
+      { what: "the sandbox to go to error" },
+    );
     expect(failures).toContain("UNAVAILABLE");
     await expect(sandbox.exec("true")).rejects.toMatchObject({ code: "NOT_RUNNING" });
     proxy.refuse(false);
@@ -180,7 +193,9 @@ describe("connection options", () => {
     const secured = await startTestServer({ token: "s3cret-token" });
     try {
       await expect(connect({ baseUrl: secured.server.url })).rejects.toMatchObject({ code: "UNAUTHENTICATED" });
-      await expect(connect({ baseUrl: secured.server.url, token: "wrong" })).rejects.toMatchObject({ code: "UNAUTHENTICATED" });
+      await expect(connect({ baseUrl: secured.server.url, token: "wrong" })).rejects.toMatchObject({
+        code: "UNAUTHENTICATED",
+      });
       for (const protocol of ["grpc", "connect"] as const) {
         const sandbox = await connect({ baseUrl: secured.server.url, token: "s3cret-token", protocol });
         expect((await sandbox.exec("echo authorised")).stdout).toBe("authorised\n");
@@ -208,13 +223,22 @@ describe("the client entry point", () => {
   /** Relative imports of a TypeScript file, resolved to files. */
   function importsOf(file: string): { files: string[]; packages: string[] } {
     const source = readFileSync(file, "utf8");
-    const specifiers = [...source.matchAll(/(?:import|export)\s[^;]*?from\s+"([^"]+)"|import\("([^"]+)"\)/g)].map((match) => match[1] ?? match[2]);
-    const files = specifiers.filter((spec) => spec.startsWith(".")).map((spec) => path.resolve(path.dirname(file), spec.replace(/\.js$/, ".ts")));
+    const specifiers = [...source.matchAll(/(?:import|export)\s[^;]*?from\s+"([^"]+)"|import\("([^"]+)"\)/g)].map(
+      (match) => match[1] ?? match[2],
+    );
+    const files = specifiers
+      .filter((spec) => spec.startsWith("."))
+      .map((spec) => path.resolve(path.dirname(file), spec.replace(/\.js$/, ".ts")));
     return { files, packages: specifiers.filter((spec) => !spec.startsWith(".")) };
   }
 
   /** The shared leaves the client loads: abort plumbing, limits, error reasons and process statuses (the last two from gen/). */
-  const sharedModules = ["src/shared/abort.ts", "src/shared/error-reasons.ts", "src/shared/limits.ts", "src/shared/process-status.ts"];
+  const sharedModules = [
+    "src/shared/abort.ts",
+    "src/shared/error-reasons.ts",
+    "src/shared/limits.ts",
+    "src/shared/process-status.ts",
+  ];
 
   it("statically reaches neither src/server, nor src/process beyond its dependency-free modules, nor node-pty", () => {
     const seen = new Set<string>();
@@ -229,11 +253,21 @@ describe("the client entry point", () => {
       queue.push(...files);
     }
     const relative = [...seen].map((file) => path.relative(root, file));
-    expect(relative.filter((file) => !file.startsWith("src/client/") && !file.startsWith("gen/")).sort()).toEqual(sharedModules);
+    expect(relative.filter((file) => !file.startsWith("src/client/") && !file.startsWith("gen/")).sort()).toEqual(
+      sharedModules,
+    );
     for (const shared of sharedModules) {
-      expect(importsOf(path.join(root, shared)).files.map((file) => path.relative(root, file)).filter((file) => !file.startsWith("gen/"))).toEqual([]);
+      expect(
+        importsOf(path.join(root, shared))
+          .files.map((file) => path.relative(root, file))
+          .filter((file) => !file.startsWith("gen/")),
+      ).toEqual([]);
     }
-    expect([...packages].filter((name) => !name.startsWith("node:") && !name.startsWith("@bufbuild/") && !name.startsWith("@connectrpc/"))).toEqual([]);
+    expect(
+      [...packages].filter(
+        (name) => !name.startsWith("node:") && !name.startsWith("@bufbuild/") && !name.startsWith("@connectrpc/"),
+      ),
+    ).toEqual([]);
   });
 
   it("loads in a fresh node process without loading server code, the process manager or node-pty", async () => {
@@ -247,11 +281,22 @@ describe("the client entry point", () => {
            return result;
          }`,
       );
-      writeFileSync(path.join(dir, "register.mjs"), `import { register } from "node:module"; register("./hooks.mjs", import.meta.url);`);
+      writeFileSync(
+        path.join(dir, "register.mjs"),
+        `import { register } from "node:module"; register("./hooks.mjs", import.meta.url);`,
+      );
       const run = (entry: string) =>
         promisify(execFile)(
           process.execPath,
-          ["--import", "tsx", "--import", path.join(dir, "register.mjs"), "--input-type=module", "-e", `const m = await import(${JSON.stringify(entry)}); console.log(Object.keys(m).length)`],
+          [
+            "--import",
+            "tsx",
+            "--import",
+            path.join(dir, "register.mjs"),
+            "--input-type=module",
+            "-e",
+            `const m = await import(${JSON.stringify(entry)}); console.log(Object.keys(m).length)`,
+          ],
           { cwd: root },
         );
       const { stdout } = await run("sandboxd/client");

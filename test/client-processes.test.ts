@@ -52,7 +52,12 @@ describe("background processes (seed 000)", () => {
     });
     expect(started).toEqual([server]);
     expect(isProcess(server)).toBe(true);
-    expect(server).toMatchObject({ id: "web-server", command: "node server.js", status: "running", sessionId: sandbox.sessionId });
+    expect(server).toMatchObject({
+      id: "web-server",
+      command: "node server.js",
+      status: "running",
+      sessionId: sandbox.sessionId,
+    });
     expect(server.pid).toBeGreaterThan(0);
     expect(server.startTime).toBeInstanceOf(Date);
     await waitFor(() => output.join("").includes("listening on"), { what: "the server to listen" });
@@ -81,7 +86,11 @@ describe("background processes (seed 000)", () => {
     const error = await sandbox.getProcessLogs("no-such-process").catch((failure: unknown) => failure);
     expect(error).toBeInstanceOf(ProcessNotFoundError);
     // The id is the one the daemon names in its ErrorInfo metadata, not one the client remembered.
-    expect(error).toMatchObject({ code: "PROCESS_NOT_FOUND", reason: "PROCESS_NOT_FOUND", processId: "no-such-process" });
+    expect(error).toMatchObject({
+      code: "PROCESS_NOT_FOUND",
+      reason: "PROCESS_NOT_FOUND",
+      processId: "no-such-process",
+    });
     expect((error as ProcessNotFoundError).metadata).toMatchObject({ process_id: "no-such-process" });
   });
 
@@ -117,7 +126,12 @@ describe("background processes (seed 000)", () => {
       const first = await client.startProcess(`sleep ${marker}`);
       const error = await client.startProcess(`sleep ${marker}`).catch((failure: unknown) => failure);
       expect(error).toBeInstanceOf(LimitExceededError);
-      expect(error).toMatchObject({ code: "RESOURCE_EXHAUSTED", reason: "LIMIT_EXCEEDED", limit: "max-processes", value: 1 });
+      expect(error).toMatchObject({
+        code: "RESOURCE_EXHAUSTED",
+        reason: "LIMIT_EXCEEDED",
+        limit: "max-processes",
+        value: 1,
+      });
       await first.kill("SIGKILL");
       await first.wait();
     } finally {
@@ -135,7 +149,8 @@ describe("background processes (seed 000)", () => {
       interceptors: [
         (next) => (request) => {
           calls.push(request.method.name);
-          if (request.method.name === "ListProcesses" && !request.stream) (request.message as unknown as { pageSize: number }).pageSize = 2;
+          if (request.method.name === "ListProcesses" && !request.stream)
+            (request.message as unknown as { pageSize: number }).pageSize = 2;
           return next(request);
         },
       ],
@@ -165,7 +180,12 @@ describe("background processes (seed 000)", () => {
       expect(await own.killAllProcesses()).toBe(3);
       await Promise.all(live.map((process) => process.wait()));
       expect(sleepers(marker)).toEqual([]);
-      expect((await own.listProcesses()).map((process) => process.status).sort()).toEqual(["completed", "killed", "killed", "killed"]);
+      expect((await own.listProcesses()).map((process) => process.status).sort()).toEqual([
+        "completed",
+        "killed",
+        "killed",
+        "killed",
+      ]);
       expect(await own.cleanupCompletedProcesses()).toBe(4);
       expect(await own.listProcesses()).toEqual([]);
       expect(await own.killAllProcesses()).toBe(0);
@@ -176,7 +196,10 @@ describe("background processes (seed 000)", () => {
 
   it("getProcessLogs returns the retained stdout and stderr in one call", async () => {
     const calls: string[] = [];
-    const counted = await connect({ baseUrl: t.server.url, interceptors: [(next) => (request) => (calls.push(request.method.name), next(request))] });
+    const counted = await connect({
+      baseUrl: t.server.url,
+      interceptors: [(next) => (request) => (calls.push(request.method.name), next(request))],
+    });
     try {
       const process = await counted.startProcess("echo out; echo err >&2", { processId: "logs-1" });
       await process.wait();
@@ -212,7 +235,12 @@ describe("background processes (seed 000)", () => {
       }
     }
     expect(lines.join("")).toBe("[log-stream] first\n[log-stream] second\n");
-    expect(events[0]).toMatchObject({ type: "status", data: "running", processId: "log-stream", sessionId: sandbox.sessionId });
+    expect(events[0]).toMatchObject({
+      type: "status",
+      data: "running",
+      processId: "log-stream",
+      sessionId: sandbox.sessionId,
+    });
     expect(events.at(-1)).toMatchObject({ type: "status", data: "completed" });
     expect(events.filter((event) => event.type === "stderr").map((event) => event.data)).toEqual(["problem\n"]);
   });
@@ -239,7 +267,9 @@ describe("background processes (seed 000)", () => {
       const kept = await client.startProcess("true", { autoCleanup: false });
       const removed = await client.startProcess("true");
       await Promise.all([kept.wait(), removed.wait()]);
-      await waitFor(async () => (await client.getProcess(removed.id)) === null, { what: "the auto-cleaned record to go" });
+      await waitFor(async () => (await client.getProcess(removed.id)) === null, {
+        what: "the auto-cleaned record to go",
+      });
       expect((await client.getProcess(kept.id))?.status).toBe("completed");
     } finally {
       await client.close();

@@ -34,7 +34,14 @@ describe("the README's Client section", () => {
   it("has the four examples: exec, streaming, a background process with reconnect, stdin", () => {
     const code = clientSnippets().join("\n");
     expect(clientSnippets()).toHaveLength(4);
-    for (const call of ["sandbox.exec(", "sandbox.execStream(", "sandbox.startProcess(", ".reconnect()", ".sendInput(", "stdin:"]) {
+    for (const call of [
+      "sandbox.exec(",
+      "sandbox.execStream(",
+      "sandbox.startProcess(",
+      ".reconnect()",
+      ".sendInput(",
+      "stdin:",
+    ]) {
       expect(code).toContain(call);
     }
   });
@@ -48,7 +55,10 @@ describe("the README's Client section", () => {
     try {
       const file = path.join(dir, "readme.mts");
       writeFileSync(file, program);
-      const { stdout } = await promisify(execFile)(process.execPath, ["--import", "tsx", file], { cwd: root, timeout: 30_000 });
+      const { stdout } = await promisify(execFile)(process.execPath, ["--import", "tsx", file], {
+        cwd: root,
+        timeout: 30_000,
+      });
       expect(stdout.trimEnd().split("\n")).toEqual(promisedLines(code));
     } finally {
       rmSync(dir, { recursive: true, force: true });

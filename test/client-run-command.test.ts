@@ -1,7 +1,14 @@
 import { getEventListeners } from "node:events";
 import { chmodSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { CommandFinished, connect, SandboxError, type Command, type CommandLog, type Sandbox } from "../src/client/index.js";
+import {
+  CommandFinished,
+  connect,
+  SandboxError,
+  type Command,
+  type CommandLog,
+  type Sandbox,
+} from "../src/client/index.js";
 import { resolveUser } from "../src/process/index.js";
 import { waitFor } from "./support/processes.js";
 import { sleepMarker, sleepers } from "./support/rpc.js";
@@ -47,7 +54,10 @@ describe("runCommand, blocking (seed 003)", () => {
   });
 
   it("takes cwd and env", async () => {
-    const result = await sandbox.runCommand("sh", ["-c", 'echo "$WHO in $(pwd)"'], { cwd: t.workspace, env: { WHO: "me" } });
+    const result = await sandbox.runCommand("sh", ["-c", 'echo "$WHO in $(pwd)"'], {
+      cwd: t.workspace,
+      env: { WHO: "me" },
+    });
     expect(result.stdout()).toBe(`me in ${t.workspace}\n`);
   });
 
@@ -94,7 +104,11 @@ describe("runCommand, detached (seed 003)", () => {
   });
 
   it("wait() returns a CommandFinished when the process exits", async () => {
-    const command = await sandbox.runCommand({ cmd: "sh", args: ["-c", "sleep 0.1; echo finished; exit 5"], detached: true });
+    const command = await sandbox.runCommand({
+      cmd: "sh",
+      args: ["-c", "sleep 0.1; echo finished; exit 5"],
+      detached: true,
+    });
     const finished = await command.wait();
     expect(finished).toBeInstanceOf(CommandFinished);
     expect(finished.exitCode).toBe(5);
@@ -102,7 +116,11 @@ describe("runCommand, detached (seed 003)", () => {
   });
 
   it("logs() yields { stream, data } entries", async () => {
-    const command = await sandbox.runCommand({ cmd: "sh", args: ["-c", "echo a; sleep 0.05; echo b >&2; sleep 0.05; echo c"], detached: true });
+    const command = await sandbox.runCommand({
+      cmd: "sh",
+      args: ["-c", "echo a; sleep 0.05; echo b >&2; sleep 0.05; echo c"],
+      detached: true,
+    });
     const logs: CommandLog[] = [];
     for await (const log of command.logs()) {
       expect(["stdout", "stderr"]).toContain(log.stream);
@@ -127,9 +145,13 @@ describe("runCommand, detached (seed 003)", () => {
     const finished = await command.wait();
     expect(finished.stdout()).toContain("got TERM");
     expect(finished.exitCode).toBe(0);
-    await waitFor(async () => (await sandbox.listProcesses({ statuses: ["running"] })).every((process) => process.id !== command.id), {
-      what: "the command to be gone",
-    });
+    await waitFor(
+      async () =>
+        (await sandbox.listProcesses({ statuses: ["running"] })).every((process) => process.id !== command.id),
+      {
+        what: "the command to be gone",
+      },
+    );
   });
 
   it("the positional form takes detached too, and a detached command's signal kills it", async () => {
@@ -145,7 +167,10 @@ describe("runCommand, detached (seed 003)", () => {
 
   it("a detached command's signal is let go once its handle is done (detach, reconnect, stop), and starts no following", async () => {
     const calls: string[] = [];
-    const own = await connect({ baseUrl: t.server.url, interceptors: [(next) => (request) => (calls.push(request.method.name), next(request))] });
+    const own = await connect({
+      baseUrl: t.server.url,
+      interceptors: [(next) => (request) => (calls.push(request.method.name), next(request))],
+    });
     const marker = sleepMarker();
     const controller = new AbortController();
     const listeners = () => getEventListeners(controller.signal, "abort").length;
@@ -183,7 +208,11 @@ describe("runCommand, detached (seed 003)", () => {
 
   it("never ignores an argument of the wrong shape or an option spelled as another API spells it", async () => {
     await expect(sandbox.runCommand("echo", "hello" as never)).rejects.toMatchObject({ code: "INVALID_ARGUMENT" });
-    await expect(sandbox.runCommand("sleep", ["5"], { timeout: 100 } as never)).rejects.toMatchObject({ code: "INVALID_ARGUMENT" });
-    await expect(sandbox.runCommand({ cmd: "true", detach: true } as never)).rejects.toMatchObject({ code: "INVALID_ARGUMENT" });
+    await expect(sandbox.runCommand("sleep", ["5"], { timeout: 100 } as never)).rejects.toMatchObject({
+      code: "INVALID_ARGUMENT",
+    });
+    await expect(sandbox.runCommand({ cmd: "true", detach: true } as never)).rejects.toMatchObject({
+      code: "INVALID_ARGUMENT",
+    });
   });
 });

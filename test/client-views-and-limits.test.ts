@@ -26,7 +26,9 @@ describe("a time limit's error says which limit, its unit and where it came from
 
   it("the call's own timeout, in execStream too", async () => {
     const error = await sandbox.exec("sleep 40", { timeout: 300 }).catch((failure: unknown) => failure);
-    expect((error as Error).message).toBe("the command ran past its time limit and was killed (SIGKILL): timeout 300 ms, the timeout option of exec (in milliseconds)");
+    expect((error as Error).message).toBe(
+      "the command ran past its time limit and was killed (SIGKILL): timeout 300 ms, the timeout option of exec (in milliseconds)",
+    );
     const events: ExecEvent[] = [];
     for await (const event of sandbox.execStream("sleep 40", { timeout: 300 })) events.push(event);
     expect(events.at(-1)?.error?.message).toBe(
@@ -38,7 +40,8 @@ describe("a time limit's error says which limit, its unit and where it came from
 describe("output as text and as bytes, in every shape", () => {
   it("execStream events carry data (text, whole characters) and bytes (exactly as written)", async () => {
     const events: ExecEvent[] = [];
-    for await (const event of sandbox.execStream("printf 'caf\\303'; sleep 0.2; printf '\\251\\n'; printf '\\377' >&2")) events.push(event);
+    for await (const event of sandbox.execStream("printf 'caf\\303'; sleep 0.2; printf '\\251\\n'; printf '\\377' >&2"))
+      events.push(event);
     const stdout = events.filter((event) => event.type === "stdout");
     for (const event of stdout) expect(Buffer.isBuffer(event.bytes)).toBe(true);
     expect(Buffer.concat(stdout.map((event) => event.bytes!))).toEqual(Buffer.from("café\n"));

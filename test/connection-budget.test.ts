@@ -1,5 +1,10 @@
 import { describe, expect, it } from "vitest";
-import { createConnectionBudget, defaultMaxConnectionsPerPeer, peerOfAddress, type BudgetedConnection } from "../src/server/http/connection-budget.js";
+import {
+  createConnectionBudget,
+  defaultMaxConnectionsPerPeer,
+  peerOfAddress,
+  type BudgetedConnection,
+} from "../src/server/http/connection-budget.js";
 
 /** A connection of `peer` that records whether the budget closed it. */
 function connection(peer: string, proven = false): BudgetedConnection & { closed: boolean; proved: boolean } {

@@ -42,16 +42,32 @@ describe("plain curl over HTTP/1.1 with JSON (the Connect protocol)", () => {
   });
 
   it("calls unary RPCs with a JSON body and gets JSON back", async () => {
-    const start = await curl(["-H", "Content-Type: application/json", "-d", '{"spec":{"command":"sleep 0.2; echo done","processId":"curl-unary"}}', url("StartProcess")]);
+    const start = await curl([
+      "-H",
+      "Content-Type: application/json",
+      "-d",
+      '{"spec":{"command":"sleep 0.2; echo done","processId":"curl-unary"}}',
+      url("StartProcess"),
+    ]);
     expect(start.version).toBe("1.1");
     expect(start.status).toBe(200);
-    expect(JSON.parse(start.body)).toMatchObject({ process: { processId: "curl-unary", status: "PROCESS_STATUS_RUNNING" } });
+    expect(JSON.parse(start.body)).toMatchObject({
+      process: { processId: "curl-unary", status: "PROCESS_STATUS_RUNNING" },
+    });
     const list = await curl(["-H", "Content-Type: application/json", "-d", "{}", url("ListProcesses")]);
-    expect(JSON.parse(list.body).processes.map((process: { processId: string }) => process.processId)).toContain("curl-unary");
+    expect(JSON.parse(list.body).processes.map((process: { processId: string }) => process.processId)).toContain(
+      "curl-unary",
+    );
   });
 
   it("gets a Connect error as JSON with the matching HTTP status", async () => {
-    const missing = await curl(["-H", "Content-Type: application/json", "-d", '{"processId":"no-such-process"}', url("GetProcess")]);
+    const missing = await curl([
+      "-H",
+      "Content-Type: application/json",
+      "-d",
+      '{"processId":"no-such-process"}',
+      url("GetProcess"),
+    ]);
     expect(missing.status).toBe(404);
     expect(JSON.parse(missing.body)).toEqual({
       code: "not_found",
@@ -72,7 +88,10 @@ describe("plain curl over HTTP/1.1 with JSON (the Connect protocol)", () => {
     // Binary in and out: curl reads the framed request from stdin and writes the framed response.
     const result = await runCommand(
       "bash",
-      ["-c", `curl -sS --http1.1 --no-buffer -H 'Content-Type: application/connect+json' --data-binary @- '${url("Exec")}' | base64 -w0`],
+      [
+        "-c",
+        `curl -sS --http1.1 --no-buffer -H 'Content-Type: application/connect+json' --data-binary @- '${url("Exec")}' | base64 -w0`,
+      ],
       { input: request },
     );
     expect(result.stderr).toBe("");
@@ -81,9 +100,18 @@ describe("plain curl over HTTP/1.1 with JSON (the Connect protocol)", () => {
     expect(messages.at(-1)).toEqual({ flags: 2, json: {} });
     const events = messages.slice(0, -1).map((message) => message.json as Record<string, Record<string, unknown>>);
     expect(Object.keys(events[0])).toEqual(["started"]);
-    expect(events.at(-1)!.exited).toMatchObject({ status: "PROCESS_STATUS_FAILED", exitCode: 2, stdoutBytes: "5", stderrBytes: "4" });
+    expect(events.at(-1)!.exited).toMatchObject({
+      status: "PROCESS_STATUS_FAILED",
+      exitCode: 2,
+      stdoutBytes: "5",
+      stderrBytes: "4",
+    });
     const text = (stream: string) =>
-      Buffer.concat(events.filter((event) => event.output?.stream === stream).map((event) => Buffer.from(event.output.data as string, "base64"))).toString();
+      Buffer.concat(
+        events
+          .filter((event) => event.output?.stream === stream)
+          .map((event) => Buffer.from(event.output.data as string, "base64")),
+      ).toString();
     expect(text("OUTPUT_STREAM_STDOUT")).toBe("hello");
     expect(text("OUTPUT_STREAM_STDERR")).toBe("oops");
   });

@@ -5,7 +5,8 @@ import { parseCommandLine, usage } from "../src/cli/sandboxd/options.js";
 import { startTestServer } from "./support/server.js";
 import { repositoryRoot, runCommand } from "./support/tools.js";
 
-const packageVersion = (JSON.parse(readFileSync(`${repositoryRoot}/package.json`, "utf8")) as { version: string }).version;
+const packageVersion = (JSON.parse(readFileSync(`${repositoryRoot}/package.json`, "utf8")) as { version: string })
+  .version;
 
 /** The daemon from source, as a user at a terminal runs it: exit code and what it printed. */
 function daemon(args: readonly string[], env: NodeJS.ProcessEnv = {}) {
@@ -49,22 +50,38 @@ describe("the daemon's flags", () => {
       workspaceRoots: ["/tmp", "/var/tmp"],
       port: 7100,
     });
-    const flagWins = parseCommandLine(["--port", "7200", "--workspace", "/srv"], { SANDBOXD_PORT: "7100", SANDBOXD_WORKSPACE: "/tmp" });
-    expect(flagWins.kind === "serve" && [flagWins.options.port, flagWins.options.workspaceRoots]).toEqual([7200, ["/srv"]]);
+    const flagWins = parseCommandLine(["--port", "7200", "--workspace", "/srv"], {
+      SANDBOXD_PORT: "7100",
+      SANDBOXD_WORKSPACE: "/tmp",
+    });
+    expect(flagWins.kind === "serve" && [flagWins.options.port, flagWins.options.workspaceRoots]).toEqual([
+      7200,
+      ["/srv"],
+    ]);
     const weighted = parseCommandLine(["--commands-cpu-weight", "0"], {});
     expect(weighted.kind === "serve" && weighted.options.launcher?.resources?.applied.cpuWeight).toBeUndefined();
-    expect(() => parseCommandLine(["--commands-cpu-weight=-1"], {})).toThrow('--commands-cpu-weight must be a number from 0 to 16, got "-1"');
+    expect(() => parseCommandLine(["--commands-cpu-weight=-1"], {})).toThrow(
+      '--commands-cpu-weight must be a number from 0 to 16, got "-1"',
+    );
     const off = parseCommandLine([], { SANDBOXD_INSECURE: "0" });
     expect(off.kind === "serve" && off.options.insecure).toBe(false);
   });
 
   it("refuses bad values with one line that names the flag or variable", () => {
-    expect(() => parseCommandLine(["--port", "70000"], {})).toThrow('--port must be an integer from 0 to 65535, got "70000"');
+    expect(() => parseCommandLine(["--port", "70000"], {})).toThrow(
+      '--port must be an integer from 0 to 65535, got "70000"',
+    );
     expect(() => parseCommandLine(["--max-processes", " "], {})).toThrow("--max-processes must be an integer");
-    expect(() => parseCommandLine([], { SANDBOXD_INSECURE: "maybe" })).toThrow('SANDBOXD_INSECURE must be 1, true, yes, 0, false or no, got "maybe"');
+    expect(() => parseCommandLine([], { SANDBOXD_INSECURE: "maybe" })).toThrow(
+      'SANDBOXD_INSECURE must be 1, true, yes, 0, false or no, got "maybe"',
+    );
     expect(() => parseCommandLine(["--no-such-flag"], {})).toThrow("Unknown option '--no-such-flag'");
-    expect(() => parseCommandLine(["--token-file", "/nonexistent/token"], {})).toThrow("--token-file /nonexistent/token: no such file");
-    expect(() => parseCommandLine(["--tls-cert", "/nonexistent/c.pem", "--tls-key", "/nonexistent/k.pem"], {})).toThrow("--tls-cert /nonexistent/c.pem: no such file");
+    expect(() => parseCommandLine(["--token-file", "/nonexistent/token"], {})).toThrow(
+      "--token-file /nonexistent/token: no such file",
+    );
+    expect(() => parseCommandLine(["--tls-cert", "/nonexistent/c.pem", "--tls-key", "/nonexistent/k.pem"], {})).toThrow(
+      "--tls-cert /nonexistent/c.pem: no such file",
+    );
   });
 
   it("--version prints the package's version; a missing workspace is one clear line and exit 1", async () => {
@@ -76,7 +93,9 @@ describe("the daemon's flags", () => {
     expect(missing.stderr).not.toContain("ENOENT");
     const bad = await daemon(["--port", "x"]);
     expect(bad.code).toBe(2);
-    expect(bad.stderr).toBe('sandboxd: --port must be an integer from 0 to 65535, got "x"\n(sandboxd --help lists the flags)\n');
+    expect(bad.stderr).toBe(
+      'sandboxd: --port must be an integer from 0 to 65535, got "x"\n(sandboxd --help lists the flags)\n',
+    );
   });
 
   it("reports its version to clients: a header on /healthz and the sandboxd_build_info metric", async () => {

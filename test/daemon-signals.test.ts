@@ -15,9 +15,13 @@ const npmStart: DaemonCommand = { file: "npm", args: ["start", "--silent", "--"]
 describe("which starts tie the daemon's life to npm's", () => {
   it("npx/npm exec and this package's npm start do; another package's npm script that starts it does not", () => {
     expect(startedByNpm({ npm_command: "exec", npm_lifecycle_event: "npx", npm_package_name: "my-app" })).toBe(true);
-    expect(startedByNpm({ npm_command: "start", npm_lifecycle_event: "start", npm_package_name: "sandboxd" })).toBe(true);
+    expect(startedByNpm({ npm_command: "start", npm_lifecycle_event: "start", npm_package_name: "sandboxd" })).toBe(
+      true,
+    );
     expect(startedByNpm({ npm_command: "run", npm_lifecycle_event: "dev", npm_package_name: "my-app" })).toBe(false);
-    expect(startedByNpm({ npm_command: "start", npm_lifecycle_event: "start", npm_package_name: "my-app" })).toBe(false);
+    expect(startedByNpm({ npm_command: "start", npm_lifecycle_event: "start", npm_package_name: "my-app" })).toBe(
+      false,
+    );
     expect(startedByNpm({})).toBe(false);
   });
 });
@@ -32,7 +36,10 @@ describe("a signal to the outermost process reaches the daemon", () => {
     const workspace = realpathSync(mkdtempSync(path.join(tmpdir(), "sandboxd-signals-")));
     cleanups.push(() => rmSync(workspace, { recursive: true, force: true }));
     // Its own process group, as a terminal's foreground job: npm, then the daemon npm execs.
-    const daemon = await startDaemonProcess(["--workspace", workspace, "--log-format", "json"], { ...npmStart, detached: true });
+    const daemon = await startDaemonProcess(["--workspace", workspace, "--log-format", "json"], {
+      ...npmStart,
+      detached: true,
+    });
     cleanups.push(() => daemon.child.kill("SIGKILL"));
     const sandbox = await connect({ baseUrl: daemon.url });
     cleanups.push(() => void sandbox.close().catch(() => {}));
@@ -45,7 +52,10 @@ describe("a signal to the outermost process reaches the daemon", () => {
     process.kill(-daemon.child.pid!, "SIGINT");
     await daemon.exited();
     // The daemon's shutdown escalates to SIGKILL after its grace period: nothing is left to init.
-    await waitFor(() => pids.every((pid) => !isAlive(pid)), { timeoutMs: 15_000, what: "the command deaf to SIGTERM to be killed" });
+    await waitFor(() => pids.every((pid) => !isAlive(pid)), {
+      timeoutMs: 15_000,
+      what: "the command deaf to SIGTERM to be killed",
+    });
     expect(daemon.stderr()).toContain("shutting down");
   }, 60_000);
 

@@ -15,9 +15,16 @@ chmodSync(scratch, 0o755);
 afterAll(() => rmSync(scratch, { recursive: true, force: true }));
 
 /** Runs the daemon from source with `flags` to its exit; its stderr and exit code. */
-function runDaemon(flags: readonly string[], env: NodeJS.ProcessEnv = process.env): Promise<{ code: number | null; stderr: string }> {
+function runDaemon(
+  flags: readonly string[],
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<{ code: number | null; stderr: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(daemonFromSource.file, [...daemonFromSource.args!, ...flags], { cwd: daemonFromSource.cwd, env, stdio: ["ignore", "ignore", "pipe"] });
+    const child = spawn(daemonFromSource.file, [...daemonFromSource.args!, ...flags], {
+      cwd: daemonFromSource.cwd,
+      env,
+      stdio: ["ignore", "ignore", "pipe"],
+    });
     let stderr = "";
     child.stderr.on("data", (data: Buffer) => (stderr += data.toString()));
     const timer = setTimeout(() => {
@@ -54,18 +61,34 @@ describe("a daemon that cannot start says why and what fixes it, in one style", 
     expect(stderr).toMatch(/^sandboxd: --port .*\n\(sandboxd --help lists the flags\)\n$/);
   });
 
-  it.skipIf(!isRoot)("--user with a workspace that user cannot enter is refused at start, naming the directory", async () => {
-    const closed = mkdtempSync(path.join(scratch, "closed-"));
-    const workspace = path.join(closed, "work");
-    mkdirSync(workspace);
-    chmodSync(closed, 0o700);
-    const tokenFile = path.join(scratch, "token");
-    writeFileSync(tokenFile, "a-token-of-the-start-test", { mode: 0o600 });
-    const { code, stderr } = await runDaemon(["--port", "0", "--user", "nobody", "--token-file", tokenFile, "--workspace", workspace]);
-    expect(code).toBe(2);
-    expect(stderr).toContain(`sandboxd: --user nobody cannot enter the workspace ${workspace}: no search (x) permission on ${closed} (owner uid 0, mode 700)\n`);
-    expect(stderr).toContain("(give that user access (chmod, chown, a group), or choose another --workspace or --user)\n");
-  });
+  it.skipIf(!isRoot)(
+    "--user with a workspace that user cannot enter is refused at start, naming the directory",
+    async () => {
+      const closed = mkdtempSync(path.join(scratch, "closed-"));
+      const workspace = path.join(closed, "work");
+      mkdirSync(workspace);
+      chmodSync(closed, 0o700);
+      const tokenFile = path.join(scratch, "token");
+      writeFileSync(tokenFile, "a-token-of-the-start-test", { mode: 0o600 });
+      const { code, stderr } = await runDaemon([
+        "--port",
+        "0",
+        "--user",
+        "nobody",
+        "--token-file",
+        tokenFile,
+        "--workspace",
+        workspace,
+      ]);
+      expect(code).toBe(2);
+      expect(stderr).toContain(
+        `sandboxd: --user nobody cannot enter the workspace ${workspace}: no search (x) permission on ${closed} (owner uid 0, mode 700)\n`,
+      );
+      expect(stderr).toContain(
+        "(give that user access (chmod, chown, a group), or choose another --workspace or --user)\n",
+      );
+    },
+  );
 });
 
 describe("the daemon's lines on a terminal (--log-format pretty)", () => {
@@ -101,7 +124,11 @@ describe("the daemon's lines on a terminal (--log-format pretty)", () => {
       await sandbox.exec("true");
       await sandbox.close();
       await waitFor(() => /"msg":"process exited"/.test(daemon.stderr()), { what: "the exit line" });
-      const records = daemon.stderr().trimEnd().split("\n").map((line) => JSON.parse(line) as { msg: string; procedure?: string });
+      const records = daemon
+        .stderr()
+        .trimEnd()
+        .split("\n")
+        .map((line) => JSON.parse(line) as { msg: string; procedure?: string });
       expect(records.filter((record) => record.msg === "call").map((record) => record.procedure)).toEqual(
         expect.arrayContaining(["sandbox.v1.SandboxService/ListProcesses", "sandbox.v1.SandboxService/Exec"]),
       );

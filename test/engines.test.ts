@@ -7,7 +7,10 @@ import { repositoryRoot } from "./support/tools.js";
 type Version = [number, number, number];
 
 function parse(text: string): Version {
-  const [major = 0, minor = 0, patch = 0] = text.replace(/^v/, "").split(".").map((part) => (/^\d+$/.test(part) ? Number(part) : 0));
+  const [major = 0, minor = 0, patch = 0] = text
+    .replace(/^v/, "")
+    .split(".")
+    .map((part) => (/^\d+$/.test(part) ? Number(part) : 0));
   return [major, minor, patch];
 }
 
@@ -58,17 +61,29 @@ function satisfies(version: Version, range: string): boolean {
 /** Every package of the lockfile that declares Node versions: name, range, whether only the tests need it. */
 function declaredEngines(): { name: string; range: string; dev: boolean }[] {
   const lock = JSON.parse(readFileSync(path.join(repositoryRoot, "package-lock.json"), "utf8")) as {
-    packages: Record<string, { engines?: { node?: string } | string[]; dev?: boolean; optional?: boolean; os?: string[] }>;
+    packages: Record<
+      string,
+      { engines?: { node?: string } | string[]; dev?: boolean; optional?: boolean; os?: string[] }
+    >;
   };
-  return Object.entries(lock.packages)
-    .filter(([key, entry]) => key !== "" && !Array.isArray(entry.engines) && entry.engines?.node !== undefined)
-    // Packages for other systems (esbuild's, rolldown's...) are never installed here.
-    .filter(([, entry]) => entry.os === undefined || entry.os.includes(process.platform))
-    .map(([key, entry]) => ({ name: key.replace(/^.*node_modules\//, ""), range: (entry.engines as { node: string }).node, dev: entry.dev === true }));
+  return (
+    Object.entries(lock.packages)
+      .filter(([key, entry]) => key !== "" && !Array.isArray(entry.engines) && entry.engines?.node !== undefined)
+      // Packages for other systems (esbuild's, rolldown's...) are never installed here.
+      .filter(([, entry]) => entry.os === undefined || entry.os.includes(process.platform))
+      .map(([key, entry]) => ({
+        name: key.replace(/^.*node_modules\//, ""),
+        range: (entry.engines as { node: string }).node,
+        dev: entry.dev === true,
+      }))
+  );
 }
 
 const readme = readFileSync(path.join(repositoryRoot, "README.md"), "utf8");
-const install = readme.slice(readme.indexOf("\n## Install\n"), readme.indexOf("\n## ", readme.indexOf("\n## Install\n") + 1));
+const install = readme.slice(
+  readme.indexOf("\n## Install\n"),
+  readme.indexOf("\n## ", readme.indexOf("\n## Install\n") + 1),
+);
 
 describe("the Node versions the README promises are what the packages declare", () => {
   it("the range parser reads the forms the lockfile has", () => {
@@ -83,7 +98,8 @@ describe("the Node versions the README promises are what the packages declare", 
     const minimum = /Node (\d+\.\d+) or later/.exec(install)?.[1];
     expect(minimum, "the README states the oldest Node").toBeDefined();
     const refusing = declaredEngines().filter((entry) => !entry.dev && !satisfies(parse(minimum!), entry.range));
-    for (const entry of refusing) expect(install, `${entry.name} declares ${entry.range}`).toContain(`\`${entry.name}\``);
+    for (const entry of refusing)
+      expect(install, `${entry.name} declares ${entry.range}`).toContain(`\`${entry.name}\``);
     expect(refusing.map((entry) => entry.name)).toEqual(["@connectrpc/connect-node"]);
   });
 

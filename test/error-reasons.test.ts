@@ -41,7 +41,12 @@ function sendInputError(...messages: InputMessage[]) {
 describe("every reason in the proto, from a real call against a real server (code, ErrorInfo reason and metadata)", () => {
   it("PROCESS_NOT_FOUND names the process, from every call that takes one", async () => {
     const processId = "no-such-process";
-    const expected = { code: Code.NotFound, reason: "PROCESS_NOT_FOUND", metadata: { process_id: processId }, message: `process not found: ${processId}` };
+    const expected = {
+      code: Code.NotFound,
+      reason: "PROCESS_NOT_FOUND",
+      metadata: { process_id: processId },
+      message: `process not found: ${processId}`,
+    };
     expectReason(await rpcError(t.client.getProcess({ processId })), expected);
     expectReason(await rpcError(t.client.killProcess({ processId })), expected);
     expectReason(await rpcError(t.client.getProcessLogs({ processId })), expected);
@@ -53,7 +58,11 @@ describe("every reason in the proto, from a real call against a real server (cod
     const processId = "reasons-duplicate";
     await t.client.startProcess({ spec: { command: "sleep", args: [sleepMarker(30)], processId } });
     try {
-      const expected = { code: Code.AlreadyExists, reason: "PROCESS_ALREADY_EXISTS", metadata: { process_id: processId } };
+      const expected = {
+        code: Code.AlreadyExists,
+        reason: "PROCESS_ALREADY_EXISTS",
+        metadata: { process_id: processId },
+      };
       expectReason(await rpcError(t.client.startProcess({ spec: { command: "true", processId } })), expected);
       expectReason(await streamError(t.client.exec({ spec: { command: "true", processId } })), expected);
     } finally {
@@ -62,21 +71,46 @@ describe("every reason in the proto, from a real call against a real server (cod
   });
 
   it("INVALID_ARGUMENT names the field at fault", async () => {
-    const invalid = (field: string, message: string | RegExp) => ({ code: Code.InvalidArgument, reason: "INVALID_ARGUMENT", metadata: { field }, message });
+    const invalid = (field: string, message: string | RegExp) => ({
+      code: Code.InvalidArgument,
+      reason: "INVALID_ARGUMENT",
+      metadata: { field },
+      message,
+    });
     expectReason(await streamError(t.client.exec({ spec: { command: " " } })), invalid("command", "command is empty"));
     expectReason(await rpcError(t.client.startProcess({})), invalid("spec", "spec is required"));
-    expectReason(await rpcError(t.client.startProcess({ spec: { command: "true", timeoutMs: -5 } })), invalid("timeout_ms", /timeout must be/));
-    expectReason(await rpcError(t.client.startProcess({ spec: { command: "true", processId: "a/b" } })), invalid("process_id", /slash/));
-    expectReason(await rpcError(t.client.startProcess({ spec: { command: "true", pty: { cols: 10_001 } } })), invalid("pty", /pty size/));
-    expectReason(await rpcError(t.client.getProcess({ processId: "" })), invalid("process_id", "process_id is required"));
+    expectReason(
+      await rpcError(t.client.startProcess({ spec: { command: "true", timeoutMs: -5 } })),
+      invalid("timeout_ms", /timeout must be/),
+    );
+    expectReason(
+      await rpcError(t.client.startProcess({ spec: { command: "true", processId: "a/b" } })),
+      invalid("process_id", /slash/),
+    );
+    expectReason(
+      await rpcError(t.client.startProcess({ spec: { command: "true", pty: { cols: 10_001 } } })),
+      invalid("pty", /pty size/),
+    );
+    expectReason(
+      await rpcError(t.client.getProcess({ processId: "" })),
+      invalid("process_id", "process_id is required"),
+    );
     expectReason(await rpcError(t.client.killAllProcesses({ signal: "SIGNOPE" })), invalid("signal", "unknown signal"));
     expectReason(await rpcError(t.client.listProcesses({ sessionId: "a\nb" })), invalid("session_id", /session id/));
-    expectReason(await rpcError(t.client.listProcesses({ pageToken: "bm90IGEgdG9rZW4" })), invalid("page_token", /invalid page_token/));
+    expectReason(
+      await rpcError(t.client.listProcesses({ pageToken: "bm90IGEgdG9rZW4" })),
+      invalid("page_token", /invalid page_token/),
+    );
     expectReason(await rpcError(t.client.listProcesses({ pageSize: -1 })), invalid("page_size", /page_size/));
-    expectReason(await sendInputError({ input: { case: "data", value: new Uint8Array([1]) } }), invalid("open", /must be open/));
+    expectReason(
+      await sendInputError({ input: { case: "data", value: new Uint8Array([1]) } }),
+      invalid("open", /must be open/),
+    );
     const { process } = await t.client.startProcess({ spec: { command: "cat", pty: {} } });
     try {
-      const resize = await sendInputError(open(process!.processId), { input: { case: "resize", value: { cols: 0, rows: 10 } } });
+      const resize = await sendInputError(open(process!.processId), {
+        input: { case: "resize", value: { cols: 0, rows: 10 } },
+      });
       expectReason(resize, invalid("resize", /resize needs cols and rows between 1 and 10000, got 0x10/));
     } finally {
       await t.client.killProcess({ processId: process!.processId, signal: "SIGKILL" });
@@ -109,8 +143,12 @@ describe("every reason in the proto, from a real call against a real server (cod
 
   it("STDIN_NOT_OPEN, PROCESS_NOT_RUNNING and PTY_NOT_OPEN name the process", async () => {
     const { process: noStdin } = await t.client.startProcess({ spec: { command: "sleep", args: [sleepMarker(30)] } });
-    const { process: piped } = await t.client.startProcess({ spec: { command: "cat", stdin: true, autoCleanup: false } });
-    const { process: done } = await t.client.startProcess({ spec: { command: "true", stdin: true, autoCleanup: false } });
+    const { process: piped } = await t.client.startProcess({
+      spec: { command: "cat", stdin: true, autoCleanup: false },
+    });
+    const { process: done } = await t.client.startProcess({
+      spec: { command: "true", stdin: true, autoCleanup: false },
+    });
     try {
       const of = (processId: string) => ({ process_id: processId });
       expectReason(await sendInputError(open(noStdin!.processId)), {
@@ -119,13 +157,25 @@ describe("every reason in the proto, from a real call against a real server (cod
         metadata: of(noStdin!.processId),
         message: /has no stdin/,
       });
-      expectReason(await sendInputError(open(piped!.processId), { input: { case: "resize", value: { cols: 80, rows: 24 } } }), {
+      expectReason(
+        await sendInputError(open(piped!.processId), { input: { case: "resize", value: { cols: 80, rows: 24 } } }),
+        {
+          code: Code.FailedPrecondition,
+          reason: "PTY_NOT_OPEN",
+          metadata: of(piped!.processId),
+        },
+      );
+      const afterClose = await sendInputError(
+        open(piped!.processId),
+        { input: { case: "close", value: {} } },
+        { input: { case: "data", value: new Uint8Array([1]) } },
+      );
+      expectReason(afterClose, {
         code: Code.FailedPrecondition,
-        reason: "PTY_NOT_OPEN",
+        reason: "STDIN_NOT_OPEN",
         metadata: of(piped!.processId),
+        message: /is closed/,
       });
-      const afterClose = await sendInputError(open(piped!.processId), { input: { case: "close", value: {} } }, { input: { case: "data", value: new Uint8Array([1]) } });
-      expectReason(afterClose, { code: Code.FailedPrecondition, reason: "STDIN_NOT_OPEN", metadata: of(piped!.processId), message: /is closed/ });
       await waitForExit(t.client, done!.processId);
       expectReason(await sendInputError(open(done!.processId)), {
         code: Code.FailedPrecondition,
@@ -158,7 +208,11 @@ describe("every reason in the proto, from a real call against a real server (cod
   });
 
   it("LIMIT_EXCEEDED names the daemon flag and its value: max-processes, max-calls-per-connection, max-calls, max-message-bytes", async () => {
-    const limited = await startTestServer({ maxProcesses: 1, maxMessageBytes: 64 * 1024, callLimits: { maxCallsPerConnection: 1, maxCalls: 2 } });
+    const limited = await startTestServer({
+      maxProcesses: 1,
+      maxMessageBytes: 64 * 1024,
+      callLimits: { maxCallsPerConnection: 1, maxCalls: 2 },
+    });
     try {
       await limited.client.startProcess({ spec: { command: "sleep", args: [sleepMarker(30)], processId: "only" } });
       expectReason(await rpcError(limited.client.startProcess({ spec: { command: "true" } })), {
@@ -169,7 +223,9 @@ describe("every reason in the proto, from a real call against a real server (cod
       // One follow holds the connection's one call; the next call on it is refused.
       // Ending a follow takes its signal: letting go of the iterator does not cancel the call.
       const follows = new AbortController();
-      const following = limited.client.streamLogs({ processId: "only", follow: true }, { signal: follows.signal })[Symbol.asyncIterator]();
+      const following = limited.client
+        .streamLogs({ processId: "only", follow: true }, { signal: follows.signal })
+        [Symbol.asyncIterator]();
       await following.next();
       expectReason(await rpcError(limited.client.getProcess({ processId: "only" })), {
         code: Code.ResourceExhausted,
@@ -177,7 +233,9 @@ describe("every reason in the proto, from a real call against a real server (cod
         metadata: { limit: "max-calls-per-connection", value: "1" },
       });
       const second = limited.connect();
-      const secondFollow = second.streamLogs({ processId: "only", follow: true }, { signal: follows.signal })[Symbol.asyncIterator]();
+      const secondFollow = second
+        .streamLogs({ processId: "only", follow: true }, { signal: follows.signal })
+        [Symbol.asyncIterator]();
       await secondFollow.next();
       expectReason(await rpcError(limited.connect().getProcess({ processId: "only" })), {
         code: Code.ResourceExhausted,
@@ -222,7 +280,10 @@ describe("every reason in the proto, from a real call against a real server (cod
         ["connect", createConnectTransport({ baseUrl: guarded.server.url, httpVersion: "1.1" })],
         ["grpc-web", createGrpcWebTransport({ baseUrl: guarded.server.url, httpVersion: "1.1" })],
       ];
-      const clients = [["grpc", guarded.client] as const, ...transports.map(([name, transport]) => [name, createClient(SandboxService, transport)] as const)];
+      const clients = [
+        ["grpc", guarded.client] as const,
+        ...transports.map(([name, transport]) => [name, createClient(SandboxService, transport)] as const),
+      ];
       for (const [name, client] of clients) {
         const expected = { code: Code.Unauthenticated, reason: "UNAUTHENTICATED", message: "missing bearer token" };
         expectReason(await rpcError(client.getProcess({ processId: "x" })), expected);
@@ -230,7 +291,11 @@ describe("every reason in the proto, from a real call against a real server (cod
         void name;
       }
       const wrong = guarded.connect(SandboxService, { interceptors: [bearer("wrong")] });
-      expectReason(await rpcError(wrong.listProcesses({})), { code: Code.Unauthenticated, reason: "UNAUTHENTICATED", message: "invalid bearer token" });
+      expectReason(await rpcError(wrong.listProcesses({})), {
+        code: Code.Unauthenticated,
+        reason: "UNAUTHENTICATED",
+        message: "invalid bearer token",
+      });
     } finally {
       await guarded.close();
     }
@@ -254,7 +319,10 @@ describe("every reason in the proto, from a real call against a real server (cod
     const json = JSON.parse(answer.body) as { code: string; details: { type: string; debug: unknown }[] };
     expect(json.code).toBe("permission_denied");
     expect(json.details.map((detail) => [detail.type, detail.debug])).toEqual([
-      ["google.rpc.ErrorInfo", { reason: "HOST_NOT_ALLOWED", domain: "sandbox.v1", metadata: { host: "rebound.example" } }],
+      [
+        "google.rpc.ErrorInfo",
+        { reason: "HOST_NOT_ALLOWED", domain: "sandbox.v1", metadata: { host: "rebound.example" } },
+      ],
     ]);
   });
 
@@ -264,7 +332,13 @@ describe("every reason in the proto, from a real call against a real server (cod
       const call = (headers: http2.OutgoingHttpHeaders, body: Buffer) =>
         new Promise<http2.IncomingHttpHeaders>((resolve) => {
           let status: http2.IncomingHttpHeaders = {};
-          const stream = session.request({ ":method": "POST", ":path": "/sandbox.v1.SandboxService/GetProcess", "content-type": "application/grpc", te: "trailers", ...headers });
+          const stream = session.request({
+            ":method": "POST",
+            ":path": "/sandbox.v1.SandboxService/GetProcess",
+            "content-type": "application/grpc",
+            te: "trailers",
+            ...headers,
+          });
           stream.on("response", (response) => (status = { ...status, ...response }));
           stream.on("trailers", (trailers) => (status = { ...status, ...trailers }));
           stream.on("data", () => {});
@@ -277,43 +351,87 @@ describe("every reason in the proto, from a real call against a real server (cod
         return { grpcStatus: headers["grpc-status"], code: status.code, reason: info?.reason, domain: info?.domain };
       };
       const compressed = await call({ "grpc-encoding": "snappy" }, Buffer.from([1, 0, 0, 0, 1, 0]));
-      expect(reasonOf(compressed)).toEqual({ grpcStatus: String(Code.Unimplemented), code: Code.Unimplemented, reason: "PROTOCOL_ERROR", domain: "sandbox.v1" });
+      expect(reasonOf(compressed)).toEqual({
+        grpcStatus: String(Code.Unimplemented),
+        code: Code.Unimplemented,
+        reason: "PROTOCOL_ERROR",
+        domain: "sandbox.v1",
+      });
       // A truncated string field: connect-es says INTERNAL "parse binary", the daemon INVALID_ARGUMENT.
       const truncated = await call({}, Buffer.from([0, 0, 0, 0, 3, 0x0a, 0x05, 0x61]));
-      expect(reasonOf(truncated)).toEqual({ grpcStatus: String(Code.InvalidArgument), code: Code.InvalidArgument, reason: "INVALID_ARGUMENT", domain: "sandbox.v1" });
+      expect(reasonOf(truncated)).toEqual({
+        grpcStatus: String(Code.InvalidArgument),
+        code: Code.InvalidArgument,
+        reason: "INVALID_ARGUMENT",
+        domain: "sandbox.v1",
+      });
     } finally {
       session.close();
     }
   });
 
-  it.skipIf(process.getuid?.() !== 0)("CWD_NOT_ACCESSIBLE when the command's user may not enter the directory", async () => {
-    const switched = await startTestServer({ runAs: resolveUser("nobody"), token: "reasons-token" }, { sendToken: true });
-    try {
-      chmodSync(switched.workspace, 0o755);
-      mkdirSync(path.join(switched.workspace, "private"), { mode: 0o700 });
-      expectReason(await streamError(switched.client.exec({ spec: { command: "true", cwd: "private" } })), {
-        code: Code.PermissionDenied,
-        reason: "CWD_NOT_ACCESSIBLE",
-        metadata: { cwd: "private" },
-      });
-    } finally {
-      await switched.close();
-    }
-  });
+  it.skipIf(process.getuid?.() !== 0)(
+    "CWD_NOT_ACCESSIBLE when the command's user may not enter the directory",
+    async () => {
+      const switched = await startTestServer(
+        { runAs: resolveUser("nobody"), token: "reasons-token" },
+        { sendToken: true },
+      );
+      try {
+        chmodSync(switched.workspace, 0o755);
+        mkdirSync(path.join(switched.workspace, "private"), { mode: 0o700 });
+        expectReason(await streamError(switched.client.exec({ spec: { command: "true", cwd: "private" } })), {
+          code: Code.PermissionDenied,
+          reason: "CWD_NOT_ACCESSIBLE",
+          metadata: { cwd: "private" },
+        });
+      } finally {
+        await switched.close();
+      }
+    },
+  );
 
   it("covers every reason of the proto a client can receive (CANCELED reaches no client; INTERNAL, DEADLINE_EXCEEDED and SPAWN_FAILED have no safe trigger)", () => {
     // The reasons above, plus STATE_NOT_RECORDED in security-ledger.test.ts.
     const tested = [
-      "PROCESS_NOT_FOUND", "PROCESS_ALREADY_EXISTS", "LIMIT_EXCEEDED", "INVALID_ARGUMENT", "CWD_OUTSIDE_WORKSPACE", "SUDO_NOT_ALLOWED",
-      "PROCESS_NOT_RUNNING", "STDIN_NOT_OPEN", "UNAUTHENTICATED", "SHUTTING_DOWN", "CWD_NOT_FOUND", "CWD_NOT_ACCESSIBLE", "PTY_NOT_OPEN",
-      "OFFSET_OUT_OF_RANGE", "HOST_NOT_ALLOWED", "STATE_NOT_RECORDED", "SERVICE_NOT_FOUND", "PROTOCOL_ERROR",
+      "PROCESS_NOT_FOUND",
+      "PROCESS_ALREADY_EXISTS",
+      "LIMIT_EXCEEDED",
+      "INVALID_ARGUMENT",
+      "CWD_OUTSIDE_WORKSPACE",
+      "SUDO_NOT_ALLOWED",
+      "PROCESS_NOT_RUNNING",
+      "STDIN_NOT_OPEN",
+      "UNAUTHENTICATED",
+      "SHUTTING_DOWN",
+      "CWD_NOT_FOUND",
+      "CWD_NOT_ACCESSIBLE",
+      "PTY_NOT_OPEN",
+      "OFFSET_OUT_OF_RANGE",
+      "HOST_NOT_ALLOWED",
+      "STATE_NOT_RECORDED",
+      "SERVICE_NOT_FOUND",
+      "PROTOCOL_ERROR",
     ];
     const untested = ["CANCELED", "INTERNAL", "DEADLINE_EXCEEDED", "SPAWN_FAILED"];
     // The file service's reasons, each triggered in test/files-errors.test.ts.
     const files = [
-      "PATH_NOT_FOUND", "PATH_ALREADY_EXISTS", "PATH_OUTSIDE_WORKSPACE", "PATH_NOT_ACCESSIBLE", "IS_A_DIRECTORY", "NOT_A_DIRECTORY",
-      "DIRECTORY_NOT_EMPTY", "NOT_A_REGULAR_FILE", "STORAGE_EXHAUSTED", "CONTENT_MISMATCH", "CROSS_DEVICE", "WORKSPACE_ROOT",
-      "READ_ONLY_FILESYSTEM", "SYMLINK_LOOP", "FILE_BUSY", "FILE_SERVICE_UNAVAILABLE",
+      "PATH_NOT_FOUND",
+      "PATH_ALREADY_EXISTS",
+      "PATH_OUTSIDE_WORKSPACE",
+      "PATH_NOT_ACCESSIBLE",
+      "IS_A_DIRECTORY",
+      "NOT_A_DIRECTORY",
+      "DIRECTORY_NOT_EMPTY",
+      "NOT_A_REGULAR_FILE",
+      "STORAGE_EXHAUSTED",
+      "CONTENT_MISMATCH",
+      "CROSS_DEVICE",
+      "WORKSPACE_ROOT",
+      "READ_ONLY_FILESYSTEM",
+      "SYMLINK_LOOP",
+      "FILE_BUSY",
+      "FILE_SERVICE_UNAVAILABLE",
     ];
     const names = Object.keys(ErrorReason).filter((name) => Number.isNaN(Number(name)) && name !== "UNSPECIFIED");
     expect([...tested, ...untested, ...files].sort()).toEqual(names.sort());

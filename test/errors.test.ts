@@ -17,7 +17,12 @@ afterAll(async () => {
 // Every refusal is an answer, not a crash: the server must keep serving after each one.
 afterEach(async () => {
   const result = await collectExec(t.client, { command: "echo still-serving" });
-  expect({ stdout: result.stdout.toString(), stderr: result.stderr.toString(), status: result.exited.status, error: result.exited.error }).toEqual({
+  expect({
+    stdout: result.stdout.toString(),
+    stderr: result.stderr.toString(),
+    status: result.exited.status,
+    error: result.exited.error,
+  }).toEqual({
     stdout: "still-serving\n",
     stderr: "",
     status: ProcessStatus.COMPLETED,
@@ -26,7 +31,9 @@ afterEach(async () => {
 });
 
 /** A SendInput request stream from a list of messages. */
-async function* inputs(...messages: MessageInitShape<typeof SendInputRequestSchema>[]): AsyncGenerator<MessageInitShape<typeof SendInputRequestSchema>> {
+async function* inputs(
+  ...messages: MessageInitShape<typeof SendInputRequestSchema>[]
+): AsyncGenerator<MessageInitShape<typeof SendInputRequestSchema>> {
   for (const message of messages) yield message;
 }
 
@@ -57,10 +64,18 @@ describe("NOT_FOUND for an unknown process", () => {
     expectRefusal(await rpcError(t.client.getProcessLogs({ processId })), Code.NotFound, "process not found");
   });
   it("StreamLogs", async () => {
-    expectRefusal(await streamError(t.client.streamLogs({ processId, follow: true })), Code.NotFound, "process not found");
+    expectRefusal(
+      await streamError(t.client.streamLogs({ processId, follow: true })),
+      Code.NotFound,
+      "process not found",
+    );
   });
   it("SendInput", async () => {
-    expectRefusal(await rpcError(sendInput({ input: { case: "open", value: { processId } } })), Code.NotFound, "process not found");
+    expectRefusal(
+      await rpcError(sendInput({ input: { case: "open", value: { processId } } })),
+      Code.NotFound,
+      "process not found",
+    );
   });
 });
 
@@ -68,7 +83,9 @@ describe("ALREADY_EXISTS for a duplicate live process id", () => {
   it("refuses a second StartProcess and an Exec with the id of a live process, and allows it again after exit", async () => {
     const marker = sleepMarker();
     const processId = "duplicate-id";
-    const first = await t.client.startProcess({ spec: { command: "sleep", args: [marker], processId, autoCleanup: false } });
+    const first = await t.client.startProcess({
+      spec: { command: "sleep", args: [marker], processId, autoCleanup: false },
+    });
     expect(first.process?.status).toBe(ProcessStatus.RUNNING);
 
     const again = await rpcError(t.client.startProcess({ spec: { command: "echo second", processId } }));
@@ -89,8 +106,16 @@ describe("ALREADY_EXISTS for a duplicate live process id", () => {
 
 describe("INVALID_ARGUMENT for a bad request", () => {
   it("an empty or blank command", async () => {
-    expectRefusal(await streamError(t.client.exec({ spec: { command: "" } })), Code.InvalidArgument, "command is empty");
-    expectRefusal(await rpcError(t.client.startProcess({ spec: { command: "   " } })), Code.InvalidArgument, "command is empty");
+    expectRefusal(
+      await streamError(t.client.exec({ spec: { command: "" } })),
+      Code.InvalidArgument,
+      "command is empty",
+    );
+    expectRefusal(
+      await rpcError(t.client.startProcess({ spec: { command: "   " } })),
+      Code.InvalidArgument,
+      "command is empty",
+    );
   });
   it("a missing spec", async () => {
     expectRefusal(await streamError(t.client.exec({})), Code.InvalidArgument, "spec is required");
@@ -105,11 +130,26 @@ describe("INVALID_ARGUMENT for a bad request", () => {
     const { process } = await t.client.startProcess({ spec: { command: "sleep", args: [marker], stdin: true } });
     const processId = process!.processId;
     try {
-      expectRefusal(await rpcError(t.client.killProcess({ processId, signal: "SIGNOPE" })), Code.InvalidArgument, "unknown signal");
-      expectRefusal(await rpcError(t.client.killProcess({ processId, signal: "999" })), Code.InvalidArgument, "unknown signal");
-      expectRefusal(await rpcError(t.client.killAllProcesses({ signal: "bogus" })), Code.InvalidArgument, "unknown signal");
+      expectRefusal(
+        await rpcError(t.client.killProcess({ processId, signal: "SIGNOPE" })),
+        Code.InvalidArgument,
+        "unknown signal",
+      );
+      expectRefusal(
+        await rpcError(t.client.killProcess({ processId, signal: "999" })),
+        Code.InvalidArgument,
+        "unknown signal",
+      );
+      expectRefusal(
+        await rpcError(t.client.killAllProcesses({ signal: "bogus" })),
+        Code.InvalidArgument,
+        "unknown signal",
+      );
       const viaInput = await rpcError(
-        sendInput({ input: { case: "open", value: { processId } } }, { input: { case: "signal", value: "NOTASIGNAL" } }),
+        sendInput(
+          { input: { case: "open", value: { processId } } },
+          { input: { case: "signal", value: "NOTASIGNAL" } },
+        ),
       );
       expectRefusal(viaInput, Code.InvalidArgument, "unknown signal");
       // None of the refused signals reached the process.
@@ -120,13 +160,24 @@ describe("INVALID_ARGUMENT for a bad request", () => {
     await waitFor(() => processesWithMarker(marker).length === 0, { what: "the sleep to go" });
   });
   it("an empty process id, a first SendInput message that is not open, and a bad resize", async () => {
-    expectRefusal(await rpcError(t.client.getProcess({ processId: "" })), Code.InvalidArgument, "process_id is required");
-    expectRefusal(await rpcError(sendInput({ input: { case: "data", value: new Uint8Array([1]) } })), Code.InvalidArgument, "must be open");
+    expectRefusal(
+      await rpcError(t.client.getProcess({ processId: "" })),
+      Code.InvalidArgument,
+      "process_id is required",
+    );
+    expectRefusal(
+      await rpcError(sendInput({ input: { case: "data", value: new Uint8Array([1]) } })),
+      Code.InvalidArgument,
+      "must be open",
+    );
     const { process } = await t.client.startProcess({ spec: { command: "cat", pty: { cols: 80, rows: 24 } } });
     const processId = process!.processId;
     try {
       const error = await rpcError(
-        sendInput({ input: { case: "open", value: { processId } } }, { input: { case: "resize", value: { cols: 0, rows: 10 } } }),
+        sendInput(
+          { input: { case: "open", value: { processId } } },
+          { input: { case: "resize", value: { cols: 0, rows: 10 } } },
+        ),
       );
       expectRefusal(error, Code.InvalidArgument, "resize");
     } finally {
@@ -142,7 +193,12 @@ describe("FAILED_PRECONDITION for input that cannot be delivered", () => {
     const processId = process!.processId;
     expect(process?.stdin).toBe(false);
     try {
-      const error = await rpcError(sendInput({ input: { case: "open", value: { processId } } }, { input: { case: "data", value: new Uint8Array([104, 105]) } }));
+      const error = await rpcError(
+        sendInput(
+          { input: { case: "open", value: { processId } } },
+          { input: { case: "data", value: new Uint8Array([104, 105]) } },
+        ),
+      );
       expectRefusal(error, Code.FailedPrecondition, "has no stdin");
     } finally {
       await t.client.killProcess({ processId, signal: "SIGKILL" });
@@ -180,7 +236,8 @@ describe("OUT_OF_RANGE for offsets beyond what was written", () => {
     expectRefusal(stderrError, Code.OutOfRange, "stderr_offset 3 is beyond the 2 bytes written");
     // Exactly at the end is fine: nothing more, then the exit.
     const atEnd = [];
-    for await (const response of t.client.streamLogs({ processId, stdoutOffset: 5n, stderrOffset: 2n })) atEnd.push(response.event.case);
+    for await (const response of t.client.streamLogs({ processId, stdoutOffset: 5n, stderrOffset: 2n }))
+      atEnd.push(response.event.case);
     expect(atEnd).toEqual(["process", "exited"]);
   });
 });
@@ -223,7 +280,11 @@ describe("a missing program, a missing directory and a forbidden directory are t
     for (const cwd of ["/etc", "..", "inside/../..", "../does-not-exist", "escape", "escape/"]) {
       const error = await streamError(t.client.exec({ spec: { command: "true", cwd } }));
       // The refusal names the roots the cwd may be in.
-      expectRefusal(error, Code.PermissionDenied, `working directory is outside the workspace roots: ${cwd} (allowed: ${t.workspace})`);
+      expectRefusal(
+        error,
+        Code.PermissionDenied,
+        `working directory is outside the workspace roots: ${cwd} (allowed: ${t.workspace})`,
+      );
     }
     const startError = await rpcError(t.client.startProcess({ spec: { command: "true", cwd: "escape" } }));
     expect(Code[startError.code]).toBe(Code[Code.PermissionDenied]);
@@ -267,7 +328,9 @@ describe("sudo and limits", () => {
       // Once one exits there is room again.
       const { killedCount } = await limited.client.killAllProcesses({ signal: "SIGKILL" });
       expect(killedCount).toBe(2);
-      await waitFor(async () => (await limited.client.listProcesses({ statuses: [ProcessStatus.RUNNING] })).processes.length === 0);
+      await waitFor(
+        async () => (await limited.client.listProcesses({ statuses: [ProcessStatus.RUNNING] })).processes.length === 0,
+      );
       const ok = await limited.client.startProcess({ spec: { command: "true" } });
       expect(ok.process?.status).not.toBe(ProcessStatus.ERROR);
     } finally {

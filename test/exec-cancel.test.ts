@@ -15,9 +15,16 @@ afterAll(async () => {
  * Starts an Exec of `command` with an AbortController and reads until `ready(outputBytes)` holds;
  * returns the started record, the controller and the still-open iterator.
  */
-async function startExec(command: string, ready: (outputBytes: number) => boolean, options: { timeoutMs?: number } = {}) {
+async function startExec(
+  command: string,
+  ready: (outputBytes: number) => boolean,
+  options: { timeoutMs?: number } = {},
+) {
   const controller = new AbortController();
-  const stream = t.client.exec({ spec: { command, autoCleanup: false } }, { signal: controller.signal, timeoutMs: options.timeoutMs });
+  const stream = t.client.exec(
+    { spec: { command, autoCleanup: false } },
+    { signal: controller.signal, timeoutMs: options.timeoutMs },
+  );
   const iterator = stream[Symbol.asyncIterator]();
   const first = await iterator.next();
   if (first.done || first.value.event.case !== "started") throw new Error("no started event");
@@ -65,7 +72,10 @@ describe("cancelling an Exec call", () => {
   it("kills the group when the call's deadline passes", async () => {
     const marker = sleepMarker();
     const controller = new AbortController();
-    const stream = t.client.exec({ spec: { command: `sleep ${marker} & sleep ${marker}; wait` } }, { timeoutMs: 500, signal: controller.signal });
+    const stream = t.client.exec(
+      { spec: { command: `sleep ${marker} & sleep ${marker}; wait` } },
+      { timeoutMs: 500, signal: controller.signal },
+    );
     const error = await rpcError(async () => {
       for await (const _ of stream) {
         // Read until the deadline ends the call.
@@ -82,7 +92,9 @@ describe("cancelling an Exec call", () => {
     const sessionManager = new Http2SessionManager(t.server.url);
     const client = createClient(SandboxService, createGrpcTransport({ baseUrl: t.server.url, sessionManager }));
     const marker = sleepMarker();
-    const iterator = client.exec({ spec: { command: `sleep ${marker} & sleep ${marker}; wait` } })[Symbol.asyncIterator]();
+    const iterator = client
+      .exec({ spec: { command: `sleep ${marker} & sleep ${marker}; wait` } })
+      [Symbol.asyncIterator]();
     const first = await iterator.next();
     expect(first.value?.event.case).toBe("started");
     await waitFor(() => sleepers(marker).length === 2, { what: "both sleeps to run" });
@@ -96,7 +108,9 @@ describe("timeout", () => {
   it("kills the whole group with SIGKILL and reports timed out, status killed", async () => {
     const marker = sleepMarker();
     const events = [];
-    for await (const response of t.client.exec({ spec: { command: `echo before; sh -c 'sleep ${marker} & sleep ${marker}'`, timeoutMs: 300 } })) {
+    for await (const response of t.client.exec({
+      spec: { command: `echo before; sh -c 'sleep ${marker} & sleep ${marker}'`, timeoutMs: 300 },
+    })) {
       events.push(response.event);
     }
     const exited = events.at(-1);
@@ -112,7 +126,9 @@ describe("timeout", () => {
   });
 
   it("does not fire for a process that finishes in time", async () => {
-    const { process } = await t.client.startProcess({ spec: { command: "echo quick", timeoutMs: 10_000, autoCleanup: false } });
+    const { process } = await t.client.startProcess({
+      spec: { command: "echo quick", timeoutMs: 10_000, autoCleanup: false },
+    });
     const exit = await waitForExit(t.client, process!.processId);
     expect(exit.status).toBe(ProcessStatus.COMPLETED);
     expect(exit.timedOut).toBe(false);
@@ -120,7 +136,9 @@ describe("timeout", () => {
 
   it("applies to background processes too", async () => {
     const marker = sleepMarker();
-    const { process } = await t.client.startProcess({ spec: { command: "sleep", args: [marker], timeoutMs: 200, autoCleanup: false } });
+    const { process } = await t.client.startProcess({
+      spec: { command: "sleep", args: [marker], timeoutMs: 200, autoCleanup: false },
+    });
     const exit = await waitForExit(t.client, process!.processId);
     expect(exit.timedOut).toBe(true);
     expect(exit.signal).toBe("SIGKILL");

@@ -1,4 +1,17 @@
-import { chownSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, statSync, symlinkSync, writeFileSync, chmodSync, lstatSync, readlinkSync } from "node:fs";
+import {
+  chownSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  renameSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+  chmodSync,
+  lstatSync,
+  readlinkSync,
+} from "node:fs";
 import os from "node:os";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -60,7 +73,17 @@ describe.each(modes)("confinement: $name", ({ options }) => {
   afterAll(() => files.close());
 
   it("refuses .., absolute paths elsewhere and symlinks that lead out, with PATH_OUTSIDE_WORKSPACE", async () => {
-    for (const escape of ["..", "../secret", "sub/../../secret", "/etc/passwd", base, `${workspace}/../secret`, "relative-escape", "absolute-escape", "sub/up/relative-escape"]) {
+    for (const escape of [
+      "..",
+      "../secret",
+      "sub/../../secret",
+      "/etc/passwd",
+      base,
+      `${workspace}/../secret`,
+      "relative-escape",
+      "absolute-escape",
+      "sub/up/relative-escape",
+    ]) {
       expect(await reasonOf(files.openRead(escape)), escape).toBe("PATH_OUTSIDE_WORKSPACE");
     }
     expect(await reasonOf(files.stat("relative-escape", { followSymlinks: true }))).toBe("PATH_OUTSIDE_WORKSPACE");
@@ -77,7 +100,11 @@ describe.each(modes)("confinement: $name", ({ options }) => {
     expect((await readAll(await files.openRead("absolute-inside"))).toString()).toBe("inside");
     expect((await readAll(await files.openRead(`${workspace}/sub/up/sub/inside.txt`))).toString()).toBe("inside");
     const link = await files.stat("relative-escape");
-    expect(link).toMatchObject({ kind: "symlink", symlinkTarget: "../secret", path: path.join(workspace, "relative-escape") });
+    expect(link).toMatchObject({
+      kind: "symlink",
+      symlinkTarget: "../secret",
+      path: path.join(workspace, "relative-escape"),
+    });
     expect(await reasonOf(files.openRead("loop-a"))).toBe("SYMLINK_LOOP");
   });
 
@@ -143,7 +170,8 @@ describe.each(modes)("a symlink swapped in while lookups run: $name", ({ options
       await files.close();
     }
     expect([...outcomes.keys()].sort()).not.toContain("the secret");
-    for (const outcome of outcomes.keys()) expect(["inside", "PATH_OUTSIDE_WORKSPACE", "PATH_NOT_FOUND"]).toContain(outcome);
+    for (const outcome of outcomes.keys())
+      expect(["inside", "PATH_OUTSIDE_WORKSPACE", "PATH_NOT_FOUND"]).toContain(outcome);
     expect(outcomes.get("inside")).toBeGreaterThan(0);
   });
 });
@@ -172,7 +200,8 @@ describe.skipIf(!isRoot)("identity: a root daemon acting for an unprivileged use
     await writer.write(Buffer.from("hi"));
     const stat = await writer.commit();
     expect(stat).toMatchObject({ uid: nobody.uid, gid: nobody.gid, mode: 0o640, owner: "nobody" });
-    for (const made of ["made", "made/by", "made/by/nobody.txt"]) expect(statSync(path.join(userSpace, made)).uid).toBe(nobody.uid);
+    for (const made of ["made", "made/by", "made/by/nobody.txt"])
+      expect(statSync(path.join(userSpace, made)).uid).toBe(nobody.uid);
     const { stat: directory } = await files.makeDirectory("made/dir", { mode: 0o700 });
     expect(directory).toMatchObject({ uid: nobody.uid, mode: 0o700, kind: "directory" });
   });
@@ -201,7 +230,10 @@ describe.skipIf(!isRoot)("identity: a root daemon acting for an unprivileged use
     const own = await WorkspaceFiles.create({ workspaceRoots: [rootSpace] });
     try {
       for (let round = 0; round < 20; round++) {
-        await Promise.all([reasonOf(files.openRead(path.join(rootSpace, "root-only"))), readAll(await own.openRead("root-only"))]);
+        await Promise.all([
+          reasonOf(files.openRead(path.join(rootSpace, "root-only"))),
+          readAll(await own.openRead("root-only")),
+        ]);
       }
       expect((await readAll(await own.openRead("root-only"))).toString()).toBe("root's");
     } finally {

@@ -30,8 +30,13 @@ beforeAll(async () => {
   // Warm up first (code loaded and compiled, pools and windows at their working size): the growth
   // measured below is the transfer's own.
   const warmUp = Buffer.alloc(32 * 1024 * 1024, 1);
-  for (const client of [createClient(FileService, createGrpcTransport({ baseUrl: daemon.url })), createClient(FileService, createConnectTransport({ baseUrl: daemon.url, httpVersion: "1.1" }))]) {
-    await client.write(writeParts({ path: "warm-up.bin", expectedSha256: createHash("sha256").update(warmUp).digest("hex") }, warmUp));
+  for (const client of [
+    createClient(FileService, createGrpcTransport({ baseUrl: daemon.url })),
+    createClient(FileService, createConnectTransport({ baseUrl: daemon.url, httpVersion: "1.1" })),
+  ]) {
+    await client.write(
+      writeParts({ path: "warm-up.bin", expectedSha256: createHash("sha256").update(warmUp).digest("hex") }, warmUp),
+    );
     await rpcDownload(client, "warm-up.bin");
   }
   await fetch(`${daemon.url}/v1/files/warm-up.bin`, { method: "PUT", body: warmUp });
@@ -73,7 +78,9 @@ async function* pattern(): AsyncGenerator<Uint8Array> {
 }
 
 async function rpcUpload(client: FilesClient, name: string) {
-  return (await client.write(writeParts({ path: name, expectedSizeBytes: BigInt(size), expectedSha256: expected }, pattern()))).stat!;
+  return (
+    await client.write(writeParts({ path: name, expectedSizeBytes: BigInt(size), expectedSha256: expected }, pattern()))
+  ).stat!;
 }
 
 async function rpcDownload(client: FilesClient, name: string): Promise<{ sha256: string; bytes: number }> {
@@ -89,7 +96,10 @@ async function rpcDownload(client: FilesClient, name: string): Promise<{ sha256:
 
 describe.each([
   { name: "gRPC (HTTP/2)", client: () => createClient(FileService, createGrpcTransport({ baseUrl: daemon.url })) },
-  { name: "Connect over HTTP/1.1", client: () => createClient(FileService, createConnectTransport({ baseUrl: daemon.url, httpVersion: "1.1" })) },
+  {
+    name: "Connect over HTTP/1.1",
+    client: () => createClient(FileService, createConnectTransport({ baseUrl: daemon.url, httpVersion: "1.1" })),
+  },
 ])("1 GiB through the RPCs over $name", ({ name, client }) => {
   const file = `${name.startsWith("g") ? "grpc" : "connect"}.bin`;
 
@@ -116,10 +126,19 @@ describe("1 GiB through the REST paths over HTTP/1.1", () => {
       () =>
         new Promise<number>((resolve, reject) => {
           const { hostname, port } = new URL(daemon.url);
-          const request = http.request({ hostname, port, path: url, method: "PUT", headers: { "content-type": "application/octet-stream", "content-length": String(size) } }, (response) => {
-            response.resume();
-            resolve(response.statusCode!);
-          });
+          const request = http.request(
+            {
+              hostname,
+              port,
+              path: url,
+              method: "PUT",
+              headers: { "content-type": "application/octet-stream", "content-length": String(size) },
+            },
+            (response) => {
+              response.resume();
+              resolve(response.statusCode!);
+            },
+          );
           request.on("error", reject);
           void (async () => {
             for (const chunk of patternChunks(size)) if (!request.write(chunk)) await once(request, "drain");
@@ -140,7 +159,13 @@ describe("1 GiB through the REST paths over HTTP/1.1", () => {
             .get(`${daemon.url}${url}`, (response) => {
               const hash = createHash("sha256");
               response.on("data", (chunk: Buffer) => hash.update(chunk));
-              response.on("end", () => resolve({ status: response.statusCode!, length: response.headers["content-length"], sha256: hash.digest("hex") }));
+              response.on("end", () =>
+                resolve({
+                  status: response.statusCode!,
+                  length: response.headers["content-length"],
+                  sha256: hash.digest("hex"),
+                }),
+              );
               response.on("error", reject);
             })
             .on("error", reject);

@@ -8,7 +8,13 @@ import { multipartBoundary, multipartFile } from "../src/server/files/multipart.
 const boundary = "----sandboxd-boundary-7";
 const form = (parts: { name: string; data: string | Buffer }[], closing = true) =>
   Buffer.concat([
-    ...parts.flatMap(({ name, data }) => [Buffer.from(`--${boundary}\r\nContent-Disposition: form-data; name="${name}"; filename="x.bin"\r\nContent-Type: application/octet-stream\r\n\r\n`), Buffer.from(data), Buffer.from("\r\n")]),
+    ...parts.flatMap(({ name, data }) => [
+      Buffer.from(
+        `--${boundary}\r\nContent-Disposition: form-data; name="${name}"; filename="x.bin"\r\nContent-Type: application/octet-stream\r\n\r\n`,
+      ),
+      Buffer.from(data),
+      Buffer.from("\r\n"),
+    ]),
     Buffer.from(closing ? `--${boundary}--\r\n` : ""),
   ]);
 
@@ -24,9 +30,18 @@ async function parse(body: Buffer, chunkSize: number): Promise<Buffer> {
 describe("multipart/form-data bodies", () => {
   it("yields exactly the bytes of the part named file, whatever the chunk sizes, skipping other parts", async () => {
     // Bytes that look like a boundary's start, CRLFs and dashes inside the file itself.
-    const file = Buffer.concat([Buffer.from(`\r\n--${boundary.slice(0, 10)}\r\n--\r\n`), Buffer.alloc(3000, 0x2d), Buffer.from("end")]);
-    const body = form([{ name: "comment", data: "not this" }, { name: "file", data: file }, { name: "other", data: "nor this" }]);
-    for (const chunkSize of [1, 2, 3, 7, 64, 1000, body.length]) expect(await parse(body, chunkSize), `chunks of ${chunkSize}`).toEqual(file);
+    const file = Buffer.concat([
+      Buffer.from(`\r\n--${boundary.slice(0, 10)}\r\n--\r\n`),
+      Buffer.alloc(3000, 0x2d),
+      Buffer.from("end"),
+    ]);
+    const body = form([
+      { name: "comment", data: "not this" },
+      { name: "file", data: file },
+      { name: "other", data: "nor this" },
+    ]);
+    for (const chunkSize of [1, 2, 3, 7, 64, 1000, body.length])
+      expect(await parse(body, chunkSize), `chunks of ${chunkSize}`).toEqual(file);
   });
 
   it("refuses a body without a part named file, or cut before its closing boundary", async () => {

@@ -18,7 +18,8 @@ function section(): string {
 }
 
 /** The blocks of one language in the section, in order. */
-const blocks = (language: string) => [...section().matchAll(new RegExp("```" + language + "\\n([\\s\\S]*?)```", "g"))].map((match) => match[1]);
+const blocks = (language: string) =>
+  [...section().matchAll(new RegExp(`\`\`\`${language}\\n([\\s\\S]*?)\`\`\``, "g"))].map((match) => match[1]);
 
 /** The lines a block says it prints: every `// → text` or `# → text` comment, in order. */
 function promisedLines(code: string, marker: string): string[] {
@@ -48,7 +49,13 @@ describe("the README's Files section, as written", () => {
     expect(shell[0]).toContain("sandbox ls");
     expect(shell[1]).toContain("grpcurl");
     expect(shell[2]).toContain("curl -sS");
-    for (const call of ["sandbox.files.write(", "sandbox.files.read(", "sandbox.files.list(", "sandbox.files.watch(", "FileNotFoundError"]) {
+    for (const call of [
+      "sandbox.files.write(",
+      "sandbox.files.read(",
+      "sandbox.files.list(",
+      "sandbox.files.watch(",
+      "FileNotFoundError",
+    ]) {
       expect(blocks("ts").join("\n")).toContain(call);
     }
   });
@@ -60,7 +67,10 @@ describe("the README's Files section, as written", () => {
       .replaceAll('"http://127.0.0.1:7007"', JSON.stringify(t.server.url));
     const file = path.join(dir, "files.mts");
     writeFileSync(file, program);
-    const { stdout } = await promisify(execFile)(process.execPath, ["--import", "tsx", file], { cwd: repositoryRoot, timeout: 60_000 });
+    const { stdout } = await promisify(execFile)(process.execPath, ["--import", "tsx", file], {
+      cwd: repositoryRoot,
+      timeout: 60_000,
+    });
     expect(stdout.trimEnd().split("\n")).toEqual(promisedLines(code, "//"));
   });
 

@@ -1,13 +1,29 @@
 import { execFileSync } from "node:child_process";
 import { createHash } from "node:crypto";
-import { chmodSync, mkdirSync, readFileSync, statSync, symlinkSync, writeFileSync, existsSync, readdirSync } from "node:fs";
+import {
+  chmodSync,
+  mkdirSync,
+  readFileSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+  existsSync,
+  readdirSync,
+} from "node:fs";
 import http from "node:http";
 import path from "node:path";
 import { PassThrough } from "node:stream";
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { FileChangeType, FileService, FileType, ReadLimit, WatchOverflowSource, type WatchResponse } from "../gen/sandbox/v1/files_pb.js";
+import {
+  FileChangeType,
+  FileService,
+  FileType,
+  ReadLimit,
+  WatchOverflowSource,
+  type WatchResponse,
+} from "../gen/sandbox/v1/files_pb.js";
 import { createLogger } from "../src/server/index.js";
 import { type FilesClient, readFile, writeFile, writeParts } from "./support/files.js";
 import { waitFor } from "./support/processes.js";
@@ -26,7 +42,10 @@ beforeAll(async () => {
   destination.on("data", (line: Buffer) => {
     for (const text of line.toString().split("\n")) if (text.trim() !== "") logLines.push(JSON.parse(text));
   });
-  t = await startTestServer({ logger: createLogger({ format: "json", destination }), listener: { requestTimeoutMs: 1000 } });
+  t = await startTestServer({
+    logger: createLogger({ format: "json", destination }),
+    listener: { requestTimeoutMs: 1000 },
+  });
   grpc = t.connect(FileService);
   connect = createClient(FileService, createConnectTransport({ baseUrl: t.server.url, httpVersion: "1.1" }));
 });
@@ -41,12 +60,21 @@ describe.each([
   it("writes, reads (whole and a range), stats, lists, moves, chmods and removes", async () => {
     const files = client();
     const written = await writeFile(files, `${dir}/a/b.txt`, "hello, files", { createParents: true, mode: 0o640 });
-    expect(written).toMatchObject({ path: path.join(t.workspace, dir, "a/b.txt"), name: "b.txt", type: FileType.FILE, sizeBytes: 12n, mode: 0o640 });
+    expect(written).toMatchObject({
+      path: path.join(t.workspace, dir, "a/b.txt"),
+      name: "b.txt",
+      type: FileType.FILE,
+      sizeBytes: 12n,
+      mode: 0o640,
+    });
     expect(readFileSync(path.join(t.workspace, dir, "a/b.txt"), "utf8")).toBe("hello, files");
     const whole = await readFile(files, `${dir}/a/b.txt`);
     expect(whole.data.toString()).toBe("hello, files");
     expect(whole.events[0].case).toBe("stat");
-    expect(whole.events.at(-1)).toEqual({ case: "end", value: expect.objectContaining({ bytesRead: 12n, endOffset: 12n, eof: true }) });
+    expect(whole.events.at(-1)).toEqual({
+      case: "end",
+      value: expect.objectContaining({ bytesRead: 12n, endOffset: 12n, eof: true }),
+    });
     const range = await readFile(files, `${dir}/a/b.txt`, { offset: 7n, length: 3n });
     expect(range.data.toString()).toBe("fil");
     expect(range.events.map((event) => event.case)).toEqual(["stat", "chunk", "limitReached", "end"]);
@@ -54,10 +82,19 @@ describe.each([
     await files.makeDir({ path: `${dir}/a/c/d`, parents: true });
     symlinkSync("b.txt", path.join(t.workspace, dir, "a", "link"));
     const listed = await files.list({ path: dir, depth: 3 });
-    expect(listed.entries.map((entry) => entry.path.slice(t.workspace.length))).toEqual([`/${dir}/a`, `/${dir}/a/b.txt`, `/${dir}/a/c`, `/${dir}/a/c/d`, `/${dir}/a/link`]);
+    expect(listed.entries.map((entry) => entry.path.slice(t.workspace.length))).toEqual([
+      `/${dir}/a`,
+      `/${dir}/a/b.txt`,
+      `/${dir}/a/c`,
+      `/${dir}/a/c/d`,
+      `/${dir}/a/link`,
+    ]);
     expect(listed.entries[4]).toMatchObject({ type: FileType.SYMLINK, symlinkTarget: "b.txt" });
     expect(listed.nextPageToken).toBe("");
-    expect((await files.stat({ path: `${dir}/a/link`, followSymlinks: true })).stat).toMatchObject({ type: FileType.FILE, sizeBytes: 12n });
+    expect((await files.stat({ path: `${dir}/a/link`, followSymlinks: true })).stat).toMatchObject({
+      type: FileType.FILE,
+      sizeBytes: 12n,
+    });
     const moved = await files.move({ source: `${dir}/a/b.txt`, destination: `${dir}/moved.txt` });
     expect(moved.stat?.path).toBe(path.join(t.workspace, dir, "moved.txt"));
     expect((await files.chmod({ path: `${dir}/moved.txt`, mode: 0o600 })).stat?.mode).toBe(0o600);
@@ -69,7 +106,8 @@ describe.each([
   it("lists a large directory in pages that join up exactly", async () => {
     const files = client();
     mkdirSync(path.join(t.workspace, dir, "many"), { recursive: true });
-    for (let index = 0; index < 2500; index++) writeFileSync(path.join(t.workspace, dir, "many", `f${String(index).padStart(4, "0")}`), "");
+    for (let index = 0; index < 2500; index++)
+      writeFileSync(path.join(t.workspace, dir, "many", `f${String(index).padStart(4, "0")}`), "");
     const names: string[] = [];
     let pageToken = "";
     let pages = 0;
@@ -93,7 +131,9 @@ describe.each([
       await new Promise(() => {});
     }
     await expect(files.write(partial(), { signal: aborting.signal })).rejects.toThrow();
-    await waitFor(() => readdirSync(path.join(t.workspace, dir)).every((name) => !name.startsWith(".sandboxd-")), { what: "the temporary file to go" });
+    await waitFor(() => readdirSync(path.join(t.workspace, dir)).every((name) => !name.startsWith(".sandboxd-")), {
+      what: "the temporary file to go",
+    });
     expect(readFileSync(path.join(t.workspace, dir, "kept.txt"), "utf8")).toBe("the old content");
   });
 });
@@ -108,12 +148,18 @@ describe.skipIf(process.getuid?.() !== 0)("bounded reads (root: a device node in
       expect(capped.data).toEqual(Buffer.alloc(1024 * 1024));
       expect(capped.events[0]).toMatchObject({ case: "stat", value: { type: FileType.CHARACTER_DEVICE } });
       expect(capped.events.slice(-2)).toEqual([
-        { case: "limitReached", value: expect.objectContaining({ limit: ReadLimit.MAX_UNSIZED_READ_BYTES, limitBytes: 1048576n }) },
+        {
+          case: "limitReached",
+          value: expect.objectContaining({ limit: ReadLimit.MAX_UNSIZED_READ_BYTES, limitBytes: 1048576n }),
+        },
         { case: "end", value: expect.objectContaining({ bytesRead: 1048576n, eof: false }) },
       ]);
       const asked = await readFile(files, "zero", { length: 1000n });
       expect(asked.data.length).toBe(1000);
-      expect(asked.events.at(-2)).toEqual({ case: "limitReached", value: expect.objectContaining({ limit: ReadLimit.LENGTH, limitBytes: 1000n }) });
+      expect(asked.events.at(-2)).toEqual({
+        case: "limitReached",
+        value: expect.objectContaining({ limit: ReadLimit.LENGTH, limitBytes: 1000n }),
+      });
     } finally {
       await bounded.close();
     }
@@ -127,7 +173,9 @@ describe.skipIf(process.getuid?.() !== 0)("bounded reads (root: a device node in
     appendFileSync(path.join(t.workspace, "growing.log"), Buffer.alloc(1024 * 1024, 2));
     const events = [];
     for (let next = await stream.next(); !next.done; next = await stream.next()) events.push(next.value.event);
-    const bytes = events.filter((event) => event.case === "chunk").reduce((total, event) => total + event.value.data.length, 0);
+    const bytes = events
+      .filter((event) => event.case === "chunk")
+      .reduce((total, event) => total + event.value.data.length, 0);
     expect(bytes).toBe(4 * 1024 * 1024);
     expect(events.slice(-2)).toEqual([
       { case: "limitReached", value: expect.objectContaining({ limit: ReadLimit.SIZE_AT_OPEN, limitBytes: 4194304n }) },
@@ -140,7 +188,11 @@ describe("the REST surface of KEP-539.2 (filesystem.yaml)", () => {
   const url = (file: string, query = "") => `${t.server.url}/v1/files/${encodeURIComponent(file)}${query}`;
 
   it("PUT writes raw bytes atomically with parents and mode (204), GET reads them back with Content-Length, HEAD answers the headers", async () => {
-    const put = await fetch(url("rest/dir/file.bin", "?mode=0600"), { method: "PUT", body: "rest bytes", headers: { "content-type": "application/octet-stream" } });
+    const put = await fetch(url("rest/dir/file.bin", "?mode=0600"), {
+      method: "PUT",
+      body: "rest bytes",
+      headers: { "content-type": "application/octet-stream" },
+    });
     expect(put.status).toBe(204);
     expect(statSync(path.join(t.workspace, "rest/dir/file.bin")).mode & 0o777).toBe(0o600);
     const get = await fetch(url("rest/dir/file.bin"));
@@ -181,7 +233,13 @@ describe("the REST surface of KEP-539.2 (filesystem.yaml)", () => {
     const listing = (await response.json()) as { path: string; entries: Record<string, unknown>[] };
     expect(listing.path).toBe("/rest/listed");
     expect(listing.entries).toEqual([
-      { name: "a.txt", size: 3, type: "file", modified_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/), mode: "0644" },
+      {
+        name: "a.txt",
+        size: 3,
+        type: "file",
+        modified_at: expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/),
+        mode: "0644",
+      },
       { name: "inside-link", size: 3, type: "file", modified_at: expect.any(String), mode: "0644" },
       { name: "sub", size: expect.any(Number), type: "directory", modified_at: expect.any(String), mode: "0755" },
     ]);
@@ -191,7 +249,12 @@ describe("the REST surface of KEP-539.2 (filesystem.yaml)", () => {
     mkdirSync(path.join(t.workspace, "rest/gone/deep"), { recursive: true });
     const conflict = await fetch(url("rest/gone"), { method: "DELETE" });
     expect(conflict.status).toBe(409);
-    expect(await conflict.json()).toEqual({ code: "CONFLICT", message: "directory not empty: rest/gone", reason: "DIRECTORY_NOT_EMPTY", metadata: { path: "rest/gone" } });
+    expect(await conflict.json()).toEqual({
+      code: "CONFLICT",
+      message: "directory not empty: rest/gone",
+      reason: "DIRECTORY_NOT_EMPTY",
+      metadata: { path: "rest/gone" },
+    });
     expect((await fetch(url("rest/gone", "?recursive=true"), { method: "DELETE" })).status).toBe(204);
     expect(existsSync(path.join(t.workspace, "rest/gone"))).toBe(false);
     expect((await fetch(url("rest/gone"), { method: "DELETE" })).status).toBe(404);
@@ -203,7 +266,11 @@ describe("the REST surface of KEP-539.2 (filesystem.yaml)", () => {
     for (const escape of ["../etc/passwd", "/etc/passwd"]) {
       const response = await fetch(url(escape));
       expect(response.status).toBe(403);
-      expect(await response.json()).toMatchObject({ code: "PERMISSION_DENIED", reason: "PATH_OUTSIDE_WORKSPACE", message: expect.any(String) });
+      expect(await response.json()).toMatchObject({
+        code: "PERMISSION_DENIED",
+        reason: "PATH_OUTSIDE_WORKSPACE",
+        message: expect.any(String),
+      });
     }
     // As sent, not normalized by a URL parser on the way.
     const raw = await new Promise<number>((resolve, reject) =>
@@ -222,10 +289,14 @@ describe("the REST surface of KEP-539.2 (filesystem.yaml)", () => {
 
   it("an upload slower than the request timeout (1 s here) goes on while bytes arrive", async () => {
     const status = await new Promise<number>((resolve, reject) => {
-      const request = http.request(url("rest/slow.bin"), { method: "PUT", headers: { "content-type": "application/octet-stream" } }, (response) => {
-        response.resume();
-        resolve(response.statusCode!);
-      });
+      const request = http.request(
+        url("rest/slow.bin"),
+        { method: "PUT", headers: { "content-type": "application/octet-stream" } },
+        (response) => {
+          response.resume();
+          resolve(response.statusCode!);
+        },
+      );
       request.on("error", reject);
       let sent = 0;
       const drip = setInterval(() => {
@@ -243,8 +314,25 @@ describe("the REST surface of KEP-539.2 (filesystem.yaml)", () => {
   it("logs one line per operation, with the path, and counts bytes and operations in the metrics", async () => {
     await writeFile(grpc, "logged.txt", "12345");
     await fetch(url("logged.txt")).then((response) => response.text());
-    await waitFor(() => logLines.some((line) => line.procedure === "sandbox.v1.FileService/Write" && line.path === "logged.txt" && line.bytes === 5), { what: "the Write's line" });
-    await waitFor(() => logLines.some((line) => line.msg === "files request" && line.method === "GET" && line.path === "logged.txt" && line.status === 200 && line.bytes === 5), { what: "the GET's line" });
+    await waitFor(
+      () =>
+        logLines.some(
+          (line) => line.procedure === "sandbox.v1.FileService/Write" && line.path === "logged.txt" && line.bytes === 5,
+        ),
+      { what: "the Write's line" },
+    );
+    await waitFor(
+      () =>
+        logLines.some(
+          (line) =>
+            line.msg === "files request" &&
+            line.method === "GET" &&
+            line.path === "logged.txt" &&
+            line.status === 200 &&
+            line.bytes === 5,
+        ),
+      { what: "the GET's line" },
+    );
     const metrics = await (await fetch(`${t.server.url}/metrics`)).text();
     expect(metrics).toMatch(/sandboxd_file_bytes_total\{direction="write"\} \d+/);
     expect(metrics).toMatch(/sandboxd_file_operations_total\{operation="read",surface="rest",result="ok"\} \d+/);
@@ -261,7 +349,9 @@ describe("the REST surface behind the daemon's gate", () => {
       const without = await fetch(`${guarded.server.url}/v1/files/guarded.txt`);
       expect(without.status).toBe(401);
       expect(await without.text()).not.toContain("secret");
-      const withToken = await fetch(`${guarded.server.url}/v1/files/guarded.txt`, { headers: { authorization: `Bearer ${token}` } });
+      const withToken = await fetch(`${guarded.server.url}/v1/files/guarded.txt`, {
+        headers: { authorization: `Bearer ${token}` },
+      });
       expect(await withToken.text()).toBe("secret");
       expect((await fetch(`${guarded.server.url}/v1/files/x.txt`, { method: "PUT", body: "x" })).status).toBe(401);
     } finally {
@@ -269,10 +359,13 @@ describe("the REST surface behind the daemon's gate", () => {
     }
     const status = await new Promise<number>((resolve, reject) =>
       http
-        .get({ host: "127.0.0.1", port: t.server.port, path: "/v1/files/logged.txt", headers: { host: "evil.example" } }, (response) => {
-          response.resume();
-          resolve(response.statusCode!);
-        })
+        .get(
+          { host: "127.0.0.1", port: t.server.port, path: "/v1/files/logged.txt", headers: { host: "evil.example" } },
+          (response) => {
+            response.resume();
+            resolve(response.statusCode!);
+          },
+        )
         .on("error", reject),
     );
     expect(status).toBe(403);
@@ -291,14 +384,22 @@ describe("a slow reader", () => {
       if (next.value.event.case === "chunk") received += next.value.event.value.data.length;
     }
     // Stop reading; what the daemon read meanwhile is bounded by the windows and buffers in between.
-    const readBytes = async () => Number(/sandboxd_file_bytes_total\{direction="read"\} (\d+)/.exec(await (await fetch(`${t.server.url}/metrics`)).text())?.[1] ?? 0);
+    const readBytes = async () =>
+      Number(
+        /sandboxd_file_bytes_total\{direction="read"\} (\d+)/.exec(
+          await (await fetch(`${t.server.url}/metrics`)).text(),
+        )?.[1] ?? 0,
+      );
     let before = -1;
-    await waitFor(async () => {
-      const now = await readBytes();
-      const settled = now === before;
-      before = now;
-      return settled;
-    }, { intervalMs: 300, what: "the read to pause" });
+    await waitFor(
+      async () => {
+        const now = await readBytes();
+        const settled = now === before;
+        before = now;
+        return settled;
+      },
+      { intervalMs: 300, what: "the read to pause" },
+    );
     expect(before - received).toBeLessThan(16 * 1024 * 1024);
     expect(before).toBeLessThan(size);
     controller.abort();
@@ -347,7 +448,10 @@ describe("Watch", () => {
     const controller = new AbortController();
     const events: WatchResponse["event"][] = [];
     const done = (async () => {
-      for await (const response of withTimeout(grpc.watch({ path: "watched", recursive: true }, { signal: controller.signal }))) events.push(response.event);
+      for await (const response of withTimeout(
+        grpc.watch({ path: "watched", recursive: true }, { signal: controller.signal }),
+      ))
+        events.push(response.event);
     })().catch(() => {});
     await waitFor(() => events.length > 0, { what: "started" });
     expect(events[0]).toMatchObject({ case: "started", value: { watchedDirectories: 1 } });
@@ -356,17 +460,35 @@ describe("Watch", () => {
     writeFileSync(path.join(base, "one.txt"), "12");
     chmodSync(path.join(base, "one.txt"), 0o600);
     mkdirSync(path.join(base, "sub"));
-    await waitFor(() => events.some((event) => event.case === "change" && event.value.path === path.join(base, "sub")), { what: "the subdirectory's create" });
+    await waitFor(
+      () => events.some((event) => event.case === "change" && event.value.path === path.join(base, "sub")),
+      { what: "the subdirectory's create" },
+    );
     // The new subdirectory is watched: what happens in it is seen.
-    await waitFor(() => {
-      writeFileSync(path.join(base, "sub", "deep.txt"), "d");
-      return events.some((event) => event.case === "change" && event.value.path === path.join(base, "sub", "deep.txt"));
-    }, { what: "a change in the new subdirectory" });
+    await waitFor(
+      () => {
+        writeFileSync(path.join(base, "sub", "deep.txt"), "d");
+        return events.some(
+          (event) => event.case === "change" && event.value.path === path.join(base, "sub", "deep.txt"),
+        );
+      },
+      { what: "a change in the new subdirectory" },
+    );
     const { renameSync, rmSync } = await import("node:fs");
     renameSync(path.join(base, "one.txt"), path.join(base, "two.txt"));
     rmSync(path.join(base, "two.txt"));
-    const changes = () => events.filter((event) => event.case === "change").map((event) => ({ type: event.value.type, path: event.value.path.slice(base.length), oldPath: event.value.oldPath.slice(base.length) }));
-    await waitFor(() => changes().some((change) => change.type === FileChangeType.REMOVE && change.path === "/two.txt"), { what: "the remove" });
+    const changes = () =>
+      events
+        .filter((event) => event.case === "change")
+        .map((event) => ({
+          type: event.value.type,
+          path: event.value.path.slice(base.length),
+          oldPath: event.value.oldPath.slice(base.length),
+        }));
+    await waitFor(
+      () => changes().some((change) => change.type === FileChangeType.REMOVE && change.path === "/two.txt"),
+      { what: "the remove" },
+    );
     expect(changes()).toEqual(
       expect.arrayContaining([
         { type: FileChangeType.CREATE, path: "/one.txt", oldPath: "" },
@@ -392,17 +514,23 @@ describe("Watch", () => {
     // Far more changes than the watch holds for a client that does not read.
     for (let index = 0; index < 6000; index++) writeFileSync(path.join(base, `f${index}`), "");
     const seen: WatchResponse["event"][] = [];
-    await waitFor(async () => {
-      seen.push((await stream.next()).value.event);
-      return seen.some((event) => event.case === "overflow");
-    }, { intervalMs: 0, timeoutMs: 30_000, what: "an overflow event" });
+    await waitFor(
+      async () => {
+        seen.push((await stream.next()).value.event);
+        return seen.some((event) => event.case === "overflow");
+      },
+      { intervalMs: 0, timeoutMs: 30_000, what: "an overflow event" },
+    );
     const overflow = seen.find((event) => event.case === "overflow")!;
     expect([WatchOverflowSource.CLIENT, WatchOverflowSource.KERNEL]).toContain(overflow.value.source);
     writeFileSync(path.join(base, "after"), "");
-    await waitFor(async () => {
-      const event = (await stream.next()).value.event;
-      return event.case === "change" && event.value.path === path.join(base, "after");
-    }, { intervalMs: 0, timeoutMs: 30_000, what: "events after the overflow" });
+    await waitFor(
+      async () => {
+        const event = (await stream.next()).value.event;
+        return event.case === "change" && event.value.path === path.join(base, "after");
+      },
+      { intervalMs: 0, timeoutMs: 30_000, what: "events after the overflow" },
+    );
     controller.abort();
   });
 });
@@ -411,8 +539,15 @@ describe("sha256 of what was written", () => {
   it("the header's expected sha256 is checked against the bytes as they arrive", async () => {
     const data = Buffer.alloc(5 * 1024 * 1024, 9);
     const digest = createHash("sha256").update(data).digest("hex");
-    const stat = await writeFile(grpc, "hashed.bin", data, { expectedSha256: digest, expectedSizeBytes: BigInt(data.length) });
+    const stat = await writeFile(grpc, "hashed.bin", data, {
+      expectedSha256: digest,
+      expectedSizeBytes: BigInt(data.length),
+    });
     expect(stat.sizeBytes).toBe(BigInt(data.length));
-    expect(createHash("sha256").update(readFileSync(path.join(t.workspace, "hashed.bin"))).digest("hex")).toBe(digest);
+    expect(
+      createHash("sha256")
+        .update(readFileSync(path.join(t.workspace, "hashed.bin")))
+        .digest("hex"),
+    ).toBe(digest);
   });
 });

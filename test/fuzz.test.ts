@@ -19,7 +19,23 @@ const uint64 = fc.bigInt({ min: 0n, max: 2n ** 64n - 1n });
 const text = fc.oneof(
   fc.string({ maxLength: 40 }),
   fc.string({ unit: "binary", maxLength: 40 }),
-  fc.constantFrom("", " ", "\0", "a\0b", "..", "../..", "/", "/etc", "\u{10FFFF}", "\uD800", "SIGKILL", "9", "-1", "SIGNOPE", "x".repeat(300)),
+  fc.constantFrom(
+    "",
+    " ",
+    "\0",
+    "a\0b",
+    "..",
+    "../..",
+    "/",
+    "/etc",
+    "\u{10FFFF}",
+    "\uD800",
+    "SIGKILL",
+    "9",
+    "-1",
+    "SIGNOPE",
+    "x".repeat(300),
+  ),
 );
 const bigText = fc.oneof(text, fc.constant("y".repeat(1_000_000)));
 /** Programs that end at once whatever their arguments; never a shell line made of random text. */
@@ -48,32 +64,46 @@ const processId = fc.oneof(text, fc.uuid());
 
 /** Every RPC of the service with random and boundary requests. */
 const calls = {
-  exec: fc.record({ spec: fc.option(spec, { nil: undefined }) }).map((request) => (client: SandboxClient, signal: AbortSignal) => drain(client.exec(request, { signal, timeoutMs: 5000 }))),
-  startProcess: fc.record({ spec: fc.option(spec, { nil: undefined }) }).map((request) => (client: SandboxClient) => client.startProcess(request)),
+  exec: fc
+    .record({ spec: fc.option(spec, { nil: undefined }) })
+    .map(
+      (request) => (client: SandboxClient, signal: AbortSignal) =>
+        drain(client.exec(request, { signal, timeoutMs: 5000 })),
+    ),
+  startProcess: fc
+    .record({ spec: fc.option(spec, { nil: undefined }) })
+    .map((request) => (client: SandboxClient) => client.startProcess(request)),
   streamLogs: fc
     .record({ processId, stdoutOffset: uint64, stderrOffset: uint64, follow: fc.boolean() })
-    .map((request) => (client: SandboxClient, signal: AbortSignal) => drain(client.streamLogs(request, { signal, timeoutMs: 1000 }))),
+    .map(
+      (request) => (client: SandboxClient, signal: AbortSignal) =>
+        drain(client.streamLogs(request, { signal, timeoutMs: 1000 })),
+    ),
   sendInput: fc
     .array(
       fc.oneof(
         fc.record({ case: fc.constant("open" as const), value: fc.record({ processId }) }),
         fc.record({ case: fc.constant("data" as const), value: fc.uint8Array({ maxLength: 64 }) }),
         fc.record({ case: fc.constant("close" as const), value: fc.constant({}) }),
-        fc.record({ case: fc.constant("resize" as const), value: fc.record({ cols: uint32, rows: uint32, term: text }) }),
+        fc.record({
+          case: fc.constant("resize" as const),
+          value: fc.record({ cols: uint32, rows: uint32, term: text }),
+        }),
         fc.record({ case: fc.constant("signal" as const), value: text }),
         fc.constant({ case: undefined }),
       ),
       { maxLength: 5 },
     )
-    .map((inputs) => (client: SandboxClient, signal: AbortSignal) =>
-      drain(
-        client.sendInput(
-          (async function* () {
-            for (const input of inputs) yield { input } as never;
-          })(),
-          { signal, timeoutMs: 2000 },
+    .map(
+      (inputs) => (client: SandboxClient, signal: AbortSignal) =>
+        drain(
+          client.sendInput(
+            (async function* () {
+              for (const input of inputs) yield { input } as never;
+            })(),
+            { signal, timeoutMs: 2000 },
+          ),
         ),
-      ),
     ),
   getProcess: fc.record({ processId: bigText }).map((request) => (client: SandboxClient) => client.getProcess(request)),
   listProcesses: fc
@@ -85,8 +115,13 @@ const calls = {
   killAllProcesses: fc
     .record({ sessionId: fc.oneof(text, fc.constant("fuzz-session-never-used")), signal: text, gracePeriodMs: int32 })
     // Only a session nobody uses: killing everything would kill the other properties' fixtures.
-    .map((request) => (client: SandboxClient) => client.killAllProcesses({ ...request, sessionId: `fuzz-${request.sessionId}` })),
-  cleanupProcesses: fc.record({ sessionId: text }).map((request) => (client: SandboxClient) => client.cleanupProcesses(request)),
+    .map(
+      (request) => (client: SandboxClient) =>
+        client.killAllProcesses({ ...request, sessionId: `fuzz-${request.sessionId}` }),
+    ),
+  cleanupProcesses: fc
+    .record({ sessionId: text })
+    .map((request) => (client: SandboxClient) => client.cleanupProcesses(request)),
   getProcessLogs: fc.record({ processId }).map((request) => (client: SandboxClient) => client.getProcessLogs(request)),
 };
 
@@ -155,11 +190,16 @@ describe("fuzz: random and boundary messages to every RPC", () => {
               connectionRefusals++;
               sessionManager.abort();
               sessionManager = new Http2SessionManager(test.server.url);
-              fuzzClient = createClient(SandboxService, createGrpcTransport({ baseUrl: test.server.url, sessionManager }));
+              fuzzClient = createClient(
+                SandboxService,
+                createGrpcTransport({ baseUrl: test.server.url, sessionManager }),
+              );
               return;
             }
             if (!isHandled(connectError.code, connectError.rawMessage)) {
-              throw new Error(`${name}: unexpected ${Code[connectError.code]}: ${connectError.rawMessage}`, { cause: error });
+              throw new Error(`${name}: unexpected ${Code[connectError.code]}: ${connectError.rawMessage}`, {
+                cause: error,
+              });
             }
           } finally {
             abort.abort();
@@ -175,12 +215,33 @@ describe("fuzz: random and boundary messages to every RPC", () => {
   }
 
   it("raw gRPC bodies (random protobuf, invalid UTF-8, bad envelopes) get a status or a reset, never a crash", async () => {
-    const methods = ["Exec", "StartProcess", "StreamLogs", "SendInput", "GetProcess", "ListProcesses", "KillProcess", "KillAllProcesses", "CleanupProcesses", "GetProcessLogs", "NoSuchMethod"];
+    const methods = [
+      "Exec",
+      "StartProcess",
+      "StreamLogs",
+      "SendInput",
+      "GetProcess",
+      "ListProcesses",
+      "KillProcess",
+      "KillAllProcesses",
+      "CleanupProcesses",
+      "GetProcessLogs",
+      "NoSuchMethod",
+    ];
     const invalidUtf8 = Buffer.from([0x0a, 0x04, 0xff, 0xfe, 0xc0, 0x80]);
     const body = fc.oneof(
       fc.uint8Array({ maxLength: 200 }).map((payload) => envelope(Buffer.from(payload))),
       fc.constant(envelope(invalidUtf8)),
-      fc.constant(envelope(Buffer.concat([Buffer.from([0x0a, 0x08]), invalidUtf8.subarray(0, 2), Buffer.from("abc"), Buffer.from([0xed, 0xa0, 0x80])]))),
+      fc.constant(
+        envelope(
+          Buffer.concat([
+            Buffer.from([0x0a, 0x08]),
+            invalidUtf8.subarray(0, 2),
+            Buffer.from("abc"),
+            Buffer.from([0xed, 0xa0, 0x80]),
+          ]),
+        ),
+      ),
       fc.uint8Array({ maxLength: 40 }).map((bytes) => Buffer.from(bytes)),
       // An envelope claiming 2 GiB, a compressed flag without compression, a truncated one.
       fc.constant(Buffer.from([0, 0x7f, 0xff, 0xff, 0xff, 1, 2, 3])),
@@ -191,12 +252,25 @@ describe("fuzz: random and boundary messages to every RPC", () => {
     session.on("error", () => {});
     try {
       await fc.assert(
-        fc.asyncProperty(fc.constantFrom(...methods), body, fc.constantFrom("application/grpc", "application/grpc+json", "application/json", "text/plain"), async (method, payload, contentType) => {
-          inputsTried++;
-          const { status, message } = await rawCall(session, `/sandbox.v1.SandboxService/${method}`, contentType, payload);
-          const handled = status === "reset" || status === "0" || (Number.isInteger(Number(status)) && isHandled(Number(status), message));
-          expect(handled, `${method} ${contentType}: status ${status} ${message}`).toBe(true);
-        }),
+        fc.asyncProperty(
+          fc.constantFrom(...methods),
+          body,
+          fc.constantFrom("application/grpc", "application/grpc+json", "application/json", "text/plain"),
+          async (method, payload, contentType) => {
+            inputsTried++;
+            const { status, message } = await rawCall(
+              session,
+              `/sandbox.v1.SandboxService/${method}`,
+              contentType,
+              payload,
+            );
+            const handled =
+              status === "reset" ||
+              status === "0" ||
+              (Number.isInteger(Number(status)) && isHandled(Number(status), message));
+            expect(handled, `${method} ${contentType}: status ${status} ${message}`).toBe(true);
+          },
+        ),
         { numRuns: runs * 2, interruptAfterTimeLimit: 20_000 },
       );
     } finally {
@@ -211,8 +285,14 @@ describe("fuzz: random and boundary messages to every RPC", () => {
       fc.asyncProperty(
         fc.oneof(
           fc.uint8Array({ minLength: 1, maxLength: 2000 }),
-          fc.uint8Array({ maxLength: 500 }).map((bytes) => Buffer.concat([Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), bytes])),
-          fc.uint8Array({ maxLength: 500 }).map((bytes) => Buffer.concat([Buffer.from("POST /sandbox.v1.SandboxService/Exec HTTP/1.1\r\nHost: x\r\n\r\n"), bytes])),
+          fc
+            .uint8Array({ maxLength: 500 })
+            .map((bytes) => Buffer.concat([Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), bytes])),
+          fc
+            .uint8Array({ maxLength: 500 })
+            .map((bytes) =>
+              Buffer.concat([Buffer.from("POST /sandbox.v1.SandboxService/Exec HTTP/1.1\r\nHost: x\r\n\r\n"), bytes]),
+            ),
         ),
         async (bytes) => {
           inputsTried++;
@@ -245,17 +325,29 @@ function envelope(payload: Buffer): Buffer {
 }
 
 /** Sends one raw request; resolves with its grpc-status and grpc-message, or status "reset". */
-function rawCall(session: http2.ClientHttp2Session, path: string, contentType: string, body: Buffer): Promise<{ status: string; message: string }> {
+function rawCall(
+  session: http2.ClientHttp2Session,
+  path: string,
+  contentType: string,
+  body: Buffer,
+): Promise<{ status: string; message: string }> {
   return new Promise((resolve) => {
     let status: string | undefined;
     let message = "";
-    const stream = session.request({ ":method": "POST", ":path": path, "content-type": contentType, te: "trailers", "grpc-timeout": "2S" });
+    const stream = session.request({
+      ":method": "POST",
+      ":path": path,
+      "content-type": contentType,
+      te: "trailers",
+      "grpc-timeout": "2S",
+    });
     const timer = setTimeout(() => stream.close(http2.constants.NGHTTP2_CANCEL), 3000);
     stream.on("response", (headers) => {
       const grpc = headers["grpc-status"];
       message = decodeURIComponent(String(headers["grpc-message"] ?? ""));
       if (grpc !== undefined) status = String(grpc);
-      else if (!String(headers["content-type"] ?? "").startsWith("application/grpc")) status = String(Code.InvalidArgument);
+      else if (!String(headers["content-type"] ?? "").startsWith("application/grpc"))
+        status = String(Code.InvalidArgument);
     });
     stream.on("trailers", (trailers) => {
       if (trailers["grpc-status"] !== undefined) status = String(trailers["grpc-status"]);

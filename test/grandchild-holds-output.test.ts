@@ -1,6 +1,13 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { processesWithMarker, waitFor } from "./support/processes.js";
-import { collectExec, deterministicBytes, deterministicBytesCommand, ProcessStatus, sleepMarker, waitForExit } from "./support/rpc.js";
+import {
+  collectExec,
+  deterministicBytes,
+  deterministicBytesCommand,
+  ProcessStatus,
+  sleepMarker,
+  waitForExit,
+} from "./support/rpc.js";
 import { startTestServer, type TestServer } from "./support/server.js";
 
 let t: TestServer;
@@ -48,7 +55,9 @@ describe("a background child that keeps stdout open", () => {
 
   it("works the same for a background process followed with StreamLogs", async () => {
     const marker = sleepMarker(30);
-    const { process } = await t.client.startProcess({ spec: { command: `sleep ${marker} & echo bye >&2`, autoCleanup: false } });
+    const { process } = await t.client.startProcess({
+      spec: { command: `sleep ${marker} & echo bye >&2`, autoCleanup: false },
+    });
     const exit = await waitForExit(t.client, process!.processId, 2000);
     expect(exit.status).toBe(ProcessStatus.COMPLETED);
     expect(exit.stderrBytes).toBe(4n);

@@ -43,7 +43,8 @@ describe("grpc.health.v1.Health against a real server", () => {
     const controller = new AbortController();
     const seen: ServingStatus[] = [];
     const watching = (async () => {
-      for await (const response of health.watch({ service: "later.v1.Later" }, { signal: controller.signal })) seen.push(response.status);
+      for await (const response of health.watch({ service: "later.v1.Later" }, { signal: controller.signal }))
+        seen.push(response.status);
     })().catch(() => {});
     await waitFor(() => seen.length === 1, { what: "the first watch answer" });
     expect(seen).toEqual([ServingStatus.SERVICE_UNKNOWN]);
@@ -65,7 +66,9 @@ describe("health while the server shuts down", () => {
     try {
       // A process that ignores SIGTERM holds the shutdown in its grace period: time to ask.
       await test.client.startProcess({ spec: { command: "trap '' TERM; sleep 30", processId: "stubborn" } });
-      await waitFor(async () => (await test.client.getProcess({ processId: "stubborn" })).process?.status === ProcessStatus.RUNNING);
+      await waitFor(
+        async () => (await test.client.getProcess({ processId: "stubborn" })).process?.status === ProcessStatus.RUNNING,
+      );
       const seen: ServingStatus[] = [];
       const watching = (async () => {
         for await (const response of health.watch({ service: "sandbox.v1.SandboxService" })) seen.push(response.status);

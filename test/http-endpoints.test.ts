@@ -6,14 +6,21 @@ import { waitFor } from "./support/processes.js";
 import { runCommand } from "./support/tools.js";
 
 /** One HTTP/1.1 request on `agent`'s kept-alive connections; resolves with status, headers and body. */
-function request(url: string, init: { method?: string; headers?: Record<string, string>; body?: string; agent?: http.Agent } = {}) {
+function request(
+  url: string,
+  init: { method?: string; headers?: Record<string, string>; body?: string; agent?: http.Agent } = {},
+) {
   return new Promise<{ status: number; headers: http.IncomingHttpHeaders; body: string }>((resolve, reject) => {
-    const call = http.request(url, { method: init.method ?? "GET", headers: init.headers, agent: init.agent }, (response) => {
-      let body = "";
-      response.setEncoding("utf8");
-      response.on("data", (text: string) => (body += text));
-      response.on("end", () => resolve({ status: response.statusCode!, headers: response.headers, body }));
-    });
+    const call = http.request(
+      url,
+      { method: init.method ?? "GET", headers: init.headers, agent: init.agent },
+      (response) => {
+        let body = "";
+        response.setEncoding("utf8");
+        response.on("data", (text: string) => (body += text));
+        response.on("end", () => resolve({ status: response.statusCode!, headers: response.headers, body }));
+      },
+    );
     call.on("error", reject);
     call.end(init.body);
   });
@@ -33,7 +40,10 @@ describe("health over plain HTTP, for probes that cannot speak gRPC", () => {
       expect(await request(`${test.server.url}/healthz`, { agent })).toMatchObject({ status: 200, body: "ok\n" });
       expect(await request(`${test.server.url}/readyz`, { agent })).toMatchObject({ status: 200, body: "ok\n" });
       // A command that ignores SIGTERM holds the shutdown for its grace period.
-      await test.client.startProcess({ spec: { command: "trap '' TERM; sleep 30" } }, { headers: { authorization: "Bearer probe-token" } });
+      await test.client.startProcess(
+        { spec: { command: "trap '' TERM; sleep 30" } },
+        { headers: { authorization: "Bearer probe-token" } },
+      );
       await waitFor(() => test!.server.manager.liveProcessCount === 1, { what: "the process to run" });
       const closing = test.server.close(3000);
       const during = await request(`${test.server.url}/readyz`, { agent });
@@ -58,7 +68,11 @@ describe("CORS for browser pages on other origins", () => {
     const path = `${test.server.url}/sandbox.v1.SandboxService/ListProcesses`;
     const preflight = await request(path, {
       method: "OPTIONS",
-      headers: { origin: "https://ide.example.com", "access-control-request-method": "POST", "access-control-request-headers": "content-type,connect-protocol-version" },
+      headers: {
+        origin: "https://ide.example.com",
+        "access-control-request-method": "POST",
+        "access-control-request-headers": "content-type,connect-protocol-version",
+      },
     });
     expect(preflight.status).toBe(204);
     expect(preflight.headers["access-control-allow-origin"]).toBe("https://ide.example.com");
@@ -66,13 +80,20 @@ describe("CORS for browser pages on other origins", () => {
     for (const header of ["Content-Type", "Connect-Protocol-Version", "X-Grpc-Web", "Authorization"]) {
       expect(preflight.headers["access-control-allow-headers"]).toContain(header);
     }
-    const stranger = await request(path, { method: "OPTIONS", headers: { origin: "https://evil.example.com", "access-control-request-method": "POST" } });
+    const stranger = await request(path, {
+      method: "OPTIONS",
+      headers: { origin: "https://evil.example.com", "access-control-request-method": "POST" },
+    });
     expect(stranger.status).toBe(403);
     expect(stranger.headers["access-control-allow-origin"]).toBeUndefined();
 
     const call = await request(path, {
       method: "POST",
-      headers: { origin: "https://ide.example.com", "content-type": "application/json", "connect-protocol-version": "1" },
+      headers: {
+        origin: "https://ide.example.com",
+        "content-type": "application/json",
+        "connect-protocol-version": "1",
+      },
       body: "{}",
     });
     expect(call.status).toBe(200);
@@ -89,11 +110,19 @@ describe("a daemon without a token stays closed to web pages", () => {
   });
 
   it("refuses --cors-origin * at start, through startServer and the command line; a named origin or a token is fine", async () => {
-    await expect(startServer({ port: 0, corsOrigins: ["*"] })).rejects.toThrow(/refusing --cors-origin \* without a token: any web page/);
-    await expect(startServer({ port: 0, corsOrigins: ["https://ide.example.com", "*"] })).rejects.toThrow(/refusing --cors-origin \*/);
+    await expect(startServer({ port: 0, corsOrigins: ["*"] })).rejects.toThrow(
+      /refusing --cors-origin \* without a token: any web page/,
+    );
+    await expect(startServer({ port: 0, corsOrigins: ["https://ide.example.com", "*"] })).rejects.toThrow(
+      /refusing --cors-origin \*/,
+    );
     // Undefined: left out of the daemon's environment, whatever this one has.
     const environment = { SANDBOXD_CORS_ORIGINS: "*", SANDBOXD_TOKEN: undefined, SANDBOXD_TOKEN_FILE: undefined };
-    const refused = await runCommand(process.execPath, ["--import", "tsx", "src/cli/sandboxd.ts", "--port", "0", "--log-format", "json"], { env: environment });
+    const refused = await runCommand(
+      process.execPath,
+      ["--import", "tsx", "src/cli/sandboxd.ts", "--port", "0", "--log-format", "json"],
+      { env: environment },
+    );
     expect(refused.code).not.toBe(0);
     expect(refused.stderr).toContain("refusing --cors-origin * without a token");
     test = await startTestServer({ corsOrigins: ["*"], token: "cors-token" });

@@ -20,7 +20,12 @@ function runtimeStage(): { user: string; env: Record<string, string>; entrypoint
   const text = readFileSync(path.join(repositoryRoot, "Dockerfile"), "utf8").replace(/\\\n\s*/g, " ");
   const stage = text.slice(text.lastIndexOf("\nFROM "));
   const lines = stage.split("\n").filter((line) => !line.startsWith("#"));
-  const last = (instruction: string) => lines.filter((line) => line.startsWith(`${instruction} `)).at(-1)?.slice(instruction.length + 1).trim();
+  const last = (instruction: string) =>
+    lines
+      .filter((line) => line.startsWith(`${instruction} `))
+      .at(-1)
+      ?.slice(instruction.length + 1)
+      .trim();
   const user = last("USER") ?? "0";
   const env: Record<string, string> = {};
   for (const line of lines.filter((line) => line.startsWith("ENV "))) {
@@ -49,12 +54,26 @@ describe.skipIf(!isRoot)("the image's configuration keeps the token from command
     chmodSync(workspace, 0o755);
     cleanups.push(() => rmSync(workspace, { recursive: true, force: true }));
     const token = randomBytes(24).toString("hex");
-    const container = Object.entries({ ...env, ...bundle.env, SANDBOXD_TOKEN: token }).map(([name, value]) => `${name}=${value}`);
+    const container = Object.entries({ ...env, ...bundle.env, SANDBOXD_TOKEN: token }).map(
+      ([name, value]) => `${name}=${value}`,
+    );
     // tini's stand-in, as the image's user with only the container's environment: a shell that starts the
     // daemon and waits for it. The image's address, port and workspace give way to this machine's.
     const daemon = await startDaemonProcess(["--host", "127.0.0.1", "--workspace", workspace, "--log-format", "json"], {
       file: "setpriv",
-      args: [`--reuid=${uid}`, `--regid=${gid ?? uid}`, "--clear-groups", "env", "-i", ...container, "/bin/sh", "-c", '"$0" "$@" & wait $!', process.execPath, bundle.script],
+      args: [
+        `--reuid=${uid}`,
+        `--regid=${gid ?? uid}`,
+        "--clear-groups",
+        "env",
+        "-i",
+        ...container,
+        "/bin/sh",
+        "-c",
+        '"$0" "$@" & wait $!',
+        process.execPath,
+        bundle.script,
+      ],
       cwd: workspace,
       detached: true,
     });
@@ -76,7 +95,10 @@ describe.skipIf(!isRoot)("the image's configuration keeps the token from command
       await sandbox.close();
       // SIGTERM to the whole group, as `docker stop` reaches the daemon: it drains and removes its cgroups.
       process.kill(-daemon.child.pid!, "SIGTERM");
-      await waitFor(() => daemon.child.exitCode !== null || daemon.child.signalCode !== null, { timeoutMs: 15_000, what: "the init to exit" }).catch(() => process.kill(-daemon.child.pid!, "SIGKILL"));
+      await waitFor(() => daemon.child.exitCode !== null || daemon.child.signalCode !== null, {
+        timeoutMs: 15_000,
+        what: "the init to exit",
+      }).catch(() => process.kill(-daemon.child.pid!, "SIGKILL"));
     }
   }, 120_000);
 });

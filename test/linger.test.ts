@@ -36,7 +36,8 @@ describe("exited records linger, then go", () => {
     }
     for (const id of ids) await waitForExit(t.client, id);
     // Right after the exits every record is still there to be asked about.
-    for (const id of ids) expect((await t.client.getProcess({ processId: id })).process?.status).toBe(ProcessStatus.COMPLETED);
+    for (const id of ids)
+      expect((await t.client.getProcess({ processId: id })).process?.status).toBe(ProcessStatus.COMPLETED);
     await waitFor(() => gone(ids[2]!), { timeoutMs: 5000, what: "the last record to go" });
     for (const id of ids) expect(await gone(id)).toBe(true);
   });
@@ -47,11 +48,14 @@ describe("exited records linger, then go", () => {
     expect((await t.client.cleanupProcesses({})).removedCount).toBeGreaterThanOrEqual(1);
     await t.client.startProcess({ spec: { command: "sleep", args: ["30"], processId: "reused" } });
     // Past the first record's expiry: the running one with the same id is still there.
-    await holdsFor(async () => (await t.client.getProcess({ processId: "reused" })).process?.status === ProcessStatus.RUNNING, {
-      forMs: lingerMs + 500,
-      intervalMs: 100,
-      what: "the running record",
-    });
+    await holdsFor(
+      async () => (await t.client.getProcess({ processId: "reused" })).process?.status === ProcessStatus.RUNNING,
+      {
+        forMs: lingerMs + 500,
+        intervalMs: 100,
+        what: "the running record",
+      },
+    );
     await t.client.killProcess({ processId: "reused", signal: "SIGKILL" });
   });
 });

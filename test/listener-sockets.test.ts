@@ -46,10 +46,13 @@ describe("every accepted socket has TCP_NODELAY, so small frames are not held fo
     open.push(socket);
     await http1Request(socket);
     const port = test.server.port;
-    const flags = await waitFor(() => {
-      const found = serverSocketsNoDelay(process.pid, port);
-      return found.length === 2 ? found : undefined;
-    }, { what: "both connections to be accepted" });
+    const flags = await waitFor(
+      () => {
+        const found = serverSocketsNoDelay(process.pid, port);
+        return found.length === 2 ? found : undefined;
+      },
+      { what: "both connections to be accepted" },
+    );
     expect(flags).toEqual([true, true]);
   });
 
@@ -57,15 +60,23 @@ describe("every accepted socket has TCP_NODELAY, so small frames are not held fo
     test = await startTestServer({ tls: { cert: certificates.serverCert, key: certificates.serverKey } });
     const session = await http2Session(test.server.url, { ca: certificates.ca });
     open.push(session);
-    const socket = tls.connect({ port: test.server.port, host: "127.0.0.1", ca: certificates.ca, ALPNProtocols: ["http/1.1"] });
+    const socket = tls.connect({
+      port: test.server.port,
+      host: "127.0.0.1",
+      ca: certificates.ca,
+      ALPNProtocols: ["http/1.1"],
+    });
     open.push(socket);
     await new Promise((resolve) => socket.once("secureConnect", resolve));
     await http1Request(socket);
     const port = test.server.port;
-    const flags = await waitFor(() => {
-      const found = serverSocketsNoDelay(process.pid, port);
-      return found.length === 2 ? found : undefined;
-    }, { what: "both connections to be accepted" });
+    const flags = await waitFor(
+      () => {
+        const found = serverSocketsNoDelay(process.pid, port);
+        return found.length === 2 ? found : undefined;
+      },
+      { what: "both connections to be accepted" },
+    );
     expect(flags).toEqual([true, true]);
   });
 });

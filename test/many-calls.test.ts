@@ -17,7 +17,10 @@ describe("many calls at once", () => {
 
   it("20 Execs and 15 followed StreamLogs side by side raise no MaxListenersExceededWarning", async () => {
     const ids = await Promise.all(
-      Array.from({ length: 15 }, async () => (await test.client.startProcess({ spec: { command: "sleep 0.5" } })).process!.processId),
+      Array.from(
+        { length: 15 },
+        async () => (await test.client.startProcess({ spec: { command: "sleep 0.5" } })).process!.processId,
+      ),
     );
     const follows = ids.map(async (processId) => {
       for await (const _ of test.client.streamLogs({ processId, follow: true })) {

@@ -43,10 +43,18 @@ async function execs(count: number): Promise<void> {
 describe("giving memory back after a burst of commands", () => {
   it("collects once after starting, once when it goes quiet after 100 process starts, and not again while it stays quiet", async () => {
     // What starting the daemon left behind, given back once it serves.
-    await waitFor(async () => (await reclaims()) === 1, { timeoutMs: 10_000, intervalMs: 100, what: "the reclaim after the start" });
+    await waitFor(async () => (await reclaims()) === 1, {
+      timeoutMs: 10_000,
+      intervalMs: 100,
+      what: "the reclaim after the start",
+    });
     await holdsFor(async () => (await reclaims()) === 1, { forMs: 1500, intervalMs: 100, what: "one reclaim" });
     await execs(120);
-    await waitFor(async () => (await reclaims()) === 2, { timeoutMs: 10_000, intervalMs: 200, what: "a memory reclaim after the burst" });
+    await waitFor(async () => (await reclaims()) === 2, {
+      timeoutMs: 10_000,
+      intervalMs: 200,
+      what: "a memory reclaim after the burst",
+    });
     await holdsFor(async () => (await reclaims()) === 2, { forMs: 2500, intervalMs: 100, what: "two reclaims" });
   });
 

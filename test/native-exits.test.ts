@@ -33,8 +33,14 @@ describe("exits of the addon's children", () => {
     );
     try {
       const results = await Promise.all([
-        ...Array.from({ length: 30 }, (_, index) => collectExec(t.client, { command: `sleep 0.0${index % 9}; exit ${index % 7}` }).then((result) => ["exec", index % 7, result.exited.exitCode] as const)),
-        ...Array.from({ length: 30 }, (_, index) => childProcessExit(10 + (index % 5)).then((code) => ["child_process", 10 + (index % 5), code] as const)),
+        ...Array.from({ length: 30 }, (_, index) =>
+          collectExec(t.client, { command: `sleep 0.0${index % 9}; exit ${index % 7}` }).then(
+            (result) => ["exec", index % 7, result.exited.exitCode] as const,
+          ),
+        ),
+        ...Array.from({ length: 30 }, (_, index) =>
+          childProcessExit(10 + (index % 5)).then((code) => ["child_process", 10 + (index % 5), code] as const),
+        ),
       ]);
       for (const [kind, expected, actual] of results) expect({ kind, code: actual }).toEqual({ kind, code: expected });
     } finally {

@@ -24,13 +24,20 @@ for (const variant of [
     let workspace: string;
     beforeAll(async () => {
       workspace = realpathSync(mkdtempSync(path.join(tmpdir(), "sandboxd-fallback-")));
-      daemon = spawn(process.execPath, ["--import", "tsx", "src/cli/sandboxd.ts", "--port", "0", "--workspace", workspace], {
-        cwd: root,
-        env: { ...process.env, ...variant.env },
-        stdio: ["ignore", "ignore", "pipe"],
-      });
+      daemon = spawn(
+        process.execPath,
+        ["--import", "tsx", "src/cli/sandboxd.ts", "--port", "0", "--workspace", workspace],
+        {
+          cwd: root,
+          env: { ...process.env, ...variant.env },
+          stdio: ["ignore", "ignore", "pipe"],
+        },
+      );
       daemon.stderr!.on("data", (data: Buffer) => (stderr += data.toString()));
-      const url = (await waitFor(() => /listening on (\S+)/.exec(stderr)?.[1], { timeoutMs: 30_000, what: "the daemon to listen" })) as string;
+      const url = (await waitFor(() => /listening on (\S+)/.exec(stderr)?.[1], {
+        timeoutMs: 30_000,
+        what: "the daemon to listen",
+      })) as string;
       await waitFor(() => stderr.includes("commands run as"), { what: "the start line" });
       session = new Http2SessionManager(url);
       client = createClient(SandboxService, createGrpcTransport({ baseUrl: url, sessionManager: session }));
@@ -43,7 +50,10 @@ for (const variant of [
 
     it("runs pipe and PTY commands, with stdin, in sessions of their own; says at start whether it forks", async () => {
       expect(stderr.includes("the native addon (build/sandboxd.node) is not loaded")).toBe(variant.warns);
-      const piped = await collectExec(client, { command: "echo out; echo err >&2; cat; ps -o sid= -o pgid= -p $$", stdinData: Buffer.from("in\n") });
+      const piped = await collectExec(client, {
+        command: "echo out; echo err >&2; cat; ps -o sid= -o pgid= -p $$",
+        stdinData: Buffer.from("in\n"),
+      });
       const [sid, pgid] = piped.stdout.toString().trim().split("\n").at(-1)!.trim().split(/\s+/).map(Number);
       expect(piped.stdout.toString().split("\n").slice(0, 2)).toEqual(["out", "in"]);
       expect(piped.stderr.toString()).toBe("err\n");

@@ -3,7 +3,12 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { daemonNodeFlags, missingNodeFlags } from "../src/cli/sandboxd/node-flags.js";
-import { daemonFromSource, startDaemonProcess, type DaemonCommand, type DaemonProcess } from "./support/daemon-process.js";
+import {
+  daemonFromSource,
+  startDaemonProcess,
+  type DaemonCommand,
+  type DaemonProcess,
+} from "./support/daemon-process.js";
 
 const workspace = mkdtempSync(path.join(tmpdir(), "sandboxd-node-flags-"));
 afterAll(() => rmSync(workspace, { recursive: true, force: true }));
@@ -24,7 +29,10 @@ async function stopped(daemon: DaemonProcess): Promise<void> {
 }
 
 /** Starts a daemon with `command`, checks it, serving, with the command line its pid runs now, and stops it. */
-async function withDaemon(command: DaemonCommand, check: (argv: string[], daemon: DaemonProcess) => void): Promise<void> {
+async function withDaemon(
+  command: DaemonCommand,
+  check: (argv: string[], daemon: DaemonProcess) => void,
+): Promise<void> {
   const daemon = await startDaemonProcess(["--workspace", workspace], command);
   try {
     check(commandLine(daemon.child.pid!), daemon);
@@ -35,7 +43,10 @@ async function withDaemon(command: DaemonCommand, check: (argv: string[], daemon
 }
 
 /** The daemon from source with Node flags of its own before the script. */
-const fromSourceWith = (...nodeFlags: string[]): DaemonCommand => ({ ...daemonFromSource, args: [...nodeFlags, ...(daemonFromSource.args ?? [])] });
+const fromSourceWith = (...nodeFlags: string[]): DaemonCommand => ({
+  ...daemonFromSource,
+  args: [...nodeFlags, ...(daemonFromSource.args ?? [])],
+});
 
 describe("the daemon's Node flags", () => {
   it("lists a flag as missing unless it, or a flag setting the same thing, is given on the command line or in NODE_OPTIONS", () => {
@@ -45,7 +56,9 @@ describe("the daemon's Node flags", () => {
     expect(missingNodeFlags(["--initial-old-space-size=200"])).toEqual(["--max-semi-space-size=4"]);
     expect(missingNodeFlags(["--initial-heap-size=128"])).toEqual(["--max-semi-space-size=4"]);
     expect(missingNodeFlags(["--max-semi-space-size", "16"])).toEqual(["--initial-old-space-size=64"]);
-    expect(missingNodeFlags([], "--max-old-space-size=512 --max-semi-space-size=8")).toEqual(["--initial-old-space-size=64"]);
+    expect(missingNodeFlags([], "--max-old-space-size=512 --max-semi-space-size=8")).toEqual([
+      "--initial-old-space-size=64",
+    ]);
   });
 
   it("a daemon started without them restarts itself with them: same pid, its log still on stderr", async () => {
@@ -65,7 +78,10 @@ describe("the daemon's Node flags", () => {
     for (let attempt = 0; attempt < 3; attempt++) {
       const profiles = mkdtempSync(path.join(tmpdir(), "sandboxd-cpu-prof-"));
       try {
-        const daemon = await startDaemonProcess(["--workspace", workspace], fromSourceWith("--cpu-prof", "--cpu-prof-interval=10", `--cpu-prof-dir=${profiles}`));
+        const daemon = await startDaemonProcess(
+          ["--workspace", workspace],
+          fromSourceWith("--cpu-prof", "--cpu-prof-interval=10", `--cpu-prof-dir=${profiles}`),
+        );
         expect(await healthy(daemon)).toBe(true);
         await stopped(daemon);
         expect(daemon.child.exitCode).toBe(0);
@@ -78,10 +94,13 @@ describe("the daemon's Node flags", () => {
   });
 
   it("keeps a young generation size set in NODE_OPTIONS (Node applies it before the command line's)", async () => {
-    await withDaemon({ ...daemonFromSource, env: { ...process.env, NODE_OPTIONS: "--max-semi-space-size=8" } }, (argv) => {
-      expect(argv).toContain("--initial-old-space-size=64");
-      expect(argv.filter((argument) => argument.startsWith("--max-semi-space-size"))).toEqual([]);
-    });
+    await withDaemon(
+      { ...daemonFromSource, env: { ...process.env, NODE_OPTIONS: "--max-semi-space-size=8" } },
+      (argv) => {
+        expect(argv).toContain("--initial-old-space-size=64");
+        expect(argv.filter((argument) => argument.startsWith("--max-semi-space-size"))).toEqual([]);
+      },
+    );
   });
 
   it("keeps an initial heap size the operator chose", async () => {

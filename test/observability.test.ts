@@ -26,13 +26,20 @@ describe("a daemon's logs and metrics, read from a real run", () => {
 
   beforeAll(async () => {
     workspace = realpathSync(mkdtempSync(path.join(tmpdir(), "sandboxd-observe-")));
-    daemon = spawn(process.execPath, ["--import", "tsx", "src/cli/sandboxd.ts", "--port", "0", "--workspace", workspace, "--log-level", "info"], {
-      cwd: root,
-      env: { ...process.env, SANDBOXD_TOKEN: token },
-      stdio: ["ignore", "ignore", "pipe"],
-    });
+    daemon = spawn(
+      process.execPath,
+      ["--import", "tsx", "src/cli/sandboxd.ts", "--port", "0", "--workspace", workspace, "--log-level", "info"],
+      {
+        cwd: root,
+        env: { ...process.env, SANDBOXD_TOKEN: token },
+        stdio: ["ignore", "ignore", "pipe"],
+      },
+    );
     daemon.stderr!.on("data", (data: Buffer) => (stderr += data.toString()));
-    url = (await waitFor(() => /listening on (http:\/\/\S+)/.exec(stderr)?.[1], { timeoutMs: 30_000, what: "the daemon to listen" })) as string;
+    url = (await waitFor(() => /listening on (http:\/\/\S+)/.exec(stderr)?.[1], {
+      timeoutMs: 30_000,
+      what: "the daemon to listen",
+    })) as string;
     session = new Http2SessionManager(url);
   });
   afterAll(() => {
@@ -42,10 +49,18 @@ describe("a daemon's logs and metrics, read from a real run", () => {
   });
 
   it("a JSON line per call and per process start and exit, refusals logged and counted, no secret anywhere", async () => {
-    const withToken: Interceptor = (next) => (request) => (request.header.set("authorization", `Bearer ${token}`), next(request));
-    const client = createClient(SandboxService, createGrpcTransport({ baseUrl: url, sessionManager: session, interceptors: [withToken] }));
+    const withToken: Interceptor = (next) => (request) => (
+      request.header.set("authorization", `Bearer ${token}`), next(request)
+    );
+    const client = createClient(
+      SandboxService,
+      createGrpcTransport({ baseUrl: url, sessionManager: session, interceptors: [withToken] }),
+    );
     const anonymous = createClient(SandboxService, createGrpcTransport({ baseUrl: url, sessionManager: session }));
-    const result = await collectExec(client, { command: "printf %s \"$SECRET_VALUE\"; exit 3", env: { SECRET_VALUE: "env-value-never-logged" } });
+    const result = await collectExec(client, {
+      command: 'printf %s "$SECRET_VALUE"; exit 3',
+      env: { SECRET_VALUE: "env-value-never-logged" },
+    });
     expect(result.exited.exitCode).toBe(3);
     const started = await client.startProcess({ spec: { command: "sleep", args: ["0.1"] } });
     await waitForExit(client, started.process!.processId);
@@ -55,7 +70,9 @@ describe("a daemon's logs and metrics, read from a real run", () => {
     expect((await fetch(metricsUrl)).status).toBe(401);
     const metrics = await (await fetch(metricsUrl, { headers: { authorization: `Bearer ${token}` } })).text();
     expect(metrics).toMatch(/^sandboxd_calls_total\{procedure="sandbox\.v1\.SandboxService\/Exec",code="ok"\} 1$/m);
-    expect(metrics).toMatch(/^sandboxd_call_duration_seconds_count\{procedure="sandbox\.v1\.SandboxService\/StartProcess"\} 1$/m);
+    expect(metrics).toMatch(
+      /^sandboxd_call_duration_seconds_count\{procedure="sandbox\.v1\.SandboxService\/StartProcess"\} 1$/m,
+    );
     expect(metrics).toMatch(/^sandboxd_process_starts_total\{result="spawned"\} 2$/m);
     expect(metrics).toMatch(/^sandboxd_output_bytes_total\{stream="stdout"\} 22$/m);
     expect(metrics).toMatch(/^sandboxd_auth_failures_total 1$/m);
@@ -63,17 +80,26 @@ describe("a daemon's logs and metrics, read from a real run", () => {
     expect(metrics).toMatch(/^sandboxd_connections \d+$/m);
     expect(metrics).toMatch(/^sandboxd_process_resident_memory_bytes \d+/m);
 
-    await waitFor(() => lines().filter((line) => line.msg === "process exited").length === 2, { what: "both exit lines" });
+    await waitFor(() => lines().filter((line) => line.msg === "process exited").length === 2, {
+      what: "both exit lines",
+    });
     const logged = lines();
     const calls = logged.filter((line) => line.msg === "call");
     const exec = calls.find((line) => line.procedure === "sandbox.v1.SandboxService/Exec")!;
     expect(exec).toMatchObject({ level: "info", code: "ok", peer: expect.stringMatching(/^127\.0\.0\.1:\d+$/) });
     expect(typeof exec.durationMs).toBe("number");
     const startLine = logged.find((line) => line.msg === "process started" && line.program === "printf")!;
-    expect(startLine).toMatchObject({ cwd: workspace, pid: result.started.pid, processId: result.started.processId, peer: expect.stringMatching(/^127\.0\.0\.1:/) });
+    expect(startLine).toMatchObject({
+      cwd: workspace,
+      pid: result.started.pid,
+      processId: result.started.processId,
+      peer: expect.stringMatching(/^127\.0\.0\.1:/),
+    });
     expect(typeof startLine.user).toBe("string");
     expect(startLine.command).toBeUndefined();
-    expect(logged.find((line) => line.msg === "process exited" && line.processId === result.started.processId)).toMatchObject({ status: "failed", exitCode: 3 });
+    expect(
+      logged.find((line) => line.msg === "process exited" && line.processId === result.started.processId),
+    ).toMatchObject({ status: "failed", exitCode: 3 });
     expect(logged.some((line) => line.level === "warn" && String(line.msg).startsWith("call refused"))).toBe(true);
     expect(stderr).not.toContain(token);
     expect(stderr).not.toContain("env-value-never-logged");

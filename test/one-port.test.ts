@@ -2,7 +2,12 @@ import http from "node:http";
 import net from "node:net";
 import tls from "node:tls";
 import { createClient, type Transport } from "@connectrpc/connect";
-import { createConnectTransport, createGrpcTransport, createGrpcWebTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import {
+  createConnectTransport,
+  createGrpcTransport,
+  createGrpcWebTransport,
+  Http2SessionManager,
+} from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Health, HealthCheckResponse_ServingStatus as ServingStatus } from "../gen/grpc/health/v1/health_pb.js";
 import { SandboxService } from "../gen/sandbox/v1/sandbox_pb.js";
@@ -60,8 +65,14 @@ describe("one cleartext port for every protocol", () => {
 
   const transports: [string, () => Transport][] = [
     ["gRPC over HTTP/2", () => createGrpcTransport({ baseUrl: test.server.url, sessionManager: session() })],
-    ["Connect over HTTP/2", () => createConnectTransport({ baseUrl: test.server.url, httpVersion: "2", sessionManager: session() })],
-    ["gRPC-Web over HTTP/2", () => createGrpcWebTransport({ baseUrl: test.server.url, httpVersion: "2", sessionManager: session() })],
+    [
+      "Connect over HTTP/2",
+      () => createConnectTransport({ baseUrl: test.server.url, httpVersion: "2", sessionManager: session() }),
+    ],
+    [
+      "gRPC-Web over HTTP/2",
+      () => createGrpcWebTransport({ baseUrl: test.server.url, httpVersion: "2", sessionManager: session() }),
+    ],
     ["Connect over HTTP/1.1", () => createConnectTransport({ baseUrl: test.server.url, httpVersion: "1.1" })],
     ["gRPC-Web over HTTP/1.1", () => createGrpcWebTransport({ baseUrl: test.server.url, httpVersion: "1.1" })],
   ];
@@ -80,7 +91,10 @@ describe("one cleartext port for every protocol", () => {
     const agent = new http.Agent({ keepAlive: true });
     const before = test.server.connections;
     try {
-      const client = createClient(SandboxService, createConnectTransport({ baseUrl: test.server.url, httpVersion: "1.1", nodeOptions: { agent } }));
+      const client = createClient(
+        SandboxService,
+        createConnectTransport({ baseUrl: test.server.url, httpVersion: "1.1", nodeOptions: { agent } }),
+      );
       await client.listProcesses({});
       expect(test.server.connections).toBe(before + 1);
     } finally {
@@ -93,7 +107,10 @@ describe("one cleartext port for every protocol", () => {
     const settings = await dribble(test.server.port, Buffer.concat([http2Preface, emptySettingsFrame]));
     // The server's first frame is its SETTINGS: type 4 in the fourth byte.
     expect(settings[3]).toBe(4);
-    const http1 = await dribble(test.server.port, Buffer.from("GET /sandbox.v1.SandboxService/ListProcesses HTTP/1.1\r\nHost: x\r\n\r\n"));
+    const http1 = await dribble(
+      test.server.port,
+      Buffer.from("GET /sandbox.v1.SandboxService/ListProcesses HTTP/1.1\r\nHost: x\r\n\r\n"),
+    );
     expect(http1.toString("latin1")).toMatch(/^HTTP\/1\.1 \d{3} /);
     // Starts like the HTTP/2 preface, then is not: HTTP/1.1's parser gets it, and rejects it.
     const almost = await dribble(test.server.port, Buffer.from("PRX * HTTP/1.1\r\n\r\n"));
@@ -127,11 +144,13 @@ describe("the listener on its own", () => {
     const agent = new http.Agent({ keepAlive: true, maxSockets: 2 });
     const get = (url: string) =>
       new Promise<string>((resolve, reject) => {
-        http.get({ port, host: "127.0.0.1", path: url, agent }, (response) => {
-          let body = "";
-          response.on("data", (chunk) => (body += chunk));
-          response.on("end", () => resolve(body));
-        }).on("error", reject);
+        http
+          .get({ port, host: "127.0.0.1", path: url, agent }, (response) => {
+            let body = "";
+            response.on("data", (chunk) => (body += chunk));
+            response.on("end", () => resolve(body));
+          })
+          .on("error", reject);
       });
     try {
       // The slow request holds its connection, so the fast one opens a second, idle afterwards.
@@ -173,7 +192,12 @@ describe("TLS on one port: ALPN picks HTTP/2 or HTTP/1.1", () => {
   it("has an https URL and offers h2 and http/1.1", async () => {
     expect(test.server.url).toBe(`https://${address}`);
     for (const protocol of ["h2", "http/1.1"]) {
-      const socket = tls.connect({ port: test.server.port, host: "127.0.0.1", ca: certificates.ca, ALPNProtocols: [protocol] });
+      const socket = tls.connect({
+        port: test.server.port,
+        host: "127.0.0.1",
+        ca: certificates.ca,
+        ALPNProtocols: [protocol],
+      });
       await new Promise((resolve, reject) => socket.once("secureConnect", resolve).once("error", reject));
       expect(socket.alpnProtocol).toBe(protocol);
       socket.destroy();
@@ -196,13 +220,28 @@ describe("TLS on one port: ALPN picks HTTP/2 or HTTP/1.1", () => {
   it("answers curl over HTTP/1.1 and HTTP/2, and grpcurl through reflection", async () => {
     for (const version of ["--http1.1", "--http2"]) {
       const result = await runCommand("curl", [
-        "-sS", version, "--cacert", certificates.files.ca, "-w", "\n%{http_version}",
-        "-H", "Content-Type: application/json", "-d", "{}", `${test.server.url}/grpc.health.v1.Health/Check`,
+        "-sS",
+        version,
+        "--cacert",
+        certificates.files.ca,
+        "-w",
+        "\n%{http_version}",
+        "-H",
+        "Content-Type: application/json",
+        "-d",
+        "{}",
+        `${test.server.url}/grpc.health.v1.Health/Check`,
       ]);
       expect(result.stderr).toBe("");
       expect(result.stdout).toBe(`{"status":"SERVING"}\n${version === "--http2" ? "2" : "1.1"}`);
     }
-    const listed = await runCommand(tool("grpcurl"), ["-cacert", certificates.files.ca, address, "list", "sandbox.v1.SandboxService"]);
+    const listed = await runCommand(tool("grpcurl"), [
+      "-cacert",
+      certificates.files.ca,
+      address,
+      "list",
+      "sandbox.v1.SandboxService",
+    ]);
     expect(listed.stderr).toBe("");
     expect(listed.stdout).toContain("sandbox.v1.SandboxService.Exec\n");
   });
@@ -215,7 +254,9 @@ describe("mutual TLS", () => {
 
   beforeAll(async () => {
     certificates = createTestCertificates();
-    test = await startTestServer({ tls: { cert: certificates.serverCert, key: certificates.serverKey, clientCa: certificates.ca } });
+    test = await startTestServer({
+      tls: { cert: certificates.serverCert, key: certificates.serverKey, clientCa: certificates.ca },
+    });
   });
   afterAll(async () => {
     for (const manager of managers) manager.abort();
@@ -225,28 +266,64 @@ describe("mutual TLS", () => {
 
   it("refuses a client without a certificate and serves one with a certificate from the CA", async () => {
     const anonymous = new Http2SessionManager(test.server.url, undefined, { ca: certificates.ca });
-    const known = new Http2SessionManager(test.server.url, undefined, { ca: certificates.ca, cert: certificates.clientCert, key: certificates.clientKey });
+    const known = new Http2SessionManager(test.server.url, undefined, {
+      ca: certificates.ca,
+      cert: certificates.clientCert,
+      key: certificates.clientKey,
+    });
     managers.push(anonymous, known);
-    const refused = await rpcError(createClient(SandboxService, createGrpcTransport({ baseUrl: test.server.url, sessionManager: anonymous })).listProcesses({}));
+    const refused = await rpcError(
+      createClient(
+        SandboxService,
+        createGrpcTransport({ baseUrl: test.server.url, sessionManager: anonymous }),
+      ).listProcesses({}),
+    );
     // The TLS 1.3 handshake ends with the server's "certificate required" alert, which connect-node
     // reports as an internal error of the client, with the alert as its cause.
     expect(refused.code).toBe(Code.Internal);
     expect((refused.cause as { code?: string }).code).toBe("ERR_SSL_TLSV13_ALERT_CERTIFICATE_REQUIRED");
-    await expect(createClient(SandboxService, createGrpcTransport({ baseUrl: test.server.url, sessionManager: known })).listProcesses({})).resolves.toBeDefined();
+    await expect(
+      createClient(
+        SandboxService,
+        createGrpcTransport({ baseUrl: test.server.url, sessionManager: known }),
+      ).listProcesses({}),
+    ).resolves.toBeDefined();
 
     const url = `${test.server.url}/sandbox.v1.SandboxService/ListProcesses`;
     const curl = (extra: string[]) =>
-      runCommand("curl", ["-sS", "--cacert", certificates.files.ca, ...extra, "-H", "Content-Type: application/json", "-d", "{}", url]);
+      runCommand("curl", [
+        "-sS",
+        "--cacert",
+        certificates.files.ca,
+        ...extra,
+        "-H",
+        "Content-Type: application/json",
+        "-d",
+        "{}",
+        url,
+      ]);
     const withoutCertificate = await curl([]);
     expect(withoutCertificate.code).not.toBe(0);
-    const withCertificate = await curl(["--cert", certificates.files.clientCert, "--key", certificates.files.clientKey]);
+    const withCertificate = await curl([
+      "--cert",
+      certificates.files.clientCert,
+      "--key",
+      certificates.files.clientKey,
+    ]);
     expect(withCertificate.stderr).toBe("");
     expect(parseJsonStream(withCertificate.stdout)).toHaveLength(1);
   });
 
   it("reads the certificate, key and client CA files named by the flags", () => {
     const command = parseCommandLine(
-      ["--tls-cert", certificates.files.serverCert, "--tls-key", certificates.files.serverKey, "--tls-client-ca", certificates.files.ca],
+      [
+        "--tls-cert",
+        certificates.files.serverCert,
+        "--tls-key",
+        certificates.files.serverKey,
+        "--tls-client-ca",
+        certificates.files.ca,
+      ],
       {},
     );
     expect(command.kind).toBe("serve");
@@ -254,7 +331,9 @@ describe("mutual TLS", () => {
     expect(tlsOptions?.cert).toEqual(certificates.serverCert);
     expect(tlsOptions?.key).toEqual(certificates.serverKey);
     expect(tlsOptions?.clientCa).toEqual(certificates.ca);
-    expect(() => parseCommandLine(["--tls-cert", certificates.files.serverCert], {})).toThrow("--tls-cert and --tls-key go together");
+    expect(() => parseCommandLine(["--tls-cert", certificates.files.serverCert], {})).toThrow(
+      "--tls-cert and --tls-key go together",
+    );
     const plain = parseCommandLine([], {});
     expect(plain.kind === "serve" && plain.options.tls).toBeUndefined();
   });

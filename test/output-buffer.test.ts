@@ -19,7 +19,11 @@ function pattern(count: number, seed = 0): Buffer {
  * Checks that items cover one stream contiguously from `from` (chunks and gaps alike) and returns
  * the chunk bytes joined and the total missed.
  */
-function replay(items: readonly OutputItem[], stream: OutputStreamName, from = 0): { bytes: Buffer; missed: number; end: number } {
+function replay(
+  items: readonly OutputItem[],
+  stream: OutputStreamName,
+  from = 0,
+): { bytes: Buffer; missed: number; end: number } {
   let next = from;
   let missed = 0;
   const parts: Uint8Array[] = [];
@@ -51,7 +55,9 @@ describe("OutputBuffer offsets and order", () => {
     buffer.append("stdout", new Uint8Array(0));
     expect(buffer.offsets).toEqual({ stdout: 3, stderr: 3 });
     const items = await drain(buffer.createReader());
-    expect(items.map((item) => [item.stream, item.offset, item.kind === "chunk" && Buffer.from(item.data).toString()])).toEqual([
+    expect(
+      items.map((item) => [item.stream, item.offset, item.kind === "chunk" && Buffer.from(item.data).toString()]),
+    ).toEqual([
       ["stdout", 0, "ab"],
       ["stderr", 0, "XYZ"],
       ["stdout", 2, "c"],
@@ -212,7 +218,12 @@ describe("OutputBuffer bounds and gaps", () => {
     expect(replay(fastSeen, "stdout", 2000).bytes.equals(expected.subarray(2000))).toBe(true);
     const rest: OutputItem[] = [];
     for (let next = await stalledItems.next(); !next.done; next = await stalledItems.next()) rest.push(next.value);
-    expect(rest[0]).toEqual({ kind: "gap", stream: "stdout", offset: 2000, missedBytes: buffer.retainedFrom.stdout - 2000 });
+    expect(rest[0]).toEqual({
+      kind: "gap",
+      stream: "stdout",
+      offset: 2000,
+      missedBytes: buffer.retainedFrom.stdout - 2000,
+    });
     const result = replay(rest, "stdout", 2000);
     expect(result.end).toBe(200_000);
     expect(result.bytes.equals(expected.subarray(buffer.retainedFrom.stdout))).toBe(true);
@@ -304,7 +315,8 @@ describe("OutputReader follow and abort", () => {
     const controller = new AbortController();
     const following = (async () => {
       const seen: OutputItem[] = [];
-      for await (const item of buffer.createReader().items({ follow: true, signal: controller.signal })) seen.push(item);
+      for await (const item of buffer.createReader().items({ follow: true, signal: controller.signal }))
+        seen.push(item);
       return seen;
     })();
     buffer.append("stdout", Buffer.from("a"));

@@ -79,7 +79,9 @@ describe("Exec output", () => {
     const all = Buffer.concat(received);
     expect(all.length).toBe(size);
     expect(all.equals(expected)).toBe(true);
-    console.log(`slow Exec caller: daemon ran at most ${(maxLead / 1048576).toFixed(1)} MiB ahead, retained at most ${(maxRetained / 1048576).toFixed(2)} MiB`);
+    console.log(
+      `slow Exec caller: daemon ran at most ${(maxLead / 1048576).toFixed(1)} MiB ahead, retained at most ${(maxRetained / 1048576).toFixed(2)} MiB`,
+    );
     // Without backpressure the command would finish at once, 24 MiB ahead of this reader. With it,
     // the daemon stays within its buffer plus what HTTP/2 and the sockets hold in flight.
     expect(maxLead).toBeLessThan(capacityBytes + 8 * 1024 * 1024);

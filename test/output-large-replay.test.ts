@@ -1,7 +1,13 @@
 import { createHash } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { OutputStream } from "../gen/sandbox/v1/sandbox_pb.js";
-import { createUncompressedClient, deterministicBytesCommand, deterministicBytesSha256, ProcessStatus, waitForExit } from "./support/rpc.js";
+import {
+  createUncompressedClient,
+  deterministicBytesCommand,
+  deterministicBytesSha256,
+  ProcessStatus,
+  waitForExit,
+} from "./support/rpc.js";
 import { startTestServer, type TestServer } from "./support/server.js";
 
 const gibibyte = 1024 * 1024 * 1024;
@@ -24,7 +30,9 @@ afterAll(async () => {
 describe("StreamLogs replay", () => {
   it("replays 1 GiB of binary output of an exited background process byte-exact (sha256)", async () => {
     const startedAt = performance.now();
-    const { process } = await t.client.startProcess({ spec: { command: deterministicBytesCommand(gibibyte), autoCleanup: false } });
+    const { process } = await t.client.startProcess({
+      spec: { command: deterministicBytesCommand(gibibyte), autoCleanup: false },
+    });
     const processId = process!.processId;
     const exit = await waitForExit(t.client, processId, 120_000);
     const producedAt = performance.now();

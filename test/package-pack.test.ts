@@ -9,10 +9,15 @@ let tree: string;
 beforeAll(() => {
   // A copy of the tracked files, so the build does not touch the dist/ other tests use.
   tree = mkdtempSync(path.join(tmpdir(), "sandboxd-pack-"));
-  const files = execFileSync("git", ["ls-files", "-z"], { cwd: repositoryRoot, encoding: "utf8" }).split("\0").filter(Boolean);
-  for (const file of files) if (existsSync(path.join(repositoryRoot, file))) cpSync(path.join(repositoryRoot, file), path.join(tree, file), { recursive: true });
+  const files = execFileSync("git", ["ls-files", "-z"], { cwd: repositoryRoot, encoding: "utf8" })
+    .split("\0")
+    .filter(Boolean);
+  for (const file of files)
+    if (existsSync(path.join(repositoryRoot, file)))
+      cpSync(path.join(repositoryRoot, file), path.join(tree, file), { recursive: true });
   symlinkSync(path.join(repositoryRoot, "node_modules"), path.join(tree, "node_modules"));
-  if (existsSync(path.join(repositoryRoot, "build"))) cpSync(path.join(repositoryRoot, "build"), path.join(tree, "build"), { recursive: true });
+  if (existsSync(path.join(repositoryRoot, "build")))
+    cpSync(path.join(repositoryRoot, "build"), path.join(tree, "build"), { recursive: true });
 });
 afterAll(() => rmSync(tree, { recursive: true, force: true }));
 

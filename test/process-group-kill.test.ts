@@ -15,7 +15,9 @@ afterAll(async () => {
 async function startTwoSleeps(options: { sessionId?: string; prefix?: string } = {}) {
   const marker = sleepMarker();
   const command = `${options.prefix ?? ""}sh -c 'sleep ${marker} & sleep ${marker}'`;
-  const { process } = await t.client.startProcess({ spec: { command, sessionId: options.sessionId, autoCleanup: false } });
+  const { process } = await t.client.startProcess({
+    spec: { command, sessionId: options.sessionId, autoCleanup: false },
+  });
   expect(process?.status).toBe(ProcessStatus.RUNNING);
   const pid = process!.pid;
   await waitFor(() => sleepers(marker).length === 2, { what: "both sleeps to run" });
@@ -46,7 +48,9 @@ describe("KillProcess", () => {
       ["9", "SIGKILL"],
     ]) {
       const marker = sleepMarker();
-      const { process } = await t.client.startProcess({ spec: { command: "sleep", args: [marker], autoCleanup: false } });
+      const { process } = await t.client.startProcess({
+        spec: { command: "sleep", args: [marker], autoCleanup: false },
+      });
       await t.client.killProcess({ processId: process!.processId, signal });
       const exit = await waitForExit(t.client, process!.processId);
       expect(exit.signal).toBe(expected);
@@ -87,7 +91,9 @@ describe("KillAllProcesses", () => {
     expect(killedCount).toBe(3);
     for (const { processId, marker, pid } of inSession) {
       expect((await waitForExit(t.client, processId)).status).toBe(ProcessStatus.KILLED);
-      await waitFor(() => processesWithMarker(marker).length === 0 && groupMembers(pid).length === 0, { timeoutMs: 2000 });
+      await waitFor(() => processesWithMarker(marker).length === 0 && groupMembers(pid).length === 0, {
+        timeoutMs: 2000,
+      });
     }
     expect(sleepers(other.marker)).toHaveLength(2);
     expect(isAlive(other.pid)).toBe(true);
@@ -134,8 +140,13 @@ describe("ListProcesses", () => {
       expect(all.processes.map((info) => info.processId)).toEqual([done.started.processId, running.processId]);
       const live = await t.client.listProcesses({ sessionId: "listing", statuses: [ProcessStatus.RUNNING] });
       expect(live.processes.map((info) => info.processId)).toEqual([running.processId]);
-      const ended = await t.client.listProcesses({ sessionId: "listing", statuses: [ProcessStatus.FAILED, ProcessStatus.KILLED] });
-      expect(ended.processes.map((info) => [info.processId, info.exit?.exitCode])).toEqual([[done.started.processId, 1]]);
+      const ended = await t.client.listProcesses({
+        sessionId: "listing",
+        statuses: [ProcessStatus.FAILED, ProcessStatus.KILLED],
+      });
+      expect(ended.processes.map((info) => [info.processId, info.exit?.exitCode])).toEqual([
+        [done.started.processId, 1],
+      ]);
       const invalid = await rpcError(t.client.listProcesses({ statuses: [ProcessStatus.UNSPECIFIED] }));
       expect(Code[invalid.code]).toBe(Code[Code.InvalidArgument]);
     } finally {

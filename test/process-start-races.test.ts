@@ -8,7 +8,9 @@ afterAll(async () => {
   await Promise.all(managers.map((started) => started.close()));
 });
 
-async function newManager(options: { maxProcesses?: number; outputCapacityBytes?: number } = {}): Promise<ProcessManager> {
+async function newManager(
+  options: { maxProcesses?: number; outputCapacityBytes?: number } = {},
+): Promise<ProcessManager> {
   const started = await startTestManager(options);
   managers.push(started);
   return started.manager;
@@ -38,7 +40,12 @@ describe("a process killed while it is starting", () => {
   it("is killed as soon as it runs, and KillAll counts it", async () => {
     const manager = await newManager();
     const seconds = marker();
-    const started = manager.start({ command: "sleep", args: [seconds], processId: "starting-kill", autoCleanup: false });
+    const started = manager.start({
+      command: "sleep",
+      args: [seconds],
+      processId: "starting-kill",
+      autoCleanup: false,
+    });
     const record = await startingRecord(manager, "starting-kill");
     expect(record.kill("SIGTERM", 100)).toBe(true);
     expect(manager.killAll({ gracePeriodMs: 100 })).toBe(1);
@@ -91,14 +98,12 @@ describe("after the leader exits", () => {
     // A reader that does not read holds a terminal's output back (paused) after the leader exited;
     // on pipes Node resumes the output at the exit.
     const manager = await newManager({ outputCapacityBytes: 1024 });
-    const { process: managed, reader } = await manager.startPinned(
-      {
-        command: "head -c 2048 /dev/zero | tr '\\0' a; sleep 0.1; head -c 2048 /dev/zero | tr '\\0' b; exit 3",
-        pty: { cols: 80, rows: 24 },
-        timeoutMs: 300,
-        autoCleanup: false,
-      },
-    );
+    const { process: managed, reader } = await manager.startPinned({
+      command: "head -c 2048 /dev/zero | tr '\\0' a; sleep 0.1; head -c 2048 /dev/zero | tr '\\0' b; exit 3",
+      pty: { cols: 80, rows: 24 },
+      timeoutMs: 300,
+      autoCleanup: false,
+    });
     const pid = managed.pid;
     const kill = vi.spyOn(process, "kill");
     try {

@@ -63,7 +63,9 @@ describe("ManagedProcess.write with a signal", () => {
     await new Promise((resolve) => setImmediate(resolve));
     first.abort();
     second.abort();
-    await waitFor(() => writes[0].state !== "pending" && writes[1].state !== "pending", { what: "the aborted writes to reject" });
+    await waitFor(() => writes[0].state !== "pending" && writes[1].state !== "pending", {
+      what: "the aborted writes to reject",
+    });
     for (const write of writes.slice(0, 2)) {
       expect(write.state).toBe("rejected");
       expect((write.error as ProcessError).reason).toBe("CANCELED");
@@ -89,7 +91,10 @@ describe("ManagedProcess.write with a signal", () => {
     const error = await managed.write(Buffer.from("x")).catch((caught: unknown) => caught);
     expect(error).toBeInstanceOf(ProcessError);
     expect((error as ProcessError).reason).toBe("LIMIT_EXCEEDED");
-    expect((error as ProcessError).metadata).toMatchObject({ limit: "max-pending-input-bytes", value: String(maxPendingInputBytes) });
+    expect((error as ProcessError).metadata).toMatchObject({
+      limit: "max-pending-input-bytes",
+      value: String(maxPendingInputBytes),
+    });
     expect((error as ProcessError).message).toContain(String(maxPendingInputBytes));
     const aborted = new AbortController();
     aborted.abort();

@@ -7,7 +7,9 @@ import { startTestServer, type TestServer } from "./support/server.js";
 
 let t: TestServer;
 /** 20 KB of printable bytes without a newline: a terminal passes them through unchanged. */
-const printed = Buffer.from(Array.from({ length: 20_000 }, (_, i) => "abcdefghijklmnopqrstuvwxyz0123456789"[(i * 7 + (i >> 5)) % 36]).join(""));
+const printed = Buffer.from(
+  Array.from({ length: 20_000 }, (_, i) => "abcdefghijklmnopqrstuvwxyz0123456789"[(i * 7 + (i >> 5)) % 36]).join(""),
+);
 
 beforeAll(async () => {
   t = await startTestServer();
@@ -27,14 +29,26 @@ describe("PTY output completeness", () => {
     async function worker(): Promise<void> {
       while (next < runs) {
         const run = next++;
-        const result = await collectExec(t.client, { command: "cat", args: ["twenty-kb.txt"], pty: { cols: 80, rows: 24 } });
-        const ok = result.exited.status === ProcessStatus.COMPLETED && result.stdout.equals(printed) && result.stderr.length === 0;
-        if (!ok) failures.push(`run ${run}: status ${result.exited.status}, ${result.stdout.length} of ${printed.length} bytes`);
+        const result = await collectExec(t.client, {
+          command: "cat",
+          args: ["twenty-kb.txt"],
+          pty: { cols: 80, rows: 24 },
+        });
+        const ok =
+          result.exited.status === ProcessStatus.COMPLETED &&
+          result.stdout.equals(printed) &&
+          result.stderr.length === 0;
+        if (!ok)
+          failures.push(
+            `run ${run}: status ${result.exited.status}, ${result.stdout.length} of ${printed.length} bytes`,
+          );
         expect(result.chunks.every((chunk) => chunk.stream === OutputStream.STDOUT)).toBe(true);
       }
     }
     await Promise.all(Array.from({ length: concurrency }, worker));
-    console.log(`PTY completeness: ${runs - failures.length} of ${runs} runs complete in ${((performance.now() - startedAt) / 1000).toFixed(1)} s`);
+    console.log(
+      `PTY completeness: ${runs - failures.length} of ${runs} runs complete in ${((performance.now() - startedAt) / 1000).toFixed(1)} s`,
+    );
     expect(failures).toEqual([]);
   }, 120_000);
 
@@ -79,7 +93,7 @@ describe("PTY output completeness", () => {
   });
 
   it("reports the terminal size it was given and runs with TERM set", async () => {
-    const result = await collectExec(t.client, { command: "stty size; printf \"$TERM\"", pty: { cols: 123, rows: 45 } });
+    const result = await collectExec(t.client, { command: 'stty size; printf "$TERM"', pty: { cols: 123, rows: 45 } });
     expect(result.stdout.toString()).toBe("45 123\r\nxterm-256color");
   });
 });

@@ -19,7 +19,8 @@ const base64 = (text: string) => Buffer.from(text).toString("base64");
 /** What each block must print, in the README's order. */
 const expectations: ((stdout: string) => void)[] = [
   (stdout) => {
-    for (const service of ["grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection", "sandbox.v1.SandboxService"]) expect(stdout).toContain(`${service}\n`);
+    for (const service of ["grpc.health.v1.Health", "grpc.reflection.v1.ServerReflection", "sandbox.v1.SandboxService"])
+      expect(stdout).toContain(`${service}\n`);
     expect(stdout).toContain("rpc Exec ( .sandbox.v1.ExecRequest ) returns ( stream .sandbox.v1.ExecResponse );");
   },
   (stdout) => {
@@ -32,7 +33,9 @@ const expectations: ((stdout: string) => void)[] = [
   (stdout) => {
     const events = parseJsonStream(stdout) as Record<string, Record<string, unknown>>[];
     expect(events[0].process.processId).toBe("ticker");
-    const output = events.flatMap((event) => (event.output ? [Buffer.from(event.output.data as string, "base64")] : []));
+    const output = events.flatMap((event) =>
+      event.output ? [Buffer.from(event.output.data as string, "base64")] : [],
+    );
     expect(Buffer.concat(output).toString()).toBe("tick 1\ntick 2\ntick 3\n");
     expect(events.at(-1)!.exited.status).toBe("PROCESS_STATUS_COMPLETED");
   },
@@ -47,7 +50,14 @@ const expectations: ((stdout: string) => void)[] = [
     expect(error).toEqual({
       code: 5,
       message: "process not found: no-such-process",
-      details: [{ "@type": "type.googleapis.com/google.rpc.ErrorInfo", reason: "PROCESS_NOT_FOUND", domain: "sandbox.v1", metadata: { process_id: "no-such-process" } }],
+      details: [
+        {
+          "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+          reason: "PROCESS_NOT_FOUND",
+          domain: "sandbox.v1",
+          metadata: { process_id: "no-such-process" },
+        },
+      ],
     });
   },
   (stdout) => {
@@ -56,11 +66,19 @@ const expectations: ((stdout: string) => void)[] = [
     expect(list.processes.map((process: { processId: string }) => process.processId)).toContain("sleeper");
     expect(missing).toMatchObject({
       code: "not_found",
-      details: [{ type: "google.rpc.ErrorInfo", debug: { reason: "PROCESS_NOT_FOUND", domain: "sandbox.v1", metadata: { process_id: "no-such-process" } } }],
+      details: [
+        {
+          type: "google.rpc.ErrorInfo",
+          debug: { reason: "PROCESS_NOT_FOUND", domain: "sandbox.v1", metadata: { process_id: "no-such-process" } },
+        },
+      ],
     });
   },
   (stdout) => {
-    const lines = stdout.trim().split("\n").map((line) => JSON.parse(line));
+    const lines = stdout
+      .trim()
+      .split("\n")
+      .map((line) => JSON.parse(line));
     expect(Object.keys(lines[0])).toEqual(["started"]);
     expect(lines.at(-2).exited.status).toBe("PROCESS_STATUS_COMPLETED");
     expect(lines.at(-1)).toEqual({});

@@ -28,7 +28,10 @@ describe("the README's Embedding the server section", () => {
     try {
       const file = path.join(dir, "embed.mts");
       writeFileSync(file, program);
-      const { stdout } = await promisify(execFile)(process.execPath, ["--import", "tsx", file], { cwd: root, timeout: 30_000 });
+      const { stdout } = await promisify(execFile)(process.execPath, ["--import", "tsx", file], {
+        cwd: root,
+        timeout: 30_000,
+      });
       const promised = [...code.matchAll(/\/\/ → (.*)$/gm)].map((match) => match[1].trim());
       expect(stdout.trimEnd().split("\n")).toEqual(promised);
     } finally {

@@ -16,26 +16,38 @@ type Request = MessageInitShape<typeof ServerReflectionRequestSchema>;
 /** The decoded file descriptors of a file_descriptor_response; throws on any other answer. */
 function descriptors(response: Pick<ServerReflectionResponse, "messageResponse">): FileDescriptorProto[] {
   if (response.messageResponse.case !== "fileDescriptorResponse") {
-    throw new Error(`expected file descriptors, got ${response.messageResponse.case}: ${JSON.stringify(response.messageResponse.value)}`);
+    throw new Error(
+      `expected file descriptors, got ${response.messageResponse.case}: ${JSON.stringify(response.messageResponse.value)}`,
+    );
   }
-  return response.messageResponse.value.fileDescriptorProto.map((bytes) => fromBinary(FileDescriptorProtoSchema, bytes));
+  return response.messageResponse.value.fileDescriptorProto.map((bytes) =>
+    fromBinary(FileDescriptorProtoSchema, bytes),
+  );
 }
 
 /** The error_response of an answer; throws on any other answer. */
-function errorOf(response: Pick<ServerReflectionResponse, "messageResponse">): { errorCode: number; errorMessage: string } {
-  if (response.messageResponse.case !== "errorResponse") throw new Error(`expected an error, got ${response.messageResponse.case}`);
+function errorOf(response: Pick<ServerReflectionResponse, "messageResponse">): {
+  errorCode: number;
+  errorMessage: string;
+} {
+  if (response.messageResponse.case !== "errorResponse")
+    throw new Error(`expected an error, got ${response.messageResponse.case}`);
   return response.messageResponse.value;
 }
 
 describe("reflection answers built directly", () => {
   const index = createReflectionIndex(servedServices);
-  const ask = (request: Request, sent?: Set<string>) => answerReflectionRequest(index, create(ServerReflectionRequestSchema, request), sent);
+  const ask = (request: Request, sent?: Set<string>) =>
+    answerReflectionRequest(index, create(ServerReflectionRequestSchema, request), sent);
 
   it("lists every served service, reflection included, and echoes host and request", () => {
     const response = ask({ host: "example:1", messageRequest: { case: "listServices", value: "" } });
     expect(response.validHost).toBe("example:1");
     expect(response.originalRequest?.messageRequest.case).toBe("listServices");
-    expect(response.messageResponse.case === "listServicesResponse" && response.messageResponse.value.service.map((service) => service.name)).toEqual([
+    expect(
+      response.messageResponse.case === "listServicesResponse" &&
+        response.messageResponse.value.service.map((service) => service.name),
+    ).toEqual([
       "sandbox.v1.SandboxService",
       "sandbox.v1.FileService",
       "process.v1.ProcessService",
@@ -46,11 +58,19 @@ describe("reflection answers built directly", () => {
   });
 
   it("answers a symbol with its file and every import, enough to rebuild the service", () => {
-    const files = descriptors(ask({ messageRequest: { case: "fileContainingSymbol", value: "sandbox.v1.SandboxService" } }));
-    expect(files.map((file) => file.name)).toEqual(["sandbox/v1/sandbox.proto", "google/protobuf/duration.proto", "google/protobuf/timestamp.proto"]);
+    const files = descriptors(
+      ask({ messageRequest: { case: "fileContainingSymbol", value: "sandbox.v1.SandboxService" } }),
+    );
+    expect(files.map((file) => file.name)).toEqual([
+      "sandbox/v1/sandbox.proto",
+      "google/protobuf/duration.proto",
+      "google/protobuf/timestamp.proto",
+    ]);
     const byName = new Map(files.map((file) => [file.name, file]));
     const registry = createFileRegistry(files[0], (name) => byName.get(name));
-    expect(registry.getService("sandbox.v1.SandboxService")?.methods.map((method) => [method.name, method.methodKind])).toEqual([
+    expect(
+      registry.getService("sandbox.v1.SandboxService")?.methods.map((method) => [method.name, method.methodKind]),
+    ).toEqual([
       ["Exec", "server_streaming"],
       ["StartProcess", "unary"],
       ["StreamLogs", "server_streaming"],
@@ -62,13 +82,19 @@ describe("reflection answers built directly", () => {
       ["CleanupProcesses", "unary"],
       ["GetProcessLogs", "unary"],
     ]);
-    expect(registry.getMessage("sandbox.v1.ProcessExited")?.field.startTime.message?.typeName).toBe("google.protobuf.Timestamp");
+    expect(registry.getMessage("sandbox.v1.ProcessExited")?.field.startTime.message?.typeName).toBe(
+      "google.protobuf.Timestamp",
+    );
   });
 
   it("sends each import once per stream", () => {
     const sent = new Set<string>();
-    expect(descriptors(ask({ messageRequest: { case: "fileContainingSymbol", value: "sandbox.v1.ExecRequest" } }, sent))).toHaveLength(3);
-    const again = descriptors(ask({ messageRequest: { case: "fileContainingSymbol", value: "sandbox.v1.ProcessInfo" } }, sent));
+    expect(
+      descriptors(ask({ messageRequest: { case: "fileContainingSymbol", value: "sandbox.v1.ExecRequest" } }, sent)),
+    ).toHaveLength(3);
+    const again = descriptors(
+      ask({ messageRequest: { case: "fileContainingSymbol", value: "sandbox.v1.ProcessInfo" } }, sent),
+    );
     expect(again.map((file) => file.name)).toEqual(["sandbox/v1/sandbox.proto"]);
   });
 
@@ -80,12 +106,22 @@ describe("reflection answers built directly", () => {
       "sandbox.v1.PROCESS_STATUS_RUNNING",
       "sandbox.v1.ProcessStatus",
     ]) {
-      expect(descriptors(ask({ messageRequest: { case: "fileContainingSymbol", value: symbol } }))[0].name, symbol).toBe("sandbox/v1/sandbox.proto");
+      expect(
+        descriptors(ask({ messageRequest: { case: "fileContainingSymbol", value: symbol } }))[0].name,
+        symbol,
+      ).toBe("sandbox/v1/sandbox.proto");
     }
-    expect(descriptors(ask({ messageRequest: { case: "fileContainingSymbol", value: "grpc.health.v1.HealthCheckResponse.ServingStatus" } }))[0].name).toBe(
-      "grpc/health/v1/health.proto",
-    );
-    expect(descriptors(ask({ messageRequest: { case: "fileByFilename", value: "google/protobuf/timestamp.proto" } }))[0].package).toBe("google.protobuf");
+    expect(
+      descriptors(
+        ask({
+          messageRequest: { case: "fileContainingSymbol", value: "grpc.health.v1.HealthCheckResponse.ServingStatus" },
+        }),
+      )[0].name,
+    ).toBe("grpc/health/v1/health.proto");
+    expect(
+      descriptors(ask({ messageRequest: { case: "fileByFilename", value: "google/protobuf/timestamp.proto" } }))[0]
+        .package,
+    ).toBe("google.protobuf");
   });
 
   it("answers NOT_FOUND in the stream for unknown symbols, files, types and extensions", () => {
@@ -93,20 +129,44 @@ describe("reflection answers built directly", () => {
       errorCode: Code.NotFound,
       errorMessage: "symbol not found: sandbox.v1.Nope",
     });
-    for (const symbol of ["sandbox.v1.SandboxService.Nope", "sandbox.v1.ExecRequest.nope", "sandbox.v1.ProcessStatus.PROCESS_STATUS_RUNNING", "", "."]) {
-      expect(errorOf(ask({ messageRequest: { case: "fileContainingSymbol", value: symbol } })).errorCode, symbol).toBe(Code.NotFound);
+    for (const symbol of [
+      "sandbox.v1.SandboxService.Nope",
+      "sandbox.v1.ExecRequest.nope",
+      "sandbox.v1.ProcessStatus.PROCESS_STATUS_RUNNING",
+      "",
+      ".",
+    ]) {
+      expect(errorOf(ask({ messageRequest: { case: "fileContainingSymbol", value: symbol } })).errorCode, symbol).toBe(
+        Code.NotFound,
+      );
     }
-    expect(errorOf(ask({ messageRequest: { case: "fileByFilename", value: "nope.proto" } })).errorMessage).toBe("file not found: nope.proto");
-    expect(errorOf(ask({ messageRequest: { case: "allExtensionNumbersOfType", value: "sandbox.v1.Nope" } })).errorCode).toBe(Code.NotFound);
+    expect(errorOf(ask({ messageRequest: { case: "fileByFilename", value: "nope.proto" } })).errorMessage).toBe(
+      "file not found: nope.proto",
+    );
     expect(
-      errorOf(ask({ messageRequest: { case: "fileContainingExtension", value: { containingType: "sandbox.v1.ExecRequest", extensionNumber: 100 } } })).errorCode,
+      errorOf(ask({ messageRequest: { case: "allExtensionNumbersOfType", value: "sandbox.v1.Nope" } })).errorCode,
     ).toBe(Code.NotFound);
-    expect(errorOf(ask({}))).toMatchObject({ errorCode: Code.InvalidArgument, errorMessage: "empty reflection request" });
+    expect(
+      errorOf(
+        ask({
+          messageRequest: {
+            case: "fileContainingExtension",
+            value: { containingType: "sandbox.v1.ExecRequest", extensionNumber: 100 },
+          },
+        }),
+      ).errorCode,
+    ).toBe(Code.NotFound);
+    expect(errorOf(ask({}))).toMatchObject({
+      errorCode: Code.InvalidArgument,
+      errorMessage: "empty reflection request",
+    });
   });
 
   it("lists no extension numbers for a message nobody extends", () => {
     const response = ask({ messageRequest: { case: "allExtensionNumbersOfType", value: "sandbox.v1.ExecRequest" } });
-    expect(response.messageResponse.case === "allExtensionNumbersResponse" && response.messageResponse.value).toMatchObject({
+    expect(
+      response.messageResponse.case === "allExtensionNumbersResponse" && response.messageResponse.value,
+    ).toMatchObject({
       baseTypeName: "sandbox.v1.ExecRequest",
       extensionNumber: [],
     });
@@ -128,12 +188,15 @@ describe("reflection over gRPC against a real server", () => {
       const client = test.connect(service);
       async function* questions() {
         yield { messageRequest: { case: "listServices" as const, value: "" } };
-        yield { messageRequest: { case: "fileContainingSymbol" as const, value: "sandbox.v1.SandboxService.SendInput" } };
+        yield {
+          messageRequest: { case: "fileContainingSymbol" as const, value: "sandbox.v1.SandboxService.SendInput" },
+        };
         yield { messageRequest: { case: "fileContainingSymbol" as const, value: "sandbox.v1.NoSuchService" } };
         yield { messageRequest: { case: "fileByFilename" as const, value: "grpc/health/v1/health.proto" } };
       }
       const answers: Pick<ServerReflectionResponse, "messageResponse">[] = [];
-      for await (const answer of client.serverReflectionInfo(questions())) answers.push(answer as Pick<ServerReflectionResponse, "messageResponse">);
+      for await (const answer of client.serverReflectionInfo(questions()))
+        answers.push(answer as Pick<ServerReflectionResponse, "messageResponse">);
       expect(answers.map((answer) => answer.messageResponse.case)).toEqual([
         "listServicesResponse",
         "fileDescriptorResponse",
@@ -145,7 +208,10 @@ describe("reflection over gRPC against a real server", () => {
         "google/protobuf/duration.proto",
         "google/protobuf/timestamp.proto",
       ]);
-      expect(errorOf(answers[2])).toMatchObject({ errorCode: Code.NotFound, errorMessage: "symbol not found: sandbox.v1.NoSuchService" });
+      expect(errorOf(answers[2])).toMatchObject({
+        errorCode: Code.NotFound,
+        errorMessage: "symbol not found: sandbox.v1.NoSuchService",
+      });
       expect(descriptors(answers[3]).map((file) => file.name)).toEqual(["grpc/health/v1/health.proto"]);
     });
   }

@@ -122,7 +122,9 @@ describe("chaos: the server restarted during a stream", () => {
 
     server = await startServer({ port, workspaceRoots: [workspace] });
     cleanups.push(() => server.close());
-    const answer = await waitFor(() => client.listProcesses({}).catch(() => undefined), { what: "the restarted server to answer" });
+    const answer = await waitFor(() => client.listProcesses({}).catch(() => undefined), {
+      what: "the restarted server to answer",
+    });
     expect(answer!.processes).toEqual([]);
   });
 
@@ -149,7 +151,9 @@ describe("chaos: the server restarted during a stream", () => {
     first.child.kill("SIGKILL");
     const error = await failure;
     expect(Date.now() - killedAt).toBeLessThan(10_000);
-    console.log(`chaos: SIGKILL of the daemon reached the client as ${Code[error!.code]} "${(error as unknown as Error).message}" after ${Date.now() - killedAt} ms`);
+    console.log(
+      `chaos: SIGKILL of the daemon reached the client as ${Code[error!.code]} "${(error as unknown as Error).message}" after ${Date.now() - killedAt} ms`,
+    );
     // connect-node reports a torn-down HTTP/2 stream as UNAVAILABLE or CANCELED, and a socket reset
     // mid-read (ECONNRESET) as ABORTED: all three are transport errors a client retries.
     expect([Code.Unavailable, Code.Canceled, Code.Aborted]).toContain(error?.code);
@@ -159,7 +163,9 @@ describe("chaos: the server restarted during a stream", () => {
     const port = new URL(first.url).port;
     const second = await startDaemon(["--workspace", workspace, "--port", port]);
     cleanups.push(() => second.child.kill("SIGKILL"));
-    const result = await waitFor(() => client.listProcesses({}).catch(() => undefined), { what: "the restarted daemon to answer" });
+    const result = await waitFor(() => client.listProcesses({}).catch(() => undefined), {
+      what: "the restarted daemon to answer",
+    });
     expect(result!.processes.map((info) => info.status)).not.toContain(ProcessStatus.RUNNING);
   }, 60_000);
 });
@@ -171,6 +177,9 @@ async function startDaemon(args: string[]): Promise<{ child: ChildProcess; url: 
   });
   let stderr = "";
   child.stderr!.on("data", (data: Buffer) => (stderr += data.toString()));
-  const url = (await waitFor(() => /listening on (\S+)/.exec(stderr)?.[1], { timeoutMs: 30_000, what: "the daemon to listen" })) as string;
+  const url = (await waitFor(() => /listening on (\S+)/.exec(stderr)?.[1], {
+    timeoutMs: 30_000,
+    what: "the daemon to listen",
+  })) as string;
   return { child, url };
 }

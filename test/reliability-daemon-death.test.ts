@@ -35,13 +35,17 @@ describe("unclean daemon death (SIGKILL)", () => {
     await client.startProcess({ spec: { command: `sleep ${background} & setsid sleep ${escaped} & wait` } });
     const exec = client.exec({ spec: { command: "sleep", args: [followed] } })[Symbol.asyncIterator]();
     await exec.next();
-    await waitFor(() => sleepers(background).length + sleepers(escaped).length + sleepers(followed).length === 3, { what: "three sleepers" });
+    await waitFor(() => sleepers(background).length + sleepers(escaped).length + sleepers(followed).length === 3, {
+      what: "three sleepers",
+    });
     expect(readdirSync(stateDir).filter((name) => name.endsWith(".json"))).toHaveLength(2);
     const pids = [...sleepers(background), ...sleepers(escaped), ...sleepers(followed)];
     cleanups.push(() => pids.forEach((pid) => isAlive(pid) && process.kill(pid, "SIGKILL")));
 
     first.child.kill("SIGKILL");
-    await waitFor(() => first.child.exitCode !== null || first.child.signalCode !== null, { what: "the daemon to die" });
+    await waitFor(() => first.child.exitCode !== null || first.child.signalCode !== null, {
+      what: "the daemon to die",
+    });
     sessionManager.abort();
     // The kernel does not kill a dead daemon's children: they run on until the next start of a daemon,
     // this test's second one or any other on the machine (a daemon starting in another test file sweeps
@@ -52,6 +56,8 @@ describe("unclean daemon death (SIGKILL)", () => {
     await waitFor(() => pids.every((pid) => !isAlive(pid)), { timeoutMs: 10_000, what: "the leftovers to be killed" });
     expect(readdirSync(stateDir).filter((name) => name.endsWith(".json"))).toHaveLength(0);
     second.child.kill("SIGTERM");
-    await waitFor(() => second.child.exitCode !== null || second.child.signalCode !== null, { what: "a clean shutdown" });
+    await waitFor(() => second.child.exitCode !== null || second.child.signalCode !== null, {
+      what: "a clean shutdown",
+    });
   }, 60_000);
 });

@@ -30,19 +30,28 @@ describe("a client that vanishes without closing", () => {
     expect((await execStream.next()).value?.event.case).toBe("started");
 
     const backgroundMarker = sleepMarker();
-    const { process: background } = await test.client.startProcess({ spec: { command: "sleep", args: [backgroundMarker] } });
+    const { process: background } = await test.client.startProcess({
+      spec: { command: "sleep", args: [backgroundMarker] },
+    });
     const logs = vanishing.streamLogs({ processId: background!.processId, follow: true })[Symbol.asyncIterator]();
     expect((await logs.next()).value?.event.case).toBe("process");
-    await waitFor(() => sleepers(execMarker).length === 1 && sleepers(backgroundMarker).length === 1, { what: "both sleepers" });
+    await waitFor(() => sleepers(execMarker).length === 1 && sleepers(backgroundMarker).length === 1, {
+      what: "both sleepers",
+    });
     expect(test.server.activeCalls).toBe(2);
 
     proxy.blackhole();
     const cutAt = Date.now();
-    await waitFor(() => sleepers(execMarker).length === 0, { timeoutMs: 15_000, what: "the vanished client's Exec to be killed" });
+    await waitFor(() => sleepers(execMarker).length === 0, {
+      timeoutMs: 15_000,
+      what: "the vanished client's Exec to be killed",
+    });
     const noticedMs = Date.now() - cutAt;
     // Noticed within one interval plus the ping timeout, with slack for a loaded machine.
     expect(noticedMs).toBeLessThan(keepalive.intervalMs + keepalive.timeoutMs + 8000);
-    console.log(`dead peer noticed and its Exec killed ${noticedMs} ms after the cut (interval ${keepalive.intervalMs} ms, timeout ${keepalive.timeoutMs} ms)`);
+    console.log(
+      `dead peer noticed and its Exec killed ${noticedMs} ms after the cut (interval ${keepalive.intervalMs} ms, timeout ${keepalive.timeoutMs} ms)`,
+    );
 
     await waitFor(() => test!.server.activeCalls === 0, { what: "the dead client's calls to be released" });
     await waitFor(() => test!.server.connections === 1, { what: "only the healthy client's connection to remain" });

@@ -70,14 +70,21 @@ describe("a consumer that stops reading a huge stream", () => {
     const managed = test.server.manager.get(info!.processId);
     const slow = connection();
     const abort = new AbortController();
-    const stream = slow.streamLogs({ processId: info!.processId, follow: true }, { signal: abort.signal })[Symbol.asyncIterator]();
+    const stream = slow
+      .streamLogs({ processId: info!.processId, follow: true }, { signal: abort.signal })
+      [Symbol.asyncIterator]();
     expect((await stream.next()).value?.event.case).toBe("process");
     await waitFor(() => managed.outputOffsets.stdout > 8 * mib, { what: "output to flow" });
     const rssBefore = process.memoryUsage().rss;
     const before = managed.outputOffsets.stdout;
-    await waitFor(() => managed.outputOffsets.stdout > before + 256 * mib, { timeoutMs: 30_000, what: "256 MiB more output" });
+    await waitFor(() => managed.outputOffsets.stdout > before + 256 * mib, {
+      timeoutMs: 30_000,
+      what: "256 MiB more output",
+    });
     const rssGrowth = process.memoryUsage().rss - rssBefore;
-    console.log(`slow StreamLogs consumer: ${((managed.outputOffsets.stdout - before) / mib).toFixed(0)} MiB produced unread, RSS growth ${(rssGrowth / mib).toFixed(1)} MiB`);
+    console.log(
+      `slow StreamLogs consumer: ${((managed.outputOffsets.stdout - before) / mib).toFixed(0)} MiB produced unread, RSS growth ${(rssGrowth / mib).toFixed(1)} MiB`,
+    );
     expect(rssGrowth).toBeLessThan(128 * mib);
     // The reader that comes back is told what it missed, then continues.
     let sawGap = false;

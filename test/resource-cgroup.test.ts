@@ -28,7 +28,10 @@ describe.skipIf(!limited)("commands live under a memory and CPU parent of their 
     const where = await collectExec(test.client, { command: "cat /proc/self/cgroup" });
     for (const directory of directories) expect(where.stdout.toString()).toContain(path.basename(directory));
 
-    const hog = await collectExec(test.client, { command: "python3", args: ["-c", "x = bytearray(300 * 1024 * 1024); print(len(x))"] });
+    const hog = await collectExec(test.client, {
+      command: "python3",
+      args: ["-c", "x = bytearray(300 * 1024 * 1024); print(len(x))"],
+    });
     expect(hog.exited.signal).toBe("SIGKILL");
     expect(hog.stdout.toString()).toBe("");
     expect((await collectExec(test.client, { command: "echo alive" })).stdout.toString()).toBe("alive\n");

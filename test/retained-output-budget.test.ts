@@ -17,9 +17,14 @@ describe("the output of all records is bounded daemon-wide", () => {
     test = await startTestServer({ maxRetainedBytes: 600 * 1024 });
     const ids: string[] = [];
     for (let index = 0; index < 5; index++) {
-      const started = await test.client.startProcess({ spec: { command: deterministicBytesCommand(size), autoCleanup: false } });
+      const started = await test.client.startProcess({
+        spec: { command: deterministicBytesCommand(size), autoCleanup: false },
+      });
       ids.push(started.process!.processId);
-      await waitFor(async () => (await test!.client.getProcess({ processId: ids[index] })).process?.exit !== undefined, { what: "the exit" });
+      await waitFor(
+        async () => (await test!.client.getProcess({ processId: ids[index] })).process?.exit !== undefined,
+        { what: "the exit" },
+      );
     }
     const manager = test.server.manager;
     expect(manager.budget.usedBytes).toBeLessThanOrEqual(600 * 1024);
@@ -58,14 +63,19 @@ describe("the output of all records is bounded daemon-wide", () => {
       const logs = await client.getProcessLogs({ processId });
       return Number(logs.stdoutOffset) + logs.stdout.length;
     };
-    const start = async (command: string) => (await client.startProcess({ spec: { command, autoCleanup: false } })).process!.processId;
+    const start = async (command: string) =>
+      (await client.startProcess({ spec: { command, autoCleanup: false } })).process!.processId;
     const exited = await start(deterministicBytesCommand(256 * 1024));
-    await waitFor(async () => (await client.getProcess({ processId: exited })).process?.exit !== undefined, { what: "the exit" });
+    await waitFor(async () => (await client.getProcess({ processId: exited })).process?.exit !== undefined, {
+      what: "the exit",
+    });
     const quiet = await start(`printf quiet-output; sleep ${sleepMarker()}`);
     await waitFor(async () => (await written(quiet)) === 12, { what: "the quiet output" });
     const chatty: string[] = [];
-    for (let index = 0; index < 4; index++) chatty.push(await start(`${deterministicBytesCommand(512 * 1024)}; sleep ${sleepMarker()}`));
-    for (const id of chatty) await waitFor(async () => (await written(id)) === 512 * 1024, { what: "the chatty output" });
+    for (let index = 0; index < 4; index++)
+      chatty.push(await start(`${deterministicBytesCommand(512 * 1024)}; sleep ${sleepMarker()}`));
+    for (const id of chatty)
+      await waitFor(async () => (await written(id)) === 512 * 1024, { what: "the chatty output" });
 
     const manager = test.server.manager;
     expect(manager.budget.usedBytes).toBeLessThanOrEqual(budget);
@@ -77,13 +87,18 @@ describe("the output of all records is bounded daemon-wide", () => {
     // The chatty ones share what is left: the largest is trimmed first, so none is wiped while another
     // holds much (levels are approximate: output is dropped a chunk of up to 64 KiB at a time, as it
     // arrives). Each has a gap before what it kept.
-    const kept = await Promise.all(chatty.map(async (processId) => (await client.getProcessLogs({ processId })).stdout.length));
+    const kept = await Promise.all(
+      chatty.map(async (processId) => (await client.getProcessLogs({ processId })).stdout.length),
+    );
     for (const bytes of kept) {
       expect(bytes).toBeGreaterThan(64 * 1024);
       expect(bytes).toBeLessThan(512 * 1024);
     }
     const events = await collectLogs(client, { processId: chatty[0], follow: false });
-    expect(events[1]).toMatchObject({ case: "gap", value: { stream: OutputStream.STDOUT, offset: 0n, missedBytes: BigInt(512 * 1024 - kept[0]) } });
+    expect(events[1]).toMatchObject({
+      case: "gap",
+      value: { stream: OutputStream.STDOUT, offset: 0n, missedBytes: BigInt(512 * 1024 - kept[0]) },
+    });
     await client.killAllProcesses({ signal: "SIGKILL" });
   });
 
@@ -92,10 +107,18 @@ describe("the output of all records is bounded daemon-wide", () => {
     test = await startTestServer({ maxRetainedBytes: budget });
     const { client, server } = test;
     const marker = sleepMarker();
-    const chatty = (await client.startProcess({ spec: { command: `${deterministicBytesCommand(512 * 1024)}; sleep ${marker}`, autoCleanup: false } })).process!.processId;
-    await waitFor(async () => (await client.getProcess({ processId: chatty })).process?.stdoutBytes === BigInt(512 * 1024), { what: "the output" });
+    const chatty = (
+      await client.startProcess({
+        spec: { command: `${deterministicBytesCommand(512 * 1024)}; sleep ${marker}`, autoCleanup: false },
+      })
+    ).process!.processId;
+    await waitFor(
+      async () => (await client.getProcess({ processId: chatty })).process?.stdoutBytes === BigInt(512 * 1024),
+      { what: "the output" },
+    );
     // A process that never reads its stdin: what is written to it stays pending.
-    const deaf = (await client.startProcess({ spec: { command: "sleep", args: [marker], stdin: true } })).process!.processId;
+    const deaf = (await client.startProcess({ spec: { command: "sleep", args: [marker], stdin: true } })).process!
+      .processId;
     const pending = server.manager.get(deaf).write(new Uint8Array(768 * 1024));
     pending.catch(() => {});
     // The output made room for the input.
@@ -103,15 +126,27 @@ describe("the output of all records is bounded daemon-wide", () => {
     expect(trimmed.stdoutOffset).toBeGreaterThan(0n);
     expect(server.manager.budget.usedBytes).toBeLessThanOrEqual(budget);
     // What is left cannot be dropped: more input is refused, not held.
-    const refused = await server.manager.get(deaf).write(new Uint8Array(512 * 1024)).catch((error: unknown) => error);
-    expect(refused).toMatchObject({ reason: "LIMIT_EXCEEDED", metadata: { limit: "max-retained-bytes", value: String(budget) } });
-    const start = await rpcError(client.startProcess({ spec: { command: "cat", stdinData: new Uint8Array(512 * 1024) } }));
+    const refused = await server.manager
+      .get(deaf)
+      .write(new Uint8Array(512 * 1024))
+      .catch((error: unknown) => error);
+    expect(refused).toMatchObject({
+      reason: "LIMIT_EXCEEDED",
+      metadata: { limit: "max-retained-bytes", value: String(budget) },
+    });
+    const start = await rpcError(
+      client.startProcess({ spec: { command: "cat", stdinData: new Uint8Array(512 * 1024) } }),
+    );
     expect(start.code).toBe(Code.ResourceExhausted);
-    expect(start.rawMessage).toBe(`stdin_data of ${512 * 1024} bytes does not fit now: the daemon's budget of ${budget} bytes for output and input is full`);
+    expect(start.rawMessage).toBe(
+      `stdin_data of ${512 * 1024} bytes does not fit now: the daemon's budget of ${budget} bytes for output and input is full`,
+    );
     await client.killAllProcesses({ signal: "SIGKILL" });
     await expect(pending).rejects.toMatchObject({ reason: "PROCESS_NOT_RUNNING" });
     // The input is gone with the process; what is left is output.
-    expect(server.manager.budget.usedBytes).toBe(server.manager.list().reduce((sum, managed) => sum + managed.retainedBytes, 0));
+    expect(server.manager.budget.usedBytes).toBe(
+      server.manager.list().reduce((sum, managed) => sum + managed.retainedBytes, 0),
+    );
   });
 
   it("input is not starved by output an Exec caller does not read: stdin may always use half the budget", async () => {
@@ -132,8 +167,14 @@ describe("the output of all records is bounded daemon-wide", () => {
     let acks = 0;
     for await (const _ of client.sendInput(input(), { timeoutMs: 20_000 })) acks++;
     expect(acks).toBe(3);
-    await waitFor(async () => (await client.getProcess({ processId })).process?.exit !== undefined, { what: "wc to exit" });
-    expect(Buffer.from((await client.getProcessLogs({ processId })).stdout).toString().trim()).toBe(String(256 * 1024));
+    await waitFor(async () => (await client.getProcess({ processId })).process?.exit !== undefined, {
+      what: "wc to exit",
+    });
+    expect(
+      Buffer.from((await client.getProcessLogs({ processId })).stdout)
+        .toString()
+        .trim(),
+    ).toBe(String(256 * 1024));
     expect(server.manager.budget.exhausted).toBe(true);
     // The lagging caller reads the rest: every byte, then the exit.
     let bytes = 0;
@@ -145,9 +186,13 @@ describe("the output of all records is bounded daemon-wide", () => {
 
   it("stdin_data larger than the whole budget is refused, naming it", async () => {
     test = await startTestServer({ maxRetainedBytes: 64 * 1024 });
-    const error = await rpcError(test.client.startProcess({ spec: { command: "cat", stdinData: new Uint8Array(64 * 1024 + 1) } }));
+    const error = await rpcError(
+      test.client.startProcess({ spec: { command: "cat", stdinData: new Uint8Array(64 * 1024 + 1) } }),
+    );
     expect(error.code).toBe(Code.ResourceExhausted);
-    expect(error.rawMessage).toBe("stdin_data of 65537 bytes is larger than the daemon's budget of 65536 bytes for output and input");
+    expect(error.rawMessage).toBe(
+      "stdin_data of 65537 bytes is larger than the daemon's budget of 65536 bytes for output and input",
+    );
     expect(test.server.manager.list()).toHaveLength(0);
   });
 });

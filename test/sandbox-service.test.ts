@@ -4,7 +4,16 @@ import { ProcessStatus, type SendInputRequestSchema } from "../gen/sandbox/v1/sa
 import { defaultListPageSize, maxListPageSize, pageSize } from "../src/server/rpc/page-token.js";
 import { expectReason } from "./support/errors.js";
 import { waitFor } from "./support/processes.js";
-import { Code, collectExec, collectLogs, outputChunks, rpcError, sleepMarker, streamError, waitForExit } from "./support/rpc.js";
+import {
+  Code,
+  collectExec,
+  collectLogs,
+  outputChunks,
+  rpcError,
+  sleepMarker,
+  streamError,
+  waitForExit,
+} from "./support/rpc.js";
 import { startInMemoryService, type InMemoryService } from "./support/server.js";
 
 // The service tier: the daemon's routes through createRouterTransport (no network, no HTTP), on a
@@ -27,9 +36,13 @@ describe("Exec, StreamLogs and SendInput through the router", () => {
   });
 
   it("StreamLogs without follow ends with caught_up at the offsets sent, and resumes from an offset", async () => {
-    const { process } = await s.client.startProcess({ spec: { command: `printf abcdef; sleep ${sleepMarker(30)}`, processId: "snapshot" } });
+    const { process } = await s.client.startProcess({
+      spec: { command: `printf abcdef; sleep ${sleepMarker(30)}`, processId: "snapshot" },
+    });
     try {
-      await waitFor(async () => (await s.client.getProcess({ processId: "snapshot" })).process?.stdoutBytes === 6n, { what: "the output" });
+      await waitFor(async () => (await s.client.getProcess({ processId: "snapshot" })).process?.stdoutBytes === 6n, {
+        what: "the output",
+      });
       const events = await collectLogs(s.client, { processId: "snapshot" });
       expect(events[0].case).toBe("process");
       const last = events.at(-1)!;
@@ -42,7 +55,9 @@ describe("Exec, StreamLogs and SendInput through the router", () => {
   });
 
   it("SendInput writes, closes and acknowledges each message in order", async () => {
-    await s.client.startProcess({ spec: { command: "tr a-z A-Z", stdin: true, processId: "upper", autoCleanup: false } });
+    await s.client.startProcess({
+      spec: { command: "tr a-z A-Z", stdin: true, processId: "upper", autoCleanup: false },
+    });
     async function* messages(): AsyncGenerator<MessageInitShape<typeof SendInputRequestSchema>> {
       yield { input: { case: "open", value: { processId: "upper" } } };
       yield { input: { case: "data", value: Buffer.from("hi\n") } };
@@ -78,7 +93,10 @@ describe("ListProcesses pages", () => {
   const ids = ["p0", "p1", "p2", "p3", "p4"];
   beforeAll(async () => {
     service = await startInMemoryService();
-    for (const processId of ids) await service.client.startProcess({ spec: { command: "true", processId, sessionId: "paged", autoCleanup: false } });
+    for (const processId of ids)
+      await service.client.startProcess({
+        spec: { command: "true", processId, sessionId: "paged", autoCleanup: false },
+      });
     for (const processId of ids) await waitForExit(service.client, processId);
   });
   afterAll(async () => {
@@ -86,7 +104,11 @@ describe("ListProcesses pages", () => {
   });
 
   /** Every page of a listing, following next_page_token. */
-  async function pages(request: { sessionId?: string; pageSize?: number; statuses?: ProcessStatus[] }): Promise<string[][]> {
+  async function pages(request: {
+    sessionId?: string;
+    pageSize?: number;
+    statuses?: ProcessStatus[];
+  }): Promise<string[][]> {
     const found: string[][] = [];
     let pageToken = "";
     do {
@@ -108,9 +130,17 @@ describe("ListProcesses pages", () => {
     const first = await service.client.listProcesses({ sessionId: "paged", pageSize: 3 });
     expect(first.processes.map((process) => process.processId)).toEqual(["p0", "p1", "p2"]);
     // p1's record is replaced by a new process with its id: it now comes after the others.
-    await service.client.startProcess({ spec: { command: "true", processId: "p1", sessionId: "paged", autoCleanup: false } });
-    await service.client.startProcess({ spec: { command: "true", processId: "p5", sessionId: "paged", autoCleanup: false } });
-    const rest = await service.client.listProcesses({ sessionId: "paged", pageSize: 10, pageToken: first.nextPageToken });
+    await service.client.startProcess({
+      spec: { command: "true", processId: "p1", sessionId: "paged", autoCleanup: false },
+    });
+    await service.client.startProcess({
+      spec: { command: "true", processId: "p5", sessionId: "paged", autoCleanup: false },
+    });
+    const rest = await service.client.listProcesses({
+      sessionId: "paged",
+      pageSize: 10,
+      pageToken: first.nextPageToken,
+    });
     expect(rest.processes.map((process) => process.processId)).toEqual(["p3", "p4", "p1", "p5"]);
     expect(rest.nextPageToken).toBe("");
     await waitForExit(service.client, "p1");
@@ -122,24 +152,46 @@ describe("ListProcesses pages", () => {
     expect(nextPageToken).not.toBe("");
     const invalid = { code: Code.InvalidArgument, reason: "INVALID_ARGUMENT", metadata: { field: "page_token" } };
     expectReason(await rpcError(service.client.listProcesses({ sessionId: "paged", pageToken: "garbage!" })), invalid);
-    expectReason(await rpcError(service.client.listProcesses({ sessionId: "other", pageToken: nextPageToken })), invalid);
-    expectReason(await rpcError(service.client.listProcesses({ sessionId: "paged", statuses: [ProcessStatus.COMPLETED], pageToken: nextPageToken })), invalid);
+    expectReason(
+      await rpcError(service.client.listProcesses({ sessionId: "other", pageToken: nextPageToken })),
+      invalid,
+    );
+    expectReason(
+      await rpcError(
+        service.client.listProcesses({
+          sessionId: "paged",
+          statuses: [ProcessStatus.COMPLETED],
+          pageToken: nextPageToken,
+        }),
+      ),
+      invalid,
+    );
     // A token outlives neither a restart nor another daemon.
-    expectReason(await rpcError(s.client.listProcesses({ sessionId: "paged", pageToken: nextPageToken })), { ...invalid, message: /another run of the daemon/ });
+    expectReason(await rpcError(s.client.listProcesses({ sessionId: "paged", pageToken: nextPageToken })), {
+      ...invalid,
+      message: /another run of the daemon/,
+    });
     // The same filter with statuses in another order is the same filter.
-    const byStatus = await service.client.listProcesses({ statuses: [ProcessStatus.COMPLETED, ProcessStatus.FAILED], pageSize: 1 });
-    const next = await service.client.listProcesses({ statuses: [ProcessStatus.FAILED, ProcessStatus.COMPLETED], pageSize: 1, pageToken: byStatus.nextPageToken });
+    const byStatus = await service.client.listProcesses({
+      statuses: [ProcessStatus.COMPLETED, ProcessStatus.FAILED],
+      pageSize: 1,
+    });
+    const next = await service.client.listProcesses({
+      statuses: [ProcessStatus.FAILED, ProcessStatus.COMPLETED],
+      pageSize: 1,
+      pageToken: byStatus.nextPageToken,
+    });
     expect(next.processes).toHaveLength(1);
   });
 
   it("takes 0 as the default size and caps larger sizes at the maximum; a negative size is INVALID_ARGUMENT", async () => {
-    expect([pageSize(0), pageSize(1), pageSize(maxListPageSize), pageSize(maxListPageSize + 1), pageSize(2 ** 31 - 1)]).toEqual([
-      defaultListPageSize,
-      1,
-      maxListPageSize,
-      maxListPageSize,
-      maxListPageSize,
-    ]);
+    expect([
+      pageSize(0),
+      pageSize(1),
+      pageSize(maxListPageSize),
+      pageSize(maxListPageSize + 1),
+      pageSize(2 ** 31 - 1),
+    ]).toEqual([defaultListPageSize, 1, maxListPageSize, maxListPageSize, maxListPageSize]);
     expectReason(await rpcError(service.client.listProcesses({ pageSize: -1 })), {
       code: Code.InvalidArgument,
       reason: "INVALID_ARGUMENT",
@@ -160,10 +212,15 @@ describe("refusals through the router carry the same ErrorInfo as over the netwo
       reason: "PROCESS_NOT_FOUND",
       metadata: { process_id: "ghost" },
     });
-    expectReason(await rpcError(s.client.startProcess({ spec: { command: "true", stdinData: new Uint8Array(8 * 1024 * 1024 + 1) } })), {
-      code: Code.InvalidArgument,
-      reason: "INVALID_ARGUMENT",
-      metadata: { field: "stdin_data" },
-    });
+    expectReason(
+      await rpcError(
+        s.client.startProcess({ spec: { command: "true", stdinData: new Uint8Array(8 * 1024 * 1024 + 1) } }),
+      ),
+      {
+        code: Code.InvalidArgument,
+        reason: "INVALID_ARGUMENT",
+        metadata: { field: "stdin_data" },
+      },
+    );
   });
 });

@@ -2,7 +2,12 @@ import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, w
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { createClient, type Interceptor } from "@connectrpc/connect";
-import { createConnectTransport, createGrpcTransport, createGrpcWebTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import {
+  createConnectTransport,
+  createGrpcTransport,
+  createGrpcWebTransport,
+  Http2SessionManager,
+} from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SandboxService } from "../gen/sandbox/v1/sandbox_pb.js";
 import { parseCommandLine } from "../src/cli/sandboxd/options.js";
@@ -25,7 +30,10 @@ describe("bearer token auth against a real server", () => {
   const clientWith = (interceptors: Interceptor[]) => {
     const sessionManager = new Http2SessionManager(test.server.url);
     managers.push(sessionManager);
-    return createClient(SandboxService, createGrpcTransport({ baseUrl: test.server.url, sessionManager, interceptors }));
+    return createClient(
+      SandboxService,
+      createGrpcTransport({ baseUrl: test.server.url, sessionManager, interceptors }),
+    );
   };
 
   beforeAll(async () => {
@@ -57,7 +65,7 @@ describe("bearer token auth against a real server", () => {
   it("refuses a wrong token, a token with a suffix and a non-bearer scheme", async () => {
     for (const interceptors of [
       [bearer("wrong")],
-      [bearer(token + "x")],
+      [bearer(`${token}x`)],
       [bearer(token.slice(0, -1))],
       [
         ((next) => (request) => {
@@ -77,7 +85,10 @@ describe("bearer token auth against a real server", () => {
     const result = await collectExec(clientWith([bearer(token)]), { command: "echo hello" });
     expect(result.stdout.toString()).toBe("hello\n");
     for (const create of [createConnectTransport, createGrpcWebTransport]) {
-      const authorized = createClient(SandboxService, create({ baseUrl: test.server.url, httpVersion: "2", interceptors: [bearer(token)] }));
+      const authorized = createClient(
+        SandboxService,
+        create({ baseUrl: test.server.url, httpVersion: "2", interceptors: [bearer(token)] }),
+      );
       await expect(authorized.listProcesses({})).resolves.toBeDefined();
       const anonymous = createClient(SandboxService, create({ baseUrl: test.server.url, httpVersion: "2" }));
       expect((await rpcError(anonymous.listProcesses({}))).code).toBe(Code.Unauthenticated);
@@ -185,7 +196,13 @@ describe("where the token comes from", () => {
     const command = parseCommandLine(argv, {});
     expect(command.kind).toBe("serve");
     if (command.kind !== "serve") return;
-    expect(command.options).toMatchObject({ host: "0.0.0.0", token: "readme-token", runAs: { name: "nobody" }, stateDirectory: "/var/lib/sandboxd", workspaceRoots: ["/srv/work"] });
+    expect(command.options).toMatchObject({
+      host: "0.0.0.0",
+      token: "readme-token",
+      runAs: { name: "nobody" },
+      stateDirectory: "/var/lib/sandboxd",
+      workspaceRoots: ["/srv/work"],
+    });
   });
 
   it("accepts a group-readable token file only inside systemd's $CREDENTIALS_DIRECTORY", () => {
@@ -199,10 +216,14 @@ describe("where the token comes from", () => {
     const outside = path.join(dir, "outside-token");
     writeFileSync(outside, "t", { mode: 0o440 });
     chmodSync(outside, 0o440);
-    expect(() => resolveToken({ tokenFile: outside, env: { CREDENTIALS_DIRECTORY: credentials } })).toThrow("must be 0600 or stricter");
+    expect(() => resolveToken({ tokenFile: outside, env: { CREDENTIALS_DIRECTORY: credentials } })).toThrow(
+      "must be 0600 or stricter",
+    );
     // A symlink placed in the directory that points outside it is not inside.
     symlinkSync(outside, path.join(credentials, "link"));
-    expect(() => resolveToken({ tokenFile: path.join(credentials, "link"), env: { CREDENTIALS_DIRECTORY: credentials } })).toThrow("must be 0600 or stricter");
+    expect(() =>
+      resolveToken({ tokenFile: path.join(credentials, "link"), env: { CREDENTIALS_DIRECTORY: credentials } }),
+    ).toThrow("must be 0600 or stricter");
   });
 
   it("the command line refuses a 0644 token file", () => {
@@ -215,8 +236,10 @@ describe("where the token comes from", () => {
 
 describe("binding to the network", () => {
   it("knows loopback addresses", () => {
-    for (const host of ["127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost", "::ffff:127.0.0.1"]) expect(isLoopbackHost(host)).toBe(true);
-    for (const host of ["0.0.0.0", "::", "10.0.0.1", "192.168.1.1", "example.com", "128.0.0.1"]) expect(isLoopbackHost(host)).toBe(false);
+    for (const host of ["127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost", "::ffff:127.0.0.1"])
+      expect(isLoopbackHost(host)).toBe(true);
+    for (const host of ["0.0.0.0", "::", "10.0.0.1", "192.168.1.1", "example.com", "128.0.0.1"])
+      expect(isLoopbackHost(host)).toBe(false);
   });
 
   it("refuses a non-loopback address without a token unless --insecure", async () => {

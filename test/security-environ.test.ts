@@ -61,7 +61,12 @@ const npmStart: DaemonCommand = { file: "npm", args: ["start", "--silent", "--"]
 
 /** The variables of `env`'s output (one NAME=value a line; no value here spans lines). */
 function parseEnv(text: string): Map<string, string> {
-  return new Map(text.split("\n").filter((line) => line.includes("=")).map((line) => [line.slice(0, line.indexOf("=")), line.slice(line.indexOf("=") + 1)]));
+  return new Map(
+    text
+      .split("\n")
+      .filter((line) => line.includes("="))
+      .map((line) => [line.slice(0, line.indexOf("=")), line.slice(line.indexOf("=") + 1)]),
+  );
 }
 
 describe("a command's base environment is the daemon's own, never how the daemon was started", () => {
@@ -86,7 +91,10 @@ describe("a command's base environment is the daemon's own, never how the daemon
     };
     delete env.USER;
     delete env.LOGNAME;
-    const daemon = await startDaemonProcess(["--workspace", workspace, "--log-format", "json", ...flags], { ...npmStart, env });
+    const daemon = await startDaemonProcess(["--workspace", workspace, "--log-format", "json", ...flags], {
+      ...npmStart,
+      env,
+    });
     cleanups.push(() => daemon.child.kill("SIGKILL"));
     return daemon;
   }
@@ -103,7 +111,9 @@ describe("a command's base environment is the daemon's own, never how the daemon
       expect(result.stdout).not.toContain("node-gyp-bin");
       expect(result.stdout).not.toMatch(/^npm_/m);
       expect(result.stdout).not.toContain("launcher");
-      expect(Object.fromEntries([...env].filter(([name]) => ["HOME", "USER", "LOGNAME", "SHELL", "LANG"].includes(name)))).toEqual({
+      expect(
+        Object.fromEntries([...env].filter(([name]) => ["HOME", "USER", "LOGNAME", "SHELL", "LANG"].includes(name))),
+      ).toEqual({
         HOME: me.homedir,
         USER: me.username,
         LOGNAME: me.username,
@@ -117,20 +127,29 @@ describe("a command's base environment is the daemon's own, never how the daemon
     }
   }, 60_000);
 
-  it.skipIf(process.getuid?.() !== 0)("with --user, HOME, USER, LOGNAME and SHELL are that user's, on pipes and a terminal", async () => {
-    const nobody = resolveUser("nobody");
-    const daemon = await startUnderNpm(["--user", "nobody"], { SANDBOXD_TOKEN: "base-env-token" });
-    const sandbox = await connect({ baseUrl: daemon.url, token: "base-env-token" });
-    try {
-      for (const pty of [false, true]) {
-        const result = await sandbox.exec("env", { pty });
-        const env = parseEnv(result.stdout.replaceAll("\r", ""));
-        expect(env.get("PATH")).toBe(defaultPath);
-        expect([env.get("HOME"), env.get("USER"), env.get("LOGNAME"), env.get("SHELL")]).toEqual([nobody.home, "nobody", "nobody", nobody.shell ?? "/bin/sh"]);
-        expect(result.stdout).not.toContain("base-env-token");
+  it.skipIf(process.getuid?.() !== 0)(
+    "with --user, HOME, USER, LOGNAME and SHELL are that user's, on pipes and a terminal",
+    async () => {
+      const nobody = resolveUser("nobody");
+      const daemon = await startUnderNpm(["--user", "nobody"], { SANDBOXD_TOKEN: "base-env-token" });
+      const sandbox = await connect({ baseUrl: daemon.url, token: "base-env-token" });
+      try {
+        for (const pty of [false, true]) {
+          const result = await sandbox.exec("env", { pty });
+          const env = parseEnv(result.stdout.replaceAll("\r", ""));
+          expect(env.get("PATH")).toBe(defaultPath);
+          expect([env.get("HOME"), env.get("USER"), env.get("LOGNAME"), env.get("SHELL")]).toEqual([
+            nobody.home,
+            "nobody",
+            "nobody",
+            nobody.shell ?? "/bin/sh",
+          ]);
+          expect(result.stdout).not.toContain("base-env-token");
+        }
+      } finally {
+        await sandbox.close();
       }
-    } finally {
-      await sandbox.close();
-    }
-  }, 60_000);
+    },
+    60_000,
+  );
 });

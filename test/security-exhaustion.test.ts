@@ -24,11 +24,22 @@ function connect(url: string, options: http2.SecureClientSessionOptions = {}): P
 }
 
 /** Opens a gRPC stream with headers only (END_STREAM never sent, no body) and resolves with its answer. */
-function headersOnly(session: http2.ClientHttp2Session, path: string, headers: http2.OutgoingHttpHeaders = {}): Promise<Answer> {
+function headersOnly(
+  session: http2.ClientHttp2Session,
+  path: string,
+  headers: http2.OutgoingHttpHeaders = {},
+): Promise<Answer> {
   return new Promise((resolve, reject) => {
-    const stream = session.request({ ":method": "POST", ":path": path, "content-type": "application/grpc", te: "trailers", ...headers }, { endStream: false });
+    const stream = session.request(
+      { ":method": "POST", ":path": path, "content-type": "application/grpc", te: "trailers", ...headers },
+      { endStream: false },
+    );
     stream.once("response", (response) => {
-      resolve({ status: Number(response[":status"]), grpcStatus: response["grpc-status"] as string | undefined, grpcMessage: response["grpc-message"] as string | undefined });
+      resolve({
+        status: Number(response[":status"]),
+        grpcStatus: response["grpc-status"] as string | undefined,
+        grpcMessage: response["grpc-message"] as string | undefined,
+      });
     });
     stream.once("error", reject);
     stream.once("close", () => reject(new Error(`stream closed without an answer (code ${stream.rstCode})`)));
@@ -37,12 +48,26 @@ function headersOnly(session: http2.ClientHttp2Session, path: string, headers: h
 }
 
 /** Makes a call with an empty request message and resolves with the response headers. */
-function call(session: http2.ClientHttp2Session, path: string, headers: http2.OutgoingHttpHeaders = {}): Promise<Answer> {
+function call(
+  session: http2.ClientHttp2Session,
+  path: string,
+  headers: http2.OutgoingHttpHeaders = {},
+): Promise<Answer> {
   return new Promise((resolve, reject) => {
-    const stream = session.request({ ":method": "POST", ":path": path, "content-type": "application/grpc", te: "trailers", ...headers });
+    const stream = session.request({
+      ":method": "POST",
+      ":path": path,
+      "content-type": "application/grpc",
+      te: "trailers",
+      ...headers,
+    });
     stream.end(Buffer.from([0, 0, 0, 0, 0]));
     stream.once("response", (response) => {
-      resolve({ status: Number(response[":status"]), grpcStatus: response["grpc-status"] as string | undefined, grpcMessage: response["grpc-message"] as string | undefined });
+      resolve({
+        status: Number(response[":status"]),
+        grpcStatus: response["grpc-status"] as string | undefined,
+        grpcMessage: response["grpc-message"] as string | undefined,
+      });
     });
     stream.once("error", reject);
     stream.resume();
@@ -72,15 +97,25 @@ describe("nothing is held for a caller without the token", () => {
     try {
       const outcomes = await Promise.allSettled(
         Array.from({ length: 300 }, (_, index) =>
-          headersOnly(session, index % 2 === 0 ? "/sandbox.v1.SandboxService/Exec" : "/sandbox.v1.SandboxService/StartProcess"),
+          headersOnly(
+            session,
+            index % 2 === 0 ? "/sandbox.v1.SandboxService/Exec" : "/sandbox.v1.SandboxService/StartProcess",
+          ),
         ),
       );
       // Answered UNAUTHENTICATED, or, past the few streams a refused connection keeps, reset by
       // HTTP/2 before they were read (REFUSED_STREAM): none waits for a body.
       const answers = outcomes.flatMap((outcome) => (outcome.status === "fulfilled" ? [outcome.value] : []));
       expect(answers.length).toBeGreaterThanOrEqual(16);
-      for (const answer of answers) expect(answer).toEqual({ status: 200, grpcStatus: String(Code.Unauthenticated), grpcMessage: "missing bearer token" });
-      const wrong = await headersOnly(other, "/sandbox.v1.SandboxService/ListProcesses", { authorization: "Bearer nope" });
+      for (const answer of answers)
+        expect(answer).toEqual({
+          status: 200,
+          grpcStatus: String(Code.Unauthenticated),
+          grpcMessage: "missing bearer token",
+        });
+      const wrong = await headersOnly(other, "/sandbox.v1.SandboxService/ListProcesses", {
+        authorization: "Bearer nope",
+      });
       expect(wrong.grpcMessage).toBe("invalid bearer token");
       expect(test.server.manager.list()).toHaveLength(0);
     } finally {
@@ -106,8 +141,20 @@ describe("calls answered without a token (health) are bounded", () => {
     const other = await connect(test.server.url);
     try {
       // Three checks that never send their body fill the connection's allowance; the fourth is refused.
-      const held = [0, 1, 2].map(() => session.request({ ":method": "POST", ":path": "/grpc.health.v1.Health/Check", "content-type": "application/grpc", te: "trailers" }, { endStream: false }));
-      const closed = held.map((stream) => new Promise<void>((resolve) => (stream.on("error", () => {}), stream.once("close", resolve))));
+      const held = [0, 1, 2].map(() =>
+        session.request(
+          {
+            ":method": "POST",
+            ":path": "/grpc.health.v1.Health/Check",
+            "content-type": "application/grpc",
+            te: "trailers",
+          },
+          { endStream: false },
+        ),
+      );
+      const closed = held.map(
+        (stream) => new Promise<void>((resolve) => (stream.on("error", () => {}), stream.once("close", resolve))),
+      );
       for (const stream of held) stream.resume();
       await new Promise((resolve) => setTimeout(resolve, 50));
       const fourth = await headersOnly(session, "/grpc.health.v1.Health/Check");
@@ -116,7 +163,12 @@ describe("calls answered without a token (health) are bounded", () => {
       // They are reset once their time to send a request is up, and the connection is served again.
       await Promise.all(closed);
       const watches = [0, 1].map(() => {
-        const stream = other.request({ ":method": "POST", ":path": "/grpc.health.v1.Health/Watch", "content-type": "application/grpc", te: "trailers" });
+        const stream = other.request({
+          ":method": "POST",
+          ":path": "/grpc.health.v1.Health/Watch",
+          "content-type": "application/grpc",
+          te: "trailers",
+        });
         stream.end(Buffer.from([0, 0, 0, 0, 0]));
         stream.on("error", () => {});
         stream.resume();
@@ -134,11 +186,14 @@ describe("calls answered without a token (health) are bounded", () => {
   });
 
   it("caps connections in all: when every one made a call, one more is closed at once", async () => {
-    test = await startTestServer({ listener: { maxConnections: 3, maxConnectionsPerPeer: 0, prefaceTimeoutMs: 60_000 } });
+    test = await startTestServer({
+      listener: { maxConnections: 3, maxConnectionsPerPeer: 0, prefaceTimeoutMs: 60_000 },
+    });
     const sessions = await Promise.all([0, 1, 2].map(() => connect(test!.server.url)));
     try {
       // A call the daemon lets through proves a connection: it is never closed to make room.
-      for (const session of sessions) expect((await call(session, "/sandbox.v1.SandboxService/ListProcesses")).status).toBe(200);
+      for (const session of sessions)
+        expect((await call(session, "/sandbox.v1.SandboxService/ListProcesses")).status).toBe(200);
       const refused = net.connect(test.server.port, "127.0.0.1");
       expect(await closedByServer(refused)).toBe("");
       expect(sessions.map((session) => session.closed)).toEqual([false, false, false]);
@@ -184,7 +239,10 @@ describe("HTTP/1.1 connections are timed out, cleartext and TLS", () => {
           const socket = net.connect(server.server.port, "127.0.0.1", () => resolve(socket));
           return;
         }
-        const socket = tls.connect({ port: server.server.port, host: "127.0.0.1", ca: certificates.ca, ALPNProtocols: ["http/1.1"] }, () => resolve(socket));
+        const socket = tls.connect(
+          { port: server.server.port, host: "127.0.0.1", ca: certificates.ca, ALPNProtocols: ["http/1.1"] },
+          () => resolve(socket),
+        );
       });
     const start = () =>
       startTestServer({
@@ -203,12 +261,16 @@ describe("HTTP/1.1 connections are timed out, cleartext and TLS", () => {
 
       const stalled = await open(test);
       const stalledClosed = closedByServer(stalled);
-      stalled.write("POST /grpc.health.v1.Health/Check HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/proto\r\nContent-Length: 100\r\n\r\n0123456789");
+      stalled.write(
+        "POST /grpc.health.v1.Health/Check HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/proto\r\nContent-Length: 100\r\n\r\n0123456789",
+      );
       expect(await stalledClosed).toBe("");
 
       const idle = await open(test);
       const idleClosed = closedByServer(idle);
-      idle.write("POST /grpc.health.v1.Health/Check HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/proto\r\nContent-Length: 0\r\n\r\n");
+      idle.write(
+        "POST /grpc.health.v1.Health/Check HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/proto\r\nContent-Length: 0\r\n\r\n",
+      );
       const idleAnswer = await idleClosed;
       expect(idleAnswer).toMatch(/^HTTP\/1\.1 200 /);
       // Closed silently: a 408 after an answer could be read as the answer to a pooled client's next request.
@@ -229,7 +291,9 @@ describe("a daemon without a token answers loopback host names only (DNS rebindi
     test = await startTestServer();
     const session = await connect(test.server.url);
     try {
-      const forged = await headersOnly(session, "/sandbox.v1.SandboxService/StartProcess", { ":authority": "attacker.example:7007" });
+      const forged = await headersOnly(session, "/sandbox.v1.SandboxService/StartProcess", {
+        ":authority": "attacker.example:7007",
+      });
       expect(forged.grpcStatus).toBe(String(Code.PermissionDenied));
       expect(forged.grpcMessage).toContain('host not allowed: "attacker.example"');
       expect(test.server.manager.list()).toHaveLength(0);
@@ -247,7 +311,10 @@ describe("a daemon without a token answers loopback host names only (DNS rebindi
     test = await startTestServer({ token: "rebinding-token" });
     const session = await connect(test.server.url);
     try {
-      const answer = await call(session, "/sandbox.v1.SandboxService/ListProcesses", { ":authority": "sandbox.example:7007", authorization: "Bearer rebinding-token" });
+      const answer = await call(session, "/sandbox.v1.SandboxService/ListProcesses", {
+        ":authority": "sandbox.example:7007",
+        authorization: "Bearer rebinding-token",
+      });
       expect(answer).toEqual({ status: 200, grpcStatus: undefined, grpcMessage: undefined });
     } finally {
       session.destroy();
@@ -265,7 +332,12 @@ describe("a request message over the size limit is refused with RESOURCE_EXHAUST
   it("the daemon answers a 33 MB message with the status at once, without reading it", async () => {
     const session = await connect(test.server.url);
     try {
-      const stream = session.request({ ":method": "POST", ":path": "/sandbox.v1.SandboxService/StartProcess", "content-type": "application/grpc", te: "trailers" });
+      const stream = session.request({
+        ":method": "POST",
+        ":path": "/sandbox.v1.SandboxService/StartProcess",
+        "content-type": "application/grpc",
+        te: "trailers",
+      });
       stream.on("error", () => {});
       const prefix = Buffer.alloc(5);
       prefix.writeUInt32BE(33 * 1024 * 1024, 1);
@@ -273,7 +345,9 @@ describe("a request message over the size limit is refused with RESOURCE_EXHAUST
       stream.write(Buffer.alloc(1024 * 1024));
       const trailers = await new Promise<http2.IncomingHttpHeaders>((resolve) => stream.once("trailers", resolve));
       expect(trailers["grpc-status"]).toBe(String(Code.ResourceExhausted));
-      expect(decodeURIComponent(String(trailers["grpc-message"]))).toBe(`message size ${33 * 1024 * 1024} is larger than configured readMaxBytes ${4 * 1024 * 1024}`);
+      expect(decodeURIComponent(String(trailers["grpc-message"]))).toBe(
+        `message size ${33 * 1024 * 1024} is larger than configured readMaxBytes ${4 * 1024 * 1024}`,
+      );
       stream.close();
     } finally {
       session.destroy();
@@ -289,7 +363,9 @@ describe("a request message over the size limit is refused with RESOURCE_EXHAUST
         expect(error).toMatchObject({ code: "RESOURCE_EXHAUSTED" });
         expect((error as Error).message).toContain(`is larger than configured writeMaxBytes ${4 * 1024 * 1024}`);
         // Input that large at start breaks the daemon's own bound on pending stdin: refused before any call.
-        const refused = await sandbox.exec("cat", { input: new Uint8Array(megabytes * 1024 * 1024) }).catch((failure: unknown) => failure);
+        const refused = await sandbox
+          .exec("cat", { input: new Uint8Array(megabytes * 1024 * 1024) })
+          .catch((failure: unknown) => failure);
         expect(refused).toMatchObject({ code: "INVALID_ARGUMENT" });
       }
       expect((await cat.sendInput("still open\n")).bytesWritten).toBe(11);

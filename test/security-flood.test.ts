@@ -27,7 +27,10 @@ function flood(session: http2.ClientHttp2Session, kind: "unauthenticated" | "wat
   const path = kind === "unauthenticated" ? "/sandbox.v1.SandboxService/Exec" : "/grpc.health.v1.Health/Watch";
   const send = () => {
     if (stopped || session.closed || session.destroyed) return;
-    const stream = session.request({ ":method": "POST", ":path": path, "content-type": "application/grpc", te: "trailers" }, { endStream: false });
+    const stream = session.request(
+      { ":method": "POST", ":path": path, "content-type": "application/grpc", te: "trailers" },
+      { endStream: false },
+    );
     let status: string | undefined;
     stream.on("response", (headers) => (status = headers["grpc-status"] as string | undefined));
     stream.on("trailers", (trailers) => (status ??= trailers["grpc-status"] as string | undefined));
@@ -68,16 +71,20 @@ describe("floods without the token: honest calls are served, the flood is bounde
         floods.push(flood(session, kind, 272));
       }
       // Once refused, a connection that made no call with the token is held to few streams.
-      await waitFor(() => sessions.every((session) => session.remoteSettings.maxConcurrentStreams === streamsAfterRefusal), {
-        what: "every flood connection to be held to its few streams",
-      });
+      await waitFor(
+        () => sessions.every((session) => session.remoteSettings.maxConcurrentStreams === streamsAfterRefusal),
+        {
+          what: "every flood connection to be held to its few streams",
+        },
+      );
       for (let index = 0; index < 5; index++) {
         const result = await collectExec(test.client, { command: `echo served ${index}` }, { timeoutMs: 30_000 });
         expect(result.stdout.toString()).toBe(`served ${index}\n`);
       }
       for (const running of floods) running.stop();
       const answers = new Map<string, number>();
-      for (const running of floods) for (const [status, count] of running.answers) answers.set(status, (answers.get(status) ?? 0) + count);
+      for (const running of floods)
+        for (const [status, count] of running.answers) answers.set(status, (answers.get(status) ?? 0) + count);
       const expected = String(kind === "watch" ? Code.ResourceExhausted : Code.Unauthenticated);
       expect(answers.get(expected) ?? 0).toBeGreaterThan(0);
       // Nothing else came back: no call got through. Streams sent past the lowered limit before the
@@ -102,7 +109,13 @@ describe("floods without the token: honest calls are served, the flood is bounde
     expect(session.remoteSettings.maxConcurrentStreams).toBe(256 + 16);
     const call = (headers: http2.OutgoingHttpHeaders) => {
       const settings = new Promise<http2.Settings>((resolve) => session.once("remoteSettings", resolve));
-      const stream = session.request({ ":method": "POST", ":path": "/sandbox.v1.SandboxService/ListProcesses", "content-type": "application/grpc", te: "trailers", ...headers });
+      const stream = session.request({
+        ":method": "POST",
+        ":path": "/sandbox.v1.SandboxService/ListProcesses",
+        "content-type": "application/grpc",
+        te: "trailers",
+        ...headers,
+      });
       stream.end(Buffer.alloc(5));
       stream.on("error", () => {});
       stream.resume();

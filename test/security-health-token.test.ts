@@ -16,7 +16,9 @@ describe("a daemon with a token", () => {
   it("answers health checks without one, as probes ask, and nothing else", async () => {
     const health = t.connect(Health);
     expect((await health.check({ service: "" })).status).toBe(HealthCheckResponse_ServingStatus.SERVING);
-    expect((await health.check({ service: "sandbox.v1.SandboxService" })).status).toBe(HealthCheckResponse_ServingStatus.SERVING);
+    expect((await health.check({ service: "sandbox.v1.SandboxService" })).status).toBe(
+      HealthCheckResponse_ServingStatus.SERVING,
+    );
 
     // The test client of startTestServer sends no token either.
     const refused = await t.client.listProcesses({}).catch((error: unknown) => ConnectError.from(error));

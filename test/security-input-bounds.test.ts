@@ -35,10 +35,19 @@ describe("free strings and sizes are bounded, each refusal INVALID_ARGUMENT nami
   it("command, arguments, environment, working directory, TERM", async () => {
     const cases: Array<[Parameters<typeof test.client.startProcess>[0]["spec"], string]> = [
       [{ command: "x".repeat(maxArgumentBytes + 1) }, `command is longer than ${maxArgumentBytes} bytes`],
-      [{ command: "echo", args: ["y".repeat(maxArgumentBytes + 1)] }, `an argument is longer than ${maxArgumentBytes} bytes`],
-      [{ command: "true", env: { BIG: "z".repeat(maxArgumentBytes) } }, `environment variable BIG is longer than ${maxArgumentBytes} bytes`],
       [
-        { command: "true", env: Object.fromEntries(Array.from({ length: 10 }, (_, i) => [`V${i}`, "v".repeat(120 * 1024)])) },
+        { command: "echo", args: ["y".repeat(maxArgumentBytes + 1)] },
+        `an argument is longer than ${maxArgumentBytes} bytes`,
+      ],
+      [
+        { command: "true", env: { BIG: "z".repeat(maxArgumentBytes) } },
+        `environment variable BIG is longer than ${maxArgumentBytes} bytes`,
+      ],
+      [
+        {
+          command: "true",
+          env: Object.fromEntries(Array.from({ length: 10 }, (_, i) => [`V${i}`, "v".repeat(120 * 1024)])),
+        },
         "command, arguments and environment together are longer than 1048576 bytes",
       ],
       [{ command: "pwd", cwd: "d".repeat(maxPathBytes + 1) }, `working directory is longer than ${maxPathBytes} bytes`],
@@ -54,10 +63,18 @@ describe("free strings and sizes are bounded, each refusal INVALID_ARGUMENT nami
   });
 
   it("stdin_data over the stdin bound is refused up front, not swallowed", async () => {
-    const error = await streamError(test.client.exec({ spec: { command: "cat", stdinData: new Uint8Array(maxPendingInputBytes + 1) } }));
+    const error = await streamError(
+      test.client.exec({ spec: { command: "cat", stdinData: new Uint8Array(maxPendingInputBytes + 1) } }),
+    );
     expect(error.code).toBe(Code.InvalidArgument);
-    expect(error.rawMessage).toBe(`stdin_data is larger than the ${maxPendingInputBytes} bytes a process may have pending on stdin`);
-    const fits = await collectExec(test.client, { command: "wc", args: ["-c"], stdinData: new Uint8Array(maxPendingInputBytes) });
+    expect(error.rawMessage).toBe(
+      `stdin_data is larger than the ${maxPendingInputBytes} bytes a process may have pending on stdin`,
+    );
+    const fits = await collectExec(test.client, {
+      command: "wc",
+      args: ["-c"],
+      stdinData: new Uint8Array(maxPendingInputBytes),
+    });
     expect(fits.stdout.toString().trim()).toBe(String(maxPendingInputBytes));
   });
 
@@ -75,7 +92,10 @@ describe("free strings and sizes are bounded, each refusal INVALID_ARGUMENT nami
     });
     expect(response.status).toBe(400);
     expect(await response.json()).toMatchObject({ code: "invalid_argument" });
-    const json = createClient(SandboxService, createConnectTransport({ baseUrl: test.server.url, httpVersion: "1.1", useBinaryFormat: false }));
+    const json = createClient(
+      SandboxService,
+      createConnectTransport({ baseUrl: test.server.url, httpVersion: "1.1", useBinaryFormat: false }),
+    );
     expect((await json.listProcesses({})).processes).toHaveLength(test.server.manager.list().length);
   });
 });
@@ -97,7 +117,10 @@ describe("a request that is not valid protobuf is INVALID_ARGUMENT in every prot
     return Buffer.concat([prefix, message]);
   };
 
-  for (const [name, message] of [["truncated", truncated], ["invalid UTF-8", notUtf8]] as const) {
+  for (const [name, message] of [
+    ["truncated", truncated],
+    ["invalid UTF-8", notUtf8],
+  ] as const) {
     it(`${name}: gRPC-Web, Connect unary and Connect streaming`, async () => {
       const grpcWeb = await fetch(`${test.server.url}/sandbox.v1.SandboxService/GetProcess`, {
         method: "POST",
@@ -106,11 +129,17 @@ describe("a request that is not valid protobuf is INVALID_ARGUMENT in every prot
       });
       const grpcWebBody = Buffer.from(await grpcWeb.arrayBuffer());
       const trailer = grpcWebBody.subarray(grpcWebBody.indexOf(0x80) + 5).toString();
-      expect(grpcWeb.headers.get("grpc-status") ?? /grpc-status: ?(\d+)/.exec(trailer)?.[1]).toBe(String(Code.InvalidArgument));
+      expect(grpcWeb.headers.get("grpc-status") ?? /grpc-status: ?(\d+)/.exec(trailer)?.[1]).toBe(
+        String(Code.InvalidArgument),
+      );
       // With the ErrorInfo every failure carries, in each protocol's place for details.
-      const details = grpcWeb.headers.get("grpc-status-details-bin") ?? /grpc-status-details-bin: ?([^\r]+)/.exec(trailer)?.[1];
+      const details =
+        grpcWeb.headers.get("grpc-status-details-bin") ?? /grpc-status-details-bin: ?([^\r]+)/.exec(trailer)?.[1];
       const status = fromBinary(StatusSchema, Buffer.from(details ?? "", "base64"));
-      expect([status.code, anyUnpack(status.details[0], ErrorInfoSchema)?.reason]).toEqual([Code.InvalidArgument, "INVALID_ARGUMENT"]);
+      expect([status.code, anyUnpack(status.details[0], ErrorInfoSchema)?.reason]).toEqual([
+        Code.InvalidArgument,
+        "INVALID_ARGUMENT",
+      ]);
 
       const unary = await fetch(`${test.server.url}/sandbox.v1.SandboxService/GetProcess`, {
         method: "POST",
@@ -118,7 +147,10 @@ describe("a request that is not valid protobuf is INVALID_ARGUMENT in every prot
         body: message,
       });
       expect(unary.status).toBe(400);
-      expect(await unary.json()).toMatchObject({ code: "invalid_argument", details: [{ type: "google.rpc.ErrorInfo", debug: { reason: "INVALID_ARGUMENT", domain: "sandbox.v1" } }] });
+      expect(await unary.json()).toMatchObject({
+        code: "invalid_argument",
+        details: [{ type: "google.rpc.ErrorInfo", debug: { reason: "INVALID_ARGUMENT", domain: "sandbox.v1" } }],
+      });
 
       const streaming = await fetch(`${test.server.url}/sandbox.v1.SandboxService/Exec`, {
         method: "POST",
@@ -127,7 +159,10 @@ describe("a request that is not valid protobuf is INVALID_ARGUMENT in every prot
       });
       const frames = Buffer.from(await streaming.arrayBuffer());
       const end = JSON.parse(frames.subarray(5).toString()) as { error?: { code: string } };
-      expect(end.error).toMatchObject({ code: "invalid_argument", details: [{ type: "google.rpc.ErrorInfo", debug: { reason: "INVALID_ARGUMENT" } }] });
+      expect(end.error).toMatchObject({
+        code: "invalid_argument",
+        details: [{ type: "google.rpc.ErrorInfo", debug: { reason: "INVALID_ARGUMENT" } }],
+      });
       expect(test.server.manager.list()).toHaveLength(0);
     });
   }

@@ -1,6 +1,17 @@
 import { expectReason } from "./support/errors.js";
 import { execFileSync, spawn, spawnSync } from "node:child_process";
-import { chmodSync, chownSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  chownSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
@@ -70,12 +81,20 @@ describe("the ledger never kills what it did not start", () => {
     const directory = stateDirectory();
     const script = path.join(directory, "reuse.mts");
     writeFileSync(script, reuseScript);
-    const output = execFileSync("unshare", ["--pid", "--fork", "--mount-proc", process.execPath, "--import", "tsx", script], {
-      cwd: root,
-      encoding: "utf8",
-      timeout: 30_000,
-    });
-    const result = JSON.parse(output.trim().split("\n").at(-1)!) as { reused: boolean; report: { killedGroups: number[]; staleRecords: number }; alive: boolean };
+    const output = execFileSync(
+      "unshare",
+      ["--pid", "--fork", "--mount-proc", process.execPath, "--import", "tsx", script],
+      {
+        cwd: root,
+        encoding: "utf8",
+        timeout: 30_000,
+      },
+    );
+    const result = JSON.parse(output.trim().split("\n").at(-1)!) as {
+      reused: boolean;
+      report: { killedGroups: number[]; staleRecords: number };
+      alive: boolean;
+    };
     expect(result.reused).toBe(true);
     expect(result.report.killedGroups).toEqual([]);
     expect(result.report.staleRecords).toBe(1);
@@ -91,8 +110,15 @@ describe("the ledger never kills what it did not start", () => {
     ledger.record(live.pid!, "other-boot");
     const file = path.join(directory, `${live.pid}.json`);
     const record = JSON.parse(readFileSync(file, "utf8"));
-    writeFileSync(file, JSON.stringify({ ...record, bootId: "00000000-0000-0000-0000-000000000000", daemonPid: 999_999_999 }));
-    expect(new GroupLedger(directory).reapLeftovers()).toEqual({ killedGroups: [], staleRecords: 1, invalidRecords: 0 });
+    writeFileSync(
+      file,
+      JSON.stringify({ ...record, bootId: "00000000-0000-0000-0000-000000000000", daemonPid: 999_999_999 }),
+    );
+    expect(new GroupLedger(directory).reapLeftovers()).toEqual({
+      killedGroups: [],
+      staleRecords: 1,
+      invalidRecords: 0,
+    });
     expect(isAlive(live.pid!)).toBe(true);
   });
 
@@ -124,11 +150,16 @@ describe("the ledger never kills what it did not start", () => {
     // Pid 1 runs: its reservation is its own business, even reserved (blank) as it is.
     writeFileSync(path.join(directory, "pending.1.0.record"), " ".repeat(1024));
     // A daemon that died between writing its record and renaming it.
-    writeFileSync(path.join(directory, "pending.999999999.0.record"), JSON.parse(JSON.stringify(record.replace(/"daemonPid":\d+/, '"daemonPid":999999999'))));
+    writeFileSync(
+      path.join(directory, "pending.999999999.0.record"),
+      JSON.parse(JSON.stringify(record.replace(/"daemonPid":\d+/, '"daemonPid":999999999'))),
+    );
     const report = new GroupLedger(directory).reapLeftovers();
     expect(report.killedGroups).toEqual([live.pid]);
     expect(readdirSync(directory)).toEqual(["pending.1.0.record"]);
-    await waitFor(() => live.exitCode !== null || live.signalCode !== null, { what: "the recorded group to be killed" });
+    await waitFor(() => live.exitCode !== null || live.signalCode !== null, {
+      what: "the recorded group to be killed",
+    });
   });
 
   it("a state directory writable by others, or someone else's, is refused", async () => {
@@ -160,7 +191,8 @@ describe.skipIf(!isRoot)("a state directory that cannot record refuses starts", 
 
   it("a full disk: RESOURCE_EXHAUSTED, a log line, and nothing left running unrecorded", async (context) => {
     mountPoint = mkdtempSync(path.join(tmpdir(), "sandboxd-full-"));
-    if (spawnSync("mount", ["-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", mountPoint]).status !== 0) return context.skip();
+    if (spawnSync("mount", ["-t", "tmpfs", "-o", "size=64k,mode=0700", "tmpfs", mountPoint]).status !== 0)
+      return context.skip();
     const state = path.join(mountPoint, "state");
     mkdirSync(state, { mode: 0o700 });
     // Fill it to the last block.

@@ -27,7 +27,9 @@ describe("limits answer RESOURCE_EXHAUSTED naming the limit", () => {
 
   it("retained output per process: older bytes are dropped, never the daemon's memory", async () => {
     test = await startTestServer({ outputCapacityBytes: 4096 });
-    const { process } = await test.client.startProcess({ spec: { command: "head -c 100000 /dev/zero", autoCleanup: false } });
+    const { process } = await test.client.startProcess({
+      spec: { command: "head -c 100000 /dev/zero", autoCleanup: false },
+    });
     await waitFor(async () => (await test!.client.getProcess({ processId: process!.processId })).process?.exit);
     const logs = await test.client.getProcessLogs({ processId: process!.processId });
     // The newest chunk (one pipe read, at most 64 KiB) is always kept whole.
@@ -37,7 +39,9 @@ describe("limits answer RESOURCE_EXHAUSTED naming the limit", () => {
 
   it("request message size", async () => {
     test = await startTestServer({ maxMessageBytes: 64 * 1024 });
-    const error = await streamError(test.client.exec({ spec: { command: "cat", stdinData: new Uint8Array(100 * 1024) } }));
+    const error = await streamError(
+      test.client.exec({ spec: { command: "cat", stdinData: new Uint8Array(100 * 1024) } }),
+    );
     expect(error.code).toBe(Code.ResourceExhausted);
     expect(error.rawMessage).toMatch(/message size \d+ is larger than configured readMaxBytes 65536/);
     // A message under the limit still goes through on the same server.
@@ -53,20 +57,35 @@ describe("limits answer RESOURCE_EXHAUSTED naming the limit", () => {
     const processId = process!.processId;
     const client = newConnection();
     const aborts = [new AbortController(), new AbortController(), new AbortController()];
-    const readers = aborts.map((abort) => drainQuietly(client.streamLogs({ processId, follow: true }, { signal: abort.signal })));
+    const readers = aborts.map((abort) =>
+      drainQuietly(client.streamLogs({ processId, follow: true }, { signal: abort.signal })),
+    );
     await waitFor(() => test!.server.manager.get(processId) && readers.length === 3);
-    await waitFor(async () => (await rpcError(client.getProcess({ processId })).catch(() => undefined))?.code === Code.ResourceExhausted, {
-      what: "the fourth call to be refused",
-    });
+    await waitFor(
+      async () =>
+        (await rpcError(client.getProcess({ processId })).catch(() => undefined))?.code === Code.ResourceExhausted,
+      {
+        what: "the fourth call to be refused",
+      },
+    );
     const refused = await rpcError(client.getProcess({ processId }));
-    expect(refused.rawMessage).toBe("too many calls on this connection: the limit of 3 concurrent calls per connection is reached");
+    expect(refused.rawMessage).toBe(
+      "too many calls on this connection: the limit of 3 concurrent calls per connection is reached",
+    );
     const refusedStream = await streamError(client.streamLogs({ processId, follow: true }));
     expect(refusedStream.code).toBe(Code.ResourceExhausted);
     // Another connection is not affected.
     await expect(newConnection().getProcess({ processId })).resolves.toBeDefined();
     // Ending one stream frees its slot.
     aborts[0].abort();
-    await waitFor(async () => (await client.getProcess({ processId }).then(() => true).catch(() => false)), { what: "a freed slot" });
+    await waitFor(
+      async () =>
+        await client
+          .getProcess({ processId })
+          .then(() => true)
+          .catch(() => false),
+      { what: "a freed slot" },
+    );
     for (const abort of aborts) abort.abort();
     await Promise.all(readers);
   });
@@ -76,15 +95,29 @@ describe("limits answer RESOURCE_EXHAUSTED naming the limit", () => {
     const { process } = await test.client.startProcess({ spec: { command: "sleep", args: [sleepMarker()] } });
     const processId = process!.processId;
     const abort = new AbortController();
-    const readers = [newConnection(), newConnection()].map((client) => drainQuietly(client.streamLogs({ processId, follow: true }, { signal: abort.signal })));
-    await waitFor(async () => (await rpcError(newConnection().getProcess({ processId })).catch(() => undefined))?.code === Code.ResourceExhausted, {
-      what: "the third call to be refused",
-    });
+    const readers = [newConnection(), newConnection()].map((client) =>
+      drainQuietly(client.streamLogs({ processId, follow: true }, { signal: abort.signal })),
+    );
+    await waitFor(
+      async () =>
+        (await rpcError(newConnection().getProcess({ processId })).catch(() => undefined))?.code ===
+        Code.ResourceExhausted,
+      {
+        what: "the third call to be refused",
+      },
+    );
     const refused = await rpcError(newConnection().getProcess({ processId }));
     expect(refused.rawMessage).toBe("too many calls: the limit of 2 concurrent calls is reached");
     abort.abort();
     await Promise.all(readers);
-    await waitFor(async () => newConnection().getProcess({ processId }).then(() => true).catch(() => false), { what: "the limit to free up" });
+    await waitFor(
+      async () =>
+        newConnection()
+          .getProcess({ processId })
+          .then(() => true)
+          .catch(() => false),
+      { what: "the limit to free up" },
+    );
   });
 });
 
@@ -100,9 +133,15 @@ describe.skipIf(launcher.forkLimit() === "none")(`a fork bomb is capped (${launc
   it("a command cannot have more than its task limit, and others still run", async () => {
     test = await startTestServer({ launcher });
     const marker = sleepMarker();
-    const exec = collectExec(test.client, { command: `for i in $(seq 1 100); do sleep ${marker} & done; wait`, timeoutMs: 20_000 });
+    const exec = collectExec(test.client, {
+      command: `for i in $(seq 1 100); do sleep ${marker} & done; wait`,
+      timeoutMs: 20_000,
+    });
     let most = 0;
-    const settled = exec.then(() => true, () => true);
+    const settled = exec.then(
+      () => true,
+      () => true,
+    );
     while (!(await Promise.race([settled, new Promise((resolve) => setTimeout(() => resolve(false), 20))]))) {
       most = Math.max(most, sleepers(marker).length);
     }
@@ -144,7 +183,9 @@ describe.skipIf(launcher.forkLimit() !== "cgroup-pids")("per-command cgroups are
     const pidsCgroup = (text: string) => /^\d+:pids:(.*)$/m.exec(text)?.[1];
     const used = new Set<string | undefined>();
     for (let index = 0; index < 10; index++) {
-      const result = await collectExec(test.client, { command: `setsid sleep ${marker} & cat /proc/self/cgroup; cat /sys/fs/cgroup/pids$(sed -n 's/^[0-9]*:pids://p' /proc/self/cgroup)/pids.max` });
+      const result = await collectExec(test.client, {
+        command: `setsid sleep ${marker} & cat /proc/self/cgroup; cat /sys/fs/cgroup/pids$(sed -n 's/^[0-9]*:pids://p' /proc/self/cgroup)/pids.max`,
+      });
       used.add(pidsCgroup(result.stdout.toString()));
       expect(result.stdout.toString().trim().split("\n").at(-1)).toBe("20");
       await waitFor(() => sleepers(marker).length === 0, { what: "the escaped sleep to be killed with its cgroup" });
@@ -198,16 +239,22 @@ async function drainQuietly(stream: AsyncIterable<unknown>): Promise<void> {
 
 const fallback = Launcher.create({ maxTasksPerCommand: 37, cgroups: false, traceTasks: false });
 
-describe.skipIf(process.getuid?.() !== 0 || fallback.forkLimit(65534) !== "rlimit-nproc")("the RLIMIT_NPROC fallback without cgroups", () => {
-  it("sets RLIMIT_NPROC for a command run as another user, and nothing for root", async () => {
-    const test = await startTestServer({ launcher: fallback, runAs: resolveUser("nobody"), token: "fallback-token" }, { sendToken: true });
-    try {
-      chmodSync(test.workspace, 0o755);
-      const limited = await collectExec(test.client, { command: "cat /proc/self/limits | grep 'Max processes'" });
-      expect(limited.stdout.toString()).toMatch(/Max processes\s+37\s+37/);
-      expect(fallback.forkLimit(0)).toBe("none");
-    } finally {
-      await test.close();
-    }
-  });
-});
+describe.skipIf(process.getuid?.() !== 0 || fallback.forkLimit(65534) !== "rlimit-nproc")(
+  "the RLIMIT_NPROC fallback without cgroups",
+  () => {
+    it("sets RLIMIT_NPROC for a command run as another user, and nothing for root", async () => {
+      const test = await startTestServer(
+        { launcher: fallback, runAs: resolveUser("nobody"), token: "fallback-token" },
+        { sendToken: true },
+      );
+      try {
+        chmodSync(test.workspace, 0o755);
+        const limited = await collectExec(test.client, { command: "cat /proc/self/limits | grep 'Max processes'" });
+        expect(limited.stdout.toString()).toMatch(/Max processes\s+37\s+37/);
+        expect(fallback.forkLimit(0)).toBe("none");
+      } finally {
+        await test.close();
+      }
+    });
+  },
+);

@@ -14,7 +14,11 @@ import { repositoryRoot } from "./support/tools.js";
 
 const token = "lockout-token";
 /** The daemon as a process of its own, with the listener's timeouts set by the test. */
-const serverProcess: DaemonCommand = { file: process.execPath, args: ["--import", "tsx", "test/support/server-process.ts"], cwd: repositoryRoot };
+const serverProcess: DaemonCommand = {
+  file: process.execPath,
+  args: ["--import", "tsx", "test/support/server-process.ts"],
+  cwd: repositoryRoot,
+};
 /** The listener's preface, handshake and headers timeouts in the lock-out test, in milliseconds. */
 const timeoutMs = 30_000;
 /** More half-open sockets than the default connection budget (1024) holds. */
@@ -52,10 +56,20 @@ function attack(port: number, from: string, misbehaviour: Misbehaviour, ca: Buff
         placed(socket);
       });
     } else {
-      socket = tls.connect({ port, host: "127.0.0.1", localAddress: from, ca, ALPNProtocols: ["http/1.1"], allowHalfOpen: true } as tls.ConnectionOptions, () => {
-        socket.write(request);
-        placed(socket);
-      });
+      socket = tls.connect(
+        {
+          port,
+          host: "127.0.0.1",
+          localAddress: from,
+          ca,
+          ALPNProtocols: ["http/1.1"],
+          allowHalfOpen: true,
+        } as tls.ConnectionOptions,
+        () => {
+          socket.write(request);
+          placed(socket);
+        },
+      );
     }
     socket.on("error", () => {});
     socket.once("close", () => resolve(socket));
@@ -72,14 +86,24 @@ function sourceOf(index: number): string {
 
 /** The misbehaviour of attacking socket `index`: an even mix of those that apply. */
 function misbehaviourOf(index: number, withTls: boolean): Misbehaviour {
-  const kinds: Misbehaviour[] = withTls ? ["silent", "partial-handshake", "unfinished-headers", "unread-408"] : ["silent", "unfinished-headers", "unread-408"];
+  const kinds: Misbehaviour[] = withTls
+    ? ["silent", "partial-handshake", "unfinished-headers", "unread-408"]
+    : ["silent", "unfinished-headers", "unread-408"];
   return kinds[index % kinds.length];
 }
 
 /** Runs `echo` through Exec with the token on a fresh connection; resolves with stdout and the time it took. */
 async function honestExec(url: string, ca: Buffer | undefined, text: string): Promise<{ stdout: string; ms: number }> {
   const sessionManager = new Http2SessionManager(url, undefined, ca === undefined ? undefined : { ca });
-  const client = createClient(SandboxService, createGrpcTransport({ baseUrl: url, sessionManager, nodeOptions: ca === undefined ? undefined : { ca }, interceptors: [bearer(token)] }));
+  const client = createClient(
+    SandboxService,
+    createGrpcTransport({
+      baseUrl: url,
+      sessionManager,
+      nodeOptions: ca === undefined ? undefined : { ca },
+      interceptors: [bearer(token)],
+    }),
+  );
   const started = performance.now();
   try {
     const result = await collectExec(client, { command: `echo ${text}` }, { timeoutMs: 20_000 });
@@ -99,63 +123,80 @@ describe("half-open sockets cannot lock clients out", () => {
   afterAll(() => certificates.remove());
 
   for (const withTls of [false, true]) {
-    it(
-      `${withTls ? "TLS" : "cleartext"}: ${attackSockets} held sockets from five addresses, the client's own among them; an honest Exec is answered at once, and they are destroyed on time`,
-      async () => {
-        // The listener's timeouts are 30 s here (10 s by default): opening the attack takes up to
-        // 11 s on a loaded machine, and the budget must be full when the honest client comes.
-        const options = {
-          workspaceRoots: [workspace],
-          token,
-          listener: { prefaceTimeoutMs: timeoutMs, headersTimeoutMs: timeoutMs },
-          tlsFiles: withTls ? { cert: certificates.files.serverCert, key: certificates.files.serverKey } : undefined,
-        };
-        const daemon: DaemonProcess = await startDaemonProcess([], { ...serverProcess, env: { ...process.env, SANDBOXD_TEST_SERVER_OPTIONS: JSON.stringify(options) } });
-        const pid = daemon.child.pid!;
-        const port = Number(new URL(daemon.url).port);
-        const ca = withTls ? certificates.ca : undefined;
-        const held: net.Socket[] = [];
-        try {
-          expect((await honestExec(daemon.url, ca, "warm")).stdout).toBe("warm\n");
-          const idleFds: number = await waitFor(() => {
+    it(`${withTls ? "TLS" : "cleartext"}: ${attackSockets} held sockets from five addresses, the client's own among them; an honest Exec is answered at once, and they are destroyed on time`, async () => {
+      // The listener's timeouts are 30 s here (10 s by default): opening the attack takes up to
+      // 11 s on a loaded machine, and the budget must be full when the honest client comes.
+      const options = {
+        workspaceRoots: [workspace],
+        token,
+        listener: { prefaceTimeoutMs: timeoutMs, headersTimeoutMs: timeoutMs },
+        tlsFiles: withTls ? { cert: certificates.files.serverCert, key: certificates.files.serverKey } : undefined,
+      };
+      const daemon: DaemonProcess = await startDaemonProcess([], {
+        ...serverProcess,
+        env: { ...process.env, SANDBOXD_TEST_SERVER_OPTIONS: JSON.stringify(options) },
+      });
+      const pid = daemon.child.pid!;
+      const port = Number(new URL(daemon.url).port);
+      const ca = withTls ? certificates.ca : undefined;
+      const held: net.Socket[] = [];
+      try {
+        expect((await honestExec(daemon.url, ca, "warm")).stdout).toBe("warm\n");
+        const idleFds: number = await waitFor(
+          () => {
             const count = openFileDescriptors(pid);
             return count < 60 ? count : 0;
-          }, { what: "the warm-up connection to be closed" });
+          },
+          { what: "the warm-up connection to be closed" },
+        );
 
-          // Opened a few at a time, as fast as the daemon accepts them.
-          for (let index = 0; index < attackSockets; index += 50) {
-            held.push(...(await Promise.all(Array.from({ length: Math.min(50, attackSockets - index) }, (_, offset) => attack(port, sourceOf(index + offset), misbehaviourOf(Math.floor((index + offset) / 5), withTls), ca)))));
-          }
-          // The daemon accepts from its backlog at its own pace: wait until its budget is full.
-          const attackedFds: number = await waitFor(() => {
+        // Opened a few at a time, as fast as the daemon accepts them.
+        for (let index = 0; index < attackSockets; index += 50) {
+          held.push(
+            ...(await Promise.all(
+              Array.from({ length: Math.min(50, attackSockets - index) }, (_, offset) =>
+                attack(port, sourceOf(index + offset), misbehaviourOf(Math.floor((index + offset) / 5), withTls), ca),
+              ),
+            )),
+          );
+        }
+        // The daemon accepts from its backlog at its own pace: wait until its budget is full.
+        const attackedFds: number = await waitFor(
+          () => {
             const count = openFileDescriptors(pid);
             return count >= idleFds + 1000 ? count : 0;
-          }, { timeoutMs: timeoutMs - 5_000, what: "the daemon to hold the attacking sockets" });
-          // Before: the daemon held every slot of its budget and closed each new connection at once.
-          const honest = await honestExec(daemon.url, ca, "served");
-          expect(honest.stdout).toBe("served\n");
-          // The goal is 1 s; the bound is generous for a loaded machine, and still far below the
-          // attacker's hold (the timeouts, and forever for an unread 408, before the fix).
-          expect(honest.ms).toBeLessThan(5_000);
+          },
+          { timeoutMs: timeoutMs - 5_000, what: "the daemon to hold the attacking sockets" },
+        );
+        // Before: the daemon held every slot of its budget and closed each new connection at once.
+        const honest = await honestExec(daemon.url, ca, "served");
+        expect(honest.stdout).toBe("served\n");
+        // The goal is 1 s; the bound is generous for a loaded machine, and still far below the
+        // attacker's hold (the timeouts, and forever for an unread 408, before the fix).
+        expect(honest.ms).toBeLessThan(5_000);
 
-          // The daemon lets go of every attacking socket by itself, while the attacker keeps them open:
-          // headers time out, a 408 is given a short grace, handshakes and silence time out.
-          const attacked = performance.now();
-          await waitFor(() => openFileDescriptors(pid) <= idleFds + 5, { timeoutMs: timeoutMs + 40_000, intervalMs: 250, what: `the daemon to close the attacking sockets (it held ${attackedFds} fds)` });
-          console.log(
-            `${withTls ? "TLS" : "cleartext"}: the daemon held ${attackedFds} fds (${idleFds} idle); honest Exec in ${honest.ms.toFixed(0)} ms; ` +
-              `back to ${openFileDescriptors(pid)} fds ${((performance.now() - attacked) / 1000).toFixed(1)} s later, ${held.filter((socket) => !socket.destroyed).length} sockets still open on the attacker's side`,
-          );
-          expect(held.filter((socket) => !socket.destroyed).length, "the attacker never closed its side").toBeGreaterThan(0);
-          expect((await honestExec(daemon.url, ca, "still")).stdout).toBe("still\n");
-        } finally {
-          for (const socket of held) socket.destroy();
-          daemon.child.kill("SIGTERM");
-          await daemon.exited();
-        }
-      },
-      180_000,
-    );
+        // The daemon lets go of every attacking socket by itself, while the attacker keeps them open:
+        // headers time out, a 408 is given a short grace, handshakes and silence time out.
+        const attacked = performance.now();
+        await waitFor(() => openFileDescriptors(pid) <= idleFds + 5, {
+          timeoutMs: timeoutMs + 40_000,
+          intervalMs: 250,
+          what: `the daemon to close the attacking sockets (it held ${attackedFds} fds)`,
+        });
+        console.log(
+          `${withTls ? "TLS" : "cleartext"}: the daemon held ${attackedFds} fds (${idleFds} idle); honest Exec in ${honest.ms.toFixed(0)} ms; ` +
+            `back to ${openFileDescriptors(pid)} fds ${((performance.now() - attacked) / 1000).toFixed(1)} s later, ${held.filter((socket) => !socket.destroyed).length} sockets still open on the attacker's side`,
+        );
+        expect(held.filter((socket) => !socket.destroyed).length, "the attacker never closed its side").toBeGreaterThan(
+          0,
+        );
+        expect((await honestExec(daemon.url, ca, "still")).stdout).toBe("still\n");
+      } finally {
+        for (const socket of held) socket.destroy();
+        daemon.child.kill("SIGTERM");
+        await daemon.exited();
+      }
+    }, 180_000);
   }
 });
 
@@ -181,7 +222,13 @@ async function provenSession(url: string, from: string): Promise<http2.ClientHtt
 /** Calls ListProcesses with the token on `session`; resolves with the grpc-status. */
 function listProcesses(session: http2.ClientHttp2Session): Promise<string> {
   return new Promise((resolve, reject) => {
-    const stream = session.request({ ":method": "POST", ":path": "/sandbox.v1.SandboxService/ListProcesses", "content-type": "application/grpc", te: "trailers", authorization: `Bearer ${token}` });
+    const stream = session.request({
+      ":method": "POST",
+      ":path": "/sandbox.v1.SandboxService/ListProcesses",
+      "content-type": "application/grpc",
+      te: "trailers",
+      authorization: `Bearer ${token}`,
+    });
     stream.end(Buffer.from([0, 0, 0, 0, 0]));
     stream.once("trailers", (trailers) => resolve(String(trailers["grpc-status"])));
     stream.once("error", reject);
@@ -221,7 +268,10 @@ describe("the connection budget: sockets that made no authenticated call make ro
   });
 
   it("a newcomer to a full budget displaces the oldest unproven connection of the peer holding the most; proven ones stay", async () => {
-    test = await startTestServer({ token, listener: { maxConnections: 4, maxConnectionsPerPeer: 0, prefaceTimeoutMs: 60_000 } });
+    test = await startTestServer({
+      token,
+      listener: { maxConnections: 4, maxConnectionsPerPeer: 0, prefaceTimeoutMs: 60_000 },
+    });
     const port = test.server.port;
     const proven = await provenSession(test.server.url, "127.0.0.1");
     open.push(proven);
@@ -238,7 +288,10 @@ describe("the connection budget: sockets that made no authenticated call make ro
   });
 
   it("a peer holds at most its share of unproven connections: its own oldest makes room; other peers and its proven connections are untouched", async () => {
-    test = await startTestServer({ token, listener: { maxConnections: 100, maxConnectionsPerPeer: 2, prefaceTimeoutMs: 60_000 } });
+    test = await startTestServer({
+      token,
+      listener: { maxConnections: 100, maxConnectionsPerPeer: 2, prefaceTimeoutMs: 60_000 },
+    });
     const port = test.server.port;
     const proven = await provenSession(test.server.url, "127.0.0.2");
     open.push(proven);

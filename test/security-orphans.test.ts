@@ -2,7 +2,15 @@ import { spawn } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { afterEach, describe, expect, it } from "vitest";
 import { Launcher, PidsCgroup } from "../src/process/index.js";
-import { asPidOne, canUnsharePid, daemonPidsCgroups, startDaemonWithClient, tasksCharged, zombieChildren, type DaemonWithClient } from "./support/daemon-cgroups.js";
+import {
+  asPidOne,
+  canUnsharePid,
+  daemonPidsCgroups,
+  startDaemonWithClient,
+  tasksCharged,
+  zombieChildren,
+  type DaemonWithClient,
+} from "./support/daemon-cgroups.js";
 import { waitFor } from "./support/processes.js";
 import { collectExec, type SandboxClient } from "./support/rpc.js";
 
@@ -40,10 +48,12 @@ describe.skipIf(!pidsCgroups)("what commands leave behind never stops the next o
     const failures: string[] = [];
     for (let round = 0; round < rounds; round++) {
       const poisoned = await collectExec(client, { command: poisoner });
-      if (poisoned.stdout.toString() !== "left\n") failures.push(`poisoner ${poisoned.exited.exitCode}: ${poisoned.stderr}`);
+      if (poisoned.stdout.toString() !== "left\n")
+        failures.push(`poisoner ${poisoned.exited.exitCode}: ${poisoned.stderr}`);
       for (let index = 0; index < count; index++) {
         const result = await collectExec(client, { command: forker });
-        if (result.stdout.toString() !== "forked\n" || result.exited.exitCode !== 0) failures.push(`${result.exited.exitCode}: ${result.stderr}`);
+        if (result.stdout.toString() !== "forked\n" || result.exited.exitCode !== 0)
+          failures.push(`${result.exited.exitCode}: ${result.stderr}`);
       }
     }
     return failures;
@@ -59,15 +69,22 @@ describe.skipIf(!pidsCgroups)("what commands leave behind never stops the next o
     await waitFor(() => tasksCharged(daemonPidsCgroup(pid)) === 0, { what: "nothing charged to the commands' cgroup" });
   });
 
-  it.skipIf(!canUnsharePid)("the daemon as PID 1 of a pid namespace reaps every orphan: none counts against --max-tasks-total for good", async () => {
-    // 60 orphans in all across 3 rounds, under a total of 40: kept as zombies, they would fill it.
-    const { client, daemon: started, pid } = await daemon(["--max-tasks", "12", "--max-tasks-total", "40"], asPidOne);
-    await waitFor(() => started.stderr().includes("orphans reaped by the daemon (PID 1)"), { what: "the daemon to say it reaps as PID 1" });
-    const failures = await poisonThenFork(client, 3, 5);
-    expect(failures).toEqual([]);
-    await waitFor(() => zombieChildren(pid).length === 0, { what: "the orphans to be reaped by PID 1" });
-    await waitFor(() => tasksCharged(daemonPidsCgroup(pid)) === 0, { what: "nothing charged to the commands' cgroup" });
-  });
+  it.skipIf(!canUnsharePid)(
+    "the daemon as PID 1 of a pid namespace reaps every orphan: none counts against --max-tasks-total for good",
+    async () => {
+      // 60 orphans in all across 3 rounds, under a total of 40: kept as zombies, they would fill it.
+      const { client, daemon: started, pid } = await daemon(["--max-tasks", "12", "--max-tasks-total", "40"], asPidOne);
+      await waitFor(() => started.stderr().includes("orphans reaped by the daemon (PID 1)"), {
+        what: "the daemon to say it reaps as PID 1",
+      });
+      const failures = await poisonThenFork(client, 3, 5);
+      expect(failures).toEqual([]);
+      await waitFor(() => zombieChildren(pid).length === 0, { what: "the orphans to be reaped by PID 1" });
+      await waitFor(() => tasksCharged(daemonPidsCgroup(pid)) === 0, {
+        what: "nothing charged to the commands' cgroup",
+      });
+    },
+  );
 });
 
 describe.skipIf(!pidsCgroups)("a per-command cgroup with tasks still charged", () => {
@@ -76,9 +93,13 @@ describe.skipIf(!pidsCgroups)("a per-command cgroup with tasks still charged", (
     const { directory, procsFile } = cgroup.create(5);
     // A zombie charged to the cgroup whose parent (sleep) never reaps it: cgroup.procs is empty,
     // pids.current is 1.
-    const holder = spawn("/bin/sh", ["-c", `sh -c 'echo $$ > ${procsFile}; exit 0' & exec sleep 60`], { stdio: "ignore" });
+    const holder = spawn("/bin/sh", ["-c", `sh -c 'echo $$ > ${procsFile}; exit 0' & exec sleep 60`], {
+      stdio: "ignore",
+    });
     try {
-      await waitFor(() => tasksCharged(directory) === 1 && readFileSync(procsFile, "utf8") === "", { what: "a zombie charged to the cgroup" });
+      await waitFor(() => tasksCharged(directory) === 1 && readFileSync(procsFile, "utf8") === "", {
+        what: "a zombie charged to the cgroup",
+      });
       await cgroup.remove(directory);
       const handedOut = Array.from({ length: 70 }, () => cgroup.create(5));
       expect(handedOut.map((created) => created.directory)).not.toContain(directory);

@@ -1,5 +1,15 @@
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { chmodSync, closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
+import {
+  chmodSync,
+  closeSync,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  realpathSync,
+  rmSync,
+  writeFileSync,
+} from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { createClient, type Interceptor } from "@connectrpc/connect";
@@ -9,7 +19,7 @@ import { SandboxService } from "../gen/sandbox/v1/sandbox_pb.js";
 import { resolveUser } from "../src/process/index.js";
 import { startServer } from "../src/server/index.js";
 import { groupMembers, waitFor } from "./support/processes.js";
-import { Code, collectExec, streamError } from "./support/rpc.js";
+import { Code, collectExec } from "./support/rpc.js";
 import { startTestServer, type TestServer } from "./support/server.js";
 
 const isRoot = process.getuid?.() === 0;
@@ -85,7 +95,10 @@ describe.skipIf(!isRoot)("--user: nothing runs as root with the client's environ
   it("gives the PTY to the user, so the command can write to its own terminal", async () => {
     test = await startTestServer({ runAs: resolveUser("nobody"), token }, { sendToken: true });
     chmodSync(test.workspace, 0o755);
-    const result = await collectExec(test.client, { command: 'stat -c %U "$(tty)"; echo mine > "$(tty)" && echo wrote', pty: {} });
+    const result = await collectExec(test.client, {
+      command: 'stat -c %U "$(tty)"; echo mine > "$(tty)" && echo wrote',
+      pty: {},
+    });
     expect(result.stdout.toString().replaceAll("\r", "")).toBe("nobody\nmine\nwrote\n");
   });
 });
@@ -93,16 +106,22 @@ describe.skipIf(!isRoot)("--user: nothing runs as root with the client's environ
 describe("--user and --allow-sudo need a token", () => {
   it("refuses to start without one, saying why", async () => {
     const nobody = resolveUser("nobody");
-    await expect(startServer({ port: 0, runAs: nobody })).rejects.toThrow(/refusing --user nobody without a token: any command could call the daemon back/);
+    await expect(startServer({ port: 0, runAs: nobody })).rejects.toThrow(
+      /refusing --user nobody without a token: any command could call the daemon back/,
+    );
     await expect(startServer({ port: 0, allowSudo: true })).rejects.toThrow(/refusing --allow-sudo without a token/);
   });
 
   it("the command line says so too, and exits non-zero", async () => {
-    const child = spawn(process.execPath, ["--import", "tsx", "src/cli/sandboxd.ts", "--port", "0", "--user", "nobody"], {
-      cwd: root,
-      env: withoutToken(process.env),
-      stdio: ["ignore", "ignore", "pipe"],
-    });
+    const child = spawn(
+      process.execPath,
+      ["--import", "tsx", "src/cli/sandboxd.ts", "--port", "0", "--user", "nobody"],
+      {
+        cwd: root,
+        env: withoutToken(process.env),
+        stdio: ["ignore", "ignore", "pipe"],
+      },
+    );
     let stderr = "";
     child.stderr!.on("data", (data: Buffer) => (stderr += data.toString()));
     const code = await new Promise<number | null>((resolve) => child.once("exit", resolve));
@@ -132,25 +151,47 @@ describe.skipIf(!isRoot)("fds the daemon inherited never reach a command", () =>
     const stdio: Array<"ignore" | "pipe" | number> = ["ignore", "ignore", "pipe"];
     while (stdio.length < 200) stdio.push("ignore");
     stdio.push(fd);
-    daemon = spawn(process.execPath, ["--import", "tsx", "src/cli/sandboxd.ts", "--port", "0", "--user", "nobody", "--workspace", workspace], {
-      cwd: root,
-      env: { ...process.env, SANDBOXD_TOKEN: token },
-      stdio,
-    });
+    daemon = spawn(
+      process.execPath,
+      ["--import", "tsx", "src/cli/sandboxd.ts", "--port", "0", "--user", "nobody", "--workspace", workspace],
+      {
+        cwd: root,
+        env: { ...process.env, SANDBOXD_TOKEN: token },
+        stdio,
+      },
+    );
     closeSync(fd);
     let stderr = "";
     daemon.stderr!.on("data", (data: Buffer) => (stderr += data.toString()));
-    const url = (await waitFor(() => /listening on (\S+)/.exec(stderr)?.[1], { timeoutMs: 30_000, what: "the daemon to listen" })) as string;
+    const url = (await waitFor(() => /listening on (\S+)/.exec(stderr)?.[1], {
+      timeoutMs: 30_000,
+      what: "the daemon to listen",
+    })) as string;
     // The daemon itself does hold it: the test would prove nothing otherwise.
     expect(readFileSync(`/proc/${daemon.pid}/fd/200`, "utf8")).toBe("root only\n");
     session = new Http2SessionManager(url);
-    const withToken: Interceptor = (next) => (request) => (request.header.set("authorization", `Bearer ${token}`), next(request));
-    const client = createClient(SandboxService, createGrpcTransport({ baseUrl: url, sessionManager: session, interceptors: [withToken] }));
+    const withToken: Interceptor = (next) => (request) => (
+      request.header.set("authorization", `Bearer ${token}`), next(request)
+    );
+    const client = createClient(
+      SandboxService,
+      createGrpcTransport({ baseUrl: url, sessionManager: session, interceptors: [withToken] }),
+    );
     for (const pty of [undefined, {}]) {
-      const result = await collectExec(client, { command: "ls /proc/self/fd | sort -n | tr '\\n' ' '; cat <&200", pty });
+      const result = await collectExec(client, {
+        command: "ls /proc/self/fd | sort -n | tr '\\n' ' '; cat <&200",
+        pty,
+      });
       const output = result.stdout.toString() + result.stderr.toString();
       expect(output).not.toContain("root only");
-      expect(output.split("\n")[0].trim().split(" ").map(Number).filter((n) => n > 3)).toEqual([]);
+      expect(
+        output
+          .split("\n")[0]
+          .trim()
+          .split(" ")
+          .map(Number)
+          .filter((n) => n > 3),
+      ).toEqual([]);
     }
   });
 });
@@ -203,7 +244,9 @@ describe("the working directory is entered as checked", () => {
     }
     expect(outside).toEqual([]);
     expect(ran).toBeGreaterThan(0);
-    expect([...codes.keys()].filter((code) => code !== "PermissionDenied" && code !== "FailedPrecondition")).toEqual([]);
+    expect([...codes.keys()].filter((code) => code !== "PermissionDenied" && code !== "FailedPrecondition")).toEqual(
+      [],
+    );
   });
 });
 

@@ -108,7 +108,13 @@ describe("sudo needs a root daemon", () => {
 
 describe("resolving users", () => {
   it("resolves names and uids, and refuses unknown names", () => {
-    expect(resolveUser("root")).toMatchObject({ name: "root", uid: 0, gid: 0, home: "/root", shell: expect.stringMatching(/^\//) });
+    expect(resolveUser("root")).toMatchObject({
+      name: "root",
+      uid: 0,
+      gid: 0,
+      home: "/root",
+      shell: expect.stringMatching(/^\//),
+    });
     expect(resolveUser("0").name).toBe("root");
     expect(resolveUser("54321")).toEqual({ name: "54321", uid: 54321, gid: 54321, home: "/" });
     expect(() => resolveUser("no-such-user-sandboxd")).toThrow("unknown user: no-such-user-sandboxd");
@@ -127,13 +133,15 @@ describe("workspace confinement, beyond the error cases", () => {
     mkdirSync(path.join(test.workspace, "real"));
     symlinkSync(path.join(test.workspace, "real"), path.join(test.workspace, "link"));
     const inside = await collectExec(test.client, { command: "pwd", cwd: "link" });
-    expect(inside.stdout.toString()).toBe(path.join(test.workspace, "real") + "\n");
+    expect(inside.stdout.toString()).toBe(`${path.join(test.workspace, "real")}\n`);
     const sibling = `${test.workspace}-evil`;
     mkdirSync(sibling);
     try {
       const error = await streamError(test.client.exec({ spec: { command: "pwd", cwd: sibling } }));
       expect(error.code).toBe(Code.PermissionDenied);
-      const dotted = await streamError(test.client.exec({ spec: { command: "pwd", cwd: `../${path.basename(sibling)}` } }));
+      const dotted = await streamError(
+        test.client.exec({ spec: { command: "pwd", cwd: `../${path.basename(sibling)}` } }),
+      );
       expect(dotted.code).toBe(Code.PermissionDenied);
     } finally {
       execFileSync("rmdir", [sibling]);

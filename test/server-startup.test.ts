@@ -26,7 +26,9 @@ describe("what the server keeps and gives back at startup", () => {
     try {
       const launcher = Launcher.create();
       const directories = (launcher.resources?.procsFiles ?? []).map((file) => file.slice(0, file.lastIndexOf("/")));
-      await expect(startServer({ port: first.server.port, workspaceRoots: [first.workspace], launcher })).rejects.toThrow(/EADDRINUSE/);
+      await expect(
+        startServer({ port: first.server.port, workspaceRoots: [first.workspace], launcher }),
+      ).rejects.toThrow(/EADDRINUSE/);
       for (const directory of directories) expect(existsSync(directory), directory).toBe(false);
     } finally {
       await first.close();

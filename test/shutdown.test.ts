@@ -9,11 +9,15 @@ describe("graceful shutdown", () => {
     const marker = sleepMarker();
     try {
       // An Exec stream, a background process followed by StreamLogs, a PTY process and one deaf to SIGTERM.
-      const exec = t.client.exec({ spec: { command: `sh -c 'sleep ${marker} & sleep ${marker}'` } })[Symbol.asyncIterator]();
+      const exec = t.client
+        .exec({ spec: { command: `sh -c 'sleep ${marker} & sleep ${marker}'` } })
+        [Symbol.asyncIterator]();
       const started = await exec.next();
       if (started.done || started.value.event.case !== "started") throw new Error("no started event");
       const background = await t.client.startProcess({ spec: { command: `sleep ${marker} & sleep ${marker}; wait` } });
-      const logs = t.client.streamLogs({ processId: background.process!.processId, follow: true })[Symbol.asyncIterator]();
+      const logs = t.client
+        .streamLogs({ processId: background.process!.processId, follow: true })
+        [Symbol.asyncIterator]();
       expect((await logs.next()).value?.event.case).toBe("process");
       const pty = await t.client.startProcess({ spec: { command: `sleep ${marker}`, pty: {} } });
       const deaf = await t.client.startProcess({ spec: { command: `trap '' TERM; sleep ${marker}; wait` } });

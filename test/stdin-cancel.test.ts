@@ -77,7 +77,15 @@ describe("a signal never waits behind input", () => {
     const call = (async () => {
       try {
         for await (const ack of t.client.sendInput(
-          thenHold([open(processId), data(Buffer.alloc(3 * 1024 * 1024)), data(Buffer.alloc(3 * 1024 * 1024)), { input: { case: "signal", value: "SIGTERM" } }], held.signal),
+          thenHold(
+            [
+              open(processId),
+              data(Buffer.alloc(3 * 1024 * 1024)),
+              data(Buffer.alloc(3 * 1024 * 1024)),
+              { input: { case: "signal", value: "SIGTERM" } },
+            ],
+            held.signal,
+          ),
         )) {
           acks.push(ack.bytesWritten);
         }
@@ -105,7 +113,9 @@ describe("a SendInput message that fails", () => {
     const held = new AbortController();
     try {
       // Data after end-of-input: refused. The client sends nothing more and waits for answers, as the SDK does.
-      const error = await streamError(t.client.sendInput(thenHold([open(processId), close, data("late")], held.signal), { timeoutMs: 10_000 }));
+      const error = await streamError(
+        t.client.sendInput(thenHold([open(processId), close, data("late")], held.signal), { timeoutMs: 10_000 }),
+      );
       expect(error.code).toBe(Code.FailedPrecondition);
       expect(error.rawMessage).toBe(`stdin of process ${processId} is closed`);
     } finally {

@@ -198,7 +198,9 @@ describe("multi-byte UTF-8", () => {
 
 describe("PTY input and signals", () => {
   it("sends input through the terminal and ^D as end-of-input", async () => {
-    const { process } = await t.client.startProcess({ spec: { command: "wc -c", pty: { cols: 80, rows: 24 }, autoCleanup: false } });
+    const { process } = await t.client.startProcess({
+      spec: { command: "wc -c", pty: { cols: 80, rows: 24 }, autoCleanup: false },
+    });
     const processId = process!.processId;
     const session = inputSession();
     await session.send(open(processId));
@@ -211,7 +213,9 @@ describe("PTY input and signals", () => {
   });
 
   it("end-of-input after a partial line (no newline) still ends the input: the pending line, then EOF", async () => {
-    const { process } = await t.client.startProcess({ spec: { command: "wc -c", pty: { cols: 80, rows: 24 }, autoCleanup: false } });
+    const { process } = await t.client.startProcess({
+      spec: { command: "wc -c", pty: { cols: 80, rows: 24 }, autoCleanup: false },
+    });
     const processId = process!.processId;
     const session = inputSession();
     await session.send(open(processId));
@@ -225,7 +229,9 @@ describe("PTY input and signals", () => {
   });
 
   it("delivers a signal to the process group without counting it as a kill", async () => {
-    const { process } = await t.client.startProcess({ spec: { command: "sleep", args: ["1000.5"], stdin: true, autoCleanup: false } });
+    const { process } = await t.client.startProcess({
+      spec: { command: "sleep", args: ["1000.5"], stdin: true, autoCleanup: false },
+    });
     const processId = process!.processId;
     const session = inputSession();
     await session.send(open(processId));
@@ -240,7 +246,9 @@ describe("PTY input and signals", () => {
 describe("input racing the exit never crashes the daemon", () => {
   it("writing to a command that stopped reading (EPIPE) fails cleanly or succeeds, and the server keeps serving", async () => {
     for (let round = 0; round < 5; round++) {
-      const { process } = await t.client.startProcess({ spec: { command: "head -c 10", stdin: true, autoCleanup: false } });
+      const { process } = await t.client.startProcess({
+        spec: { command: "head -c 10", stdin: true, autoCleanup: false },
+      });
       const processId = process!.processId;
       // Pieces below the server's message limit; together far more than a pipe holds.
       const big = Buffer.alloc(1024 * 1024, 0x61);
@@ -257,7 +265,9 @@ describe("input racing the exit never crashes the daemon", () => {
       });
       if (outcome.message !== "[unknown] all input accepted") {
         // EPIPE once the command stopped reading: its stdin is closed, or it has exited by then.
-        expect(`${Code[outcome.code]}: ${outcome.rawMessage}`).toMatch(/^FailedPrecondition: (stdin of process .* is closed|process has exited: .*)$/);
+        expect(`${Code[outcome.code]}: ${outcome.rawMessage}`).toMatch(
+          /^FailedPrecondition: (stdin of process .* is closed|process has exited: .*)$/,
+        );
       }
       expect((await stdoutOf(processId)).toString()).toBe("a".repeat(10));
     }

@@ -80,7 +80,10 @@ describe("StreamLogs replay", () => {
     const { process } = await t.client.startProcess({
       // The pauses order the phases: the pipes are socket pairs whose buffers hold each write whole,
       // so without them the daemon could read the phases in any order.
-      spec: { command: "cat out.bin; sleep 0.1; cat err.bin >&2; sleep 0.1; cat out.bin; sleep 0.1; cat err.bin >&2", autoCleanup: false },
+      spec: {
+        command: "cat out.bin; sleep 0.1; cat err.bin >&2; sleep 0.1; cat out.bin; sleep 0.1; cat err.bin >&2",
+        autoCleanup: false,
+      },
     });
     processId = process!.processId;
     const exit = await waitForExit(t.client, processId);
@@ -109,7 +112,12 @@ describe("StreamLogs replay", () => {
     ];
     for (const [stdoutOffset, stderrOffset] of cases) {
       for (const follow of [false, true]) {
-        const events = await collectLogs(t.client, { processId, stdoutOffset: BigInt(stdoutOffset), stderrOffset: BigInt(stderrOffset), follow });
+        const events = await collectLogs(t.client, {
+          processId,
+          stdoutOffset: BigInt(stdoutOffset),
+          stderrOffset: BigInt(stderrOffset),
+          follow,
+        });
         expectFraming(events, "exited");
         const chunks = outputChunks(events);
         const stdout = joinStream(chunks, OutputStream.STDOUT, BigInt(stdoutOffset));
@@ -144,7 +152,9 @@ describe("StreamLogs replay", () => {
 
 describe("StreamLogs of a running process", () => {
   it("without follow is a snapshot that ends with caught_up at the offsets sent", async () => {
-    const { process } = await t.client.startProcess({ spec: { command: "printf ready; printf e >&2; exec sleep 1000.77", autoCleanup: false } });
+    const { process } = await t.client.startProcess({
+      spec: { command: "printf ready; printf e >&2; exec sleep 1000.77", autoCleanup: false },
+    });
     const processId = process!.processId;
     try {
       await waitFor(async () => {
@@ -164,7 +174,9 @@ describe("StreamLogs of a running process", () => {
     const { process } = await t.client.startProcess({ spec: { command: "cat", stdin: true, autoCleanup: false } });
     const processId = process!.processId;
     const controller = new AbortController();
-    const follower = t.client.streamLogs({ processId, follow: true }, { signal: controller.signal })[Symbol.asyncIterator]();
+    const follower = t.client
+      .streamLogs({ processId, follow: true }, { signal: controller.signal })
+      [Symbol.asyncIterator]();
     expect((await follower.next()).value?.event.case).toBe("process");
 
     async function* input(): AsyncGenerator<MessageInitShape<typeof SendInputRequestSchema>> {
@@ -191,11 +203,16 @@ describe("StreamLogs of a running process", () => {
     // Paced well below what four followers in this one process can take, so none falls behind.
     const total = 8;
     const { process } = await t.client.startProcess({
-      spec: { command: `for i in $(seq ${total}); do cat megabyte.bin; printf "$i" >&2; sleep 0.1; done`, autoCleanup: false },
+      spec: {
+        command: `for i in $(seq ${total}); do cat megabyte.bin; printf "$i" >&2; sleep 0.1; done`,
+        autoCleanup: false,
+      },
     });
     const processId = process!.processId;
     const followers = await Promise.all(
-      [fast.client, fast.client, other.client, t.client].map((client) => collectLogs(client, { processId, follow: true })),
+      [fast.client, fast.client, other.client, t.client].map((client) =>
+        collectLogs(client, { processId, follow: true }),
+      ),
     );
     const expected = Buffer.concat(Array.from({ length: total }, () => megabyte));
     const digests = followers.map((events) => {
@@ -206,10 +223,12 @@ describe("StreamLogs of a running process", () => {
       expect(stdout.equals(expected)).toBe(true);
       expect(joinStream(chunks, OutputStream.STDERR).toString()).toBe("12345678");
       // Same order across the two streams: where each stderr byte sits relative to stdout.
-      const order = chunks.filter((chunk) => chunk.stream === OutputStream.STDERR).map((chunk) => {
-        const before = chunks.slice(0, chunks.indexOf(chunk)).filter((c) => c.stream === OutputStream.STDOUT);
-        return before.reduce((sum, c) => sum + c.data.length, 0);
-      });
+      const order = chunks
+        .filter((chunk) => chunk.stream === OutputStream.STDERR)
+        .map((chunk) => {
+          const before = chunks.slice(0, chunks.indexOf(chunk)).filter((c) => c.stream === OutputStream.STDOUT);
+          return before.reduce((sum, c) => sum + c.data.length, 0);
+        });
       return createHash("sha256").update(stdout).update(JSON.stringify(order)).digest("hex");
     });
     expect(new Set(digests).size).toBe(1);
@@ -224,7 +243,11 @@ describe("a stalled follower beside a fast one", () => {
       // Paced by the fast follower, not the clock: each megabyte waits for a line of input, sent once the fast
       // follower has every byte so far, so it never falls behind however busy the machine is (a clock-paced
       // printer outran it on a loaded machine and it met a gap). 32 MiB is four times what the server retains.
-      spec: { command: `for i in $(seq ${pieces}); do cat megabyte.bin; [ $i = ${pieces} ] || read line || exit 1; done`, stdin: true, autoCleanup: false },
+      spec: {
+        command: `for i in $(seq ${pieces}); do cat megabyte.bin; [ $i = ${pieces} ] || read line || exit 1; done`,
+        stdin: true,
+        autoCleanup: false,
+      },
     });
     const processId = process!.processId;
     const pacer = createPacer();
@@ -244,7 +267,9 @@ describe("a stalled follower beside a fast one", () => {
 
     // The stalled follower, on a connection of its own, reads the first event and then nothing.
     const stalledController = new AbortController();
-    const stalled = other.client.streamLogs({ processId, follow: true }, { signal: stalledController.signal })[Symbol.asyncIterator]();
+    const stalled = other.client
+      .streamLogs({ processId, follow: true }, { signal: stalledController.signal })
+      [Symbol.asyncIterator]();
     try {
       expect((await stalled.next()).value?.event.case).toBe("process");
 
@@ -274,7 +299,9 @@ describe("a stalled follower beside a fast one", () => {
         if (event.case === "output") {
           expect(event.value.offset).toBe(position);
           const start = Number(event.value.offset);
-          expect(Buffer.from(event.value.data).equals(expected.subarray(start, start + event.value.data.length))).toBe(true);
+          expect(Buffer.from(event.value.data).equals(expected.subarray(start, start + event.value.data.length))).toBe(
+            true,
+          );
           position += BigInt(event.value.data.length);
           received += event.value.data.length;
         } else if (event.case === "gap") {
@@ -308,12 +335,22 @@ describe("exited records", () => {
       const events = await collectLogs(lingering.client, { processId: autoId });
       expect(joinStream(outputChunks(events), OutputStream.STDOUT).toString()).toBe("bye\n");
       expect(events.at(-1)?.case).toBe("exited");
-      await waitFor(async () => (await rpcError(lingering.client.getProcess({ processId: autoId }).then(() => Promise.reject(new Error("still there"))))).code === Code.NotFound, {
-        timeoutMs: 5000,
-        intervalMs: 100,
-        what: "the record to go",
-      });
-      expect((await lingering.client.getProcess({ processId: kept.process!.processId })).process?.status).toBe(ProcessStatus.COMPLETED);
+      await waitFor(
+        async () =>
+          (
+            await rpcError(
+              lingering.client.getProcess({ processId: autoId }).then(() => Promise.reject(new Error("still there"))),
+            )
+          ).code === Code.NotFound,
+        {
+          timeoutMs: 5000,
+          intervalMs: 100,
+          what: "the record to go",
+        },
+      );
+      expect((await lingering.client.getProcess({ processId: kept.process!.processId })).process?.status).toBe(
+        ProcessStatus.COMPLETED,
+      );
     } finally {
       await lingering.close();
     }

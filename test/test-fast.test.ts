@@ -15,6 +15,9 @@ it("npm run test:fast leaves out exactly the files that need an installed tool, 
   expect(excluded.has("test/exec.test.ts")).toBe(false);
   const readme = readFileSync(path.join(repositoryRoot, "README.md"), "utf8");
   const twoCommands = readme.slice(readme.indexOf("## Two commands"), readme.indexOf("## Install"));
-  for (const word of ["npm run test:fast", "apt-get install", "buildah", "Chromium", "go install", "pip", "25 minutes"]) expect(twoCommands).toContain(word);
-  expect(JSON.parse(readFileSync(path.join(repositoryRoot, "package.json"), "utf8")).scripts["test:fast"]).toContain("vitest.fast.config.ts");
+  for (const word of ["npm run test:fast", "apt-get install", "buildah", "Chromium", "go install", "pip", "25 minutes"])
+    expect(twoCommands).toContain(word);
+  expect(JSON.parse(readFileSync(path.join(repositoryRoot, "package.json"), "utf8")).scripts["test:fast"]).toContain(
+    "vitest.fast.config.ts",
+  );
 });

@@ -9,7 +9,13 @@ function userFacingFiles(): string[] {
     readdirSync(path.join(repositoryRoot, directory))
       .filter((name) => name.endsWith(suffix))
       .map((name) => path.join(directory, name));
-  return ["README.md", "python/README.md", "packages/client/README.md", ...inside("docs", ".md"), ...inside("python/src/sandboxd", ".py")];
+  return [
+    "README.md",
+    "python/README.md",
+    "packages/client/README.md",
+    ...inside("docs", ".md"),
+    ...inside("python/src/sandboxd", ".py"),
+  ];
 }
 
 it("user docs and docstrings use no internal words a user cannot resolve (seed 002, issue 10)", () => {

@@ -22,7 +22,10 @@ export async function measureConnectFloor(size: BenchSize): Promise<Row[]> {
   const entry = await buildFloorServer();
   const server = startFloorServer(entry);
   try {
-    const connection = createSandboxConnection({ baseUrl: await listeningUrl(server, 20_000), acceptCompression: false });
+    const connection = createSandboxConnection({
+      baseUrl: await listeningUrl(server, 20_000),
+      acceptCompression: false,
+    });
     const client = createClient(SandboxService, connection.transport);
     // The floor server's Exec of `stream N` answers N bytes of output and exits.
     const streamBytes = async (count: number) => {
@@ -111,10 +114,29 @@ export async function measureConnectFloor(size: BenchSize): Promise<Row[]> {
         baseline: null,
         ratio: null,
         ...info,
-        note: streamed === size.execBytes ? "one preallocated buffer, no pipe" : `short: ${streamed} of ${size.execBytes} bytes`,
+        note:
+          streamed === size.execBytes
+            ? "one preallocated buffer, no pipe"
+            : `short: ${streamed} of ${size.execBytes} bytes`,
       },
-      { id: "floor-cpu-per-mb", figure: "connect-es alone: server CPU per MB", unit: "ms", value: cpuPerMb, baseline: null, ratio: null, ...info },
-      { id: "floor-rss-idle", figure: "connect-es alone: RSS idle", unit: "MB", value: rssIdle, baseline: null, ratio: null, ...info },
+      {
+        id: "floor-cpu-per-mb",
+        figure: "connect-es alone: server CPU per MB",
+        unit: "ms",
+        value: cpuPerMb,
+        baseline: null,
+        ratio: null,
+        ...info,
+      },
+      {
+        id: "floor-rss-idle",
+        figure: "connect-es alone: RSS idle",
+        unit: "MB",
+        value: rssIdle,
+        baseline: null,
+        ratio: null,
+        ...info,
+      },
       {
         id: "floor-rss-after-calls",
         figure: `connect-es alone: RSS 5 s after ${size.memoryExecs} calls`,
@@ -140,7 +162,10 @@ function startFloorServer(entry: string) {
 async function rssAfterCalls(entry: string, size: BenchSize): Promise<{ idle: number; after: number }> {
   const server = startFloorServer(entry);
   try {
-    const connection = createSandboxConnection({ baseUrl: await listeningUrl(server, 20_000), acceptCompression: false });
+    const connection = createSandboxConnection({
+      baseUrl: await listeningUrl(server, 20_000),
+      acceptCompression: false,
+    });
     const client = createClient(SandboxService, connection.transport);
     await new Promise((resolve) => setTimeout(resolve, 1000));
     const idle = readRssBytes(server.pid!) / 1e6;

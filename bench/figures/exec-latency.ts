@@ -67,7 +67,18 @@ export async function measureExecLatency(daemon: Daemon, size: BenchSize): Promi
   const total = perConcurrentRound * concurrentRounds;
   const count = `${sandboxd.length} calls each`;
   return [
-    ratioRow({ id: "exec-latency-p50", figure: 'exec("true") sequential p50', unit: "ms", value: percentile(sandboxd, 0.5), baseline: percentile(baseline, 0.5), note: count }, "max", 1.3),
+    ratioRow(
+      {
+        id: "exec-latency-p50",
+        figure: 'exec("true") sequential p50',
+        unit: "ms",
+        value: percentile(sandboxd, 0.5),
+        baseline: percentile(baseline, 0.5),
+        note: count,
+      },
+      "max",
+      1.3,
+    ),
     ratioRow(
       {
         id: "exec-latency-http1-p50",
@@ -104,7 +115,14 @@ export async function measureExecLatency(daemon: Daemon, size: BenchSize): Promi
       1.3,
     ),
     ratioRow(
-      { id: "exec-latency-p99", figure: 'exec("true") sequential p99', unit: "ms", value: percentile(sandboxd, 0.99), baseline: percentile(baseline, 0.99), note: count },
+      {
+        id: "exec-latency-p99",
+        figure: 'exec("true") sequential p99',
+        unit: "ms",
+        value: percentile(sandboxd, 0.99),
+        baseline: percentile(baseline, 0.99),
+        note: count,
+      },
       "max",
       2,
     ),

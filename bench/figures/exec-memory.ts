@@ -19,7 +19,16 @@ export async function measureExecMemory(daemon: Daemon, size: BenchSize): Promis
   await new Promise((resolve) => setTimeout(resolve, 5000));
   const after = daemon.rssBytes() / 1e6;
   return [
-    { id: "rss-idle", figure: "daemon RSS idle", unit: "MB", value: idle, baseline: null, ratio: null, goal: "<= 50 MB", verdict: idle <= 50 ? "pass" : "fail" },
+    {
+      id: "rss-idle",
+      figure: "daemon RSS idle",
+      unit: "MB",
+      value: idle,
+      baseline: null,
+      ratio: null,
+      goal: "<= 50 MB",
+      verdict: idle <= 50 ? "pass" : "fail",
+    },
     {
       id: "rss-after-execs",
       figure: `daemon RSS 5 s after ${size.memoryExecs} execs`,

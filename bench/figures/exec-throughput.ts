@@ -23,9 +23,14 @@ export async function measureExecThroughput(daemon: Daemon, size: BenchSize): Pr
   const grpc = await through(daemon.client);
   const http1 = await through(daemon.http1Client);
   let baselineBytes = 0;
-  const baselineMs = await timeMs(async () => (baselineBytes = await spawnAndRead("head", ["-c", String(bytes), "/dev/zero"])));
+  const baselineMs = await timeMs(
+    async () => (baselineBytes = await spawnAndRead("head", ["-c", String(bytes), "/dev/zero"])),
+  );
   const complete = (received: number) => received === bytes && baselineBytes === bytes;
-  const note = (received: number) => (complete(received) ? `${received} bytes each` : `short read: ${received} via Exec, ${baselineBytes} via the pipe, of ${bytes}`);
+  const note = (received: number) =>
+    complete(received)
+      ? `${received} bytes each`
+      : `short read: ${received} via Exec, ${baselineBytes} via the pipe, of ${bytes}`;
   const cpuPerMb = grpc.cpuMs / (bytes / 1e6);
   return [
     ratioRow(

@@ -1,5 +1,14 @@
 import { spawn } from "node:child_process";
-import { closeSync, createReadStream, mkdirSync, mkdtempSync, openSync, rmSync, writeFileSync, writeSync } from "node:fs";
+import {
+  closeSync,
+  createReadStream,
+  mkdirSync,
+  mkdtempSync,
+  openSync,
+  rmSync,
+  writeFileSync,
+  writeSync,
+} from "node:fs";
 import { once } from "node:events";
 import http from "node:http";
 import { tmpdir } from "node:os";
@@ -36,7 +45,10 @@ export async function measureFiles(daemon: Daemon, size: BenchSize): Promise<Row
     writePattern(source, bytes);
     const rows: Row[] = [];
     // The baseline: the same bytes copied on the same disk, best of two (the first may warm the cache).
-    const cpMs = Math.min(await timeMs(() => run("cp", [source, path.join(scratch, "copy-1.bin")])), await timeMs(() => run("cp", [source, path.join(scratch, "copy-2.bin")])));
+    const cpMs = Math.min(
+      await timeMs(() => run("cp", [source, path.join(scratch, "copy-1.bin")])),
+      await timeMs(() => run("cp", [source, path.join(scratch, "copy-2.bin")])),
+    );
     const cpMbps = megabytesPerSecond(bytes, cpMs);
     rmSync(path.join(scratch, "copy-1.bin"));
     rmSync(path.join(scratch, "copy-2.bin"));
@@ -65,14 +77,31 @@ export async function measureFiles(daemon: Daemon, size: BenchSize): Promise<Row
     const transfers: [string, string, () => Promise<number>][] = [
       ["files-upload-grpc", "upload through Write, gRPC", () => upload(grpc, source, "up-grpc.bin")],
       ["files-upload-http1", "upload through Write, Connect/HTTP1.1", () => upload(http1, source, "up-http1.bin")],
-      ["files-upload-rest", "upload through PUT /v1/files, HTTP/1.1", () => restPut(daemon.url, source, "up-rest.bin", bytes)],
+      [
+        "files-upload-rest",
+        "upload through PUT /v1/files, HTTP/1.1",
+        () => restPut(daemon.url, source, "up-rest.bin", bytes),
+      ],
       ["files-download-grpc", "download through Read, gRPC", () => download(grpc, "up-grpc.bin")],
       ["files-download-http1", "download through Read, Connect/HTTP1.1", () => download(http1, "up-http1.bin")],
       ["files-download-rest", "download through GET /v1/files, HTTP/1.1", () => restGet(daemon.url, "up-rest.bin")],
     ];
     for (const [id, figure, transfer] of transfers) {
       const value = await sampled(figure, transfer);
-      rows.push(ratioRow({ id, figure: `${formatBytes(bytes)} ${figure}`, unit: "MB/s", value, baseline: cpMbps, note: "baseline: cp of the same file on the same disk" }, "min", 0.5));
+      rows.push(
+        ratioRow(
+          {
+            id,
+            figure: `${formatBytes(bytes)} ${figure}`,
+            unit: "MB/s",
+            value,
+            baseline: cpMbps,
+            note: "baseline: cp of the same file on the same disk",
+          },
+          "min",
+          0.5,
+        ),
+      );
     }
     rows.push({
       id: "files-rss-growth",
@@ -85,14 +114,16 @@ export async function measureFiles(daemon: Daemon, size: BenchSize): Promise<Row
       verdict: mostGrowth <= 32 ? "pass" : "fail",
       note: `${mostGrowth.toFixed(1)} MiB over the RSS at each transfer's start, after a 32 MiB warm-up through each surface`,
     });
-    for (const name of ["up-grpc.bin", "up-http1.bin", "up-rest.bin"]) rmSync(path.join(daemon.workspace, name), { force: true });
+    for (const name of ["up-grpc.bin", "up-http1.bin", "up-rest.bin"])
+      rmSync(path.join(daemon.workspace, name), { force: true });
 
     // A small file written and read back, beside exec("true"), alternating rounds.
     const small = Buffer.alloc(4096, 7);
     const writeRead = async () => {
       await grpc.write(parts("small.bin", small));
       let read = 0;
-      for await (const response of grpc.read({ path: "small.bin" })) if (response.event.case === "chunk") read += response.event.value.data.length;
+      for await (const response of grpc.read({ path: "small.bin" }))
+        if (response.event.case === "chunk") read += response.event.value.data.length;
       if (read !== small.length) throw new Error(`read ${read} of ${small.length} bytes`);
     };
     for (let index = 0; index < Math.min(20, size.sequentialCalls); index++) {
@@ -103,12 +134,21 @@ export async function measureFiles(daemon: Daemon, size: BenchSize): Promise<Row
     const exec: number[] = [];
     const rounds = 5;
     for (let round = 0; round < rounds; round++) {
-      for (let index = 0; index < Math.ceil(size.sequentialCalls / rounds); index++) small4k.push(await timeMs(writeRead));
-      for (let index = 0; index < Math.ceil(size.sequentialCalls / rounds); index++) exec.push(await timeMs(() => execTrue(daemon.client)));
+      for (let index = 0; index < Math.ceil(size.sequentialCalls / rounds); index++)
+        small4k.push(await timeMs(writeRead));
+      for (let index = 0; index < Math.ceil(size.sequentialCalls / rounds); index++)
+        exec.push(await timeMs(() => execTrue(daemon.client)));
     }
     rows.push(
       ratioRow(
-        { id: "files-small-p50", figure: "write + read of a 4 KiB file p50 (baseline: exec true)", unit: "ms", value: percentile(small4k, 0.5), baseline: percentile(exec, 0.5), note: `${small4k.length} each, gRPC` },
+        {
+          id: "files-small-p50",
+          figure: "write + read of a 4 KiB file p50 (baseline: exec true)",
+          unit: "ms",
+          value: percentile(small4k, 0.5),
+          baseline: percentile(exec, 0.5),
+          note: `${small4k.length} each, gRPC`,
+        },
         "max",
         1.5,
       ),
@@ -130,7 +170,20 @@ export async function measureFiles(daemon: Daemon, size: BenchSize): Promise<Row
       listMs.push(await timeMs(list));
       lsMs.push(await timeMs(() => spawnAndRead("ls", ["-l", listed])));
     }
-    rows.push(ratioRow({ id: "files-list-10k", figure: "list of a 10,000-entry directory (baseline: ls -l)", unit: "ms", value: percentile(listMs, 0.5), baseline: percentile(lsMs, 0.5), note: "median of 7, one page of 10,000" }, "max", 2));
+    rows.push(
+      ratioRow(
+        {
+          id: "files-list-10k",
+          figure: "list of a 10,000-entry directory (baseline: ls -l)",
+          unit: "ms",
+          value: percentile(listMs, 0.5),
+          baseline: percentile(lsMs, 0.5),
+          note: "median of 7, one page of 10,000",
+        },
+        "max",
+        2,
+      ),
+    );
     rmSync(listed, { recursive: true, force: true });
     return rows;
   } finally {
@@ -153,16 +206,23 @@ async function upload(files: Files, source: string, name: string): Promise<numbe
 
 async function download(files: Files, name: string): Promise<number> {
   let received = 0;
-  for await (const response of files.read({ path: name })) if (response.event.case === "chunk") received += response.event.value.data.length;
+  for await (const response of files.read({ path: name }))
+    if (response.event.case === "chunk") received += response.event.value.data.length;
   return received;
 }
 
 function restPut(baseUrl: string, source: string, name: string, bytes: number): Promise<number> {
   return new Promise((resolve, reject) => {
-    const request = http.request(`${baseUrl}/v1/files/${name}`, { method: "PUT", headers: { "content-type": "application/octet-stream", "content-length": String(bytes) } }, (response) => {
-      response.resume();
-      response.once("end", () => (response.statusCode === 204 ? resolve(bytes) : reject(new Error(`PUT answered ${response.statusCode}`))));
-    });
+    const request = http.request(
+      `${baseUrl}/v1/files/${name}`,
+      { method: "PUT", headers: { "content-type": "application/octet-stream", "content-length": String(bytes) } },
+      (response) => {
+        response.resume();
+        response.once("end", () =>
+          response.statusCode === 204 ? resolve(bytes) : reject(new Error(`PUT answered ${response.statusCode}`)),
+        );
+      },
+    );
     request.once("error", reject);
     createReadStream(source, { highWaterMark: chunkBytes }).pipe(request);
   });

@@ -58,8 +58,9 @@ export async function measureFloods(daemon: Daemon, size: BenchSize): Promise<Ro
       const daemonCpu = (daemon.cpuMs() - cpuBefore) / floodMs;
       const attackerCpu = report.cpuMs / (report.seconds * 1000);
       const p99 = percentile(during, 0.99);
-      const streams = size.floodConnections * size.floodStreams;
-      const answers = Object.entries(report.answers).map(([status, count]) => `${status === "reset" ? "reset" : `grpc-status ${status}`}: ${count}`).join(", ");
+      const answers = Object.entries(report.answers)
+        .map(([status, count]) => `${status === "reset" ? "reset" : `grpc-status ${status}`}: ${count}`)
+        .join(", ");
       rows.push({
         id: kind === "unauthenticated" ? "exec-p99-unauthenticated-flood" : "exec-p99-watch-flood",
         figure: `authenticated Exec p99 during ${kind === "unauthenticated" ? "unauthenticated" : "Health/Watch"} flood`,
@@ -90,10 +91,14 @@ interface Flood {
 
 /** Starts bench/flood-client.ts and resolves once every connection of it has had an answer. */
 async function startFlood(url: string, kind: string, connections: number, streams: number): Promise<Flood> {
-  const child: ChildProcess = spawn(process.execPath, ["--import", "tsx", path.join(repoRoot, "bench/flood-client.ts"), url, kind, String(connections), String(streams)], {
-    cwd: repoRoot,
-    stdio: ["ignore", "pipe", "inherit"],
-  });
+  const child: ChildProcess = spawn(
+    process.execPath,
+    ["--import", "tsx", path.join(repoRoot, "bench/flood-client.ts"), url, kind, String(connections), String(streams)],
+    {
+      cwd: repoRoot,
+      stdio: ["ignore", "pipe", "inherit"],
+    },
+  );
   const lines = createInterface({ input: child.stdout! });
   const next = () =>
     new Promise<string>((resolve, reject) => {

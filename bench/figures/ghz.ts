@@ -26,20 +26,39 @@ interface GhzReport {
 export async function measureGhz(daemon: Daemon, size: BenchSize): Promise<Row[]> {
   const binary = findGhz();
   const skipped = (note: string): Row[] => [
-    { id: "ghz", figure: `ghz Exec true, ${size.ghzConcurrency} concurrent`, unit: "rps", value: null, baseline: null, ratio: null, goal: "0 errors", verdict: "skipped", note },
+    {
+      id: "ghz",
+      figure: `ghz Exec true, ${size.ghzConcurrency} concurrent`,
+      unit: "rps",
+      value: null,
+      baseline: null,
+      ratio: null,
+      goal: "0 errors",
+      verdict: "skipped",
+      note,
+    },
   ];
   if (binary === undefined) {
-    return skipped(`ghz not found: install it with bash bench/install-ghz.sh (go install github.com/bojand/ghz/cmd/ghz@${ghzVersion})`);
+    return skipped(
+      `ghz not found: install it with bash bench/install-ghz.sh (go install github.com/bojand/ghz/cmd/ghz@${ghzVersion})`,
+    );
   }
   const output = await run(binary, [
     "--insecure",
-    "--proto", path.join(repoRoot, "proto/sandbox/v1/sandbox.proto"),
-    "--import-paths", path.join(repoRoot, "proto"),
-    "--call", "sandbox.v1.SandboxService.Exec",
-    "--data", JSON.stringify({ spec: { command: "true" } }),
-    "--concurrency", String(size.ghzConcurrency),
-    "--total", String(size.ghzCalls),
-    "--format", "json",
+    "--proto",
+    path.join(repoRoot, "proto/sandbox/v1/sandbox.proto"),
+    "--import-paths",
+    path.join(repoRoot, "proto"),
+    "--call",
+    "sandbox.v1.SandboxService.Exec",
+    "--data",
+    JSON.stringify({ spec: { command: "true" } }),
+    "--concurrency",
+    String(size.ghzConcurrency),
+    "--total",
+    String(size.ghzCalls),
+    "--format",
+    "json",
     daemon.url.replace(/^http:\/\//, ""),
   ]);
   let report: GhzReport;
@@ -52,7 +71,9 @@ export async function measureGhz(daemon: Daemon, size: BenchSize): Promise<Row[]
     (report.latencyDistribution?.find((entry) => entry.percentage === percentage)?.latency ?? Number.NaN) / 1e6;
   const ok = report.statusCodeDistribution?.OK ?? 0;
   const errors = report.count - ok;
-  const errorKinds = Object.entries(report.errorDistribution ?? {}).map(([message, count]) => `${count}x ${message}`).join("; ");
+  const errorKinds = Object.entries(report.errorDistribution ?? {})
+    .map(([message, count]) => `${count}x ${message}`)
+    .join("; ");
   const rows: Row[] = [
     {
       id: "ghz",
@@ -65,8 +86,26 @@ export async function measureGhz(daemon: Daemon, size: BenchSize): Promise<Row[]
       verdict: errors === 0 && report.count === size.ghzCalls ? "pass" : "fail",
       note: `${report.count} calls, ${errors} errors${errorKinds ? `: ${errorKinds.slice(0, 300)}` : ""}; ghz ${ghzVersion}`,
     },
-    { id: "ghz-p50", figure: "ghz p50", unit: "ms", value: latency(50), baseline: null, ratio: null, goal: "-", verdict: "info" },
-    { id: "ghz-p99", figure: "ghz p99", unit: "ms", value: latency(99), baseline: null, ratio: null, goal: "-", verdict: "info" },
+    {
+      id: "ghz-p50",
+      figure: "ghz p50",
+      unit: "ms",
+      value: latency(50),
+      baseline: null,
+      ratio: null,
+      goal: "-",
+      verdict: "info",
+    },
+    {
+      id: "ghz-p99",
+      figure: "ghz p99",
+      unit: "ms",
+      value: latency(99),
+      baseline: null,
+      ratio: null,
+      goal: "-",
+      verdict: "info",
+    },
   ];
   return rows;
 }

@@ -29,7 +29,9 @@ export async function measureLogsFanout(daemon: Daemon, size: BenchSize): Promis
   const crowd = await followOnce(daemon, size.fanoutBytes, size.fanoutReaders - 1, true);
   const rates = crowd.readers.map((reader) => megabytesPerSecond(reader.bytes, reader.elapsedMs));
   const aloneRate = megabytesPerSecond(alone.readers[0].bytes, alone.readers[0].elapsedMs);
-  const complete = [...alone.readers, ...crowd.readers].every((reader) => reader.bytes === size.fanoutBytes && reader.gaps === 0);
+  const complete = [...alone.readers, ...crowd.readers].every(
+    (reader) => reader.bytes === size.fanoutBytes && reader.gaps === 0,
+  );
   const aggregate = rates.reduce((sum, rate) => sum + rate, 0);
   return [
     ratioRow(
@@ -61,7 +63,10 @@ async function followOnce(daemon: Daemon, bytes: number, liveReaders: number, wi
   const stalled = new AbortController();
   let stalledFinished = false;
   if (withStalled) {
-    const iterator = clients.pop()!.streamLogs({ processId, follow: true }, { signal: stalled.signal })[Symbol.asyncIterator]();
+    const iterator = clients
+      .pop()!
+      .streamLogs({ processId, follow: true }, { signal: stalled.signal })
+      [Symbol.asyncIterator]();
     // Take the first event, then never ask again: HTTP/2 flow control stops its stream.
     const first = await iterator.next();
     stalledFinished = first.done === true;
@@ -70,7 +75,9 @@ async function followOnce(daemon: Daemon, bytes: number, liveReaders: number, wi
   stalled.abort();
   const info = await daemon.client.getProcess({ processId });
   const exit = info.process?.exit;
-  const processMs = exit?.duration ? Number(exit.duration.seconds) * 1000 + exit.duration.nanos / 1e6 - startDelayMs : Number.NaN;
+  const processMs = exit?.duration
+    ? Number(exit.duration.seconds) * 1000 + exit.duration.nanos / 1e6 - startDelayMs
+    : Number.NaN;
   return { readers, processMs, stalledFinished };
 }
 

@@ -27,7 +27,9 @@ export async function measureProcessScale(daemon: Daemon, size: BenchSize): Prom
 
   // Baseline first, so the daemon's processes are not around while it runs.
   const children: Awaited<ReturnType<typeof spawnBackground>>[] = [];
-  const baselineStartMs = await runConcurrently(count, startConcurrency, async () => children.push(await spawnBackground("sleep", [sleepMark])));
+  const baselineStartMs = await runConcurrently(count, startConcurrency, async () =>
+    children.push(await spawnBackground("sleep", [sleepMark])),
+  );
   const baselineListMs = await medianMs(listRuns, async () => {
     for (const child of children) readFileSync(`/proc/${child.pid}/stat`, "utf8");
   });
@@ -39,7 +41,8 @@ export async function measureProcessScale(daemon: Daemon, size: BenchSize): Prom
 
   const startMs = await runConcurrently(count, startConcurrency, async () => {
     const response = await daemon.client.startProcess({ spec: { command: "sleep", args: [sleepMark] } });
-    if (response.process?.status !== ProcessStatus.RUNNING) throw new Error(`sleep did not start: ${response.process?.exit?.error}`);
+    if (response.process?.status !== ProcessStatus.RUNNING)
+      throw new Error(`sleep did not start: ${response.process?.exit?.error}`);
   });
   await new Promise((resolve) => setTimeout(resolve, 1000));
   const busyRss = daemon.rssBytes();
@@ -52,7 +55,12 @@ export async function measureProcessScale(daemon: Daemon, size: BenchSize): Prom
     killed = (await daemon.client.killAllProcesses({ signal: "SIGKILL" })).killedCount;
     // "Is any still running?" in one record (page_size 1): listing all 1,000 every 20 ms would load the
     // daemon's thread with the measuring itself while it handles the exits.
-    await waitFor(async () => (await daemon.client.listProcesses({ statuses: [ProcessStatus.RUNNING], pageSize: 1 })).processes.length === 0, 60_000, 20);
+    await waitFor(
+      async () =>
+        (await daemon.client.listProcesses({ statuses: [ProcessStatus.RUNNING], pageSize: 1 })).processes.length === 0,
+      60_000,
+      20,
+    );
   });
   const gone = await waitFor(() => markedProcesses() === 0, 5000);
   const left = markedProcesses();
@@ -60,8 +68,31 @@ export async function measureProcessScale(daemon: Daemon, size: BenchSize): Prom
 
   const perProcessKb = (busyRss - idleRss) / count / 1024;
   return [
-    ratioRow({ id: "scale-start", figure: `start ${count} background sleeps`, unit: "ms", value: startMs, baseline: baselineStartMs, note: `${startConcurrency} in flight` }, "max", 2),
-    ratioRow({ id: "scale-list", figure: `list ${count} processes`, unit: "ms", value: listMs, baseline: baselineListMs, note: `${listed} listed running, median of ${listRuns}; baseline reads each /proc/<pid>/stat` }, "max", 2, listed === count),
+    ratioRow(
+      {
+        id: "scale-start",
+        figure: `start ${count} background sleeps`,
+        unit: "ms",
+        value: startMs,
+        baseline: baselineStartMs,
+        note: `${startConcurrency} in flight`,
+      },
+      "max",
+      2,
+    ),
+    ratioRow(
+      {
+        id: "scale-list",
+        figure: `list ${count} processes`,
+        unit: "ms",
+        value: listMs,
+        baseline: baselineListMs,
+        note: `${listed} listed running, median of ${listRuns}; baseline reads each /proc/<pid>/stat`,
+      },
+      "max",
+      2,
+      listed === count,
+    ),
     ratioRow(
       {
         id: "scale-kill",

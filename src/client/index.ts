@@ -19,7 +19,14 @@ export { CommandFinished } from "./core/index.js";
 export { DEFAULT_MAX_RETAINED_BYTES } from "./core/index.js";
 export type { CommandOptions, PtySize } from "./core/index.js";
 export type { StreamState } from "./core/index.js";
-export type { BaseExecOptions, ExecEvent, ExecOptions, ExecOutput, ExecResult, StreamOptions } from "./wrappers/index.js";
+export type {
+  BaseExecOptions,
+  ExecEvent,
+  ExecOptions,
+  ExecOutput,
+  ExecResult,
+  StreamOptions,
+} from "./wrappers/index.js";
 export type { ListProcessesOptions, ProcessOptions } from "./wrappers/index.js";
 export type { RunOptions } from "./wrappers/index.js";
 export type { Command, RunCommandOptions, RunCommandParams } from "./wrappers/index.js";

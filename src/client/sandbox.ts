@@ -2,8 +2,45 @@ import { randomBytes } from "node:crypto";
 import { ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
 import { FileService } from "../../gen/sandbox/v1/files_pb.js";
-import { type DaemonAddress, defaultReconnectSettings, resolveDaemonAddress, tlsMismatch, type CommandFinished, type CommandDefaults, type CommandOptions, isUnreachable, SandboxError, toSandboxError, type OutputOffsets, type ProcessHandle, type ReconnectSettings, createSandboxConnection, type SandboxConnection, type SandboxConnectionOptions } from "./core/index.js";
-import { type CommandHandle, exec, execStream, type ExecEvent, type ExecOptions, type ExecOutput, type ExecResult, type StreamOptions, type LogEvent, type ListProcessesOptions, type ProcessesContext, type ProcessOptions, runCommand, type Command, type RunCommandOptions, type RunCommandParams, run, type RunOptions, processes } from "./wrappers/index.js";
+import {
+  type DaemonAddress,
+  defaultReconnectSettings,
+  resolveDaemonAddress,
+  tlsMismatch,
+  type CommandFinished,
+  type CommandDefaults,
+  type CommandOptions,
+  isUnreachable,
+  SandboxError,
+  toSandboxError,
+  type OutputOffsets,
+  type ProcessHandle,
+  type ReconnectSettings,
+  createSandboxConnection,
+  type SandboxConnection,
+  type SandboxConnectionOptions,
+} from "./core/index.js";
+import {
+  type CommandHandle,
+  exec,
+  execStream,
+  type ExecEvent,
+  type ExecOptions,
+  type ExecOutput,
+  type ExecResult,
+  type StreamOptions,
+  type LogEvent,
+  type ListProcessesOptions,
+  type ProcessesContext,
+  type ProcessOptions,
+  runCommand,
+  type Command,
+  type RunCommandOptions,
+  type RunCommandParams,
+  run,
+  type RunOptions,
+  processes,
+} from "./wrappers/index.js";
 import { assertTransition, canTransition, notRunningError, type SandboxStatus } from "./lifecycle.js";
 import { SandboxFiles } from "./files/index.js";
 
@@ -155,13 +192,22 @@ export class Sandbox implements AsyncDisposable {
    * {@link SandboxOptions.allowCleartextToken}).
    */
   constructor(private readonly options: SandboxOptions = {}) {
-    if ("timeout" in options) throw new SandboxError("SandboxOptions has no `timeout`: the time limit is timeoutMs, in milliseconds", "INVALID_ARGUMENT");
+    if ("timeout" in options)
+      throw new SandboxError(
+        "SandboxOptions has no `timeout`: the time limit is timeoutMs, in milliseconds",
+        "INVALID_ARGUMENT",
+      );
     this.address = resolveDaemonAddress(options);
     this.sandboxId = options.sandboxId ?? randomBytes(6).toString("hex");
     this.sessionId = options.sessionId ?? this.sandboxId;
     this.sessions.add(this.sessionId);
     const timeoutMs = options.timeoutMs ?? 30_000;
-    this.defaults = { sessionId: this.sessionId, timeoutMs, workspace: [...(options.workspace ?? [])], encoding: options.encoding };
+    this.defaults = {
+      sessionId: this.sessionId,
+      timeoutMs,
+      workspace: [...(options.workspace ?? [])],
+      encoding: options.encoding,
+    };
   }
 
   /** Current lifecycle state. */
@@ -204,7 +250,11 @@ export class Sandbox implements AsyncDisposable {
    */
   async start(): Promise<void> {
     assertTransition(this.s.status, "running");
-    const connection = createSandboxConnection({ ...this.options, baseUrl: this.address.baseUrl, token: this.address.token });
+    const connection = createSandboxConnection({
+      ...this.options,
+      baseUrl: this.address.baseUrl,
+      token: this.address.token,
+    });
     const client = createClient(SandboxService, connection.transport);
     try {
       await client.listProcesses({ sessionId: this.sessionId }, { timeoutMs: this.options.connectTimeoutMs ?? 10_000 });
@@ -219,7 +269,14 @@ export class Sandbox implements AsyncDisposable {
     if (!canTransition(this.s.status, "running")) connection.close();
     assertTransition(this.s.status, "running");
     if (this.s.status === "error" && this.s.link !== undefined) this.earlier.push(this.s.link.connection);
-    this.s = { status: "running", link: { connection, context: this.createContext(connection, client), files: createClient(FileService, connection.transport) } };
+    this.s = {
+      status: "running",
+      link: {
+        connection,
+        context: this.createContext(connection, client),
+        files: createClient(FileService, connection.transport),
+      },
+    };
   }
 
   /**
@@ -275,7 +332,11 @@ export class Sandbox implements AsyncDisposable {
    */
   exec(command: string, options?: ExecOptions): Promise<ExecResult>;
   exec(command: string, args: readonly string[], options?: Omit<CommandOptions, "args">): Promise<ExecOutput>;
-  exec(command: string, second?: ExecOptions | readonly string[], third?: Omit<CommandOptions, "args">): Promise<ExecResult | ExecOutput> {
+  exec(
+    command: string,
+    second?: ExecOptions | readonly string[],
+    third?: Omit<CommandOptions, "args">,
+  ): Promise<ExecResult | ExecOutput> {
     return this.guard((context) => exec(context, command, second, third));
   }
 
@@ -311,11 +372,23 @@ export class Sandbox implements AsyncDisposable {
    * detached one has none; it SIGKILLs (exit code 137). `signal` cancels, `sudo` runs as root where
    * the daemon allows it.
    */
-  runCommand(cmd: string, args: readonly string[] | undefined, options: RunCommandOptions & { detached: true }): Promise<Command>;
-  runCommand(cmd: string, args?: readonly string[], options?: RunCommandOptions & { detached?: false }): Promise<CommandFinished>;
+  runCommand(
+    cmd: string,
+    args: readonly string[] | undefined,
+    options: RunCommandOptions & { detached: true },
+  ): Promise<Command>;
+  runCommand(
+    cmd: string,
+    args?: readonly string[],
+    options?: RunCommandOptions & { detached?: false },
+  ): Promise<CommandFinished>;
   runCommand(params: RunCommandParams & { detached: true }): Promise<Command>;
   runCommand(params: RunCommandParams & { detached?: false }): Promise<CommandFinished>;
-  runCommand(first: string | RunCommandParams, args?: readonly string[], options?: RunCommandOptions): Promise<Command | CommandFinished> {
+  runCommand(
+    first: string | RunCommandParams,
+    args?: readonly string[],
+    options?: RunCommandOptions,
+  ): Promise<Command | CommandFinished> {
     return this.guard((context) => runCommand(context, first, args, options));
   }
 

@@ -75,7 +75,10 @@ export function fileErrorOf(error: unknown, path: string): unknown {
       return new FileError(`already exists: ${path}`, "PATH_ALREADY_EXISTS", { metadata, cause: error });
     case "EACCES":
     case "EPERM":
-      return new FileError(`permission denied: ${path}`, "PATH_NOT_ACCESSIBLE", { metadata: { path, errno }, cause: error });
+      return new FileError(`permission denied: ${path}`, "PATH_NOT_ACCESSIBLE", {
+        metadata: { path, errno },
+        cause: error,
+      });
     case "EISDIR":
       return new FileError(`is a directory: ${path}`, "IS_A_DIRECTORY", { metadata, cause: error });
     case "ENOTDIR":
@@ -85,7 +88,10 @@ export function fileErrorOf(error: unknown, path: string): unknown {
     case "ENOSPC":
     case "EDQUOT":
     case "EFBIG":
-      return new FileError(`no space left for ${path} (${errno})`, "STORAGE_EXHAUSTED", { metadata: { path, errno }, cause: error });
+      return new FileError(`no space left for ${path} (${errno})`, "STORAGE_EXHAUSTED", {
+        metadata: { path, errno },
+        cause: error,
+      });
     case "EROFS":
       return new FileError(`read-only filesystem: ${path}`, "READ_ONLY_FILESYSTEM", { metadata, cause: error });
     case "ELOOP":
@@ -94,10 +100,16 @@ export function fileErrorOf(error: unknown, path: string): unknown {
     case "ETXTBSY":
       return new FileError(`busy: ${path} (${errno})`, "FILE_BUSY", { metadata: { path, errno }, cause: error });
     case "ENAMETOOLONG":
-      return new FileError(`a name in the path is too long: ${path}`, "INVALID_ARGUMENT", { metadata: { field: "path" }, cause: error });
+      return new FileError(`a name in the path is too long: ${path}`, "INVALID_ARGUMENT", {
+        metadata: { field: "path" },
+        cause: error,
+      });
     case "ENXIO":
     case "ESPIPE":
-      return new FileError(`not a regular file: ${path}`, "NOT_A_REGULAR_FILE", { metadata: { path, type: "OTHER" }, cause: error });
+      return new FileError(`not a regular file: ${path}`, "NOT_A_REGULAR_FILE", {
+        metadata: { path, type: "OTHER" },
+        cause: error,
+      });
     default:
       return error;
   }

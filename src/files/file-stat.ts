@@ -107,7 +107,8 @@ export function createOwnerNames(passwdFile = "/etc/passwd", groupFile = "/etc/g
             names = new Map();
             for (const line of readFileSync(file, "utf8").split("\n")) {
               const [name, , number] = line.split(":");
-              if (name !== undefined && number !== undefined && /^\d+$/.test(number) && !names.has(Number(number))) names.set(Number(number), name);
+              if (name !== undefined && number !== undefined && /^\d+$/.test(number) && !names.has(Number(number)))
+                names.set(Number(number), name);
             }
           }
         } catch {

@@ -1,4 +1,11 @@
-import { close as closeFd, constants as fsConstants, fstat, open as openFile, type BigIntStats, type Dirent } from "node:fs";
+import {
+  close as closeFd,
+  constants as fsConstants,
+  fstat,
+  open as openFile,
+  type BigIntStats,
+  type Dirent,
+} from "node:fs";
 import fs from "node:fs/promises";
 import { loadNativeAddon, type UserIdentity } from "../process/index.js";
 import { FileError } from "./errors.js";
@@ -107,7 +114,16 @@ export interface FileCalls {
 
 /** The file functions of `native/files.c` (see there for each op). */
 interface NativeFileFunctions {
-  fileCall(op: number, identity: Int32Array | null, fd: number, path: string, flags: number, mode: number, fd2: number, path2: string): Promise<unknown>;
+  fileCall(
+    op: number,
+    identity: Int32Array | null,
+    fd: number,
+    path: string,
+    flags: number,
+    mode: number,
+    fd2: number,
+    path2: string,
+  ): Promise<unknown>;
   userGroups(name: string, gid: number): number[];
   watchStart(onBytes: (bytes: Buffer) => void): { fd: number; handle: object };
   watchStop(handle: object): void;
@@ -136,7 +152,8 @@ const RENAME_NOREPLACE = 1;
 /** The addon's file functions, or undefined when the addon is missing or older than them. */
 export function nativeFileFunctions(): NativeFileFunctions | undefined {
   const addon = loadNativeAddon() as (Partial<NativeFileFunctions> & object) | null;
-  if (addon === null || typeof addon.fileCall !== "function" || typeof addon.watchStart !== "function") return undefined;
+  if (addon === null || typeof addon.fileCall !== "function" || typeof addon.watchStart !== "function")
+    return undefined;
   return addon as NativeFileFunctions;
 }
 
@@ -158,7 +175,10 @@ export function createFileCalls(options: FileCallsOptions = {}): FileCalls {
   const user = options.user;
   const otherUser = user !== undefined && (user.uid !== process.getuid?.() || user.gid !== process.getgid?.());
   if (native === undefined) {
-    if (otherUser) return unavailableFileCalls(`file operations as ${user.name} need sandboxd's native addon, which is not built or not loaded`);
+    if (otherUser)
+      return unavailableFileCalls(
+        `file operations as ${user.name} need sandboxd's native addon, which is not built or not loaded`,
+      );
     return nodeFileCalls;
   }
   const identity = otherUser ? Int32Array.from([user.uid, user.gid, ...native.userGroups(user.name, user.gid)]) : null;
@@ -166,7 +186,8 @@ export function createFileCalls(options: FileCallsOptions = {}): FileCalls {
 }
 
 function createNativeFileCalls(native: NativeFileFunctions, identity: Int32Array | null): FileCalls {
-  const call = (which: number, fd: number, path: string, flags = 0, mode = 0, fd2 = -1, path2 = "") => native.fileCall(which, identity, fd, path, flags, mode, fd2, path2);
+  const call = (which: number, fd: number, path: string, flags = 0, mode = 0, fd2 = -1, path2 = "") =>
+    native.fileCall(which, identity, fd, path, flags, mode, fd2, path2);
   return {
     switchesIdentity: identity !== null,
     hasOpenBeneath: true,
@@ -178,7 +199,8 @@ function createNativeFileCalls(native: NativeFileFunctions, identity: Int32Array
     readlink: (dir, name) => call(op.readlink, dir, name) as Promise<string>,
     mkdir: async (dir, name, mode) => void (await call(op.mkdir, dir, name, 0, mode)),
     unlink: async (dir, name, directory) => void (await call(op.unlink, dir, name, directory ? AT_REMOVEDIR : 0)),
-    rename: async (fromDir, fromName, toDir, toName, noReplace) => void (await call(op.rename, fromDir, fromName, noReplace ? RENAME_NOREPLACE : 0, 0, toDir, toName)),
+    rename: async (fromDir, fromName, toDir, toName, noReplace) =>
+      void (await call(op.rename, fromDir, fromName, noReplace ? RENAME_NOREPLACE : 0, 0, toDir, toName)),
     chmod: async (fd, mode) => void (await call(op.chmod, fd, "", 0, mode)),
     // Names travel NUL-separated both ways (a name never holds a NUL), stats packed: one value for
     // a whole directory rather than one per entry.
@@ -188,11 +210,23 @@ function createNativeFileCalls(native: NativeFileFunctions, identity: Int32Array
     },
     statEntries: async (dir, names) => {
       if (names.length === 0) return [];
-      const { stats, links } = (await call(op.statEntries, dir, "", 0, 0, -1, names.join("\0"))) as { stats: Float64Array; links: (string | undefined)[] };
+      const { stats, links } = (await call(op.statEntries, dir, "", 0, 0, -1, names.join("\0"))) as {
+        stats: Float64Array;
+        links: (string | undefined)[];
+      };
       return names.map((_, index) => {
         const at = index * 8;
         if (stats[at] === -1) return null;
-        const raw: RawStat = { mode: stats[at], size: stats[at + 1], uid: stats[at + 2], gid: stats[at + 3], dev: stats[at + 4], ino: stats[at + 5], mtimeSeconds: stats[at + 6], mtimeNanos: stats[at + 7] };
+        const raw: RawStat = {
+          mode: stats[at],
+          size: stats[at + 1],
+          uid: stats[at + 2],
+          gid: stats[at + 3],
+          dev: stats[at + 4],
+          ino: stats[at + 5],
+          mtimeSeconds: stats[at + 6],
+          mtimeNanos: stats[at + 7],
+        };
         const link = links[index];
         if (link !== undefined) raw.link = link;
         return raw;
@@ -239,9 +273,14 @@ function direntType(entry: Dirent): number {
 }
 
 const openFd = (path: string, flags: number, mode?: number) =>
-  new Promise<number>((resolve, reject) => openFile(path, flags, mode ?? 0o666, (error, fd) => (error ? reject(error) : resolve(fd))));
+  new Promise<number>((resolve, reject) =>
+    openFile(path, flags, mode ?? 0o666, (error, fd) => (error ? reject(error) : resolve(fd))),
+  );
 
-const fstatBig = (fd: number) => new Promise<BigIntStats>((resolve, reject) => fstat(fd, { bigint: true }, (error, stats) => (error ? reject(error) : resolve(stats))));
+const fstatBig = (fd: number) =>
+  new Promise<BigIntStats>((resolve, reject) =>
+    fstat(fd, { bigint: true }, (error, stats) => (error ? reject(error) : resolve(stats))),
+  );
 
 /** The calls on Node's `fs` (see {@link FileCalls}). */
 const nodeFileCalls: FileCalls = {
@@ -252,7 +291,8 @@ const nodeFileCalls: FileCalls = {
   openBeneath: () => Promise.reject(Object.assign(new Error("openat2 needs the native addon"), { code: "ENOSYS" })),
   reopen: (fd, flags) => openFd(at(fd, ""), flags),
   // "" is the fd itself: an lstat of /proc/self/fd/<fd> would describe the magic link.
-  stat: async (dir, name) => rawStat(name === "" ? await fstatBig(dir) : await fs.lstat(at(dir, name), { bigint: true })),
+  stat: async (dir, name) =>
+    rawStat(name === "" ? await fstatBig(dir) : await fs.lstat(at(dir, name), { bigint: true })),
   readlink: (dir, name) => fs.readlink(at(dir, name)),
   mkdir: (dir, name, mode) => fs.mkdir(at(dir, name), { mode }),
   unlink: (dir, name, directory) => (directory ? fs.rmdir(at(dir, name)) : fs.unlink(at(dir, name))),
@@ -273,7 +313,8 @@ const nodeFileCalls: FileCalls = {
       names.map(async (name) => {
         try {
           const stats = rawStat(await fs.lstat(at(dir, name), { bigint: true }));
-          if ((stats.mode & fsConstants.S_IFMT) === fsConstants.S_IFLNK) stats.link = await fs.readlink(at(dir, name)).catch(() => undefined);
+          if ((stats.mode & fsConstants.S_IFMT) === fsConstants.S_IFLNK)
+            stats.link = await fs.readlink(at(dir, name)).catch(() => undefined);
           return stats;
         } catch {
           return null;

@@ -54,7 +54,11 @@ export interface FileReader {
 }
 
 /** Opens `requested` for a read; every refusal comes from here, before a byte is read. */
-export async function openFileReader(context: FilesContext, requested: string, options: ReadOptions): Promise<FileReader> {
+export async function openFileReader(
+  context: FilesContext,
+  requested: string,
+  options: ReadOptions,
+): Promise<FileReader> {
   const { resolver, calls, names, maxUnsizedReadBytes } = context;
   const offset = options.offset ?? 0;
   const length = options.length;
@@ -66,9 +70,12 @@ export async function openFileReader(context: FilesContext, requested: string, o
   try {
     const raw = await calls.stat(handle, "");
     stat = fileStatOf(location.display, raw, names);
-    if (stat.kind === "directory") throw new FileError(`is a directory: ${requested}`, "IS_A_DIRECTORY", { metadata: { path: requested } });
+    if (stat.kind === "directory")
+      throw new FileError(`is a directory: ${requested}`, "IS_A_DIRECTORY", { metadata: { path: requested } });
     if (stat.kind === "fifo" || stat.kind === "socket") {
-      throw new FileError(`not a regular file: ${requested}`, "NOT_A_REGULAR_FILE", { metadata: { path: requested, type: stat.kind.toUpperCase() } });
+      throw new FileError(`not a regular file: ${requested}`, "NOT_A_REGULAR_FILE", {
+        metadata: { path: requested, type: stat.kind.toUpperCase() },
+      });
     }
     // A device that has nothing to read would block a thread of the pool: it is read without blocking.
     const nonBlocking = stat.kind === "character-device" ? fsConstants.O_NONBLOCK : 0;
@@ -100,7 +107,10 @@ export async function openFileReader(context: FilesContext, requested: string, o
       try {
         while (sent < stopAt) {
           signal?.throwIfAborted();
-          if (closed) throw new FileError(`the read of ${requested} was closed`, "FILE_BUSY", { metadata: { path: requested, errno: "EBADF" } });
+          if (closed)
+            throw new FileError(`the read of ${requested} was closed`, "FILE_BUSY", {
+              metadata: { path: requested, errno: "EBADF" },
+            });
           const buffer = Buffer.allocUnsafe(Math.min(chunkBytes, stopAt - sent));
           const pending = readAt(fd, buffer, offset + sent);
           reading = pending;
@@ -116,7 +126,11 @@ export async function openFileReader(context: FilesContext, requested: string, o
             eof = true;
             break;
           }
-          yield { kind: "chunk", offset: offset + sent, data: count === buffer.length ? buffer : buffer.subarray(0, count) };
+          yield {
+            kind: "chunk",
+            offset: offset + sent,
+            data: count === buffer.length ? buffer : buffer.subarray(0, count),
+          };
           sent += count;
         }
         const position = offset + sent;
@@ -127,7 +141,8 @@ export async function openFileReader(context: FilesContext, requested: string, o
             if (now !== undefined && position >= now) eof = true;
             else yield { kind: "limit", limit: "length", limitBytes: length };
           } else if (sized) {
-            if (now !== undefined && now > position) yield { kind: "limit", limit: "size-at-open", limitBytes: stat.sizeBytes };
+            if (now !== undefined && now > position)
+              yield { kind: "limit", limit: "size-at-open", limitBytes: stat.sizeBytes };
             else eof = true;
           } else {
             yield { kind: "limit", limit: "max-unsized-read-bytes", limitBytes: maxUnsizedReadBytes };

@@ -65,7 +65,8 @@ export class PathResolver {
    */
   locate(requested: string, field = "path"): Location {
     if (requested === "") throw new FileError(`${field} is empty`, "INVALID_ARGUMENT", { metadata: { field } });
-    if (requested.includes("\0")) throw new FileError(`${field} holds a NUL byte`, "INVALID_ARGUMENT", { metadata: { field } });
+    if (requested.includes("\0"))
+      throw new FileError(`${field} holds a NUL byte`, "INVALID_ARGUMENT", { metadata: { field } });
     if (Buffer.byteLength(requested) > maxPathBytes) {
       throw new FileError(`${field} is longer than ${maxPathBytes} bytes`, "INVALID_ARGUMENT", { metadata: { field } });
     }
@@ -82,7 +83,13 @@ export class PathResolver {
       root = this.roots[0];
       relative = cleaned === "." ? "" : cleaned;
     }
-    return { requested, field, root, relative, display: relative === "" ? root.path : path.posix.join(root.path, relative) };
+    return {
+      requested,
+      field,
+      root,
+      relative,
+      display: relative === "" ? root.path : path.posix.join(root.path, relative),
+    };
   }
 
   /** Whether the location names a workspace root itself (one of several roots included). */
@@ -98,7 +105,12 @@ export class PathResolver {
   async open(location: Location, flags: number, follow: boolean): Promise<number> {
     if (this.openBeneathWorks) {
       try {
-        return await this.calls.openBeneath(location.root.fd, location.relative || ".", flags | (follow ? 0 : fsConstants.O_NOFOLLOW), RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS);
+        return await this.calls.openBeneath(
+          location.root.fd,
+          location.relative || ".",
+          flags | (follow ? 0 : fsConstants.O_NOFOLLOW),
+          RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
+        );
       } catch (error) {
         const errno = errnoOf(error);
         // ENOSYS: an old kernel. EXDEV: an escape, or an absolute symlink openat2 does not follow
@@ -112,7 +124,8 @@ export class PathResolver {
         return await this.walk(location, flags, follow);
       } catch (error) {
         // A symlink replaced by something else between the walk's open and its readlink: look again.
-        if (!(error instanceof Swapped) || attempt >= maxRetries) throw fileErrorOf(error instanceof Swapped ? error.cause : error, location.requested);
+        if (!(error instanceof Swapped) || attempt >= maxRetries)
+          throw fileErrorOf(error instanceof Swapped ? error.cause : error, location.requested);
       }
     }
   }
@@ -124,9 +137,16 @@ export class PathResolver {
    * for a root, which has no directory of its own here.
    */
   async openParent(location: Location): Promise<{ dir: number; name: string }> {
-    if (location.relative === "") throw new FileError(`the workspace root itself: ${location.requested}`, "WORKSPACE_ROOT", { metadata: { path: location.requested } });
+    if (location.relative === "")
+      throw new FileError(`the workspace root itself: ${location.requested}`, "WORKSPACE_ROOT", {
+        metadata: { path: location.requested },
+      });
     const parent = path.posix.dirname(location.relative);
-    const dir = await this.open({ ...location, relative: parent === "." ? "" : parent }, O_PATH | fsConstants.O_DIRECTORY, true);
+    const dir = await this.open(
+      { ...location, relative: parent === "." ? "" : parent },
+      O_PATH | fsConstants.O_DIRECTORY,
+      true,
+    );
     return { dir, name: path.posix.basename(location.relative) };
   }
 
@@ -166,10 +186,13 @@ export class PathResolver {
         const last = pending.length === 0;
         const here = stack[stack.length - 1];
         const fd = await calls.openAt(here, name, O_PATH | fsConstants.O_NOFOLLOW);
-        const kind = (await calls.stat(fd, "").catch(async (error: unknown) => {
-          await calls.close(fd);
-          throw error;
-        })).mode & fsConstants.S_IFMT;
+        const kind =
+          (
+            await calls.stat(fd, "").catch(async (error: unknown) => {
+              await calls.close(fd);
+              throw error;
+            })
+          ).mode & fsConstants.S_IFMT;
         if (kind === fsConstants.S_IFLNK && (!last || follow)) {
           await calls.close(fd);
           if (++symlinks > maxSymlinks) throw Object.assign(new Error("too many symlinks"), { code: "ELOOP" });
@@ -198,14 +221,18 @@ export class PathResolver {
       const final = stack[stack.length - 1];
       if (stack.length === 1) return await calls.openAt(final, ".", flags);
       if ((flags & O_PATH) !== 0) {
-        if ((flags & fsConstants.O_DIRECTORY) !== 0 && ((await calls.stat(final, "")).mode & fsConstants.S_IFMT) !== fsConstants.S_IFDIR) {
+        if (
+          (flags & fsConstants.O_DIRECTORY) !== 0 &&
+          ((await calls.stat(final, "")).mode & fsConstants.S_IFMT) !== fsConstants.S_IFDIR
+        ) {
           throw Object.assign(new Error("not a directory"), { code: "ENOTDIR" });
         }
         stack.pop();
         return final;
       }
       // Only a last component not to follow can still be a symlink: as openat2 with O_NOFOLLOW.
-      if (((await calls.stat(final, "")).mode & fsConstants.S_IFMT) === fsConstants.S_IFLNK) throw Object.assign(new Error("a symlink"), { code: "ELOOP" });
+      if (((await calls.stat(final, "")).mode & fsConstants.S_IFMT) === fsConstants.S_IFLNK)
+        throw Object.assign(new Error("a symlink"), { code: "ELOOP" });
       return await calls.reopen(final, flags);
     } finally {
       await unwind();

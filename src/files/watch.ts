@@ -24,7 +24,17 @@ const IN_IGNORED = 0x8000;
 const IN_ONLYDIR = 0x1000000;
 const IN_EXCL_UNLINK = 0x4000000;
 const IN_ISDIR = 0x40000000;
-const watchMask = IN_MODIFY | IN_ATTRIB | IN_MOVED_FROM | IN_MOVED_TO | IN_CREATE | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_EXCL_UNLINK;
+const watchMask =
+  IN_MODIFY |
+  IN_ATTRIB |
+  IN_MOVED_FROM |
+  IN_MOVED_TO |
+  IN_CREATE |
+  IN_DELETE |
+  IN_DELETE_SELF |
+  IN_MOVE_SELF |
+  IN_ONLYDIR |
+  IN_EXCL_UNLINK;
 
 /** What happened to an entry. */
 export type FileChangeKind = "create" | "write" | "remove" | "rename" | "attribute";
@@ -69,7 +79,11 @@ export async function openWatch(context: FilesContext, requested: string, option
   const native = nativeFileFunctions();
   if (native === undefined || !calls.canWatch) {
     await calls.close(top);
-    throw new FileError("watching needs sandboxd's native addon, which is not built or not loaded", "FILE_SERVICE_UNAVAILABLE", { metadata: { path: requested } });
+    throw new FileError(
+      "watching needs sandboxd's native addon, which is not built or not loaded",
+      "FILE_SERVICE_UNAVAILABLE",
+      { metadata: { path: requested } },
+    );
   }
   let stat: FileStat;
   try {
@@ -189,7 +203,14 @@ class InotifyWatch {
     }
     // Many writes to one file in a row are one change to report.
     const last = this.queue[this.queue.length - 1];
-    if (event.kind === "change" && event.change === "write" && last?.kind === "change" && last.change === "write" && last.path === event.path) return;
+    if (
+      event.kind === "change" &&
+      event.change === "write" &&
+      last?.kind === "change" &&
+      last.change === "write" &&
+      last.path === event.path
+    )
+      return;
     this.queue.push(event);
     this.wake?.();
   }
@@ -210,10 +231,17 @@ class InotifyWatch {
       this.handle(wd, mask, cookie, name, movedFrom);
     }
     // A move whose other half is not in this read left the watched tree.
-    for (const moved of movedFrom.values()) this.push({ kind: "change", change: "rename", path: "", oldPath: moved.path, isDirectory: moved.isDirectory });
+    for (const moved of movedFrom.values())
+      this.push({ kind: "change", change: "rename", path: "", oldPath: moved.path, isDirectory: moved.isDirectory });
   }
 
-  private handle(wd: number, mask: number, cookie: number, name: string, movedFrom: Map<number, { path: string; isDirectory: boolean }>): void {
+  private handle(
+    wd: number,
+    mask: number,
+    cookie: number,
+    name: string,
+    movedFrom: Map<number, { path: string; isDirectory: boolean }>,
+  ): void {
     if ((mask & IN_Q_OVERFLOW) !== 0) {
       this.push({ kind: "overflow", source: "kernel", lostEvents: 0, path: "" });
       return;
@@ -227,7 +255,8 @@ class InotifyWatch {
     const isDirectory = (mask & IN_ISDIR) !== 0;
     const path = name === "" ? directory : `${directory === "/" ? "" : directory}/${name}`;
     if (wd === this.topWatch && (mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_UNMOUNT)) !== 0) {
-      const reason = (mask & IN_UNMOUNT) !== 0 ? "unmounted" : (mask & IN_MOVE_SELF) !== 0 ? "directory-moved" : "directory-removed";
+      const reason =
+        (mask & IN_UNMOUNT) !== 0 ? "unmounted" : (mask & IN_MOVE_SELF) !== 0 ? "directory-moved" : "directory-removed";
       this.push({ kind: "ended", reason });
       this.state = "ended";
       return;
@@ -319,9 +348,12 @@ class InotifyWatch {
           const raw = await calls.stat(dir, name).catch(() => undefined);
           type = raw !== undefined && (raw.mode & fsConstants.S_IFMT) === fsConstants.S_IFDIR ? DT_DIR : DT_UNKNOWN;
         }
-        if (report) this.push({ kind: "change", change: "create", path: child, oldPath: "", isDirectory: type === DT_DIR });
+        if (report)
+          this.push({ kind: "change", change: "create", path: child, oldPath: "", isDirectory: type === DT_DIR });
         if (type !== DT_DIR) continue;
-        const sub = await calls.openAt(dir, name, O_PATH | fsConstants.O_DIRECTORY | fsConstants.O_NOFOLLOW).catch(() => undefined);
+        const sub = await calls
+          .openAt(dir, name, O_PATH | fsConstants.O_DIRECTORY | fsConstants.O_NOFOLLOW)
+          .catch(() => undefined);
         if (sub === undefined) continue;
         try {
           if (await this.addWatchFor(sub, child, !report)) await this.watchTree(sub, child, report);
@@ -336,6 +368,12 @@ class InotifyWatch {
 }
 
 function watchLimit(limit: string, cause: unknown, value?: number): FileError {
-  const what = value === undefined ? `the kernel's inotify limit is reached (${limit})` : `too many directories to watch: the limit of ${value} is reached`;
-  return new FileError(what, "LIMIT_EXCEEDED", { metadata: { limit, value: value === undefined ? "" : String(value) }, cause });
+  const what =
+    value === undefined
+      ? `the kernel's inotify limit is reached (${limit})`
+      : `too many directories to watch: the limit of ${value} is reached`;
+  return new FileError(what, "LIMIT_EXCEEDED", {
+    metadata: { limit, value: value === undefined ? "" : String(value) },
+    cause,
+  });
 }

@@ -78,7 +78,15 @@ export class WorkspaceFiles {
       handles.push(handle);
     }
     const resolver = new PathResolver(roots, calls, { walkOnly: options.walkOnly });
-    return new WorkspaceFiles({ resolver, calls, names: createOwnerNames(), maxUnsizedReadBytes: options.maxUnsizedReadBytes ?? defaultMaxUnsizedReadBytes }, handles);
+    return new WorkspaceFiles(
+      {
+        resolver,
+        calls,
+        names: createOwnerNames(),
+        maxUnsizedReadBytes: options.maxUnsizedReadBytes ?? defaultMaxUnsizedReadBytes,
+      },
+      handles,
+    );
   }
 
   /** The workspace roots. */
@@ -137,7 +145,10 @@ export class WorkspaceFiles {
     }
     const more = found.length > pageSize;
     const page = found.slice(0, pageSize);
-    return { entries: page.map((entry) => entry.stat), continueAfter: more ? page[page.length - 1]?.relative : undefined };
+    return {
+      entries: page.map((entry) => entry.stat),
+      continueAfter: more ? page[page.length - 1]?.relative : undefined,
+    };
   }
 
   /**
@@ -145,11 +156,15 @@ export class WorkspaceFiles {
    * With `parents`, missing parents are created too (with the same mode) and an existing directory is
    * no error. Resolves with its stat and whether this call created it.
    */
-  async makeDirectory(requested: string, options: { parents?: boolean; mode?: number } = {}): Promise<{ stat: FileStat; created: boolean }> {
+  async makeDirectory(
+    requested: string,
+    options: { parents?: boolean; mode?: number } = {},
+  ): Promise<{ stat: FileStat; created: boolean }> {
     const location = this.context.resolver.locate(requested);
     const mode = checkMode(options.mode ?? defaultDirectoryMode);
     if (this.context.resolver.isRoot(location)) {
-      if (!options.parents) throw new FileError(`already exists: ${requested}`, "PATH_ALREADY_EXISTS", { metadata: { path: requested } });
+      if (!options.parents)
+        throw new FileError(`already exists: ${requested}`, "PATH_ALREADY_EXISTS", { metadata: { path: requested } });
       return { stat: await this.stat(requested), created: false };
     }
     const created = await this.makeDirectoryAt(location, options.parents ?? false, mode);
@@ -185,20 +200,29 @@ export class WorkspaceFiles {
     try {
       const toParent = await resolver.openParent(to);
       try {
-        await calls.rename(fromParent.dir, fromParent.name, toParent.dir, toParent.name, !options.overwrite).catch((error: unknown) => {
-          switch (errnoOf(error)) {
-            case "EXDEV":
-              throw new FileError(`cannot move across filesystems: ${source} to ${destination}`, "CROSS_DEVICE", { metadata: { source, destination }, cause: error });
-            case "EINVAL":
-              throw new FileError(`cannot move a directory into itself: ${source} to ${destination}`, "INVALID_ARGUMENT", { metadata: { field: "destination" }, cause: error });
-            case "EEXIST":
-            case "ENOTEMPTY":
-            case "EISDIR":
-              throw fileErrorOf(error, destination);
-            default:
-              throw fileErrorOf(error, source);
-          }
-        });
+        await calls
+          .rename(fromParent.dir, fromParent.name, toParent.dir, toParent.name, !options.overwrite)
+          .catch((error: unknown) => {
+            switch (errnoOf(error)) {
+              case "EXDEV":
+                throw new FileError(`cannot move across filesystems: ${source} to ${destination}`, "CROSS_DEVICE", {
+                  metadata: { source, destination },
+                  cause: error,
+                });
+              case "EINVAL":
+                throw new FileError(
+                  `cannot move a directory into itself: ${source} to ${destination}`,
+                  "INVALID_ARGUMENT",
+                  { metadata: { field: "destination" }, cause: error },
+                );
+              case "EEXIST":
+              case "ENOTEMPTY":
+              case "EISDIR":
+                throw fileErrorOf(error, destination);
+              default:
+                throw fileErrorOf(error, source);
+            }
+          });
         return await this.statAt(toParent.dir, toParent.name, to.display).catch((error: unknown) => {
           throw fileErrorOf(error, destination);
         });
@@ -252,7 +276,10 @@ export class WorkspaceFiles {
   private async statAt(dir: number, name: string, display: string): Promise<FileStat> {
     const { calls, names } = this.context;
     const raw = await calls.stat(dir, name);
-    const target = (raw.mode & fsConstants.S_IFMT) === fsConstants.S_IFLNK ? await calls.readlink(dir, name).catch(() => undefined) : undefined;
+    const target =
+      (raw.mode & fsConstants.S_IFMT) === fsConstants.S_IFLNK
+        ? await calls.readlink(dir, name).catch(() => undefined)
+        : undefined;
     return fileStatOf(display, raw, names, target);
   }
 
@@ -266,7 +293,11 @@ export class WorkspaceFiles {
     } catch (error) {
       if (!parents || !(error instanceof FileError) || error.reason !== "PATH_NOT_FOUND") throw error;
       const above = path.posix.dirname(location.relative);
-      await this.makeDirectoryAt({ ...location, relative: above === "." ? "" : above, display: path.posix.dirname(location.display) }, true, mode);
+      await this.makeDirectoryAt(
+        { ...location, relative: above === "." ? "" : above, display: path.posix.dirname(location.display) },
+        true,
+        mode,
+      );
       parent = await resolver.openParent(location);
     }
     try {
@@ -331,14 +362,27 @@ export class WorkspaceFiles {
   }
 
   /** Walks `dirFd` depth first in name order, appending what comes after `after` to `found` up to `limit`. */
-  private async collect(dirFd: number, display: string, relative: string, depth: number, after: string[] | undefined, limit: number, found: Listed[]): Promise<void> {
+  private async collect(
+    dirFd: number,
+    display: string,
+    relative: string,
+    depth: number,
+    after: string[] | undefined,
+    limit: number,
+    found: Listed[],
+  ): Promise<void> {
     const { calls, names: owners } = this.context;
     const { names, types } = await calls.readdir(dirFd);
-    const order = names.map((_, index) => index).sort((a, b) => (names[a] < names[b] ? -1 : names[a] > names[b] ? 1 : 0));
+    const order = names
+      .map((_, index) => index)
+      .sort((a, b) => (names[a] < names[b] ? -1 : names[a] > names[b] ? 1 : 0));
     const mine: Listed[] = [];
     let added = 0;
     const flushStats = async () => {
-      const stats = await calls.statEntries(dirFd, mine.map((entry) => entry.name));
+      const stats = await calls.statEntries(
+        dirFd,
+        mine.map((entry) => entry.name),
+      );
       mine.forEach((entry, index) => {
         const raw = stats[index];
         if (raw === null) entry.gone = true;
@@ -363,10 +407,20 @@ export class WorkspaceFiles {
       if (type === DT_UNKNOWN) type = directoryType(await calls.stat(dirFd, name).catch(() => undefined));
       if (type !== DT_DIR) continue;
       // A subdirectory the user may not read is listed, not descended into.
-      const child = await calls.openAt(dirFd, name, fsConstants.O_RDONLY | fsConstants.O_DIRECTORY | fsConstants.O_NOFOLLOW).catch(() => undefined);
+      const child = await calls
+        .openAt(dirFd, name, fsConstants.O_RDONLY | fsConstants.O_DIRECTORY | fsConstants.O_NOFOLLOW)
+        .catch(() => undefined);
       if (child === undefined) continue;
       try {
-        await this.collect(child, childDisplay, childRelative, depth - 1, resumesHere && after.length > 1 ? after.slice(1) : undefined, limit, found);
+        await this.collect(
+          child,
+          childDisplay,
+          childRelative,
+          depth - 1,
+          resumesHere && after.length > 1 ? after.slice(1) : undefined,
+          limit,
+          found,
+        );
       } finally {
         await calls.close(child);
       }
@@ -386,7 +440,19 @@ interface Listed {
 }
 
 function placeholder(display: string): FileStat {
-  return { path: display, name: path.posix.basename(display), kind: "file", sizeBytes: 0, mode: 0, uid: 0, gid: 0, owner: "", group: "", modifiedSeconds: 0, modifiedNanos: 0 };
+  return {
+    path: display,
+    name: path.posix.basename(display),
+    kind: "file",
+    sizeBytes: 0,
+    mode: 0,
+    uid: 0,
+    gid: 0,
+    owner: "",
+    group: "",
+    modifiedSeconds: 0,
+    modifiedNanos: 0,
+  };
 }
 
 function directoryType(raw: RawStat | undefined): number {
@@ -396,12 +462,15 @@ function directoryType(raw: RawStat | undefined): number {
 }
 
 function checkMode(mode: number): number {
-  if (!Number.isInteger(mode) || mode < 0 || mode > 0o7777) throw new FileError(`mode must be at most 07777, got ${mode}`, "INVALID_ARGUMENT", { metadata: { field: "mode" } });
+  if (!Number.isInteger(mode) || mode < 0 || mode > 0o7777)
+    throw new FileError(`mode must be at most 07777, got ${mode}`, "INVALID_ARGUMENT", { metadata: { field: "mode" } });
   return mode;
 }
 
 function workspaceRoot(requested: string): FileError {
-  return new FileError(`a workspace root cannot be removed or moved: ${requested}`, "WORKSPACE_ROOT", { metadata: { path: requested } });
+  return new FileError(`a workspace root cannot be removed or moved: ${requested}`, "WORKSPACE_ROOT", {
+    metadata: { path: requested },
+  });
 }
 
 async function ignoreGone(operation: Promise<void>): Promise<void> {

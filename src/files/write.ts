@@ -52,17 +52,26 @@ export interface FileWriter {
  * `makeParents`), checks what is at the target, and creates the temporary file with the identity's
  * rights (so it belongs to the `--user` user). Throws a FileError.
  */
-export async function createFileWriter(context: FilesContext, header: WriteHeader, makeParents: (location: Location, mode: number) => Promise<boolean>): Promise<FileWriter> {
+export async function createFileWriter(
+  context: FilesContext,
+  header: WriteHeader,
+  makeParents: (location: Location, mode: number) => Promise<boolean>,
+): Promise<FileWriter> {
   const { resolver, calls, names } = context;
   const requested = header.path;
   const location = resolver.locate(requested);
-  if (resolver.isRoot(location)) throw new FileError(`is a directory: ${requested}`, "IS_A_DIRECTORY", { metadata: { path: requested } });
+  if (resolver.isRoot(location))
+    throw new FileError(`is a directory: ${requested}`, "IS_A_DIRECTORY", { metadata: { path: requested } });
   if (header.mode !== undefined && (!Number.isInteger(header.mode) || header.mode < 0 || header.mode > 0o7777)) {
-    throw new FileError(`mode must be at most 07777, got ${header.mode}`, "INVALID_ARGUMENT", { metadata: { field: "mode" } });
+    throw new FileError(`mode must be at most 07777, got ${header.mode}`, "INVALID_ARGUMENT", {
+      metadata: { field: "mode" },
+    });
   }
   const expectedSha256 = header.expectedSha256?.toLowerCase() || undefined;
   if (expectedSha256 !== undefined && !/^[0-9a-f]{64}$/.test(expectedSha256)) {
-    throw new FileError("expected_sha256 must be 64 hex characters", "INVALID_ARGUMENT", { metadata: { field: "expected_sha256" } });
+    throw new FileError("expected_sha256 must be 64 hex characters", "INVALID_ARGUMENT", {
+      metadata: { field: "expected_sha256" },
+    });
   }
   let parent: { dir: number; name: string };
   try {
@@ -70,7 +79,10 @@ export async function createFileWriter(context: FilesContext, header: WriteHeade
   } catch (error) {
     if (!header.createParents || !(error instanceof FileError) || error.reason !== "PATH_NOT_FOUND") throw error;
     const above = path.posix.dirname(location.relative);
-    await makeParents({ ...location, relative: above === "." ? "" : above, display: path.posix.dirname(location.display) }, 0o755);
+    await makeParents(
+      { ...location, relative: above === "." ? "" : above, display: path.posix.dirname(location.display) },
+      0o755,
+    );
     parent = await resolver.openParent(location);
   }
   const { dir, name } = parent;
@@ -84,17 +96,26 @@ export async function createFileWriter(context: FilesContext, header: WriteHeade
     });
     if (existing !== undefined) {
       const kind = existing.mode & fsConstants.S_IFMT;
-      if (kind === fsConstants.S_IFDIR) throw new FileError(`is a directory: ${requested}`, "IS_A_DIRECTORY", { metadata: { path: requested } });
-      if (header.failIfExists) throw new FileError(`already exists: ${requested}`, "PATH_ALREADY_EXISTS", { metadata: { path: requested } });
+      if (kind === fsConstants.S_IFDIR)
+        throw new FileError(`is a directory: ${requested}`, "IS_A_DIRECTORY", { metadata: { path: requested } });
+      if (header.failIfExists)
+        throw new FileError(`already exists: ${requested}`, "PATH_ALREADY_EXISTS", { metadata: { path: requested } });
       if (kind !== fsConstants.S_IFREG && kind !== fsConstants.S_IFLNK) {
         const type = fileStatOf(location.display, existing, names).kind.toUpperCase().replace("-", "_");
-        throw new FileError(`not a regular file: ${requested}`, "NOT_A_REGULAR_FILE", { metadata: { path: requested, type } });
+        throw new FileError(`not a regular file: ${requested}`, "NOT_A_REGULAR_FILE", {
+          metadata: { path: requested, type },
+        });
       }
       if (header.mode === undefined && kind === fsConstants.S_IFREG) mode = existing.mode & 0o7777;
     }
     // Short enough for any name: the target's own may already take the 255 bytes a name may have.
     temporary = `.sandboxd-${randomBytes(8).toString("hex")}.part`;
-    fd = await calls.openAt(dir, temporary, fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_EXCL | fsConstants.O_NOFOLLOW, 0o600);
+    fd = await calls.openAt(
+      dir,
+      temporary,
+      fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_EXCL | fsConstants.O_NOFOLLOW,
+      0o600,
+    );
     if (header.expectedSizeBytes !== undefined) await calls.allocate(fd, header.expectedSizeBytes);
     return new TemporaryFileWriter(context, location, dir, name, temporary, fd, mode, header, expectedSha256);
   } catch (error) {
@@ -158,7 +179,8 @@ class TemporaryFileWriter implements FileWriter {
     try {
       await this.flush();
       const expected = this.header.expectedSizeBytes;
-      if (expected !== undefined && this.written !== expected) throw this.mismatch("expected_size_bytes", String(expected), String(this.written));
+      if (expected !== undefined && this.written !== expected)
+        throw this.mismatch("expected_size_bytes", String(expected), String(this.written));
       if (this.hash !== undefined) {
         const actual = this.hash.digest("hex");
         if (actual !== this.expectedSha256) throw this.mismatch("expected_sha256", this.expectedSha256!, actual);
@@ -209,9 +231,13 @@ class TemporaryFileWriter implements FileWriter {
   }
 
   private mismatch(field: string, expected: string, actual: string): FileError {
-    return new FileError(`the upload does not match ${field}: expected ${expected}, got ${actual}`, "CONTENT_MISMATCH", {
-      metadata: { path: this.header.path, field, expected, actual },
-    });
+    return new FileError(
+      `the upload does not match ${field}: expected ${expected}, got ${actual}`,
+      "CONTENT_MISMATCH",
+      {
+        metadata: { path: this.header.path, field, expected, actual },
+      },
+    );
   }
 }
 
@@ -219,7 +245,9 @@ class TemporaryFileWriter implements FileWriter {
 async function writeAll(fd: number, chunks: Uint8Array[]): Promise<void> {
   let rest = chunks;
   while (rest.length > 0) {
-    let count = await new Promise<number>((resolve, reject) => writev(fd, rest, (error, written) => (error ? reject(error) : resolve(written))));
+    let count = await new Promise<number>((resolve, reject) =>
+      writev(fd, rest, (error, written) => (error ? reject(error) : resolve(written))),
+    );
     const left: Uint8Array[] = [];
     for (const chunk of rest) {
       if (count >= chunk.length) count -= chunk.length;

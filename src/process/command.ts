@@ -104,7 +104,10 @@ export function resolveCommand(spec: ProcessSpec, context: CommandContext): Reso
     shell,
     env,
     identity: context.identity,
-    pty: spec.pty === undefined ? undefined : { cols: spec.pty.cols || defaultPtyCols, rows: spec.pty.rows || defaultPtyRows },
+    pty:
+      spec.pty === undefined
+        ? undefined
+        : { cols: spec.pty.cols || defaultPtyCols, rows: spec.pty.rows || defaultPtyRows },
     stdin,
     stdinData,
   };

@@ -32,7 +32,14 @@ export { parseSignal, signalName, type SignalName } from "./signals.js";
 export { Workspace, workspaceProblemFor } from "./workspace.js";
 export type { ProcessSpec } from "./command.js";
 export { GroupLedger, processStartTime, type ReapReport } from "./housekeeping/index.js";
-export { defaultMaxTasksPerCommand, defaultMaxTasksTotal, Launcher, type ForkLimit, type LaunchPlan, type LauncherOptions } from "./spawn/index.js";
+export {
+  defaultMaxTasksPerCommand,
+  defaultMaxTasksTotal,
+  Launcher,
+  type ForkLimit,
+  type LaunchPlan,
+  type LauncherOptions,
+} from "./spawn/index.js";
 export { PidsCgroup } from "./cgroups/index.js";
 export { groupsOf, resolveUser, rootIdentity, type UserIdentity } from "./user.js";
 export * from "../shared/limits.js";

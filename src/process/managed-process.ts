@@ -2,7 +2,13 @@ import { raceSignal } from "../shared/abort.js";
 import { ProcessError } from "./errors.js";
 import { maxPendingInputBytes, ptySizeProblem } from "../shared/limits.js";
 import type { SpawnedChild } from "./spawn/index.js";
-import { MemoryBudget, OutputBuffer, type OutputReader, type OutputStreamName, type StreamOffsets } from "./output/index.js";
+import {
+  MemoryBudget,
+  OutputBuffer,
+  type OutputReader,
+  type OutputStreamName,
+  type StreamOffsets,
+} from "./output/index.js";
 import type { SignalName } from "./signals.js";
 import type { ProcessStatus } from "../shared/process-status.js";
 
@@ -219,9 +225,13 @@ export class ManagedProcess {
       const offset = from[stream] ?? 0;
       const written = this.output.offsets[stream];
       if (offset > written) {
-        throw new ProcessError(`${stream}_offset ${offset} is beyond the ${written} bytes written so far`, "OFFSET_OUT_OF_RANGE", {
-          metadata: { field: `${stream}_offset`, offset: String(offset), written: String(written) },
-        });
+        throw new ProcessError(
+          `${stream}_offset ${offset} is beyond the ${written} bytes written so far`,
+          "OFFSET_OUT_OF_RANGE",
+          {
+            metadata: { field: `${stream}_offset`, offset: String(offset), written: String(written) },
+          },
+        );
       }
     }
     return this.output.createReader(from);
@@ -286,7 +296,9 @@ export class ManagedProcess {
    * asked meanwhile sent, exit awaited. A failure of `spawn` is thrown as it is and the record stays
    * `starting`: the caller says why it could not start with {@link failToStart}. @internal
    */
-  async spawn(spawn: (onOutput: (stream: OutputStreamName, data: Uint8Array) => void) => SpawnedChild | Promise<SpawnedChild>): Promise<SpawnedChild> {
+  async spawn(
+    spawn: (onOutput: (stream: OutputStreamName, data: Uint8Array) => void) => SpawnedChild | Promise<SpawnedChild>,
+  ): Promise<SpawnedChild> {
     const child = await spawn((stream, data) => this.output.append(stream, data));
     this.attach(child);
     return child;
@@ -418,12 +430,19 @@ export class ManagedProcess {
   }
 
   /** Counts `data` as pending and queues its write behind the earlier ones; past the pending limit it is refused or counted. */
-  private enqueueWrite(data: Uint8Array, signal: AbortSignal | undefined, pastLimit: "refuse" | "count"): Promise<number> {
+  private enqueueWrite(
+    data: Uint8Array,
+    signal: AbortSignal | undefined,
+    pastLimit: "refuse" | "count",
+  ): Promise<number> {
     this.assertAcceptsInput();
     if (this.inputClosed) throw this.stdinClosed();
     const cancelled = (reason: unknown) => this.writeCancelled(reason);
     if (signal?.aborted) throw cancelled(signal.reason);
-    if (data.length > maxPendingInputBytes || (pastLimit === "refuse" && this.pendingInputBytes + data.length > maxPendingInputBytes)) {
+    if (
+      data.length > maxPendingInputBytes ||
+      (pastLimit === "refuse" && this.pendingInputBytes + data.length > maxPendingInputBytes)
+    ) {
       throw this.stdinFull();
     }
     if (data.length > this.budget.limitBytes) {
@@ -498,7 +517,8 @@ export class ManagedProcess {
   resize(cols: number, rows: number): Promise<void> {
     const problem = ptySizeProblem(cols, rows, "resize");
     if (problem !== undefined) throw new ProcessError(problem, "INVALID_ARGUMENT", { metadata: { field: "resize" } });
-    if (!this.description.pty) throw new ProcessError(`process ${this.id} has no pty`, "PTY_NOT_OPEN", { metadata: { process_id: this.id } });
+    if (!this.description.pty)
+      throw new ProcessError(`process ${this.id} has no pty`, "PTY_NOT_OPEN", { metadata: { process_id: this.id } });
     const applied = this.writeChain.then(() => {
       if (this.life.t === "running") this.life.child.resize(cols, rows);
     });
@@ -507,27 +527,44 @@ export class ManagedProcess {
   }
 
   private writeCancelled(cause: unknown): ProcessError {
-    return new ProcessError(`write to stdin of process ${this.id} was cancelled`, "CANCELED", { metadata: { process_id: this.id }, cause });
+    return new ProcessError(`write to stdin of process ${this.id} was cancelled`, "CANCELED", {
+      metadata: { process_id: this.id },
+      cause,
+    });
   }
 
   private stdinFull(): ProcessError {
-    return new ProcessError(`stdin of process ${this.id} is full: the limit of ${maxPendingInputBytes} pending bytes is reached`, "LIMIT_EXCEEDED", {
-      metadata: { limit: "max-pending-input-bytes", value: String(maxPendingInputBytes), process_id: this.id },
-    });
+    return new ProcessError(
+      `stdin of process ${this.id} is full: the limit of ${maxPendingInputBytes} pending bytes is reached`,
+      "LIMIT_EXCEEDED",
+      {
+        metadata: { limit: "max-pending-input-bytes", value: String(maxPendingInputBytes), process_id: this.id },
+      },
+    );
   }
 
   private notRunning(cause?: unknown): ProcessError {
-    return new ProcessError(`process has exited: ${this.id}`, "PROCESS_NOT_RUNNING", { metadata: { process_id: this.id }, cause });
-  }
-
-  private noStdin(): ProcessError {
-    return new ProcessError(`process ${this.id} has no stdin: start it with stdin, stdin_data or pty`, "STDIN_NOT_OPEN", {
+    return new ProcessError(`process has exited: ${this.id}`, "PROCESS_NOT_RUNNING", {
       metadata: { process_id: this.id },
+      cause,
     });
   }
 
+  private noStdin(): ProcessError {
+    return new ProcessError(
+      `process ${this.id} has no stdin: start it with stdin, stdin_data or pty`,
+      "STDIN_NOT_OPEN",
+      {
+        metadata: { process_id: this.id },
+      },
+    );
+  }
+
   private stdinClosed(cause?: unknown): ProcessError {
-    return new ProcessError(`stdin of process ${this.id} is closed`, "STDIN_NOT_OPEN", { metadata: { process_id: this.id }, cause });
+    return new ProcessError(`stdin of process ${this.id} is closed`, "STDIN_NOT_OPEN", {
+      metadata: { process_id: this.id },
+      cause,
+    });
   }
 
   /** The child while it runs or drains. */
@@ -583,7 +620,6 @@ export class ManagedProcess {
     // Writers waiting for room look again, and find the process gone.
     this.budget.wake();
   }
-
 }
 
 /** Sends `signal` to process group `pid`; a group already gone (ESRCH) is no error. */

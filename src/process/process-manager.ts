@@ -2,10 +2,16 @@ import { randomUUID } from "node:crypto";
 import { resolveCommand, type ProcessSpec } from "./command.js";
 import { createBaseEnvironment } from "./environment.js";
 import { ProcessError } from "./errors.js";
-import { GroupLedger, type GroupReservation, type ReapReport, ExpiryQueue, noteProcessStarted } from "./housekeeping/index.js";
+import {
+  GroupLedger,
+  type GroupReservation,
+  type ReapReport,
+  ExpiryQueue,
+  noteProcessStarted,
+} from "./housekeeping/index.js";
 import { Launcher, HelperStartError, spawnPipeChild, spawnPtyChild } from "./spawn/index.js";
 import { defaultKillGracePeriodMs, ManagedProcess, type ProcessStatus } from "./managed-process.js";
-import { defaultMemoryBudgetBytes, MemoryBudget, type OutputReader } from "./output/index.js";
+import { defaultMemoryBudgetBytes, type MemoryBudget, type OutputReader } from "./output/index.js";
 import { findProgramProblem } from "./program-lookup.js";
 import { RetainedOutputBudget } from "./retained-output-budget.js";
 import type { SignalName } from "./signals.js";
@@ -120,7 +126,6 @@ export interface ProcessFilter {
   statuses?: readonly ProcessStatus[];
 }
 
-
 /**
  * ProcessManager starts processes and keeps their records: it validates specs, confines working
  * directories, enforces limits, expires exited records and kills everything on shutdown. It knows
@@ -187,7 +192,9 @@ export class ProcessManager {
     if (options.stateDirectory !== undefined) this.ledger = new GroupLedger(options.stateDirectory);
     const runAs = options.runAs;
     if (runAs !== undefined && runAs.uid !== process.getuid?.() && !this.launcher.canSwitchUser) {
-      throw new Error(`cannot run commands as ${runAs.name}: the sandboxd-exec helper was not built (is a C compiler installed? run npm rebuild sandboxd)`);
+      throw new Error(
+        `cannot run commands as ${runAs.name}: the sandboxd-exec helper was not built (is a C compiler installed? run npm rebuild sandboxd)`,
+      );
     }
   }
 
@@ -238,14 +245,19 @@ export class ProcessManager {
     return started;
   }
 
-  private async startProcess(spec: ProcessSpec, options: StartOptions, pinned: boolean): Promise<{ process: ManagedProcess } | PinnedProcess> {
+  private async startProcess(
+    spec: ProcessSpec,
+    options: StartOptions,
+    pinned: boolean,
+  ): Promise<{ process: ManagedProcess } | PinnedProcess> {
     this.checkAdmission(options.signal);
     validateSpec(spec);
     this.retained.checkInputFits(spec.stdinData?.length ?? 0);
     const id = spec.processId || randomUUID();
     this.checkRoom(id);
     if (spec.sudo && !this.allowSudo) throw new ProcessError("sudo is not allowed by this daemon", "SUDO_NOT_ALLOWED");
-    if (spec.sudo && process.getuid?.() !== 0) throw new ProcessError("sudo needs the daemon to run as root", "SUDO_NOT_ALLOWED");
+    if (spec.sudo && process.getuid?.() !== 0)
+      throw new ProcessError("sudo needs the daemon to run as root", "SUDO_NOT_ALLOWED");
     const cwd = await this.workspace.resolve(spec.cwd ?? "");
     // Node hands a request to its handler, and runs the handler's promise chain, in the middle of
     // reading a packet: a reset that follows the request in the same packet is read only after that.
@@ -269,11 +281,17 @@ export class ProcessManager {
     } catch (cause) {
       // Better no command than one a restarted daemon cannot account for.
       const code = (cause as NodeJS.ErrnoException).code ?? (cause as Error).message;
-      this.log?.(`state directory ${this.ledger!.directory}: could not record a process group (${code}); start refused`);
-      throw new ProcessError(`the state directory cannot record the process (${code}): not started`, "STATE_NOT_RECORDED", {
-        metadata: { errno: code },
-        cause,
-      });
+      this.log?.(
+        `state directory ${this.ledger!.directory}: could not record a process group (${code}); start refused`,
+      );
+      throw new ProcessError(
+        `the state directory cannot record the process (${code}): not started`,
+        "STATE_NOT_RECORDED",
+        {
+          metadata: { errno: code },
+          cause,
+        },
+      );
     }
     const managed = new ManagedProcess({
       description: command.description,
@@ -295,7 +313,14 @@ export class ProcessManager {
     let plan;
     try {
       plan = this.launcher.plan(
-        { file, args: command.argv, env, cwd, pty: command.pty !== undefined, cwdIsRoot: this.workspace.roots.includes(cwd) },
+        {
+          file,
+          args: command.argv,
+          env,
+          cwd,
+          pty: command.pty !== undefined,
+          cwdIsRoot: this.workspace.roots.includes(cwd),
+        },
         command.identity,
       );
     } catch (cause) {
@@ -321,20 +346,26 @@ export class ProcessManager {
                 counted(stream, data.length);
                 toRecord(stream, data);
               };
-        return command.pty ? spawnPtyChild({ ...childOptions, ...command.pty, onOutput }) : spawnPipeChild({ ...childOptions, onOutput });
+        return command.pty
+          ? spawnPtyChild({ ...childOptions, ...command.pty, onOutput })
+          : spawnPipeChild({ ...childOptions, onOutput });
       });
       this.indexPid(managed, child.pid);
       try {
         reservation?.commit(child.pid, id);
       } catch (cause) {
         managed.kill("SIGKILL", -1);
-        this.log?.(`state directory ${this.ledger!.directory}: could not record process group ${child.pid} (${(cause as Error).message}); killed it`);
+        this.log?.(
+          `state directory ${this.ledger!.directory}: could not record process group ${child.pid} (${(cause as Error).message}); killed it`,
+        );
       }
       reservation = undefined;
-      const released: Promise<void> = managed.exited.then(() => {
-        this.ledger?.forget(child.pid);
-        return plan.release();
-      }).finally(() => this.releases.delete(released));
+      const released: Promise<void> = managed.exited
+        .then(() => {
+          this.ledger?.forget(child.pid);
+          return plan.release();
+        })
+        .finally(() => this.releases.delete(released));
       this.releases.add(released);
     } catch (cause) {
       reservation?.cancel();
@@ -349,7 +380,11 @@ export class ProcessManager {
       const code = (cause as NodeJS.ErrnoException).code;
       const exitCode = code === "ENOENT" ? 127 : 126;
       const message =
-        code === "ENOENT" ? `program not found: ${file}` : code === "EACCES" ? `permission denied: ${file}` : `could not start ${file}: ${(cause as Error).message}`;
+        code === "ENOENT"
+          ? `program not found: ${file}`
+          : code === "EACCES"
+            ? `permission denied: ${file}`
+            : `could not start ${file}: ${(cause as Error).message}`;
       managed.failToStart(message, exitCode);
       return started;
     }
@@ -377,7 +412,8 @@ export class ProcessManager {
   /** Returns a record, or throws a ProcessError (PROCESS_NOT_FOUND). */
   get(id: string): ManagedProcess {
     const managed = this.processes.get(id);
-    if (managed === undefined) throw new ProcessError(`process not found: ${id}`, "PROCESS_NOT_FOUND", { metadata: { process_id: id } });
+    if (managed === undefined)
+      throw new ProcessError(`process not found: ${id}`, "PROCESS_NOT_FOUND", { metadata: { process_id: id } });
     return managed;
   }
 
@@ -389,7 +425,9 @@ export class ProcessManager {
   getRunning(pid: number): ManagedProcess {
     const managed = this.running.get(pid);
     if (managed === undefined || managed.exit !== undefined) {
-      throw new ProcessError(`no running process has pid ${pid}`, "PROCESS_NOT_FOUND", { metadata: { pid: String(pid) } });
+      throw new ProcessError(`no running process has pid ${pid}`, "PROCESS_NOT_FOUND", {
+        metadata: { pid: String(pid) },
+      });
     }
     return managed;
   }
@@ -431,7 +469,8 @@ export class ProcessManager {
   /** Removes exited records (of one session, and only those of `processIds`, when given) at once; returns how many. */
   cleanup(options: { sessionId?: string; processIds?: readonly string[] } = {}): number {
     let count = 0;
-    const only = options.processIds !== undefined && options.processIds.length > 0 ? new Set(options.processIds) : undefined;
+    const only =
+      options.processIds !== undefined && options.processIds.length > 0 ? new Set(options.processIds) : undefined;
     for (const managed of this.list({ sessionId: options.sessionId })) {
       if (only !== undefined && !only.has(managed.id)) continue;
       if (managed.exit !== undefined) {
@@ -464,19 +503,26 @@ export class ProcessManager {
    */
   private checkAdmission(signal: AbortSignal | undefined): void {
     if (this.shuttingDown) throw new ProcessError("the daemon is shutting down", "SHUTTING_DOWN");
-    if (signal?.aborted) throw new ProcessError("the call was cancelled before the command started", "CANCELED", { cause: signal.reason });
+    if (signal?.aborted)
+      throw new ProcessError("the call was cancelled before the command started", "CANCELED", { cause: signal.reason });
   }
 
   /** Refuses an id a live process has (PROCESS_ALREADY_EXISTS) and a process past the limit (LIMIT_EXCEEDED). */
   private checkRoom(id: string): void {
     const existing = this.processes.get(id);
     if (existing !== undefined && existing.exit === undefined) {
-      throw new ProcessError(`process already exists: ${id}`, "PROCESS_ALREADY_EXISTS", { metadata: { process_id: id } });
+      throw new ProcessError(`process already exists: ${id}`, "PROCESS_ALREADY_EXISTS", {
+        metadata: { process_id: id },
+      });
     }
     if (this.liveCount >= this.maxProcesses) {
-      throw new ProcessError(`too many processes: the limit of ${this.maxProcesses} live processes is reached`, "LIMIT_EXCEEDED", {
-        metadata: { limit: "max-processes", value: String(this.maxProcesses) },
-      });
+      throw new ProcessError(
+        `too many processes: the limit of ${this.maxProcesses} live processes is reached`,
+        "LIMIT_EXCEEDED",
+        {
+          metadata: { limit: "max-processes", value: String(this.maxProcesses) },
+        },
+      );
     }
   }
 
@@ -491,11 +537,11 @@ export class ProcessManager {
   /** Pins a reader on a new record's output, with the ways to let go of it. */
   private pinned(managed: ManagedProcess): PinnedProcess {
     const pin = managed.pinReader(() => {
-      if (managed.exit !== undefined && this.processes.get(managed.id) === managed) this.retained.dropDelivered(managed);
+      if (managed.exit !== undefined && this.processes.get(managed.id) === managed)
+        this.retained.dropDelivered(managed);
     });
     return { process: managed, reader: pin.reader, release: pin.release, delivered: pin.delivered };
   }
-
 
   private register(managed: ManagedProcess): void {
     const previous = this.processes.get(managed.id);
@@ -526,7 +572,6 @@ export async function createProcessManager(options: ProcessManagerOptions = {}):
   return manager;
 }
 
-
 /**
  * The refusal for a working directory the helper could not enter as the command's user, or
  * undefined when the helper failed at another step.
@@ -536,12 +581,23 @@ function workingDirectoryRefusal(failure: HelperStartError, cwd: string): Proces
   switch (failure.code) {
     case "ENOENT":
     case "ENOTDIR":
-      return new ProcessError(`working directory not found: ${cwd}`, "CWD_NOT_FOUND", { metadata: { cwd }, cause: failure });
+      return new ProcessError(`working directory not found: ${cwd}`, "CWD_NOT_FOUND", {
+        metadata: { cwd },
+        cause: failure,
+      });
     case "EXDEV":
       // A component was swapped (for a symlink out, say) between the check and the chdir.
-      return new ProcessError(`working directory changed while the command was starting: ${cwd}`, "CWD_OUTSIDE_WORKSPACE", { metadata: { cwd }, cause: failure });
+      return new ProcessError(
+        `working directory changed while the command was starting: ${cwd}`,
+        "CWD_OUTSIDE_WORKSPACE",
+        { metadata: { cwd }, cause: failure },
+      );
     case "EACCES":
-      return new ProcessError(`working directory is not accessible to the command's user: ${cwd}`, "CWD_NOT_ACCESSIBLE", { metadata: { cwd }, cause: failure });
+      return new ProcessError(
+        `working directory is not accessible to the command's user: ${cwd}`,
+        "CWD_NOT_ACCESSIBLE",
+        { metadata: { cwd }, cause: failure },
+      );
     default:
       return new ProcessError(`cannot enter working directory ${cwd}: ${failure.message}`, "SPAWN_FAILED", {
         metadata: { cwd, errno: failure.code },
@@ -549,5 +605,3 @@ function workingDirectoryRefusal(failure: HelperStartError, cwd: string): Proces
       });
   }
 }
-
-

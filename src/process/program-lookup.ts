@@ -7,7 +7,11 @@ import path from "node:path";
  * the libuv thread pool cost about a millisecond under load, which doubled the start time of an
  * argv-form command.
  */
-export function findProgramProblem(file: string, searchPath: string, cwd: string): { message: string; exitCode: number } | undefined {
+export function findProgramProblem(
+  file: string,
+  searchPath: string,
+  cwd: string,
+): { message: string; exitCode: number } | undefined {
   const candidates = file.includes("/")
     ? [path.resolve(cwd, file)]
     : searchPath.split(":").map((dir) => path.resolve(cwd, dir || ".", file));

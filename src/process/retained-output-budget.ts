@@ -25,7 +25,10 @@ export class RetainedOutputBudget {
 
   /** Creates the budget; `records` is read when room must be made. */
   constructor(private readonly options: RetainedOutputBudgetOptions) {
-    this.budget = new MemoryBudget({ limitBytes: options.limitBytes, reclaim: (targetBytes) => this.reclaim(targetBytes) });
+    this.budget = new MemoryBudget({
+      limitBytes: options.limitBytes,
+      reclaim: (targetBytes) => this.reclaim(targetBytes),
+    });
   }
 
   /**

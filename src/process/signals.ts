@@ -22,7 +22,9 @@ export function parseSignal(input: string, fallback: SignalName = "SIGTERM"): Si
     const name = upper.startsWith("SIG") ? upper : `SIG${upper}`;
     if (name in signalNumbers) return name as SignalName;
   }
-  throw new ProcessError(`unknown signal: ${JSON.stringify(input)}`, "INVALID_ARGUMENT", { metadata: { field: "signal" } });
+  throw new ProcessError(`unknown signal: ${JSON.stringify(input)}`, "INVALID_ARGUMENT", {
+    metadata: { field: "signal" },
+  });
 }
 
 /** Returns the canonical name of a signal number, or `SIG<n>` when Node has no name for it. */

@@ -52,7 +52,9 @@ export function currentUser(): UserIdentity {
 function passwdEntry(user: string): UserIdentity | undefined {
   let lines: string[];
   try {
-    lines = execFileSync("getent", ["passwd", user], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }).split("\n");
+    lines = execFileSync("getent", ["passwd", user], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"] }).split(
+      "\n",
+    );
   } catch (error) {
     // getent exits 2 for an unknown key; anything else means it is unusable here.
     if ((error as { status?: number }).status === 2) return undefined;
@@ -61,7 +63,8 @@ function passwdEntry(user: string): UserIdentity | undefined {
   for (const line of lines) {
     const [name, , uid, gid, , home, shell] = line.split(":");
     if (name === undefined || uid === undefined || gid === undefined) continue;
-    if (name === user || uid === user) return { name, uid: Number(uid), gid: Number(gid), home: home || "/", shell: shell || undefined };
+    if (name === user || uid === user)
+      return { name, uid: Number(uid), gid: Number(gid), home: home || "/", shell: shell || undefined };
   }
   return undefined;
 }
@@ -72,7 +75,11 @@ function passwdEntry(user: string): UserIdentity | undefined {
  */
 export function groupsOf(user: UserIdentity): number[] {
   try {
-    const text = execFileSync("id", ["-G", user.name], { encoding: "utf8", stdio: ["ignore", "pipe", "ignore"], timeout: 5000 });
+    const text = execFileSync("id", ["-G", user.name], {
+      encoding: "utf8",
+      stdio: ["ignore", "pipe", "ignore"],
+      timeout: 5000,
+    });
     const groups = text.trim().split(/\s+/).map(Number).filter(Number.isInteger);
     return groups.includes(user.gid) ? groups : [user.gid, ...groups];
   } catch {

@@ -21,7 +21,12 @@ export class Workspace {
         real = await realpath(root);
       } catch (error) {
         const code = (error as NodeJS.ErrnoException).code;
-        const why = code === "ENOENT" ? "does not exist" : code === "EACCES" ? "cannot be reached (permission denied)" : `cannot be resolved (${code ?? (error as Error).message})`;
+        const why =
+          code === "ENOENT"
+            ? "does not exist"
+            : code === "EACCES"
+              ? "cannot be reached (permission denied)"
+              : `cannot be resolved (${code ?? (error as Error).message})`;
         throw new Error(`workspace root ${root} ${why}`, { cause: error });
       }
       if (!(await stat(real)).isDirectory()) throw new Error(`workspace root is not a directory: ${root}`);
@@ -62,15 +67,21 @@ export class Workspace {
   }
 
   private contains(candidate: string): boolean {
-    return this.roots.some((root) => candidate === root || candidate.startsWith(root.endsWith("/") ? root : root + "/"));
+    return this.roots.some(
+      (root) => candidate === root || candidate.startsWith(root.endsWith("/") ? root : `${root}/`),
+    );
   }
 }
 
 /** The refusal of a cwd outside every root; it names the roots (metadata `roots`, colon-separated), so the caller knows where to go. */
 function outside(cwd: string, roots: readonly string[]): ProcessError {
-  return new ProcessError(`working directory is outside the workspace roots: ${cwd} (allowed: ${roots.join(", ")})`, "CWD_OUTSIDE_WORKSPACE", {
-    metadata: { cwd, roots: roots.join(":") },
-  });
+  return new ProcessError(
+    `working directory is outside the workspace roots: ${cwd} (allowed: ${roots.join(", ")})`,
+    "CWD_OUTSIDE_WORKSPACE",
+    {
+      metadata: { cwd, roots: roots.join(":") },
+    },
+  );
 }
 
 function notFound(cwd: string, cause: unknown): ProcessError {
@@ -84,12 +95,16 @@ function notFound(cwd: string, cause: unknown): ProcessError {
  * anything. A daemon started with `--user` checks this at start, so a workspace that user cannot
  * enter fails there, with the fix named, and not in every command afterwards.
  */
-export function workspaceProblemFor(user: { name: string; uid: number; gid: number }, groups: readonly number[], roots: readonly string[]): string | undefined {
+export function workspaceProblemFor(
+  user: { name: string; uid: number; gid: number },
+  groups: readonly number[],
+  roots: readonly string[],
+): string | undefined {
   if (user.uid === 0) return undefined;
   for (const root of roots) {
     const parts = path.resolve(root).split("/").filter(Boolean);
     for (let depth = 0; depth <= parts.length; depth++) {
-      const directory = "/" + parts.slice(0, depth).join("/");
+      const directory = `/${parts.slice(0, depth).join("/")}`;
       let info: Stats;
       try {
         info = statSync(directory);

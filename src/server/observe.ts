@@ -3,8 +3,8 @@ import pino, { type Logger } from "pino";
 import { sandboxdVersion } from "../shared/version.js";
 import { createPrettyStream } from "./pretty-stream.js";
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
-import { memoryReclaims, type ManagedProcess, type ProcessDescription, type ProcessExit, type ProcessManager } from "../process/index.js";
-import { callDetailsKey, interceptOutcome, peerKey, type Peer, type ProcessAudit } from "./rpc/index.js";
+import { memoryReclaims, type ProcessDescription, type ProcessExit, type ProcessManager } from "../process/index.js";
+import { callDetailsKey, interceptOutcome, peerKey, type ProcessAudit } from "./rpc/index.js";
 import { codeToString } from "@connectrpc/connect/protocol-connect";
 
 /** Log levels, quietest last. */
@@ -29,7 +29,11 @@ export interface LoggerOptions {
  */
 export function createLogger(options: LoggerOptions = {}): Logger {
   const pretty = options.format === "pretty" || (options.format === undefined && process.stderr.isTTY === true);
-  const base = { level: options.level ?? "info", base: { service: "sandboxd" }, formatters: { level: (label: string) => ({ level: label }) } };
+  const base = {
+    level: options.level ?? "info",
+    base: { service: "sandboxd" },
+    formatters: { level: (label: string) => ({ level: label }) },
+  };
   if (pretty) {
     const prettyStream = createPrettyStream({
       destination: options.destination ?? process.stderr,
@@ -73,7 +77,12 @@ export interface DaemonMetrics {
 export function createDaemonMetrics(source: { manager: ProcessManager; connections(): number }): DaemonMetrics {
   const registry = new Registry();
   collectDefaultMetrics({ register: registry, prefix: "sandboxd_" });
-  const calls = new Counter({ name: "sandboxd_calls_total", help: "Calls answered, by procedure and status code.", labelNames: ["procedure", "code"], registers: [registry] });
+  const calls = new Counter({
+    name: "sandboxd_calls_total",
+    help: "Calls answered, by procedure and status code.",
+    labelNames: ["procedure", "code"],
+    registers: [registry],
+  });
   const callSeconds = new Histogram({
     name: "sandboxd_call_duration_seconds",
     help: "Time from a call's start to its answer (unary) or end (streams).",
@@ -81,11 +90,30 @@ export function createDaemonMetrics(source: { manager: ProcessManager; connectio
     buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5, 30, 120],
     registers: [registry],
   });
-  const starts = new Counter({ name: "sandboxd_process_starts_total", help: "Processes started (spawned) or that failed to start.", labelNames: ["result"], registers: [registry] });
-  const outputBytes = new Counter({ name: "sandboxd_output_bytes_total", help: "Output bytes read from commands, per stream.", labelNames: ["stream"], registers: [registry] });
-  const buildInfo = new Gauge({ name: "sandboxd_build_info", help: "Always 1; the labels say which sandboxd and Node run.", labelNames: ["version", "node"], registers: [registry] });
+  const starts = new Counter({
+    name: "sandboxd_process_starts_total",
+    help: "Processes started (spawned) or that failed to start.",
+    labelNames: ["result"],
+    registers: [registry],
+  });
+  const outputBytes = new Counter({
+    name: "sandboxd_output_bytes_total",
+    help: "Output bytes read from commands, per stream.",
+    labelNames: ["stream"],
+    registers: [registry],
+  });
+  const buildInfo = new Gauge({
+    name: "sandboxd_build_info",
+    help: "Always 1; the labels say which sandboxd and Node run.",
+    labelNames: ["version", "node"],
+    registers: [registry],
+  });
   buildInfo.set({ version: sandboxdVersion, node: process.version }, 1);
-  const authFailures = new Counter({ name: "sandboxd_auth_failures_total", help: "Calls refused for a missing or wrong token.", registers: [registry] });
+  const authFailures = new Counter({
+    name: "sandboxd_auth_failures_total",
+    help: "Calls refused for a missing or wrong token.",
+    registers: [registry],
+  });
   const connectionsTurnedAway = new Counter({
     name: "sandboxd_connections_turned_away_total",
     help: "Connections closed by the connection budget: displaced (made no authenticated call, closed for a newcomer) or refused (a newcomer, every connection proven).",
@@ -125,7 +153,11 @@ export function createDaemonMetrics(source: { manager: ProcessManager; connectio
     help: "Output bytes the current records dropped to stay within their bounds (readers got a gap).",
     registers: [registry],
     collect() {
-      this.set(source.manager.list().reduce((total, managed) => total + managed.retainedFrom.stdout + managed.retainedFrom.stderr, 0));
+      this.set(
+        source.manager
+          .list()
+          .reduce((total, managed) => total + managed.retainedFrom.stdout + managed.retainedFrom.stderr, 0),
+      );
     },
   });
   let reclaimsCounted = 0;
@@ -164,13 +196,21 @@ export function createObserveInterceptor(logger: Logger, metrics: DaemonMetrics)
     return {
       ended(error, streaming) {
         // A stream that ran out because its caller went away counts as cancelled.
-        const failure = error ?? (streaming && request.signal.aborted ? new ConnectError("canceled", Code.Canceled) : undefined);
+        const failure =
+          error ?? (streaming && request.signal.aborted ? new ConnectError("canceled", Code.Canceled) : undefined);
         const code = failure === undefined ? "ok" : codeToString(ConnectError.from(failure).code);
         const seconds = (performance.now() - started) / 1000;
         metrics.calls.inc({ procedure, code });
         metrics.callSeconds.observe({ procedure }, seconds);
         const details = request.contextValues.get(callDetailsKey);
-        const line = { procedure, peer: peer?.address, subject: peer?.subject, ...details, code, durationMs: Math.round(seconds * 1e5) / 100 };
+        const line = {
+          procedure,
+          peer: peer?.address,
+          subject: peer?.subject,
+          ...details,
+          code,
+          durationMs: Math.round(seconds * 1e5) / 100,
+        };
         if (failure === undefined || code === "canceled") logger[routineLevel(logger)](line, "call");
         else logger.warn({ ...line, error: ConnectError.from(failure).rawMessage }, "call");
       },
@@ -189,7 +229,11 @@ export interface ProcessAuditOptions {
  * what ran: program name, cwd, user, pid) and one when it ends (status, code, signal, duration),
  * counting starts in the metrics. Environment values never; command lines only with `logCommands`.
  */
-export function createProcessAudit(logger: Logger, metrics: DaemonMetrics, options: ProcessAuditOptions = {}): ProcessAudit {
+export function createProcessAudit(
+  logger: Logger,
+  metrics: DaemonMetrics,
+  options: ProcessAuditOptions = {},
+): ProcessAudit {
   return {
     started(managed, peer, user) {
       const { description } = managed;

@@ -31,7 +31,14 @@ export interface RoutesOptions extends SandboxServiceOptions {
 }
 
 /** The services {@link createRoutes} serves, as server reflection lists them. */
-export const servedServices = [SandboxService, FileService, ProcessService, Health, ServerReflection, ServerReflectionV1alpha] as const;
+export const servedServices = [
+  SandboxService,
+  FileService,
+  ProcessService,
+  Health,
+  ServerReflection,
+  ServerReflectionV1alpha,
+] as const;
 
 /**
  * Creates the routes function: the seam between the RPC layer and the listener, as in
@@ -41,7 +48,13 @@ export const servedServices = [SandboxService, FileService, ProcessService, Heal
  * and v1alpha).
  */
 export function createRoutes(options: RoutesOptions): (router: ConnectRouter) => void {
-  const health = options.health ?? createHealthStatus([SandboxService.typeName, ProcessService.typeName, ...(options.files ? [FileService.typeName] : [])]);
+  const health =
+    options.health ??
+    createHealthStatus([
+      SandboxService.typeName,
+      ProcessService.typeName,
+      ...(options.files ? [FileService.typeName] : []),
+    ]);
   // Every failure carries a google.rpc.ErrorInfo: reflection lets grpcurl and buf curl print it.
   const reflection = createReflectionIndex(servedServices, [file_google_rpc_error_details]);
   return (router) => {

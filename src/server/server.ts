@@ -1,18 +1,61 @@
 import { setMaxListeners } from "node:events";
 import type http2 from "node:http2";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
-import { createProcessManager, defaultOutputCapacityBytes, type ProcessManager, type ProcessManagerOptions } from "../process/index.js";
+import {
+  createProcessManager,
+  defaultOutputCapacityBytes,
+  type ProcessManager,
+  type ProcessManagerOptions,
+} from "../process/index.js";
 import { ProcessService } from "../../gen/process/v1/process_pb.js";
 import { FileService } from "../../gen/sandbox/v1/files_pb.js";
 import { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
 import { WorkspaceFiles } from "../files/index.js";
 import { createFileMetrics, createFilesRest, FileLimits, type FileLimitOptions } from "./files/index.js";
-import { assertSafeBinding, assertSafeCors, assertSafeUserSwitch, createHealthStatus, type HealthStatus, connectionContextValues, createCallLimitInterceptor, createErrorMessageLimitInterceptor, defaultMaxCallsPerConnection, defaultMaxMessageBytes, type CallLimitOptions, shuttingDownError } from "./rpc/index.js";
+import {
+  assertSafeBinding,
+  assertSafeCors,
+  assertSafeUserSwitch,
+  createHealthStatus,
+  type HealthStatus,
+  connectionContextValues,
+  createCallLimitInterceptor,
+  createErrorMessageLimitInterceptor,
+  defaultMaxCallsPerConnection,
+  defaultMaxMessageBytes,
+  type CallLimitOptions,
+  shuttingDownError,
+} from "./rpc/index.js";
 import { createRoutes } from "./routes.js";
-import { watchSessionLiveness, type KeepaliveOptions, createGate, type Gate, type GateOptions, type Listener, type RequestHandler, createHttpEndpoints, createListener, defaultPrefaceTimeoutMs, type ListenerOptions, type TlsOptions, withErrorAnswers } from "./http/index.js";
-import { createDaemonMetrics, createLogger, createObserveInterceptor, createProcessAudit, type DaemonMetrics } from "./observe.js";
+import {
+  watchSessionLiveness,
+  type KeepaliveOptions,
+  createGate,
+  type Gate,
+  type GateOptions,
+  type Listener,
+  type RequestHandler,
+  createHttpEndpoints,
+  createListener,
+  defaultPrefaceTimeoutMs,
+  type ListenerOptions,
+  type TlsOptions,
+  withErrorAnswers,
+} from "./http/index.js";
+import {
+  createDaemonMetrics,
+  createLogger,
+  createObserveInterceptor,
+  createProcessAudit,
+  type DaemonMetrics,
+} from "./observe.js";
 import type { Logger } from "pino";
-import { createAgentSandboxRest, defaultMetadataPrefix, metadataEnvironment, type RestMount } from "./agent-sandbox/index.js";
+import {
+  createAgentSandboxRest,
+  defaultMetadataPrefix,
+  metadataEnvironment,
+  type RestMount,
+} from "./agent-sandbox/index.js";
 
 /** Default port of sandboxd. */
 export const defaultPort = 7007;
@@ -57,9 +100,19 @@ export interface SandboxServerOptions extends ProcessManagerOptions {
   /** Serve `GET /metrics` without the token. Default false: with a token, metrics need it too. */
   metricsPublic?: boolean;
   /** Limits of connections: how many, and how long HTTP/1.1 requests and silent connections may take. */
-  listener?: Pick<ListenerOptions, "maxConnections" | "maxConnectionsPerPeer" | "headersTimeoutMs" | "requestTimeoutMs" | "prefaceTimeoutMs">;
+  listener?: Pick<
+    ListenerOptions,
+    "maxConnections" | "maxConnectionsPerPeer" | "headersTimeoutMs" | "requestTimeoutMs" | "prefaceTimeoutMs"
+  >;
   /** Limits of the calls answered without a token (health), and of calls a client resets. */
-  gate?: Pick<GateOptions, "maxPublicCallsPerConnection" | "maxPublicCalls" | "maxWatchStreams" | "publicRequestTimeoutMs" | "maxResetsPerSecond">;
+  gate?: Pick<
+    GateOptions,
+    | "maxPublicCallsPerConnection"
+    | "maxPublicCalls"
+    | "maxWatchStreams"
+    | "publicRequestTimeoutMs"
+    | "maxResetsPerSecond"
+  >;
   /**
    * Serve TLS: HTTP/2 and HTTP/1.1 chosen by ALPN, mutual TLS when `clientCa` is set. Cleartext
    * (HTTP/2 and HTTP/1.1 told apart by the connection preface) when undefined.
@@ -130,7 +183,8 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
   const host = options.host ?? defaultHost;
   assertSafeBinding({ host, token: options.token, insecure: options.insecure });
   // Before anything is created: every variable of the daemon would be served.
-  if (options.agentSandbox?.metadataPrefix === "") throw new Error("the agent-sandbox metadata prefix must not be empty");
+  if (options.agentSandbox?.metadataPrefix === "")
+    throw new Error("the agent-sandbox metadata prefix must not be empty");
   assertSafeUserSwitch(options);
   assertSafeCors(options);
   const logger = options.logger ?? createLogger({ level: "silent" });
@@ -151,11 +205,17 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
   const maxMessageBytes = options.maxMessageBytes ?? defaultMaxMessageBytes;
   const health = createHealthStatus([SandboxService.typeName, FileService.typeName, ProcessService.typeName]);
   // Files as the commands' user, beneath the same workspace roots as their working directories.
-  const files = await WorkspaceFiles.create({ workspaceRoots: manager.workspace.roots, user: options.runAs, maxUnsizedReadBytes: options.maxUnsizedReadBytes });
+  const files = await WorkspaceFiles.create({
+    workspaceRoots: manager.workspace.roots,
+    user: options.runAs,
+    maxUnsizedReadBytes: options.maxUnsizedReadBytes,
+  });
   const fileLimits = new FileLimits(options.fileLimits);
   const fileMetrics = createFileMetrics(metrics.registry);
   const adapter = connectNodeAdapter({
-    routes: withErrorAnswers(createRoutes({ manager, health, audit, files: { files, limits: fileLimits, metrics: fileMetrics } })),
+    routes: withErrorAnswers(
+      createRoutes({ manager, health, audit, files: { files, limits: fileLimits, metrics: fileMetrics } }),
+    ),
     shutdownSignal: shutdown.signal,
     interceptors: [
       createObserveInterceptor(logger, metrics),
@@ -172,7 +232,10 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
     // dropped status filter would match every process.
     jsonOptions: { ignoreUnknownFields: false },
     // GetProcessLogs answers with all retained output of both streams, whatever the request limit.
-    writeMaxBytes: Math.max(maxMessageBytes, 2 * (options.outputCapacityBytes ?? defaultOutputCapacityBytes) + 64 * 1024),
+    writeMaxBytes: Math.max(
+      maxMessageBytes,
+      2 * (options.outputCapacityBytes ?? defaultOutputCapacityBytes) + 64 * 1024,
+    ),
   });
   // The HTTP/2 stream limit sits above the per-connection call limit, so a client normally meets the
   // limit as RESOURCE_EXHAUSTED naming it; the transport's own refusal is the backstop.
@@ -197,7 +260,13 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
     metrics: { registry: metrics.registry, token: options.metricsPublic ? undefined : options.token },
   });
   // KEP-539.2's REST file surface on the same port, behind the same gate, on the same file domain.
-  const filesRest = createFilesRest({ files, limits: fileLimits, metrics: fileMetrics, logger, shutdownSignal: shutdown.signal });
+  const filesRest = createFilesRest({
+    files,
+    limits: fileLimits,
+    metrics: fileMetrics,
+    logger,
+    shutdownSignal: shutdown.signal,
+  });
   let refusedSinceLog = 0;
   let lastRefusalLog = Number.NEGATIVE_INFINITY;
   const gateOptions = {
@@ -212,7 +281,11 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
       if (now - lastRefusalLog < 1000) return;
       lastRefusalLog = now;
       logger.warn(
-        { procedure: request.url?.split("?")[0].slice(1), peer: `${request.socket?.remoteAddress}:${request.socket?.remotePort}`, refused: refusedSinceLog },
+        {
+          procedure: request.url?.split("?")[0].slice(1),
+          peer: `${request.socket?.remoteAddress}:${request.socket?.remotePort}`,
+          refused: refusedSinceLog,
+        },
         "call refused: missing or wrong token",
       );
       refusedSinceLog = 0;
@@ -225,11 +298,15 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
     },
     onProven: (connection) => {
       const session = connection as http2.ServerHttp2Session;
-      if (limited.has(session) && !session.destroyed && !session.closed) session.settings({ maxConcurrentStreams: maxStreams });
+      if (limited.has(session) && !session.destroyed && !session.closed)
+        session.settings({ maxConcurrentStreams: maxStreams });
     },
     ...options.gate,
   } satisfies GateOptions;
-  const gate = createGate((request, response) => filesRest.answer(request, response) || adapter(request, response), gateOptions);
+  const gate = createGate(
+    (request, response) => filesRest.answer(request, response) || adapter(request, response),
+    gateOptions,
+  );
   const admissionTimeoutMs = options.listener?.prefaceTimeoutMs ?? defaultPrefaceTimeoutMs;
   /** A listener of the gate's handler, with the daemon's TLS, HTTP/2 settings, limits and liveness checks. */
   const openListener = (guarded: Gate) =>
@@ -238,7 +315,10 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
       tls: options.tls,
       proven: guarded.proven,
       onTurnedAway: (how) => metrics?.connectionsTurnedAway.inc({ how }),
-      http2: { maxSessionMemory: maxSessionMemoryMb, settings: { initialWindowSize: 4 * 1024 * 1024, maxConcurrentStreams: maxStreams } },
+      http2: {
+        maxSessionMemory: maxSessionMemoryMb,
+        settings: { initialWindowSize: 4 * 1024 * 1024, maxConcurrentStreams: maxStreams },
+      },
       onSession: (session) => {
         sessions.add(session);
         watchSessionLiveness(session, options.keepalive);
@@ -348,14 +428,22 @@ interface ListenerParts {
 function agentSandboxListeners(options: SandboxServerOptions, parts: ListenerParts) {
   const asked = options.agentSandbox;
   const listeners: { kind: "grpc" | "rest"; port: number; listener: Listener }[] = [];
-  if (asked?.grpcPort !== undefined) listeners.push({ kind: "grpc", port: asked.grpcPort, listener: parts.openListener(parts.daemonGate) });
+  if (asked?.grpcPort !== undefined)
+    listeners.push({ kind: "grpc", port: asked.grpcPort, listener: parts.openListener(parts.daemonGate) });
   if (asked?.restPort !== undefined) {
     const rest = createAgentSandboxRest({
       ready: parts.ready,
-      metadata: metadataEnvironment(asked.environment ?? process.env, { prefix: asked.metadataPrefix ?? defaultMetadataPrefix, token: options.token }),
+      metadata: metadataEnvironment(asked.environment ?? process.env, {
+        prefix: asked.metadataPrefix ?? defaultMetadataPrefix,
+        token: options.token,
+      }),
       files: asked.files ?? parts.files,
     });
-    listeners.push({ kind: "rest", port: asked.restPort, listener: parts.openListener(parts.gate(rest.handler, rest.refuse, rest.endpoints)) });
+    listeners.push({
+      kind: "rest",
+      port: asked.restPort,
+      listener: parts.openListener(parts.gate(rest.handler, rest.refuse, rest.endpoints)),
+    });
   }
   return listeners;
 }

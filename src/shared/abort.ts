@@ -85,7 +85,11 @@ export function onAbort(signal: AbortSignal | undefined, listener: (reason: unkn
  * listener is removed either way, so racing many promises against one long-lived signal keeps
  * nothing. Without a signal, returns `promise` as it is.
  */
-export function raceSignal<T>(promise: PromiseLike<T>, signal: AbortSignal | undefined, toError?: (reason: unknown) => unknown): Promise<T> {
+export function raceSignal<T>(
+  promise: PromiseLike<T>,
+  signal: AbortSignal | undefined,
+  toError?: (reason: unknown) => unknown,
+): Promise<T> {
   if (signal === undefined) return Promise.resolve(promise);
   const fail = (reason: unknown) => (toError === undefined ? reason : toError(reason));
   if (signal.aborted) return Promise.reject(fail(signal.reason));

@@ -49,7 +49,8 @@ export function ptySizeProblem(cols: number, rows: number, use: "start" | "resiz
 
 /** Why a timeout in milliseconds cannot be used, or undefined when it can: 0 (none) to {@link maxTimeoutMs}. */
 export function timeoutProblem(timeoutMs: number): string | undefined {
-  if (!Number.isInteger(timeoutMs) || timeoutMs < 0) return `timeout must be a non-negative number of milliseconds, got ${timeoutMs}`;
+  if (!Number.isInteger(timeoutMs) || timeoutMs < 0)
+    return `timeout must be a non-negative number of milliseconds, got ${timeoutMs}`;
   if (timeoutMs > maxTimeoutMs) return `timeout must be at most ${maxTimeoutMs} ms, got ${timeoutMs}`;
   return undefined;
 }

@@ -16,7 +16,12 @@ const { version } = JSON.parse(readFileSync(new URL("../../package.json", import
 
 /** Runs a program to its end; returns its stdout, throws with its stderr on a non-zero exit. */
 function run(file, args, options = {}) {
-  return execFileSync(file, args, { encoding: "utf8", stdio: ["ignore", "pipe", "pipe"], timeout: 300_000, ...options });
+  return execFileSync(file, args, {
+    encoding: "utf8",
+    stdio: ["ignore", "pipe", "pipe"],
+    timeout: 300_000,
+    ...options,
+  });
 }
 
 /**
@@ -27,14 +32,20 @@ function run(file, args, options = {}) {
 function project(name, flags = []) {
   const directory = path.join(work, name);
   mkdirSync(directory);
-  writeFileSync(path.join(directory, "package.json"), JSON.stringify({ name, private: true, type: "module", allowScripts: { sandboxd: true } }));
+  writeFileSync(
+    path.join(directory, "package.json"),
+    JSON.stringify({ name, private: true, type: "module", allowScripts: { sandboxd: true } }),
+  );
   run("npm", ["install", "--no-audit", "--no-fund", "--silent", ...flags, tarball], { cwd: directory });
   return directory;
 }
 
 /** Starts a daemon program and resolves with its outermost process and URL once it listens. */
 async function startDaemon(file, args, options = {}) {
-  const child = spawn(file, [...args, "--port", "0", "--log-format", "json"], { stdio: ["ignore", "ignore", "pipe"], ...options });
+  const child = spawn(file, [...args, "--port", "0", "--log-format", "json"], {
+    stdio: ["ignore", "ignore", "pipe"],
+    ...options,
+  });
   let stderr = "";
   child.stderr.on("data", (data) => (stderr += data));
   const exited = new Promise((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
@@ -86,14 +97,25 @@ describe("the packed package", () => {
 
   it("holds the build, the native sources and the contract, and no tests, benchmarks or source maps", () => {
     const files = run("tar", ["-tzf", tarball]).trim().split("\n");
-    const allowed = [/^package\/dist\/(src|gen)\//, /^package\/native\//, /^package\/scripts\/build-native\.mjs$/, /^package\/proto\/sandbox\//, /^package\/(package\.json|README\.md|LICENSE)$/];
-    assert.deepEqual(files.filter((file) => !allowed.some((pattern) => pattern.test(file))), []);
+    const allowed = [
+      /^package\/dist\/(src|gen)\//,
+      /^package\/native\//,
+      /^package\/scripts\/build-native\.mjs$/,
+      /^package\/proto\/sandbox\//,
+      /^package\/(package\.json|README\.md|LICENSE)$/,
+    ];
+    assert.deepEqual(
+      files.filter((file) => !allowed.some((pattern) => pattern.test(file))),
+      [],
+    );
     assert.equal(files.filter((file) => file.endsWith(".map")).length, 0);
     for (const entry of ["client/index", "server/index", "cli/sandboxd"]) {
       assert.ok(files.includes(`package/dist/src/${entry}.js`), entry);
       assert.ok(files.includes(`package/dist/src/${entry}.d.ts`), entry);
     }
-    console.log(`${files.length} files in ${path.basename(tarball)} (${Math.round(readFileSync(tarball).length / 1024)} KiB)`);
+    console.log(
+      `${files.length} files in ${path.basename(tarball)} (${Math.round(readFileSync(tarball).length / 1024)} KiB)`,
+    );
   });
 
   describe("installed as a dependency (npm install <tarball>)", () => {
@@ -108,7 +130,11 @@ describe("the packed package", () => {
 
     it("does not install node-pty: a client-only user needs no native terminal module", () => {
       assert.equal(existsSync(path.join(directory, "node_modules/node-pty")), false);
-      assert.equal(existsSync(path.join(directory, "node_modules/sandboxd/build/sandboxd-exec")), true, "the helper is built at install");
+      assert.equal(
+        existsSync(path.join(directory, "node_modules/sandboxd/build/sandboxd-exec")),
+        true,
+        "the helper is built at install",
+      );
     });
 
     it("npx sandboxd --version prints the version", () => {
@@ -119,7 +145,9 @@ describe("the packed package", () => {
       assert.equal(run("npx", ["--no-install", "sandbox", "--version"], { cwd: directory }), `${version}\n`);
       let failure;
       try {
-        run("npx", ["--no-install", "sandbox", "exec", "--url", daemon.url, "--", "echo from the cli; exit 4"], { cwd: directory });
+        run("npx", ["--no-install", "sandbox", "exec", "--url", daemon.url, "--", "echo from the cli; exit 4"], {
+          cwd: directory,
+        });
       } catch (error) {
         failure = error;
       }
@@ -147,7 +175,11 @@ describe("the packed package", () => {
     }
 
     it("a .ts consumer compiles with tsc --strict, exactOptionalPropertyTypes and noUncheckedIndexedAccess, and runs", async () => {
-      run("npm", ["install", "--no-audit", "--no-fund", "--silent", "--save-exact", "typescript@5.9.3", "@types/node@24.19.2"], { cwd: directory });
+      run(
+        "npm",
+        ["install", "--no-audit", "--no-fund", "--silent", "--save-exact", "typescript@5.9.3", "@types/node@24.19.2"],
+        { cwd: directory },
+      );
       writeFileSync(
         path.join(directory, "tsconfig.json"),
         JSON.stringify({
@@ -187,7 +219,13 @@ await sandbox.close();
       );
       run("npx", ["--no-install", "tsc", "-p", "."], { cwd: directory });
       const output = JSON.parse(run(process.execPath, ["consumer.js", daemon.url], { cwd: directory }));
-      assert.deepEqual(output, { stdout: "typed\n", exitCode: 0, notFound: "ProcessNotFoundError", service: "sandbox.v1.SandboxService", port: 0 });
+      assert.deepEqual(output, {
+        stdout: "typed\n",
+        exitCode: 0,
+        notFound: "ProcessNotFoundError",
+        service: "sandbox.v1.SandboxService",
+        port: 0,
+      });
     });
 
     it("SIGTERM to the npx pid stops the daemon and every command it started", async () => {
@@ -203,7 +241,9 @@ await sandbox.close();
 
   it("installed with --omit=dev, the daemon starts and answers health; a terminal without addon or node-pty is a clear error", async () => {
     const directory = project("daemon-only", ["--omit=dev"]);
-    const daemon = await startDaemon(path.join(directory, "node_modules/.bin/sandboxd"), ["--workspace", directory], { cwd: directory });
+    const daemon = await startDaemon(path.join(directory, "node_modules/.bin/sandboxd"), ["--workspace", directory], {
+      cwd: directory,
+    });
     cleanups.push(() => daemon.child.kill("SIGKILL"));
     const health = await fetch(new URL("/healthz", daemon.url));
     assert.equal(health.status, 200);
@@ -211,10 +251,14 @@ await sandbox.close();
     daemon.child.kill("SIGTERM");
     await daemon.exited;
 
-    const withoutAddon = await startDaemon(path.join(directory, "node_modules/.bin/sandboxd"), ["--workspace", directory], {
-      cwd: directory,
-      env: { ...process.env, SANDBOXD_NO_ADDON: "1" },
-    });
+    const withoutAddon = await startDaemon(
+      path.join(directory, "node_modules/.bin/sandboxd"),
+      ["--workspace", directory],
+      {
+        cwd: directory,
+        env: { ...process.env, SANDBOXD_NO_ADDON: "1" },
+      },
+    );
     cleanups.push(() => withoutAddon.child.kill("SIGKILL"));
     writeFileSync(
       path.join(directory, "pty.mjs"),
@@ -231,7 +275,10 @@ console.log(JSON.stringify({ plain: chunks.join(""), status: terminal.process.ex
     assert.equal(output.plain, "plain\n");
     // A start that fails is a record with status error and why, as for a program that is not found.
     assert.equal(output.status, 6);
-    assert.match(output.error, /terminal commands need the native addon .* or the node-pty package; neither is available/);
+    assert.match(
+      output.error,
+      /terminal commands need the native addon .* or the node-pty package; neither is available/,
+    );
     withoutAddon.child.kill("SIGTERM");
     await withoutAddon.exited;
   });
@@ -243,7 +290,10 @@ console.log(JSON.stringify({ plain: chunks.join(""), status: terminal.process.ex
     copyFileSync(oneFile, binary);
     execFileSync("chmod", ["755", binary]);
     assert.deepEqual(readdirSync(directory), ["sandboxd"]);
-    assert.equal(run(binary, ["--version"], { cwd: directory, env: { PATH: "/usr/bin:/bin" } }), `sandboxd ${version}\n`);
+    assert.equal(
+      run(binary, ["--version"], { cwd: directory, env: { PATH: "/usr/bin:/bin" } }),
+      `sandboxd ${version}\n`,
+    );
     const unpackRoot = path.join(work, "unpack");
     mkdirSync(unpackRoot);
     // What a daemon killed with SIGKILL leaves (no exit handler ran): removed at the next start.
@@ -251,14 +301,22 @@ console.log(JSON.stringify({ plain: chunks.join(""), status: terminal.process.ex
     mkdirSync(stale);
     writeFileSync(path.join(stale, "sandboxd-exec"), "left behind");
     // No node_modules, no NODE_PATH, not even node on PATH.
-    const daemon = await startDaemon(binary, ["--workspace", directory], { cwd: directory, env: { PATH: "/usr/bin:/bin", SANDBOXD_UNPACK_DIR: unpackRoot } });
+    const daemon = await startDaemon(binary, ["--workspace", directory], {
+      cwd: directory,
+      env: { PATH: "/usr/bin:/bin", SANDBOXD_UNPACK_DIR: unpackRoot },
+    });
     cleanups.push(() => daemon.child.kill("SIGKILL"));
     assert.doesNotMatch(daemon.stderr(), /WARNING/, "the helper and the addon are found");
     assert.equal(readdirSync(unpackRoot).length, 1, "the stale directory is gone, this daemon's is there");
     assert.match(readdirSync(unpackRoot)[0], new RegExp(`^sandboxd-${daemon.child.pid}-`));
     const marker = `${Math.floor(Math.random() * 1e9) + 1e9}`;
-    const output = JSON.parse(run(process.execPath, ["client.mjs", daemon.url, marker], { cwd: path.join(work, "consumer") }));
-    assert.deepEqual({ stdout: output.stdout, exitCode: output.exitCode, terminal: output.terminal }, { stdout: "hello from the package\n", exitCode: 3, terminal: "17 91\r\n" });
+    const output = JSON.parse(
+      run(process.execPath, ["client.mjs", daemon.url, marker], { cwd: path.join(work, "consumer") }),
+    );
+    assert.deepEqual(
+      { stdout: output.stdout, exitCode: output.exitCode, terminal: output.terminal },
+      { stdout: "hello from the package\n", exitCode: 3, terminal: "17 91\r\n" },
+    );
     daemon.child.kill("SIGTERM");
     assert.deepEqual(await daemon.exited, { code: 0, signal: null });
     await waitUntil(() => processesWith(`sleep ${marker}`).length === 0, "the commands to be killed");
@@ -267,9 +325,17 @@ console.log(JSON.stringify({ plain: chunks.join(""), status: terminal.process.ex
     const shared = path.join(work, "unpack-shared");
     mkdirSync(shared);
     chmodSync(shared, 0o777);
-    const refused = spawnSync(binary, ["--port", "0", "--workspace", directory], { cwd: directory, env: { PATH: "/usr/bin:/bin", SANDBOXD_UNPACK_DIR: shared }, encoding: "utf8", timeout: 30_000 });
+    const refused = spawnSync(binary, ["--port", "0", "--workspace", directory], {
+      cwd: directory,
+      env: { PATH: "/usr/bin:/bin", SANDBOXD_UNPACK_DIR: shared },
+      encoding: "utf8",
+      timeout: 30_000,
+    });
     assert.equal(refused.status, 1, refused.stderr);
-    assert.match(refused.stderr, /^sandboxd: unpack directory .*unpack-shared \(SANDBOXD_UNPACK_DIR\): .*unpack-shared has mode 0777: other users could swap/m);
+    assert.match(
+      refused.stderr,
+      /^sandboxd: unpack directory .*unpack-shared \(SANDBOXD_UNPACK_DIR\): .*unpack-shared has mode 0777: other users could swap/m,
+    );
     assert.deepEqual(readdirSync(shared), [], "nothing unpacked there");
   });
 });

@@ -35,18 +35,30 @@ export interface CliOptions {
 
 /** Starts the CLI with pipes for its three streams. */
 export function spawnCli(args: readonly string[], options: CliOptions = {}): ChildProcessWithoutNullStreams {
-  const cleared = { SANDBOXD_URL: undefined, SANDBOXD_TOKEN: undefined, SANDBOX_URL: undefined, SANDBOX_TOKEN: undefined };
+  const cleared = {
+    SANDBOXD_URL: undefined,
+    SANDBOXD_TOKEN: undefined,
+    SANDBOX_URL: undefined,
+    SANDBOX_TOKEN: undefined,
+  };
   const env: NodeJS.ProcessEnv = { ...process.env, ...cleared, ...options.env };
   if (options.url !== undefined) env.SANDBOXD_URL = options.url;
   for (const key of Object.keys(env)) if (env[key] === undefined) delete env[key];
-  return spawn(cliCommand[0], [...cliCommand.slice(1), ...args], { cwd: options.cwd ?? repositoryRoot, env, stdio: ["pipe", "pipe", "pipe"] });
+  return spawn(cliCommand[0], [...cliCommand.slice(1), ...args], {
+    cwd: options.cwd ?? repositoryRoot,
+    env,
+    stdio: ["pipe", "pipe", "pipe"],
+  });
 }
 
 /**
  * Runs the CLI to its end and collects its output as bytes; `input` is written to its stdin, which is
  * then closed (closed at once without it). Rejects when it runs past `timeoutMs` (it is then killed).
  */
-export function runCli(args: readonly string[], options: CliOptions & { input?: string | Buffer; timeoutMs?: number } = {}): Promise<CliResult> {
+export function runCli(
+  args: readonly string[],
+  options: CliOptions & { input?: string | Buffer; timeoutMs?: number } = {},
+): Promise<CliResult> {
   const child = spawnCli(args, options);
   child.stdin.on("error", () => {});
   child.stdin.end(options.input);
@@ -54,7 +66,11 @@ export function runCli(args: readonly string[], options: CliOptions & { input?: 
 }
 
 /** Collects a spawned CLI's output until it exits. */
-export function collect(child: ChildProcessWithoutNullStreams, timeoutMs = 30_000, args: readonly string[] = []): Promise<CliResult> {
+export function collect(
+  child: ChildProcessWithoutNullStreams,
+  timeoutMs = 30_000,
+  args: readonly string[] = [],
+): Promise<CliResult> {
   return new Promise((resolve, reject) => {
     const stdout: Buffer[] = [];
     const stderr: Buffer[] = [];
@@ -62,7 +78,9 @@ export function collect(child: ChildProcessWithoutNullStreams, timeoutMs = 30_00
     child.stderr.on("data", (chunk: Buffer) => stderr.push(chunk));
     const timer = setTimeout(() => {
       child.kill("SIGKILL");
-      reject(new Error(`sandbox ${args.join(" ")} ran past ${timeoutMs} ms; stderr: ${Buffer.concat(stderr).toString()}`));
+      reject(
+        new Error(`sandbox ${args.join(" ")} ran past ${timeoutMs} ms; stderr: ${Buffer.concat(stderr).toString()}`),
+      );
     }, timeoutMs);
     child.on("error", (error) => {
       clearTimeout(timer);

@@ -31,14 +31,20 @@ export async function bundleDaemon(): Promise<DaemonBundle> {
     format: "esm",
     target: "node20",
     external: ["node-pty"],
-    banner: { js: "import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);" },
+    banner: {
+      js: "import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);",
+    },
     logLevel: "error",
   });
-  for (const file of ["sandboxd-exec", "sandboxd.node"]) copyFileSync(path.join(repositoryRoot, "build", file), path.join(directory, file));
+  for (const file of ["sandboxd-exec", "sandboxd.node"])
+    copyFileSync(path.join(repositoryRoot, "build", file), path.join(directory, file));
   chmodSync(path.join(directory, "sandboxd-exec"), 0o755);
   return {
     script,
-    env: { SANDBOXD_EXEC_HELPER: path.join(directory, "sandboxd-exec"), SANDBOXD_NATIVE_ADDON: path.join(directory, "sandboxd.node") },
+    env: {
+      SANDBOXD_EXEC_HELPER: path.join(directory, "sandboxd-exec"),
+      SANDBOXD_NATIVE_ADDON: path.join(directory, "sandboxd.node"),
+    },
     remove: () => rmSync(directory, { recursive: true, force: true }),
   };
 }

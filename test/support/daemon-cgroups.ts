@@ -10,7 +10,8 @@ import { waitFor } from "./processes.js";
 import type { SandboxClient } from "./rpc.js";
 
 /** Whether `unshare --pid --fork --mount-proc` works here (root, and a kernel that allows it). */
-export const canUnsharePid = process.getuid?.() === 0 && spawnSync("unshare", ["--pid", "--fork", "--mount-proc", "true"]).status === 0;
+export const canUnsharePid =
+  process.getuid?.() === 0 && spawnSync("unshare", ["--pid", "--fork", "--mount-proc", "true"]).status === 0;
 
 /** The arguments that run a daemon as PID 1 of a new pid namespace (killed with `unshare` itself). */
 export const asPidOne = ["unshare", "--pid", "--kill-child", "--mount-proc"];
@@ -73,9 +74,19 @@ export interface DaemonWithClient {
 }
 
 /** Starts a daemon process in a workspace of its own, with `wrapper` (e.g. {@link asPidOne}) before node. */
-export async function startDaemonWithClient(flags: readonly string[], wrapper: readonly string[] = []): Promise<DaemonWithClient> {
+export async function startDaemonWithClient(
+  flags: readonly string[],
+  wrapper: readonly string[] = [],
+): Promise<DaemonWithClient> {
   const workspace = realpathSync(mkdtempSync(path.join(tmpdir(), "sandboxd-cgroups-")));
-  const command = wrapper.length === 0 ? daemonFromSource : { ...daemonFromSource, file: wrapper[0]!, args: [...wrapper.slice(1), process.execPath, ...daemonFromSource.args!] };
+  const command =
+    wrapper.length === 0
+      ? daemonFromSource
+      : {
+          ...daemonFromSource,
+          file: wrapper[0]!,
+          args: [...wrapper.slice(1), process.execPath, ...daemonFromSource.args!],
+        };
   let started: DaemonProcess;
   try {
     started = await startDaemonProcess(["--workspace", workspace, ...flags], command);
@@ -90,8 +101,16 @@ export async function startDaemonWithClient(flags: readonly string[], wrapper: r
     rmSync(workspace, { recursive: true, force: true });
   };
   try {
-    const pid = wrapper.length === 0 ? started.child.pid! : (await waitFor(() => onlyChild(started.child.pid!), { what: "the daemon under its wrapper" }))!;
-    return { daemon: started, client: createClient(SandboxService, createGrpcTransport({ baseUrl: started.url, sessionManager })), pid, close };
+    const pid =
+      wrapper.length === 0
+        ? started.child.pid!
+        : (await waitFor(() => onlyChild(started.child.pid!), { what: "the daemon under its wrapper" }))!;
+    return {
+      daemon: started,
+      client: createClient(SandboxService, createGrpcTransport({ baseUrl: started.url, sessionManager })),
+      pid,
+      close,
+    };
   } catch (error) {
     close();
     throw error;

@@ -27,13 +27,20 @@ export interface DaemonCommand {
 }
 
 /** The daemon from source through tsx, as the tests of a checkout run it. */
-export const daemonFromSource: DaemonCommand = { file: process.execPath, args: ["--import", "tsx", "src/cli/sandboxd.ts"], cwd: repositoryRoot };
+export const daemonFromSource: DaemonCommand = {
+  file: process.execPath,
+  args: ["--import", "tsx", "src/cli/sandboxd.ts"],
+  cwd: repositoryRoot,
+};
 
 /**
  * Starts the daemon as a separate process with `--port 0` and the given flags, and resolves once it
  * logged the URL it listens on.
  */
-export async function startDaemonProcess(flags: readonly string[], command: DaemonCommand = daemonFromSource): Promise<DaemonProcess> {
+export async function startDaemonProcess(
+  flags: readonly string[],
+  command: DaemonCommand = daemonFromSource,
+): Promise<DaemonProcess> {
   const child = spawn(command.file, [...(command.args ?? []), "--port", "0", ...flags], {
     cwd: command.cwd ?? repositoryRoot,
     env: command.env ?? process.env,
@@ -43,10 +50,17 @@ export async function startDaemonProcess(flags: readonly string[], command: Daem
   let stderr = "";
   child.stderr!.on("data", (data: Buffer) => (stderr += data.toString()));
   const exit = new Promise<void>((resolve) => child.once("exit", () => resolve()));
-  const url: string = await waitFor<string | undefined>(() => /listening on (\S+)/.exec(stderr)?.[1] ?? (child.exitCode !== null || child.signalCode !== null ? `exited (${child.exitCode ?? child.signalCode}): ${stderr}` : undefined), {
-    timeoutMs: 30_000,
-    what: "the daemon to listen",
-  }) as string;
+  const url: string = (await waitFor<string | undefined>(
+    () =>
+      /listening on (\S+)/.exec(stderr)?.[1] ??
+      (child.exitCode !== null || child.signalCode !== null
+        ? `exited (${child.exitCode ?? child.signalCode}): ${stderr}`
+        : undefined),
+    {
+      timeoutMs: 30_000,
+      what: "the daemon to listen",
+    },
+  )) as string;
   if (url.startsWith("exited (")) throw new Error(`the daemon exited before it listened; it said:\n${stderr}`);
   return { child, url, stderr: () => stderr, exited: () => exit };
 }

@@ -1,4 +1,4 @@
-import { Code, ConnectError } from "@connectrpc/connect";
+import { Code, type ConnectError } from "@connectrpc/connect";
 import { expect } from "vitest";
 import { ErrorInfoSchema, type ErrorInfo } from "../../gen/google/rpc/error_details_pb.js";
 
@@ -23,7 +23,10 @@ export interface ExpectedRefusal {
  */
 export function expectReason(error: ConnectError, expected: ExpectedRefusal): void {
   const infos = errorInfos(error);
-  expect({ code: Code[error.code], infos: infos.map(({ reason, domain, metadata }) => ({ reason, domain, metadata: { ...metadata } })) }).toEqual({
+  expect({
+    code: Code[error.code],
+    infos: infos.map(({ reason, domain, metadata }) => ({ reason, domain, metadata: { ...metadata } })),
+  }).toEqual({
     code: Code[expected.code],
     infos: [{ reason: expected.reason, domain: "sandbox.v1", metadata: expected.metadata ?? {} }],
   });

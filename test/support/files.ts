@@ -9,23 +9,37 @@ export type FilesClient = Client<typeof FileService>;
 type WritePart = MessageInitShape<typeof WriteRequestSchema>;
 
 /** The messages of a Write: the header, then `data` in chunks of `chunkBytes`. */
-export async function* writeParts(header: NonNullable<Extract<WritePart["part"], { case: "header" }>["value"]>, data: Uint8Array | AsyncIterable<Uint8Array> = new Uint8Array(), chunkBytes = 256 * 1024): AsyncGenerator<WritePart> {
+export async function* writeParts(
+  header: NonNullable<Extract<WritePart["part"], { case: "header" }>["value"]>,
+  data: Uint8Array | AsyncIterable<Uint8Array> = new Uint8Array(),
+  chunkBytes = 256 * 1024,
+): AsyncGenerator<WritePart> {
   yield { part: { case: "header", value: header } };
   if (data instanceof Uint8Array) {
-    for (let at = 0; at < data.length; at += chunkBytes) yield { part: { case: "data", value: data.subarray(at, at + chunkBytes) } };
+    for (let at = 0; at < data.length; at += chunkBytes)
+      yield { part: { case: "data", value: data.subarray(at, at + chunkBytes) } };
   } else {
     for await (const chunk of data) yield { part: { case: "data", value: chunk } };
   }
 }
 
 /** Writes `data` to `path` with one Write call; resolves with the new stat. */
-export async function writeFile(client: FilesClient, path: string, data: Uint8Array | string, header: Record<string, unknown> = {}) {
+export async function writeFile(
+  client: FilesClient,
+  path: string,
+  data: Uint8Array | string,
+  header: Record<string, unknown> = {},
+) {
   const bytes = typeof data === "string" ? Buffer.from(data) : data;
   return (await client.write(writeParts({ path, ...header }, bytes))).stat!;
 }
 
 /** Every event of a Read, and its bytes joined. */
-export async function readFile(client: FilesClient, path: string, request: { offset?: bigint; length?: bigint } = {}): Promise<{ events: ReadResponse["event"][]; data: Buffer }> {
+export async function readFile(
+  client: FilesClient,
+  path: string,
+  request: { offset?: bigint; length?: bigint } = {},
+): Promise<{ events: ReadResponse["event"][]; data: Buffer }> {
   const events: ReadResponse["event"][] = [];
   const parts: Uint8Array[] = [];
   for await (const response of client.read({ path, ...request })) {
@@ -41,7 +55,11 @@ export async function readFile(client: FilesClient, path: string, request: { off
  */
 export function* patternChunks(totalBytes: number, chunkBytes = 1024 * 1024): Generator<Buffer> {
   const block = Buffer.alloc(chunkBytes);
-  for (let offset = 0, seed = createHash("sha256").update("pattern").digest(); offset < chunkBytes; offset += seed.length) {
+  for (
+    let offset = 0, seed = createHash("sha256").update("pattern").digest();
+    offset < chunkBytes;
+    offset += seed.length
+  ) {
     seed.copy(block, offset);
     seed = createHash("sha256").update(seed).digest();
   }

@@ -33,13 +33,15 @@ export async function startHttp2Proxy(targetUrl: string): Promise<Http2Proxy> {
   server.on("stream", (down, headers) => {
     down.on("error", () => {});
     const forwarded: http2.OutgoingHttpHeaders = {};
-    for (const [name, value] of Object.entries(headers)) if (name !== ":scheme" && name !== ":authority") forwarded[name] = value;
+    for (const [name, value] of Object.entries(headers))
+      if (name !== ":scheme" && name !== ":authority") forwarded[name] = value;
     const up = upstream.request(forwarded);
     up.on("error", () => down.destroy());
     let trailers: http2.IncomingHttpHeaders = {};
     up.on("response", (responseHeaders) => {
       const response: http2.OutgoingHttpHeaders = {};
-      for (const [name, value] of Object.entries(responseHeaders)) if (!name.startsWith(":") || name === ":status") response[name] = value;
+      for (const [name, value] of Object.entries(responseHeaders))
+        if (!name.startsWith(":") || name === ":status") response[name] = value;
       down.respond(response, { waitForTrailers: true });
       up.pipe(down);
     });

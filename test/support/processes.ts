@@ -3,7 +3,11 @@ import { readdirSync, readFileSync } from "node:fs";
 /** Polls `check` every `intervalMs` until it returns a truthy value or `timeoutMs` passes (then throws). */
 export async function waitFor<T>(
   check: () => T | Promise<T>,
-  { timeoutMs = 10_000, intervalMs = 20, what = "condition" }: { timeoutMs?: number; intervalMs?: number; what?: string } = {},
+  {
+    timeoutMs = 10_000,
+    intervalMs = 20,
+    what = "condition",
+  }: { timeoutMs?: number; intervalMs?: number; what?: string } = {},
 ): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {

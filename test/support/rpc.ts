@@ -63,7 +63,14 @@ export async function collectExec(
   if (cases.filter((name) => name === "started" || name === "exited").length !== 2) {
     throw new Error(`Exec sent more than one started or exited event: ${cases.join(",")}`);
   }
-  return { started, exited, chunks, stdout: joinStream(chunks, OutputStream.STDOUT), stderr: joinStream(chunks, OutputStream.STDERR), cases };
+  return {
+    started,
+    exited,
+    chunks,
+    stdout: joinStream(chunks, OutputStream.STDOUT),
+    stderr: joinStream(chunks, OutputStream.STDERR),
+    cases,
+  };
 }
 
 /**
@@ -134,7 +141,8 @@ export function sleepers(marker: string): number[] {
   for (const entry of readdirSync("/proc")) {
     if (!/^\d+$/.test(entry)) continue;
     try {
-      if (readFileSync(`/proc/${entry}/cmdline`, "utf8") === `sleep\0${marker}\0` && isAlive(Number(entry))) found.push(Number(entry));
+      if (readFileSync(`/proc/${entry}/cmdline`, "utf8") === `sleep\0${marker}\0` && isAlive(Number(entry)))
+        found.push(Number(entry));
     } catch {
       // Gone meanwhile.
     }
@@ -143,7 +151,11 @@ export function sleepers(marker: string): number[] {
 }
 
 /** Polls GetProcess until the process has exited; returns its exit. */
-export async function waitForExit(client: SandboxClient, processId: string, timeoutMs = 10_000): Promise<ProcessExited> {
+export async function waitForExit(
+  client: SandboxClient,
+  processId: string,
+  timeoutMs = 10_000,
+): Promise<ProcessExited> {
   return waitFor(
     async () => {
       const { process } = await client.getProcess({ processId });
@@ -170,7 +182,8 @@ export function deterministicBytes(length: number): Buffer {
   const cipher = createCipheriv("aes-128-ctr", Buffer.from(streamKey, "hex"), Buffer.from(streamIv, "hex"));
   const block = 16 * 1024 * 1024;
   const parts: Buffer[] = [];
-  for (let done = 0; done < length; done += block) parts.push(cipher.update(Buffer.alloc(Math.min(block, length - done))));
+  for (let done = 0; done < length; done += block)
+    parts.push(cipher.update(Buffer.alloc(Math.min(block, length - done))));
   return Buffer.concat(parts);
 }
 

@@ -9,7 +9,9 @@
 import { readFileSync } from "node:fs";
 import { startServer, type SandboxServerOptions } from "../../src/server/index.js";
 
-const { tlsFiles, ...options } = JSON.parse(process.env.SANDBOXD_TEST_SERVER_OPTIONS ?? "{}") as SandboxServerOptions & { tlsFiles?: { cert: string; key: string } };
+const { tlsFiles, ...options } = JSON.parse(
+  process.env.SANDBOXD_TEST_SERVER_OPTIONS ?? "{}",
+) as SandboxServerOptions & { tlsFiles?: { cert: string; key: string } };
 const server = await startServer({
   ...options,
   port: 0,

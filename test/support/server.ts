@@ -42,14 +42,20 @@ export interface TestServer {
  * Starts a server on port 0 with a fresh temporary workspace and a gRPC (HTTP/2) client, which
  * sends `options.token` with every call when `client.sendToken` is set.
  */
-export async function startTestServer(options: SandboxServerOptions = {}, client: { sendToken?: boolean } = {}): Promise<TestServer> {
+export async function startTestServer(
+  options: SandboxServerOptions = {},
+  client: { sendToken?: boolean } = {},
+): Promise<TestServer> {
   const workspace = createWorkspace();
   const server = await startServer({ port: 0, workspaceRoots: [workspace], ...options });
   const sessions: Http2SessionManager[] = [];
   const connect = <T extends DescService>(service: T, connectOptions: ConnectOptions = {}): Client<T> => {
     const sessionManager = new Http2SessionManager(server.url);
     sessions.push(sessionManager);
-    const interceptors = [...(connectOptions.token === undefined ? [] : [bearer(connectOptions.token)]), ...(connectOptions.interceptors ?? [])];
+    const interceptors = [
+      ...(connectOptions.token === undefined ? [] : [bearer(connectOptions.token)]),
+      ...(connectOptions.interceptors ?? []),
+    ];
     return createClient(service, createGrpcTransport({ baseUrl: server.url, sessionManager, interceptors }));
   };
   let closing: Promise<void> | undefined;
@@ -57,7 +63,8 @@ export async function startTestServer(options: SandboxServerOptions = {}, client
     server,
     client: connect(SandboxService, { token: client.sendToken ? options.token : undefined }),
     workspace,
-    connect: (service, connectOptions) => connect(service ?? (SandboxService as unknown as NonNullable<typeof service>), connectOptions),
+    connect: (service, connectOptions) =>
+      connect(service ?? (SandboxService as unknown as NonNullable<typeof service>), connectOptions),
     close() {
       closing ??= (async () => {
         for (const session of sessions) session.abort();
@@ -122,7 +129,9 @@ export async function startInMemoryService<T extends DescService = typeof Sandbo
   const { service, ...managerOptions } = options;
   const { manager, workspace, close } = await startTestManager(managerOptions);
   const shutdown = new AbortController();
-  const transport = createRouterTransport(withErrorAnswers(createRoutes({ manager })), { router: { shutdownSignal: shutdown.signal } });
+  const transport = createRouterTransport(withErrorAnswers(createRoutes({ manager })), {
+    router: { shutdownSignal: shutdown.signal },
+  });
   return {
     client: createClient(service ?? (SandboxService as unknown as T), transport),
     manager,

@@ -33,5 +33,7 @@ for name in os.listdir(f"/proc/{pid}/fd"):
         s.close()
 print(json.dumps(found))
 `;
-  return JSON.parse(execFileSync("python3", ["-c", script, String(pid), String(port)], { encoding: "utf8" })) as boolean[];
+  return JSON.parse(
+    execFileSync("python3", ["-c", script, String(pid), String(port)], { encoding: "utf8" }),
+  ) as boolean[];
 }

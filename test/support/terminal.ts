@@ -34,7 +34,15 @@ export class TerminalShell {
   static start(options: TerminalShellOptions = {}): TerminalShell {
     const env = { ...process.env, PS1: "$ ", TERM: "xterm-256color", ...options.env } as Record<string, string>;
     for (const key of Object.keys(env)) if (env[key] === undefined) delete env[key];
-    return new TerminalShell(pty.spawn("/bin/sh", [], { name: "xterm-256color", cols: options.cols ?? 100, rows: options.rows ?? 30, cwd: options.cwd, env }));
+    return new TerminalShell(
+      pty.spawn("/bin/sh", [], {
+        name: "xterm-256color",
+        cols: options.cols ?? 100,
+        rows: options.rows ?? 30,
+        cwd: options.cwd,
+        env,
+      }),
+    );
   }
 
   /** Everything the terminal has shown so far. */
@@ -56,14 +64,19 @@ export class TerminalShell {
    * Waits until the output after `from` (an offset into {@link screen}) matches `pattern`; resolves
    * with the match and the offset after it. Throws with the tail of the screen after `timeoutMs`.
    */
-  async waitFor(pattern: RegExp, { from = 0, timeoutMs = 20_000 }: { from?: number; timeoutMs?: number } = {}): Promise<{ match: RegExpExecArray; end: number }> {
+  async waitFor(
+    pattern: RegExp,
+    { from = 0, timeoutMs = 20_000 }: { from?: number; timeoutMs?: number } = {},
+  ): Promise<{ match: RegExpExecArray; end: number }> {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       const tail = this.output.slice(from);
       const match = pattern.exec(tail);
       if (match !== null) return { match, end: from + match.index + match[0].length };
       if (Date.now() > deadline || this.exited !== undefined) {
-        throw new Error(`the terminal did not show ${pattern} within ${timeoutMs} ms${this.exited ? " (its shell exited)" : ""}; it shows: ${JSON.stringify(tail.slice(-1500))}`);
+        throw new Error(
+          `the terminal did not show ${pattern} within ${timeoutMs} ms${this.exited ? " (its shell exited)" : ""}; it shows: ${JSON.stringify(tail.slice(-1500))}`,
+        );
       }
       await new Promise((resolve) => setTimeout(resolve, 25));
     }

@@ -43,7 +43,11 @@ export interface RunCommandOptions {
  * Runs a program (no shell) to its end and collects its output. Rejects only when it cannot be
  * started or runs past `timeoutMs`; a non-zero exit is in the result.
  */
-export function runCommand(file: string, args: readonly string[], options: RunCommandOptions = {}): Promise<CommandResult> {
+export function runCommand(
+  file: string,
+  args: readonly string[],
+  options: RunCommandOptions = {},
+): Promise<CommandResult> {
   const timeoutMs = options.timeoutMs ?? 30_000;
   return new Promise((resolve, reject) => {
     const child = spawn(file, args, {
@@ -57,7 +61,11 @@ export function runCommand(file: string, args: readonly string[], options: RunCo
     child.stderr.on("data", (chunk: Buffer) => stderr.push(chunk));
     const timer = setTimeout(() => {
       child.kill("SIGKILL");
-      reject(new Error(`${path.basename(file)} ${args.join(" ")} ran past ${timeoutMs} ms: ${Buffer.concat(stderr).toString()}`));
+      reject(
+        new Error(
+          `${path.basename(file)} ${args.join(" ")} ran past ${timeoutMs} ms: ${Buffer.concat(stderr).toString()}`,
+        ),
+      );
     }, timeoutMs);
     child.on("error", (error) => {
       clearTimeout(timer);

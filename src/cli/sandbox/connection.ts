@@ -1,6 +1,13 @@
 import { readFileSync } from "node:fs";
 import { Option, type Command } from "commander";
-import { defaultBaseUrl, resolveDaemonAddress, Sandbox, SandboxError, tokenVariable, urlVariable } from "../../client/index.js";
+import {
+  defaultBaseUrl,
+  resolveDaemonAddress,
+  Sandbox,
+  SandboxError,
+  tokenVariable,
+  urlVariable,
+} from "../../client/index.js";
 import { CliError } from "./exit-codes.js";
 
 /** Where the daemon is when neither --url nor SANDBOXD_URL says: `sandboxd`'s own default address. */
@@ -31,7 +38,12 @@ export function addConnectionOptions(command: Command): Command {
   return command
     .addOption(new Option("--url <url>", `the daemon's base URL (or set ${urlVariable}; default ${defaultUrl})`))
     .addOption(new Option("--token-file <file>", `read the bearer token from this file (or set ${tokenVariable})`))
-    .addOption(new Option("--allow-cleartext-token", "send the token over http:// to a host that is not loopback (use https:// instead where you can)"));
+    .addOption(
+      new Option(
+        "--allow-cleartext-token",
+        "send the token over http:// to a host that is not loopback (use https:// instead where you can)",
+      ),
+    );
 }
 
 /**
@@ -39,12 +51,17 @@ export function addConnectionOptions(command: Command): Command {
  * SANDBOXD_TOKEN, then the old SANDBOX_URL and SANDBOX_TOKEN with a warning on stderr). Throws a
  * CliError for a bad URL or a token that would go in clear to a host that is not loopback.
  */
-export function resolveConnection(flags: ConnectionFlags, env: NodeJS.ProcessEnv = process.env): { baseUrl: string; token?: string } {
+export function resolveConnection(
+  flags: ConnectionFlags,
+  env: NodeJS.ProcessEnv = process.env,
+): { baseUrl: string; token?: string } {
   const fallback = { ...env };
   for (const [kind, old] of Object.entries(deprecatedVariables)) {
     const current = kind === "url" ? urlVariable : tokenVariable;
     if ((env[current] ?? "") !== "" || (env[old] ?? "") === "") continue;
-    process.stderr.write(`sandbox: warning: ${old} is deprecated: set ${current} instead (read by the CLI, the TypeScript and the Python clients)\n`);
+    process.stderr.write(
+      `sandbox: warning: ${old} is deprecated: set ${current} instead (read by the CLI, the TypeScript and the Python clients)\n`,
+    );
     fallback[current] = env[old];
   }
   try {
@@ -69,7 +86,10 @@ function readToken(file: string): string {
   try {
     text = readFileSync(file, "utf8");
   } catch (error) {
-    throw new CliError(`cannot read the token file ${file}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`, { cause: error });
+    throw new CliError(
+      `cannot read the token file ${file}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`,
+      { cause: error },
+    );
   }
   const token = text.trim();
   if (token === "") throw new CliError(`the token file ${file} is empty`);
@@ -91,7 +111,12 @@ export interface OpenOptions {
 export async function openSandbox(flags: ConnectionFlags, options: OpenOptions = {}): Promise<Sandbox> {
   const { baseUrl, token } = resolveConnection(flags);
   // The token was resolved above (an unset one stays unset: "" is none to the client, not "read the variable").
-  const sandbox = new Sandbox({ baseUrl, token: token ?? "", sessionId: options.sessionId, allowCleartextToken: flags.allowCleartextToken });
+  const sandbox = new Sandbox({
+    baseUrl,
+    token: token ?? "",
+    sessionId: options.sessionId,
+    allowCleartextToken: flags.allowCleartextToken,
+  });
   try {
     await sandbox.start();
   } catch (error) {
@@ -111,7 +136,8 @@ export async function closeSandbox(sandbox: Sandbox): Promise<void> {
 
 /** A failure to connect, as one line that says what to check. */
 function connectionFailure(error: unknown, baseUrl: string, sentToken: boolean): CliError {
-  if (!(error instanceof SandboxError)) return new CliError(`cannot connect to ${baseUrl}: ${(error as Error).message}`, { cause: error });
+  if (!(error instanceof SandboxError))
+    return new CliError(`cannot connect to ${baseUrl}: ${(error as Error).message}`, { cause: error });
   switch (error.code) {
     case "UNAUTHENTICATED":
       return new CliError(

@@ -30,5 +30,8 @@ export function escapeControls(text: string): string {
  * bidirectional ones) escaped as `\uNNNN` too, so printing it to a terminal is as safe as a table.
  */
 export function jsonForTerminal(value: unknown): string {
-  return JSON.stringify(value, null, 2).replace(/[\u007f-\u009f\u200e\u200f\u202a-\u202e\u2066-\u2069]/gu, (character) => `\\u${character.codePointAt(0)!.toString(16).padStart(4, "0")}`) + "\n";
+  return `${JSON.stringify(value, null, 2).replace(
+    /[\u007f-\u009f\u200e\u200f\u202a-\u202e\u2066-\u2069]/gu,
+    (character) => `\\u${character.codePointAt(0)!.toString(16).padStart(4, "0")}`,
+  )}\n`;
 }

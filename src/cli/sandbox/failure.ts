@@ -13,7 +13,8 @@ export function failureLine(error: unknown): string {
   let text: string;
   if (error instanceof CliError) text = error.message;
   else if (error instanceof CommanderError) text = error.message.replace(/^error: /, "");
-  else if (error instanceof ProcessNotFoundError && error.processId !== "") text = `no such process: ${error.processId}`;
+  else if (error instanceof ProcessNotFoundError && error.processId !== "")
+    text = `no such process: ${error.processId}`;
   else if (error instanceof SandboxError) text = sandboxErrorText(error);
   else if (error instanceof Error && error.name === "ConnectError") text = sandboxErrorText(toSandboxError(error));
   else text = error instanceof Error ? error.message : String(error);
@@ -29,7 +30,8 @@ export function failureLine(error: unknown): string {
 export function aboutProcess(error: unknown, id: string): unknown {
   if (!(error instanceof SandboxError) && !(error instanceof Error && error.name === "ConnectError")) return error;
   const failure = toSandboxError(error);
-  if (failure instanceof ProcessNotFoundError || failure.code === "NOT_FOUND") return new CliError(`no such process: ${id}`, { cause: error });
+  if (failure instanceof ProcessNotFoundError || failure.code === "NOT_FOUND")
+    return new CliError(`no such process: ${id}`, { cause: error });
   return failure;
 }
 

@@ -3,7 +3,10 @@ import type { OutputStreamName } from "../../client/index.js";
 
 /** BrokenPipeError says the reader of this process's stdout or stderr went away (EPIPE), as `| head` does. */
 export class BrokenPipeError extends Error {
-  constructor(readonly stream: OutputStreamName, options?: { cause?: unknown }) {
+  constructor(
+    readonly stream: OutputStreamName,
+    options?: { cause?: unknown },
+  ) {
     super(`${stream} was closed by its reader`, options);
     this.name = "BrokenPipeError";
   }

@@ -10,10 +10,15 @@ import { CliError } from "./exit-codes.js";
 export async function resolveProcessId(sandbox: Sandbox, typed: string): Promise<string> {
   if (typed === "") throw new CliError("an empty process id", { usage: true });
   if ((await sandbox.getProcess(typed)) !== null) return typed;
-  const matches = (await sandbox.listProcesses({ all: true })).map((handle) => handle.id).filter((id) => id.startsWith(typed));
+  const matches = (await sandbox.listProcesses({ all: true }))
+    .map((handle) => handle.id)
+    .filter((id) => id.startsWith(typed));
   if (matches.length === 1) return matches[0];
   // The messages are printed through failureLine, which escapes control characters.
-  if (matches.length === 0) throw new CliError(`no such process: ${typed}`, { cause: new SandboxError("not found", "NOT_FOUND") });
+  if (matches.length === 0)
+    throw new CliError(`no such process: ${typed}`, { cause: new SandboxError("not found", "NOT_FOUND") });
   const shown = matches.slice(0, 5).join(", ");
-  throw new CliError(`the id prefix ${typed} is ambiguous: it starts ${matches.length} ids (${shown}${matches.length > 5 ? ", ..." : ""}); type more of it`);
+  throw new CliError(
+    `the id prefix ${typed} is ambiguous: it starts ${matches.length} ids (${shown}${matches.length > 5 ? ", ..." : ""}); type more of it`,
+  );
 }

@@ -42,10 +42,21 @@ export function createProgram(finish: (code: number) => void): Command {
   // Connection flags given before the command's name apply unless the command has its own.
   program.hook("preAction", (_, command) => {
     for (const key of connectionOptionKeys) {
-      if (command.getOptionValue(key) === undefined && program.getOptionValue(key) !== undefined) command.setOptionValue(key, program.getOptionValue(key));
+      if (command.getOptionValue(key) === undefined && program.getOptionValue(key) !== undefined)
+        command.setOptionValue(key, program.getOptionValue(key));
     }
   });
-  for (const create of [createExecCommand, createStartCommand, createPsCommand, createLogsCommand, createKillCommand, createRmCommand, createAttachCommand, createCpCommand, createLsCommand]) {
+  for (const create of [
+    createExecCommand,
+    createStartCommand,
+    createPsCommand,
+    createLogsCommand,
+    createKillCommand,
+    createRmCommand,
+    createAttachCommand,
+    createCpCommand,
+    createLsCommand,
+  ]) {
     program.addCommand(create(finish));
   }
   program.addCommand(createCompletionCommand(finish, () => program));

@@ -26,7 +26,8 @@ export interface SpecFlags {
 export function collectEnv(text: string, previous: Record<string, string>): Record<string, string> {
   const equals = text.indexOf("=");
   const key = equals === -1 ? text : text.slice(0, equals);
-  if (key === "" || key.includes("\0")) throw new InvalidArgumentError("write it as KEY=VALUE (or KEY to pass this shell's value on)");
+  if (key === "" || key.includes("\0"))
+    throw new InvalidArgumentError("write it as KEY=VALUE (or KEY to pass this shell's value on)");
   if (equals !== -1) return { ...previous, [key]: text.slice(equals + 1) };
   const local = process.env[key];
   return local === undefined ? previous : { ...previous, [key]: local };
@@ -45,7 +46,10 @@ export function readEnvFiles(files: readonly string[] = []): Record<string, stri
     try {
       text = readFileSync(file, "utf8");
     } catch (error) {
-      throw new CliError(`cannot read the env file ${file}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`, { usage: true, cause: error });
+      throw new CliError(
+        `cannot read the env file ${file}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`,
+        { usage: true, cause: error },
+      );
     }
     for (const [index, raw] of text.split("\n").entries()) {
       const line = raw.replace(/\r$/, "");
@@ -65,15 +69,32 @@ export function addSpecOptions(command: Command, help: { interactive: string; tt
   return command
     .option("-i, --interactive", help.interactive)
     .option("-t, --tty", help.tty)
-    .addOption(new Option("-e, --env <KEY=VALUE>", "set an environment variable (repeatable; KEY alone passes this shell's value)").argParser(collectEnv).default({}, "none"))
     .addOption(
-      new Option("--env-file <file>", "read environment variables from a file of KEY=VALUE lines (repeatable; # comments; -e wins)").argParser(
-        (file: string, previous: string[] | undefined) => [...(previous ?? []), file],
-      ),
+      new Option(
+        "-e, --env <KEY=VALUE>",
+        "set an environment variable (repeatable; KEY alone passes this shell's value)",
+      )
+        .argParser(collectEnv)
+        .default({}, "none"),
     )
-    .option("-w, --workdir <dir>", "working directory, inside the daemon's workspace (default: its first workspace root)")
-    .addOption(new Option("--timeout <duration>", "kill the command (SIGKILL) after this long: 30s, 5m, 1h30m (default: no limit)").argParser(parseDuration));
+    .addOption(
+      new Option(
+        "--env-file <file>",
+        "read environment variables from a file of KEY=VALUE lines (repeatable; # comments; -e wins)",
+      ).argParser((file: string, previous: string[] | undefined) => [...(previous ?? []), file]),
+    )
+    .option(
+      "-w, --workdir <dir>",
+      "working directory, inside the daemon's workspace (default: its first workspace root)",
+    )
+    .addOption(
+      new Option(
+        "--timeout <duration>",
+        "kill the command (SIGKILL) after this long: 30s, 5m, 1h30m (default: no limit)",
+      ).argParser(parseDuration),
+    );
 }
 
 /** The argument that ends these commands' flags: the command to run and its arguments. */
-export const commandArgumentHelp = "the program and its arguments (no shell); a single argument is a shell command line, as in 'echo $HOME | wc -c'";
+export const commandArgumentHelp =
+  "the program and its arguments (no shell); a single argument is a shell command line, as in 'echo $HOME | wc -c'";

@@ -32,7 +32,10 @@ const maxBytesInFlight = 1024 * 1024;
  * It stops at the end of the input (after passing it on), at a failure, at the detach keys, or at stop().
  */
 export class StdinRelay {
-  private state: { kind: "relaying"; inFlightBytes: number } | { kind: "stopped" } = { kind: "relaying", inFlightBytes: 0 };
+  private state: { kind: "relaying"; inFlightBytes: number } | { kind: "stopped" } = {
+    kind: "relaying",
+    inFlightBytes: 0,
+  };
   /** Sends and the end of input in flight, chained in order. */
   private sends: Promise<void> = Promise.resolve();
   /** How many bytes of the detach keys the last chunk ended with (held back until the next one). */
@@ -78,9 +81,11 @@ export class StdinRelay {
     if (this.state.kind !== "relaying") return;
     const closeAtEnd = this.options.closeAtEnd;
     // The end of input goes after every byte before it was acknowledged.
-    void this.track(this.sends.then(async () => {
-      if (closeAtEnd && this.state.kind === "relaying") await this.target.closeInput();
-    })).then(() => this.stop());
+    void this.track(
+      this.sends.then(async () => {
+        if (closeAtEnd && this.state.kind === "relaying") await this.target.closeInput();
+      }),
+    ).then(() => this.stop());
   };
 
   private readonly failed = (error: unknown) => {
@@ -123,7 +128,8 @@ export class StdinRelay {
     this.heldKeys = 0;
     for (let index = 0; index < combined.length; index++) {
       let matched = 0;
-      while (matched < keys.length && index + matched < combined.length && combined[index + matched] === keys[matched]) matched++;
+      while (matched < keys.length && index + matched < combined.length && combined[index + matched] === keys[matched])
+        matched++;
       if (matched === keys.length) return { data: combined.subarray(0, index), detach: true };
       if (matched > 0 && index + matched === combined.length) {
         this.heldKeys = matched;

@@ -1,5 +1,12 @@
 import { favorCgroupMoves } from "../../process/cgroups/index.js";
-import { groupsOf, PidsCgroup, reapOrphans, reclaimMemoryAsDaemon, workspaceProblemFor, type OrphanReaping } from "../../process/index.js";
+import {
+  groupsOf,
+  PidsCgroup,
+  reapOrphans,
+  reclaimMemoryAsDaemon,
+  workspaceProblemFor,
+  type OrphanReaping,
+} from "../../process/index.js";
 import { loadNativeAddon } from "../../process/native/index.js";
 import { startServer, type SandboxServer, type SandboxServerOptions, createLogger } from "../../server/index.js";
 import { sandboxdVersion } from "../../shared/version.js";
@@ -30,7 +37,9 @@ export async function runDaemon(): Promise<void> {
   // daemon, which reaps it, instead of waiting on an init (or on nobody, when the daemon is PID 1).
   const orphans = reapOrphans();
   if (process.argv.some((arg) => arg === "--token" || arg.startsWith("--token="))) {
-    process.stderr.write("sandboxd: warning: --token is visible to every local user in the process list; prefer --token-file\n");
+    process.stderr.write(
+      "sandboxd: warning: --token is visible to every local user in the process list; prefer --token-file\n",
+    );
   }
   if (command.kind === "help") {
     process.stdout.write(usage);
@@ -43,7 +52,8 @@ export async function runDaemon(): Promise<void> {
   const runAs = command.options.runAs;
   if (runAs !== undefined) {
     const problem = workspaceProblemFor(runAs, groupsOf(runAs), command.options.workspaceRoots ?? [process.cwd()]);
-    if (problem !== undefined) failToStart(problem, "give that user access (chmod, chown, a group), or choose another --workspace or --user", 2);
+    if (problem !== undefined)
+      failToStart(problem, "give that user access (chmod, chown, a group), or choose another --workspace or --user", 2);
   }
   const logger = createLogger({ level: command.logging.level, format: command.logging.format });
   let server: SandboxServer;
@@ -53,18 +63,29 @@ export async function runDaemon(): Promise<void> {
     const { message, fix } = startFailure(error as NodeJS.ErrnoException, command.options);
     failToStart(message, fix, 1);
   }
-  logger.info({ url: server.url, workspace: server.manager.workspace.roots, version: sandboxdVersion }, `sandboxd ${sandboxdVersion} listening on ${server.url} (workspace ${server.manager.workspace.roots.join(":")})`);
+  logger.info(
+    { url: server.url, workspace: server.manager.workspace.roots, version: sandboxdVersion },
+    `sandboxd ${sandboxdVersion} listening on ${server.url} (workspace ${server.manager.workspace.roots.join(":")})`,
+  );
   // Root only: a daemon given cgroups of its own by delegation cannot set the kernel's options anyway.
   if (command.favorCgroupMoves && process.getuid?.() === 0 && server.manager.launcher.usesCgroups) {
     const moves = favorCgroupMoves();
-    const text = moves.state === "favored" ? `favordynmods on (${moves.by === "daemon" ? "turned on now, kernel-wide" : "already"})` : `favordynmods off, the first command after a pause waits for the kernel: ${moves.reason}`;
+    const text =
+      moves.state === "favored"
+        ? `favordynmods on (${moves.by === "daemon" ? "turned on now, kernel-wide" : "already"})`
+        : `favordynmods off, the first command after a pause waits for the kernel: ${moves.reason}`;
     // Nothing to tell a person when nothing changed.
     const level = moves.state === "favored" && moves.by !== "daemon" ? "debug" : "info";
     logger[level]({ cgroupMoves: moves }, `sandboxd: cgroup moves: ${text}`);
   }
   const { grpc, rest } = server.agentSandboxPorts;
   if (grpc !== undefined || rest !== undefined) {
-    const ports = [grpc !== undefined ? `process.v1 gRPC on port ${grpc}` : "", rest !== undefined ? `REST on port ${rest}` : ""].filter(Boolean).join(", ");
+    const ports = [
+      grpc !== undefined ? `process.v1 gRPC on port ${grpc}` : "",
+      rest !== undefined ? `REST on port ${rest}` : "",
+    ]
+      .filter(Boolean)
+      .join(", ");
     logger.info({ agentSandboxPorts: server.agentSandboxPorts }, `sandboxd: KEP-539.2 (agent-sandbox): ${ports}`);
   }
   // One line on how the daemon is guarded, and each warning on a line of its own.
@@ -111,11 +132,20 @@ function startFailure(error: NodeJS.ErrnoException, options: SandboxServerOption
   const flag = port === (options.port ?? 7007) ? "--port" : "--agent-sandbox-grpc-port or --agent-sandbox-rest-port";
   switch (error.code) {
     case "EADDRINUSE":
-      return { message: `cannot listen on ${address}: the port is in use (another sandboxd?)`, fix: `choose another with ${flag} <n> (0 for any free one), or stop what listens there` };
+      return {
+        message: `cannot listen on ${address}: the port is in use (another sandboxd?)`,
+        fix: `choose another with ${flag} <n> (0 for any free one), or stop what listens there`,
+      };
     case "EACCES":
-      return { message: `cannot listen on ${address}: permission denied`, fix: `ports below 1024 need privileges: choose ${flag} 1024 or above` };
+      return {
+        message: `cannot listen on ${address}: permission denied`,
+        fix: `ports below 1024 need privileges: choose ${flag} 1024 or above`,
+      };
     case "EADDRNOTAVAIL":
-      return { message: `cannot listen on ${address}: no such address on this machine`, fix: "choose an address of this machine with --host, 0.0.0.0 for all" };
+      return {
+        message: `cannot listen on ${address}: no such address on this machine`,
+        fix: "choose an address of this machine with --host, 0.0.0.0 for all",
+      };
     default:
       return { message: error.message, fix: "sandboxd --help lists the flags" };
   }
@@ -124,11 +154,18 @@ function startFailure(error: NodeJS.ErrnoException, options: SandboxServerOption
 /** One line on how the daemon is guarded; never the token itself. */
 function securitySummary(options: SandboxServerOptions, server: SandboxServer, orphans: OrphanReaping): string {
   const manager = server.manager;
-  const access = options.token !== undefined ? "bearer token required" : options.insecure ? "NO TOKEN (--insecure)" : "no token (loopback only)";
+  const access =
+    options.token !== undefined
+      ? "bearer token required"
+      : options.insecure
+        ? "NO TOKEN (--insecure)"
+        : "no token (loopback only)";
   const user = options.runAs ? `${options.runAs.name} (uid ${options.runAs.uid})` : "the daemon's user";
   const leftoverTasks = PidsCgroup.leftoverTasksKilled;
   const reaped = [
-    manager.reaped ? `killed ${manager.reaped.killedGroups.length} process groups left by a previous daemon (state directory)` : "",
+    manager.reaped
+      ? `killed ${manager.reaped.killedGroups.length} process groups left by a previous daemon (state directory)`
+      : "",
     leftoverTasks > 0 ? `killed ${leftoverTasks} tasks left in a previous daemon's cgroups` : "",
   ]
     .filter(Boolean)
@@ -162,6 +199,9 @@ function securitySummary(options: SandboxServerOptions, server: SandboxServer, o
     forkLimit === "rlimit-nproc"
       ? "; WARNING: no writable pids cgroup, so the fork cap is RLIMIT_NPROC, which counts every process of the commands' uid together: one command holding many processes stops the others' forks (give the daemon a writable pids controller: docs/OPERATIONS.md, \"Fork caps\")"
       : "";
-  const traced = forkLimit === "traced" ? " (no writable pids cgroup: a supervisor per command traces its forks, so strace and gdb cannot attach inside commands)" : "";
+  const traced =
+    forkLimit === "traced"
+      ? " (no writable pids cgroup: a supervisor per command traces its forks, so strace and gdb cannot attach inside commands)"
+      : "";
   return `${access}; commands run as ${user}; fork cap: ${forkLimit}${traced}${orphaned}${resources}${reaped}${helper}${addon}${sameUser}${sharedCount}`;
 }

@@ -25,8 +25,22 @@ export interface DaemonFlag {
  * documentation come from. Each has a `SANDBOXD_*` variable.
  */
 export const daemonFlags: readonly DaemonFlag[] = [
-  { name: "host", env: "SANDBOXD_HOST", type: "string", value: "<address>", help: "address to listen on", defaultText: "127.0.0.1" },
-  { name: "port", env: "SANDBOXD_PORT", type: "string", value: "<port>", help: "port to listen on, 0 for any", defaultText: "7007" },
+  {
+    name: "host",
+    env: "SANDBOXD_HOST",
+    type: "string",
+    value: "<address>",
+    help: "address to listen on",
+    defaultText: "127.0.0.1",
+  },
+  {
+    name: "port",
+    env: "SANDBOXD_PORT",
+    type: "string",
+    value: "<port>",
+    help: "port to listen on, 0 for any",
+    defaultText: "7007",
+  },
   {
     name: "workspace",
     env: "SANDBOXD_WORKSPACE",
@@ -36,7 +50,14 @@ export const daemonFlags: readonly DaemonFlag[] = [
     help: "workspace root, repeatable; the first is the default cwd",
     defaultText: "the current directory",
   },
-  { name: "max-output-bytes", env: "SANDBOXD_MAX_OUTPUT_BYTES", type: "string", value: "<n>", help: "output retained per process", defaultText: "8 MiB" },
+  {
+    name: "max-output-bytes",
+    env: "SANDBOXD_MAX_OUTPUT_BYTES",
+    type: "string",
+    value: "<n>",
+    help: "output retained per process",
+    defaultText: "8 MiB",
+  },
   {
     name: "max-retained-bytes",
     env: "SANDBOXD_MAX_RETAINED_BYTES",
@@ -45,14 +66,58 @@ export const daemonFlags: readonly DaemonFlag[] = [
     help: "memory budget for all output (live and exited) and stdin input held for commands; past it exited output goes first, then the largest live buffers are trimmed, and input waits",
     defaultText: "a twentieth of the machine's (or cgroup's) memory, 128 MiB to 4 GiB",
   },
-  { name: "max-processes", env: "SANDBOXD_MAX_PROCESSES", type: "string", value: "<n>", help: "live processes allowed", defaultText: "1024" },
-  { name: "linger-ms", env: "SANDBOXD_LINGER_MS", type: "string", value: "<n>", help: "how long exited records stay readable", defaultText: "60000" },
-  { name: "token", env: "SANDBOXD_TOKEN", type: "string", value: "<token>", help: "bearer token required on every call but health (visible in ps: prefer --token-file)" },
-  { name: "token-file", env: "SANDBOXD_TOKEN_FILE", type: "string", value: "<file>", help: "read the token from a file of mode 0600 or stricter" },
+  {
+    name: "max-processes",
+    env: "SANDBOXD_MAX_PROCESSES",
+    type: "string",
+    value: "<n>",
+    help: "live processes allowed",
+    defaultText: "1024",
+  },
+  {
+    name: "linger-ms",
+    env: "SANDBOXD_LINGER_MS",
+    type: "string",
+    value: "<n>",
+    help: "how long exited records stay readable",
+    defaultText: "60000",
+  },
+  {
+    name: "token",
+    env: "SANDBOXD_TOKEN",
+    type: "string",
+    value: "<token>",
+    help: "bearer token required on every call but health (visible in ps: prefer --token-file)",
+  },
+  {
+    name: "token-file",
+    env: "SANDBOXD_TOKEN_FILE",
+    type: "string",
+    value: "<file>",
+    help: "read the token from a file of mode 0600 or stricter",
+  },
   { name: "insecure", env: "SANDBOXD_INSECURE", type: "boolean", help: "allow a non-loopback --host without a token" },
-  { name: "user", env: "SANDBOXD_USER", type: "string", value: "<name|uid>", help: "run commands as this user, with its groups, HOME, USER, LOGNAME; needs a token" },
-  { name: "allow-sudo", env: "SANDBOXD_ALLOW_SUDO", type: "boolean", help: "let requests with sudo run as root (the daemon must be root); needs a token" },
-  { name: "max-tasks", env: "SANDBOXD_MAX_TASKS", type: "string", value: "<n>", help: "tasks (processes, threads) one command may have, 0 for no cap", defaultText: "1024" },
+  {
+    name: "user",
+    env: "SANDBOXD_USER",
+    type: "string",
+    value: "<name|uid>",
+    help: "run commands as this user, with its groups, HOME, USER, LOGNAME; needs a token",
+  },
+  {
+    name: "allow-sudo",
+    env: "SANDBOXD_ALLOW_SUDO",
+    type: "boolean",
+    help: "let requests with sudo run as root (the daemon must be root); needs a token",
+  },
+  {
+    name: "max-tasks",
+    env: "SANDBOXD_MAX_TASKS",
+    type: "string",
+    value: "<n>",
+    help: "tasks (processes, threads) one command may have, 0 for no cap",
+    defaultText: "1024",
+  },
   {
     name: "no-trace-tasks",
     env: "SANDBOXD_NO_TRACE_TASKS",
@@ -83,10 +148,38 @@ export const daemonFlags: readonly DaemonFlag[] = [
     help: "CPU weight of all commands together against the daemon's (cgroup v1 cpu.shares), 0 for none",
     defaultText: "0.5",
   },
-  { name: "max-message-bytes", env: "SANDBOXD_MAX_MESSAGE_BYTES", type: "string", value: "<n>", help: "largest request message", defaultText: "4 MiB" },
-  { name: "max-calls", env: "SANDBOXD_MAX_CALLS", type: "string", value: "<n>", help: "calls in progress on the daemon", defaultText: "4096" },
-  { name: "max-calls-per-connection", env: "SANDBOXD_MAX_CALLS_PER_CONNECTION", type: "string", value: "<n>", help: "calls in progress on one connection", defaultText: "256" },
-  { name: "max-connections", env: "SANDBOXD_MAX_CONNECTIONS", type: "string", value: "<n>", help: "connections open at once, every protocol", defaultText: "1024" },
+  {
+    name: "max-message-bytes",
+    env: "SANDBOXD_MAX_MESSAGE_BYTES",
+    type: "string",
+    value: "<n>",
+    help: "largest request message",
+    defaultText: "4 MiB",
+  },
+  {
+    name: "max-calls",
+    env: "SANDBOXD_MAX_CALLS",
+    type: "string",
+    value: "<n>",
+    help: "calls in progress on the daemon",
+    defaultText: "4096",
+  },
+  {
+    name: "max-calls-per-connection",
+    env: "SANDBOXD_MAX_CALLS_PER_CONNECTION",
+    type: "string",
+    value: "<n>",
+    help: "calls in progress on one connection",
+    defaultText: "256",
+  },
+  {
+    name: "max-connections",
+    env: "SANDBOXD_MAX_CONNECTIONS",
+    type: "string",
+    value: "<n>",
+    help: "connections open at once, every protocol",
+    defaultText: "1024",
+  },
   {
     name: "max-connections-per-peer",
     env: "SANDBOXD_MAX_CONNECTIONS_PER_PEER",
@@ -95,9 +188,30 @@ export const daemonFlags: readonly DaemonFlag[] = [
     help: "connections one peer address (IPv6: its /64) may hold before its first authenticated call, 0 for no cap",
     defaultText: "a quarter of --max-connections",
   },
-  { name: "max-transfers", env: "SANDBOXD_MAX_TRANSFERS", type: "string", value: "<n>", help: "file reads and writes in progress on the daemon", defaultText: "64" },
-  { name: "max-transfers-per-connection", env: "SANDBOXD_MAX_TRANSFERS_PER_CONNECTION", type: "string", value: "<n>", help: "file reads and writes in progress on one connection", defaultText: "16" },
-  { name: "max-watches-per-connection", env: "SANDBOXD_MAX_WATCHES_PER_CONNECTION", type: "string", value: "<n>", help: "file watches open on one connection", defaultText: "16" },
+  {
+    name: "max-transfers",
+    env: "SANDBOXD_MAX_TRANSFERS",
+    type: "string",
+    value: "<n>",
+    help: "file reads and writes in progress on the daemon",
+    defaultText: "64",
+  },
+  {
+    name: "max-transfers-per-connection",
+    env: "SANDBOXD_MAX_TRANSFERS_PER_CONNECTION",
+    type: "string",
+    value: "<n>",
+    help: "file reads and writes in progress on one connection",
+    defaultText: "16",
+  },
+  {
+    name: "max-watches-per-connection",
+    env: "SANDBOXD_MAX_WATCHES_PER_CONNECTION",
+    type: "string",
+    value: "<n>",
+    help: "file watches open on one connection",
+    defaultText: "16",
+  },
   {
     name: "max-unsized-read-bytes",
     env: "SANDBOXD_MAX_UNSIZED_READ_BYTES",
@@ -106,7 +220,14 @@ export const daemonFlags: readonly DaemonFlag[] = [
     help: "most bytes one file read sends of a file without a size (a device, a /proc file); regular files are read up to their size when opened",
     defaultText: "64 MiB",
   },
-  { name: "keepalive-ms", env: "SANDBOXD_KEEPALIVE_MS", type: "string", value: "<n>", help: "ping interval that finds dead peers", defaultText: "30000" },
+  {
+    name: "keepalive-ms",
+    env: "SANDBOXD_KEEPALIVE_MS",
+    type: "string",
+    value: "<n>",
+    help: "ping interval that finds dead peers",
+    defaultText: "30000",
+  },
   {
     name: "state-dir",
     env: "SANDBOXD_STATE_DIR",
@@ -122,9 +243,27 @@ export const daemonFlags: readonly DaemonFlag[] = [
     value: "<origin>",
     help: "let browser pages of this origin call the daemon (Connect, gRPC-Web); repeatable, * for any (needs a token)",
   },
-  { name: "tls-cert", env: "SANDBOXD_TLS_CERT", type: "string", value: "<file>", help: "serve TLS with this PEM certificate chain; needs --tls-key" },
-  { name: "tls-key", env: "SANDBOXD_TLS_KEY", type: "string", value: "<file>", help: "the PEM private key of --tls-cert" },
-  { name: "tls-client-ca", env: "SANDBOXD_TLS_CLIENT_CA", type: "string", value: "<file>", help: "require client certificates signed by these PEM CAs (mutual TLS)" },
+  {
+    name: "tls-cert",
+    env: "SANDBOXD_TLS_CERT",
+    type: "string",
+    value: "<file>",
+    help: "serve TLS with this PEM certificate chain; needs --tls-key",
+  },
+  {
+    name: "tls-key",
+    env: "SANDBOXD_TLS_KEY",
+    type: "string",
+    value: "<file>",
+    help: "the PEM private key of --tls-cert",
+  },
+  {
+    name: "tls-client-ca",
+    env: "SANDBOXD_TLS_CLIENT_CA",
+    type: "string",
+    value: "<file>",
+    help: "require client certificates signed by these PEM CAs (mutual TLS)",
+  },
   {
     name: "log-level",
     env: "SANDBOXD_LOG_LEVEL",
@@ -133,15 +272,32 @@ export const daemonFlags: readonly DaemonFlag[] = [
     help: "trace, debug, info, warn, error, fatal or silent",
     defaultText: "info",
   },
-  { name: "log-format", env: "SANDBOXD_LOG_FORMAT", type: "string", value: "<format>", help: "json or pretty", defaultText: "pretty on a terminal, else json" },
+  {
+    name: "log-format",
+    env: "SANDBOXD_LOG_FORMAT",
+    type: "string",
+    value: "<format>",
+    help: "json or pretty",
+    defaultText: "pretty on a terminal, else json",
+  },
   {
     name: "no-favordynmods",
     env: "SANDBOXD_NO_FAVORDYNMODS",
     type: "boolean",
     help: "leave the kernel's cgroup favordynmods option as it is (as root the daemon turns it on, kernel-wide, so a command joins its cgroups without a 6-20 ms wait after a pause)",
   },
-  { name: "log-commands", env: "SANDBOXD_LOG_COMMANDS", type: "boolean", help: "put command lines in the process audit (they may carry secrets)" },
-  { name: "metrics-public", env: "SANDBOXD_METRICS_PUBLIC", type: "boolean", help: "serve GET /metrics without the token" },
+  {
+    name: "log-commands",
+    env: "SANDBOXD_LOG_COMMANDS",
+    type: "boolean",
+    help: "put command lines in the process audit (they may carry secrets)",
+  },
+  {
+    name: "metrics-public",
+    env: "SANDBOXD_METRICS_PUBLIC",
+    type: "boolean",
+    help: "serve GET /metrics without the token",
+  },
   {
     name: "agent-sandbox",
     env: "SANDBOXD_AGENT_SANDBOX",
@@ -201,7 +357,11 @@ export interface DaemonFlagValues {
 export function readDaemonFlags(argv: readonly string[], env: NodeJS.ProcessEnv): DaemonFlagValues {
   const options: Record<string, { type: "string" | "boolean"; multiple?: boolean; short?: string }> = { ...infoFlags };
   for (const flag of daemonFlags) {
-    options[flag.name] = { type: flag.type, ...(flag.separator === undefined ? {} : { multiple: true }), ...(flag.short === undefined ? {} : { short: flag.short }) };
+    options[flag.name] = {
+      type: flag.type,
+      ...(flag.separator === undefined ? {} : { multiple: true }),
+      ...(flag.short === undefined ? {} : { short: flag.short }),
+    };
   }
   let values: Record<string, string | boolean | (string | boolean)[] | undefined>;
   try {
@@ -254,7 +414,12 @@ export function readDaemonFlags(argv: readonly string[], env: NodeJS.ProcessEnv)
 
 /** The daemon's help, made from {@link daemonFlags}. */
 export function daemonUsage(): string {
-  const lines = ["sandboxd: run commands in this machine for clients far away (gRPC, Connect, gRPC-Web)", "", "usage: sandboxd [options]", ""];
+  const lines = [
+    "sandboxd: run commands in this machine for clients far away (gRPC, Connect, gRPC-Web)",
+    "",
+    "usage: sandboxd [options]",
+    "",
+  ];
   for (const flag of daemonFlags) {
     const head = `  --${flag.name}${flag.value === undefined ? "" : ` ${flag.value}`}`;
     const tail = `(${flag.env}${flag.separator === undefined ? "" : `, ${flag.separator === ":" ? "colon" : "comma"}-separated`}${flag.defaultText === undefined ? "" : `; default ${flag.defaultText}`})`;
@@ -262,7 +427,11 @@ export function daemonUsage(): string {
     if (head.length < 28) lines.push(`${head.padEnd(28)}${help}`);
     else lines.push(head, `${"".padEnd(28)}${help}`);
   }
-  lines.push(`  -v, --version             print the version and exit`, `  -h, --help                show this help`, "");
+  lines.push(
+    `  -v, --version             print the version and exit`,
+    `  -h, --help                show this help`,
+    "",
+  );
   return lines.join("\n");
 }
 

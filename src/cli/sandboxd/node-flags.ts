@@ -19,7 +19,12 @@ export const daemonNodeFlags: readonly string[] = ["--initial-old-space-size=64"
 
 /** For each flag of {@link daemonNodeFlags}, the flags that set the same thing: an operator who gives one keeps their choice. */
 const sameSetting: Readonly<Record<string, readonly string[]>> = {
-  "--initial-old-space-size": ["--initial-old-space-size", "--initial_old_space_size", "--initial-heap-size", "--initial_heap_size"],
+  "--initial-old-space-size": [
+    "--initial-old-space-size",
+    "--initial_old_space_size",
+    "--initial-heap-size",
+    "--initial_heap_size",
+  ],
   "--max-semi-space-size": ["--max-semi-space-size", "--max_semi_space_size"],
 };
 

@@ -1,5 +1,15 @@
 import { readFileSync } from "node:fs";
-import { type SandboxServerOptions, type TlsOptions, agentSandboxDefaultPorts, defaultHost, defaultPort, resolveToken, logLevels, type AgentSandboxOptions, type LogLevel } from "../../server/index.js";
+import {
+  type SandboxServerOptions,
+  type TlsOptions,
+  agentSandboxDefaultPorts,
+  defaultHost,
+  defaultPort,
+  resolveToken,
+  logLevels,
+  type AgentSandboxOptions,
+  type LogLevel,
+} from "../../server/index.js";
 import { Launcher, resolveUser } from "../../process/index.js";
 import { daemonUsage, readDaemonFlags, type DaemonFlagValues } from "./flags.js";
 
@@ -34,9 +44,11 @@ export function parseCommandLine(argv: readonly string[], env: NodeJS.ProcessEnv
   if (flags.help) return { kind: "help" };
   if (flags.version) return { kind: "version" };
   const level = flags.text("log-level") ?? "info";
-  if (!(logLevels as readonly string[]).includes(level)) throw new Error(`--log-level must be one of ${logLevels.join(", ")}, got ${JSON.stringify(level)}`);
+  if (!(logLevels as readonly string[]).includes(level))
+    throw new Error(`--log-level must be one of ${logLevels.join(", ")}, got ${JSON.stringify(level)}`);
   const format = flags.text("log-format");
-  if (format !== undefined && format !== "json" && format !== "pretty") throw new Error(`--log-format must be json or pretty, got ${JSON.stringify(format)}`);
+  if (format !== undefined && format !== "json" && format !== "pretty")
+    throw new Error(`--log-format must be json or pretty, got ${JSON.stringify(format)}`);
   const workspace = flags.list("workspace");
   return {
     kind: "serve",
@@ -60,8 +72,20 @@ export function parseCommandLine(argv: readonly string[], env: NodeJS.ProcessEnv
 }
 
 function integer(flags: DaemonFlagValues, name: string, fallback: number, min: number, max?: number): number;
-function integer(flags: DaemonFlagValues, name: string, fallback: undefined, min: number, max?: number): number | undefined;
-function integer(flags: DaemonFlagValues, name: string, fallback: number | undefined, min: number, max = Number.MAX_SAFE_INTEGER) {
+function integer(
+  flags: DaemonFlagValues,
+  name: string,
+  fallback: undefined,
+  min: number,
+  max?: number,
+): number | undefined;
+function integer(
+  flags: DaemonFlagValues,
+  name: string,
+  fallback: number | undefined,
+  min: number,
+  max = Number.MAX_SAFE_INTEGER,
+) {
   return numberFlag(flags, name, min, max, "integer") ?? fallback;
 }
 
@@ -70,13 +94,21 @@ function decimal(flags: DaemonFlagValues, name: string, min: number, max: number
 }
 
 /** A flag's number from `min` to `max` (an integer, or any finite number), undefined when it is not given; throws a one-line error otherwise. */
-function numberFlag(flags: DaemonFlagValues, name: string, min: number, max: number, kind: "integer" | "number"): number | undefined {
+function numberFlag(
+  flags: DaemonFlagValues,
+  name: string,
+  min: number,
+  max: number,
+  kind: "integer" | "number",
+): number | undefined {
   const text = flags.text(name);
   if (text === undefined) return undefined;
   const value = Number(text);
   const valid = kind === "integer" ? Number.isInteger(value) : Number.isFinite(value);
   if (text.trim() === "" || !valid || value < min || value > max) {
-    throw new Error(`--${name} must be ${kind === "integer" ? "an integer" : "a number"} from ${min} to ${max}, got ${JSON.stringify(text)}`);
+    throw new Error(
+      `--${name} must be ${kind === "integer" ? "an integer" : "a number"} from ${min} to ${max}, got ${JSON.stringify(text)}`,
+    );
   }
   return value;
 }
@@ -106,7 +138,11 @@ function securityOptions(flags: DaemonFlagValues, env: NodeJS.ProcessEnv): Sandb
     runAs: user ? resolveUser(user) : undefined,
     allowSudo: flags.enabled("allow-sudo"),
     launcher:
-      maxTasks === undefined && maxTasksTotal === undefined && commandsMemory === undefined && commandsCpuWeight === undefined && !flags.enabled("no-trace-tasks")
+      maxTasks === undefined &&
+      maxTasksTotal === undefined &&
+      commandsMemory === undefined &&
+      commandsCpuWeight === undefined &&
+      !flags.enabled("no-trace-tasks")
         ? undefined
         : Launcher.create({
             maxTasksPerCommand: maxTasks,
@@ -120,7 +156,10 @@ function securityOptions(flags: DaemonFlagValues, env: NodeJS.ProcessEnv): Sandb
       maxCallsPerConnection: integer(flags, "max-calls-per-connection", undefined, 1),
     },
     keepalive: keepaliveMs === undefined ? undefined : { intervalMs: keepaliveMs, timeoutMs: keepaliveMs },
-    listener: { maxConnections: integer(flags, "max-connections", undefined, 1), maxConnectionsPerPeer: integer(flags, "max-connections-per-peer", undefined, 0) },
+    listener: {
+      maxConnections: integer(flags, "max-connections", undefined, 1),
+      maxConnectionsPerPeer: integer(flags, "max-connections-per-peer", undefined, 0),
+    },
     fileLimits: {
       maxTransfers: integer(flags, "max-transfers", undefined, 1),
       maxTransfersPerConnection: integer(flags, "max-transfers-per-connection", undefined, 1),
@@ -135,12 +174,18 @@ function securityOptions(flags: DaemonFlagValues, env: NodeJS.ProcessEnv): Sandb
 /** The KEP-539.2 listeners: `--agent-sandbox` for its layout, each port flag on its own or to move one. */
 function agentSandboxOptions(flags: DaemonFlagValues): AgentSandboxOptions | undefined {
   const layout = flags.enabled("agent-sandbox");
-  const grpcPort = integer(flags, "agent-sandbox-grpc-port", undefined, 0, 65535) ?? (layout ? agentSandboxDefaultPorts.grpc : undefined);
-  const restPort = integer(flags, "agent-sandbox-rest-port", undefined, 0, 65535) ?? (layout ? agentSandboxDefaultPorts.rest : undefined);
+  const grpcPort =
+    integer(flags, "agent-sandbox-grpc-port", undefined, 0, 65535) ??
+    (layout ? agentSandboxDefaultPorts.grpc : undefined);
+  const restPort =
+    integer(flags, "agent-sandbox-rest-port", undefined, 0, 65535) ??
+    (layout ? agentSandboxDefaultPorts.rest : undefined);
   const metadataPrefix = flags.text("agent-sandbox-metadata-prefix");
-  if (metadataPrefix === "") throw new Error("--agent-sandbox-metadata-prefix must not be empty: every variable of the daemon would be served");
+  if (metadataPrefix === "")
+    throw new Error("--agent-sandbox-metadata-prefix must not be empty: every variable of the daemon would be served");
   if (grpcPort === undefined && restPort === undefined) return undefined;
-  if (grpcPort !== undefined && grpcPort !== 0 && grpcPort === restPort) throw new Error(`--agent-sandbox-grpc-port and --agent-sandbox-rest-port must differ, both are ${grpcPort}`);
+  if (grpcPort !== undefined && grpcPort !== 0 && grpcPort === restPort)
+    throw new Error(`--agent-sandbox-grpc-port and --agent-sandbox-rest-port must differ, both are ${grpcPort}`);
   return { grpcPort, restPort, metadataPrefix };
 }
 
@@ -151,7 +196,11 @@ function tlsOptions(flags: DaemonFlagValues): TlsOptions | undefined {
   const clientCa = flags.text("tls-client-ca");
   if (cert === undefined && key === undefined && clientCa === undefined) return undefined;
   if (cert === undefined || key === undefined) throw new Error("--tls-cert and --tls-key go together");
-  return { cert: readFlagFile("tls-cert", cert), key: readFlagFile("tls-key", key), clientCa: clientCa === undefined ? undefined : readFlagFile("tls-client-ca", clientCa) };
+  return {
+    cert: readFlagFile("tls-cert", cert),
+    key: readFlagFile("tls-key", key),
+    clientCa: clientCa === undefined ? undefined : readFlagFile("tls-client-ca", clientCa),
+  };
 }
 
 /** Reads a file named by a flag, with an error that names the flag instead of a bare errno. */
@@ -160,6 +209,9 @@ function readFlagFile(flag: string, file: string): Buffer {
     return readFileSync(file);
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
-    throw new Error(`--${flag} ${file}: ${code === "ENOENT" ? "no such file" : code === "EACCES" ? "permission denied" : (error as Error).message}`, { cause: error });
+    throw new Error(
+      `--${flag} ${file}: ${code === "ENOENT" ? "no such file" : code === "EACCES" ? "permission denied" : (error as Error).message}`,
+      { cause: error },
+    );
   }
 }

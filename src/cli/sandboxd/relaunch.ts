@@ -34,7 +34,9 @@ export function relaunchWithNodeFlags(script: string): void {
   try {
     native.execProgram(process.execPath, [process.execPath, ...process.execArgv, ...missing, ...process.argv.slice(1)]);
   } catch (error) {
-    process.stderr.write(`sandboxd: warning: could not restart with ${missing.join(" ")}: ${(error as Error).message}\n`);
+    process.stderr.write(
+      `sandboxd: warning: could not restart with ${missing.join(" ")}: ${(error as Error).message}\n`,
+    );
   }
 }
 

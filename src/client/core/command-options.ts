@@ -111,7 +111,8 @@ export function toProcessSpec(
 ): MessageInitShape<typeof ProcessSpecSchema> {
   if (typeof command !== "string") throw invalid(`the command must be a string, not ${describe(command)}`);
   const args = options.args ?? [];
-  if (!Array.isArray(args) || !args.every((arg) => typeof arg === "string")) throw invalid("args must be an array of strings");
+  if (!Array.isArray(args) || !args.every((arg) => typeof arg === "string"))
+    throw invalid("args must be an array of strings");
   const timeoutMs = Math.ceil(options.timeoutMs ?? 0);
   check(timeoutProblem(timeoutMs));
   if (options.stdin !== undefined && typeof options.stdin !== "boolean") {
@@ -159,7 +160,8 @@ export function checkOptions(options: unknown, known: Readonly<Record<string, tr
     throw invalid(`${api}: options must be an object, not ${describe(options)}`);
   }
   const unknown = Object.keys(options).filter((key) => !Object.hasOwn(known, key));
-  if (unknown.length > 0) throw invalid(`${api}: unknown option ${unknown.join(", ")} (it takes ${Object.keys(known).join(", ")})`);
+  if (unknown.length > 0)
+    throw invalid(`${api}: unknown option ${unknown.join(", ")} (it takes ${Object.keys(known).join(", ")})`);
 }
 
 /** Every field name of an options type `T`, checked by the compiler to be complete. */

@@ -81,7 +81,9 @@ export class CommandOutput {
     if (end <= expected) return;
     if (received.offset > expected) this.lost(received.stream, expected, received.offset);
     const chunk: OutputChunk =
-      received.offset === expected ? received : { stream: received.stream, offset: expected, data: received.data.subarray(expected - received.offset) };
+      received.offset === expected
+        ? received
+        : { stream: received.stream, offset: expected, data: received.data.subarray(expected - received.offset) };
     this.next[chunk.stream] = end;
     this.kept.push(chunk);
     const room = this.fanOut.publish(chunk);

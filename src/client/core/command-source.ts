@@ -40,7 +40,11 @@ export function createExecSource(
   return {
     resumable: false,
     async *open(_from, signal) {
-      if (opened) throw new SandboxError("an Exec stream cannot be reopened: the daemon ends its command with the call", "NOT_RESUMABLE");
+      if (opened)
+        throw new SandboxError(
+          "an Exec stream cannot be reopened: the daemon ends its command with the call",
+          "NOT_RESUMABLE",
+        );
       opened = true;
       for await (const response of client.exec(request, { signal })) {
         const event = response.event;
@@ -71,7 +75,12 @@ export function createLogsSource(client: Client<typeof SandboxService>, processI
             yield { kind: "output", chunk: chunkFromProto(event.value) };
             break;
           case "gap":
-            yield { kind: "gap", stream: streamName(event.value.stream), offset: Number(event.value.offset), missedBytes: Number(event.value.missedBytes) };
+            yield {
+              kind: "gap",
+              stream: streamName(event.value.stream),
+              offset: Number(event.value.offset),
+              missedBytes: Number(event.value.missedBytes),
+            };
             break;
           case "exited":
             yield { kind: "exited", exited: event.value };

@@ -164,12 +164,18 @@ export class CommandStream {
     if (kind === "fatal") throw toSandboxError(error);
     const cause = ConnectError.from(error);
     if (!this.source.resumable) {
-      throw new SandboxError("the connection to the sandbox was lost; the daemon ends an Exec command whose call is gone", "UNAVAILABLE", { cause });
+      throw new SandboxError(
+        "the connection to the sandbox was lost; the daemon ends an Exec command whose call is gone",
+        "UNAVAILABLE",
+        { cause },
+      );
     }
     if (this.reconnects === "refused") throw toSandboxError(error);
     const settings = this.settings();
     if (attempt > settings.maxAttempts) {
-      throw new SandboxError(`gave up after ${attempt - 1} reconnect attempts: ${cause.rawMessage}`, "UNAVAILABLE", { cause });
+      throw new SandboxError(`gave up after ${attempt - 1} reconnect attempts: ${cause.rawMessage}`, "UNAVAILABLE", {
+        cause,
+      });
     }
     return kind === "going-away" ? 0 : backoffDelay(attempt, Math.random, settings);
   }

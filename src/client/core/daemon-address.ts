@@ -43,11 +43,19 @@ export interface DaemonAddress {
  * (`http://`) to a host that is not loopback unless the caller allowed it: anyone on the path
  * could read it and run commands with it.
  */
-export function resolveDaemonAddress(options: DaemonAddressOptions, env: NodeJS.ProcessEnv = process.env): DaemonAddress {
+export function resolveDaemonAddress(
+  options: DaemonAddressOptions,
+  env: NodeJS.ProcessEnv = process.env,
+): DaemonAddress {
   const baseUrl = nonEmpty(options.baseUrl) ?? nonEmpty(env[urlVariable]) ?? defaultBaseUrl;
   const url = parseDaemonUrl(baseUrl);
   const token = options.token !== undefined ? nonEmpty(options.token) : nonEmpty(env[tokenVariable]);
-  if (token !== undefined && url.protocol === "http:" && !isLoopbackHost(url.hostname) && options.allowCleartextToken !== true) {
+  if (
+    token !== undefined &&
+    url.protocol === "http:" &&
+    !isLoopbackHost(url.hostname) &&
+    options.allowCleartextToken !== true
+  ) {
     throw new SandboxError(
       `refusing to send the token in clear to ${baseUrl}: use https:// (a daemon started with --tls-cert and --tls-key), ` +
         `or allow it with ${options.allowCleartextTokenName ?? "allowCleartextToken: true"} on a network you trust`,
@@ -73,7 +81,8 @@ export function parseDaemonUrl(baseUrl: string): URL {
 }
 
 /** The two forms of a daemon URL, said the same way by every client. */
-export const daemonUrlForms = "write it as http://host:port (the daemon speaks plain HTTP by default) or https://host:port (a daemon started with --tls-cert)";
+export const daemonUrlForms =
+  "write it as http://host:port (the daemon speaks plain HTTP by default) or https://host:port (a daemon started with --tls-cert)";
 
 /** Whether `hostname` (as `URL` gives it) is the loopback interface: localhost, 127.0.0.0/8 or ::1. */
 export function isLoopbackHost(hostname: string): boolean {
@@ -92,7 +101,10 @@ export function tlsMismatch(baseUrl: string, error: unknown): string | undefined
   const plain = `http://${url.host}`;
   for (let cause: unknown = error; cause instanceof Error; cause = cause.cause) {
     const code = (cause as NodeJS.ErrnoException).code ?? "";
-    if (url.protocol === "https:" && (code === "ERR_SSL_WRONG_VERSION_NUMBER" || /wrong version number|packet length too long/i.test(cause.message))) {
+    if (
+      url.protocol === "https:" &&
+      (code === "ERR_SSL_WRONG_VERSION_NUMBER" || /wrong version number|packet length too long/i.test(cause.message))
+    ) {
       return `the daemon at ${baseUrl} speaks plain HTTP, not TLS: use ${plain}, or start the daemon with --tls-cert and --tls-key`;
     }
   }

@@ -198,7 +198,10 @@ export class OutputLostError extends SandboxError {
 
   /** Creates the error for `missedBytes` bytes of `stream` from `offset`; code `OUTPUT_LOST`. */
   constructor(stream: "stdout" | "stderr", offset: number, missedBytes: number) {
-    super(`${missedBytes} bytes of ${stream} from offset ${offset} were dropped by the daemon before they were read`, "OUTPUT_LOST");
+    super(
+      `${missedBytes} bytes of ${stream} from offset ${offset} were dropped by the daemon before they were read`,
+      "OUTPUT_LOST",
+    );
     this.name = "OutputLostError";
     this.stream = stream;
     this.offset = offset;
@@ -229,7 +232,12 @@ export function toSandboxError(error: unknown, context: { timeoutMs?: number } =
     case "PROCESS_ALREADY_EXISTS":
       return new ProcessAlreadyExistsError(metadata.process_id ?? "", options);
     case "LIMIT_EXCEEDED":
-      return new LimitExceededError(message, metadata.limit ?? "", metadata.value === undefined ? undefined : Number(metadata.value), options);
+      return new LimitExceededError(
+        message,
+        metadata.limit ?? "",
+        metadata.value === undefined ? undefined : Number(metadata.value),
+        options,
+      );
     case "PROCESS_NOT_RUNNING":
       return new ProcessNotRunningError(message, metadata.process_id ?? "", options);
     case "STDIN_NOT_OPEN":

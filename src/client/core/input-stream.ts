@@ -133,7 +133,8 @@ class OpenCall {
       for await (const response of responses) {
         this.waiting.shift()?.resolve({ bytesWritten: Number(response.bytesWritten), closed: response.closed });
       }
-      if (this.waiting.length > 0) throw new SandboxError("the input stream ended before acknowledging every message", "INPUT_CLOSED");
+      if (this.waiting.length > 0)
+        throw new SandboxError("the input stream ended before acknowledging every message", "INPUT_CLOSED");
     } catch (error) {
       const failure = toSandboxError(error);
       for (const waiter of this.waiting.splice(0)) waiter.reject(failure);

@@ -64,6 +64,7 @@ export async function launch<H extends ProcessHandle = ProcessHandle>(
   }
   const handle = context.track(Handle.forProcess(context, started.process!, handleOptions));
   if (signal !== undefined) handle.killOnAbort(signal);
-  if (options.onOutput !== undefined || options.onExit !== undefined || options.onError !== undefined) void handle.follow();
+  if (options.onOutput !== undefined || options.onExit !== undefined || options.onError !== undefined)
+    void handle.follow();
   return handle;
 }

@@ -115,8 +115,14 @@ export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
       const limitBytes = options.maxRetainedBytes ?? start.retained?.limitBytes ?? DEFAULT_MAX_RETAINED_BYTES;
       this.output = new CommandOutput({ ...text, limitBytes, from: start.from, carried: start.retained });
     }
-    const source = start.kind === "exec" ? createExecSource(context.client, start.request) : createLogsSource(context.client, start.details.id);
-    const target = { offsets: () => this.output.offsets, apply: (event: CommandEvent, signal: AbortSignal) => this.apply(event, signal) };
+    const source =
+      start.kind === "exec"
+        ? createExecSource(context.client, start.request)
+        : createLogsSource(context.client, start.details.id);
+    const target = {
+      offsets: () => this.output.offsets,
+      apply: (event: CommandEvent, signal: AbortSignal) => this.apply(event, signal),
+    };
     this.stream = new CommandStream(
       source,
       target,
@@ -159,7 +165,11 @@ export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
    * @internal Used by the command core.
    */
   static forProcess<H extends ProcessHandle>(
-    this: new (context: CommandContext, start: HandleStart, options: HandleOptions) => H,
+    this: new (
+      context: CommandContext,
+      start: HandleStart,
+      options: HandleOptions,
+    ) => H,
     context: CommandContext,
     info: ProcessInfo | ProcessDetails,
     options: HandleOptions & { from?: OutputOffsets; retained?: RetainedOutput } = {},
@@ -254,7 +264,8 @@ export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
   async wait(options: WaitOptions = {}): Promise<CommandFinished> {
     let waiting = this.follow();
     const { timeoutMs } = options;
-    if (timeoutMs !== undefined) waiting = raceSignal(waiting, AbortSignal.timeout(timeoutMs), () => new ExecutionTimeoutError(timeoutMs));
+    if (timeoutMs !== undefined)
+      waiting = raceSignal(waiting, AbortSignal.timeout(timeoutMs), () => new ExecutionTimeoutError(timeoutMs));
     return raceSignal(waiting, options.signal);
   }
 
@@ -292,7 +303,11 @@ export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
     this.stream.refuseReconnects();
     await this.record.started;
     try {
-      const response = await this.context.client.killProcess({ processId: this.id, signal, gracePeriodMs: options.gracePeriodMs ?? 0 });
+      const response = await this.context.client.killProcess({
+        processId: this.id,
+        signal,
+        gracePeriodMs: options.gracePeriodMs ?? 0,
+      });
       if (response.process !== undefined) this.record.adopt(detailsFromProto(response.process));
     } catch (error) {
       throw toSandboxError(error);
@@ -304,7 +319,10 @@ export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
    * the acknowledgement. The command must have been started with `stdin: true` or `pty`.
    */
   sendInput(data: string | Uint8Array): Promise<InputAck> {
-    return this.sendInputMessage({ case: "data", value: typeof data === "string" ? new TextEncoder().encode(data) : data });
+    return this.sendInputMessage({
+      case: "data",
+      value: typeof data === "string" ? new TextEncoder().encode(data) : data,
+    });
   }
 
   /** Closes the command's stdin (end of input; ^D to a PTY). */
@@ -332,8 +350,17 @@ export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
     const killSignal = this.killSignal;
     this.detach();
     await this.stream.settled();
-    const Handle = this.constructor as new (context: CommandContext, start: HandleStart, options: HandleOptions) => this;
-    const start: HandleStart = { kind: "process", details: this.record.details!, from: this.output.resumeOffsets, retained: this.output.retained };
+    const Handle = this.constructor as new (
+      context: CommandContext,
+      start: HandleStart,
+      options: HandleOptions,
+    ) => this;
+    const start: HandleStart = {
+      kind: "process",
+      details: this.record.details!,
+      from: this.output.resumeOffsets,
+      retained: this.output.retained,
+    };
     const next = new Handle(this.context, start, this.options);
     if (killSignal !== undefined) next.killOnAbort(killSignal);
     return next;
@@ -380,7 +407,9 @@ export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
    */
   killOnAbort(signal: AbortSignal): void {
     this.killSignal = signal;
-    this.untilSettled(onAbort(signal, () => void this.kill("SIGTERM", { gracePeriodMs: 1000 }).catch(() => {})).dispose);
+    this.untilSettled(
+      onAbort(signal, () => void this.kill("SIGTERM", { gracePeriodMs: 1000 }).catch(() => {})).dispose,
+    );
   }
 
   /** Stops following with the signal's reason when it aborts (an Exec command then dies with its call). */
@@ -389,14 +418,16 @@ export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
   }
 
   private untilSettled(release: () => void): void {
-    if (this.stream.state.t === "exited" || this.stream.state.t === "failed" || this.stream.state.t === "stopped") release();
+    if (this.stream.state.t === "exited" || this.stream.state.t === "failed" || this.stream.state.t === "stopped")
+      release();
     else this.whenSettled.push(release);
   }
 
   private async sendInputMessage(input: Parameters<InputStream["send"]>[0]): Promise<InputAck> {
     await this.record.started;
     // After detach() nothing would close a new input stream: it would outlive the handle.
-    if (this.stream.state.t === "stopped") throw new SandboxError("the handle was detached from its command", "DETACHED");
+    if (this.stream.state.t === "stopped")
+      throw new SandboxError("the handle was detached from its command", "DETACHED");
     this.input ??= new InputStream(this.context.client, this.id);
     return this.input.send(input);
   }
@@ -434,7 +465,14 @@ export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
         this.output.flushText();
         this.options.onExit?.(exit.exitCode);
         const { retained } = this.output;
-        return new CommandFinished(this.id, this.command, exit, retained.retained(), this.options.encoding, retained.droppedBytes);
+        return new CommandFinished(
+          this.id,
+          this.command,
+          exit,
+          retained.retained(),
+          this.options.encoding,
+          retained.droppedBytes,
+        );
       }
       case "caught-up":
         throw new SandboxError("the log stream stopped before the command exited", "NO_EXIT");
@@ -443,7 +481,11 @@ export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
 }
 
 /** Reads what the daemon retains of a process's output, as text: one GetProcessLogs call. */
-export async function readProcessLogs(context: CommandContext, processId: string, encoding?: string): Promise<{ stdout: string; stderr: string }> {
+export async function readProcessLogs(
+  context: CommandContext,
+  processId: string,
+  encoding?: string,
+): Promise<{ stdout: string; stderr: string }> {
   try {
     const logs = await context.client.getProcessLogs({ processId });
     const decoder = new StreamDecoder(encoding);

@@ -67,7 +67,9 @@ export function exitFromProto(exited: ProcessExited): ProcessExit | undefined {
     killRequested: exited.killed,
     startTime,
     endTime,
-    durationMs: duration ? Number(duration.seconds) * 1000 + duration.nanos / 1e6 : endTime.getTime() - startTime.getTime(),
+    durationMs: duration
+      ? Number(duration.seconds) * 1000 + duration.nanos / 1e6
+      : endTime.getTime() - startTime.getTime(),
     stdoutBytes: Number(exited.stdoutBytes),
     stderrBytes: Number(exited.stderrBytes),
     error: exited.error || undefined,

@@ -26,7 +26,10 @@ export class RetainedOutput {
   ) {
     this.chunks = (carried?.retained() ?? []).flatMap((chunk) => below(chunk, upTo));
     this.carriedCount = this.chunks.length;
-    this.dropped = { stdout: clip(carried?.dropped.stdout, upTo?.stdout), stderr: clip(carried?.dropped.stderr, upTo?.stderr) };
+    this.dropped = {
+      stdout: clip(carried?.dropped.stdout, upTo?.stdout),
+      stderr: clip(carried?.dropped.stderr, upTo?.stderr),
+    };
     for (const chunk of this.chunks) this.bytes += chunk.data.length;
     this.trim();
   }

@@ -83,10 +83,14 @@ class GoAwayCountingSessionManager extends Http2SessionManager {
     // Node's 64 KiB receive windows let the daemon send one output message per WINDOW_UPDATE round
     // trip; wide windows let bulk output flow (256 MiB through Exec: 45 MB/s before, 113 after).
     // The session's memory must hold a message being sent when the answer arrives.
-    super(url, { ...ping, pingIdleConnection: false }, {
-      settings: { initialWindowSize: streamWindowBytes },
-      maxSessionMemory: Math.max(10, Math.ceil((2 * maxMessageBytes) / (1024 * 1024)) + 8),
-    });
+    super(
+      url,
+      { ...ping, pingIdleConnection: false },
+      {
+        settings: { initialWindowSize: streamWindowBytes },
+        maxSessionMemory: Math.max(10, Math.ceil((2 * maxMessageBytes) / (1024 * 1024)) + 8),
+      },
+    );
   }
 
   override async request(
@@ -124,7 +128,10 @@ export function createSandboxConnection(options: SandboxConnectionOptions): Sand
     pingTimeoutMs: options.pingTimeoutMs ?? defaultPingTimeoutMs,
   });
   const interceptors: Interceptor[] = [];
-  const headers = { ...options.headers, ...(options.token !== undefined ? { authorization: `Bearer ${options.token}` } : {}) };
+  const headers = {
+    ...options.headers,
+    ...(options.token !== undefined ? { authorization: `Bearer ${options.token}` } : {}),
+  };
   if (Object.keys(headers).length > 0) {
     interceptors.push((next) => (request) => {
       for (const [name, value] of Object.entries(headers)) request.header.set(name, value);

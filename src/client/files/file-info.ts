@@ -11,7 +11,9 @@ import {
 type Kebab<S extends string> = S extends `${infer Head}_${infer Tail}` ? `${Head}-${Kebab<Tail>}` : S;
 
 /** The names of a generated enum's values without `UNSPECIFIED`, lower-case and kebab-cased. */
-type EnumNames<E extends Record<string, string | number>> = Kebab<Lowercase<Exclude<Extract<keyof E, string>, "UNSPECIFIED">>>;
+type EnumNames<E extends Record<string, string | number>> = Kebab<
+  Lowercase<Exclude<Extract<keyof E, string>, "UNSPECIFIED">>
+>;
 
 /** A generated enum value's name, as {@link EnumNames} spells it (`CHARACTER_DEVICE` as `character-device`). */
 function enumName<E extends Record<string, string | number>>(values: E, value: number): EnumNames<E> {

@@ -4,7 +4,14 @@
  *
  * @module
  */
-export { type FileChangeKind, type FileInfo, type FileKind, permissionsText, type WatchEndKind, type WatchOverflowKind } from "./file-info.js";
+export {
+  type FileChangeKind,
+  type FileInfo,
+  type FileKind,
+  permissionsText,
+  type WatchEndKind,
+  type WatchOverflowKind,
+} from "./file-info.js";
 export type { FilesContext } from "./files-context.js";
 export { FileChangedError, ReadLimitError, type ReadProgress, type ReadRangeOptions } from "./read.js";
 export {
@@ -19,5 +26,11 @@ export {
   type StatOptions,
   type UploadOptions,
 } from "./sandbox-files.js";
-export { type FileChangeEvent, FileWatch, type FileWatchEvent, type WatchOptions, type WatchOverflowEvent } from "./watch.js";
+export {
+  type FileChangeEvent,
+  FileWatch,
+  type FileWatchEvent,
+  type WatchOptions,
+  type WatchOverflowEvent,
+} from "./watch.js";
 export type { WriteData, WriteOptions } from "./write.js";

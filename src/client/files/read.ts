@@ -35,7 +35,10 @@ export class FileChangedError extends SandboxError {
 
   /** Creates the error for `path`; code `FILE_CHANGED`. */
   constructor(path: string, options: { cause?: unknown } = {}) {
-    super(`${path} changed while it was read, so the read cannot resume after its connection broke`, "FILE_CHANGED", { ...options, metadata: { path } });
+    super(`${path} changed while it was read, so the read cannot resume after its connection broke`, "FILE_CHANGED", {
+      ...options,
+      metadata: { path },
+    });
     this.name = "FileChangedError";
     this.path = path;
   }
@@ -55,9 +58,13 @@ export class ReadLimitError extends SandboxError {
 
   /** Creates the error for `path` and a limit of `limitBytes`; code `READ_LIMIT_REACHED`. */
   constructor(path: string, limitBytes: number) {
-    super(`the daemon stopped reading ${path} at its limit of ${limitBytes} bytes for files without a size`, "READ_LIMIT_REACHED", {
-      metadata: { path, limit_bytes: String(limitBytes) },
-    });
+    super(
+      `the daemon stopped reading ${path} at its limit of ${limitBytes} bytes for files without a size`,
+      "READ_LIMIT_REACHED",
+      {
+        metadata: { path, limit_bytes: String(limitBytes) },
+      },
+    );
     this.name = "ReadLimitError";
     this.path = path;
     this.limitBytes = limitBytes;
@@ -72,7 +79,12 @@ export class ReadLimitError extends SandboxError {
  * {@link FileChangedError}. A read the daemon stopped at its limit for files without a size ends
  * with {@link ReadLimitError} after the bytes before it. Leaving the loop cancels the call.
  */
-export async function* readChunks(context: FilesContext, path: string, options: ReadRangeOptions = {}, progress: ReadProgress = { offset: 0, resumes: 0 }): AsyncGenerator<Uint8Array, void, undefined> {
+export async function* readChunks(
+  context: FilesContext,
+  path: string,
+  options: ReadRangeOptions = {},
+  progress: ReadProgress = { offset: 0, resumes: 0 },
+): AsyncGenerator<Uint8Array, void, undefined> {
   const start = checkedNumber(options.offset ?? 0, "offset");
   const end = options.length === undefined ? undefined : start + checkedNumber(options.length, "length");
   progress.offset = start;
@@ -83,13 +95,19 @@ export async function* readChunks(context: FilesContext, path: string, options: 
     let unsizedLimit: number | undefined;
     try {
       const remaining = end === undefined ? undefined : BigInt(Math.max(0, end - progress.offset));
-      const stream = context.client().read({ path, offset: BigInt(progress.offset), length: remaining }, { signal: call.signal });
+      const stream = context
+        .client()
+        .read({ path, offset: BigInt(progress.offset), length: remaining }, { signal: call.signal });
       let ended = false;
       for await (const { event } of stream) {
         if (event.case === "stat") {
           const info = fileInfoFromProto(event.value);
           if (progress.stat === undefined) progress.stat = info;
-          else if (info.size !== progress.stat.size || info.modifiedTime.getTime() !== progress.stat.modifiedTime.getTime()) throw new FileChangedError(path);
+          else if (
+            info.size !== progress.stat.size ||
+            info.modifiedTime.getTime() !== progress.stat.modifiedTime.getTime()
+          )
+            throw new FileChangedError(path);
         } else if (event.case === "chunk") {
           failures = 0;
           progress.offset = Number(event.value.offset) + event.value.data.length;
@@ -100,7 +118,8 @@ export async function* readChunks(context: FilesContext, path: string, options: 
           ended = true;
         }
       }
-      if (!ended) throw new SandboxError(`the read of ${path} ended without its end event`, "NO_END", { metadata: { path } });
+      if (!ended)
+        throw new SandboxError(`the read of ${path} ended without its end event`, "NO_END", { metadata: { path } });
       if (unsizedLimit !== undefined) throw new ReadLimitError(path, unsizedLimit);
       return;
     } catch (error) {
@@ -123,7 +142,9 @@ export async function* readChunks(context: FilesContext, path: string, options: 
 /** A non-negative safe integer option, or a SandboxError INVALID_ARGUMENT naming it. */
 export function checkedNumber(value: unknown, name: string): number {
   if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 0) {
-    throw new SandboxError(`${name} must be a non-negative integer, not ${String(value)}`, "INVALID_ARGUMENT", { metadata: { field: name } });
+    throw new SandboxError(`${name} must be a non-negative integer, not ${String(value)}`, "INVALID_ARGUMENT", {
+      metadata: { field: name },
+    });
   }
   return value;
 }

@@ -9,7 +9,14 @@ import { abortableDelay } from "../../shared/abort.js";
 import { backoffDelay, checkOptions, classifyFailure, optionNames, SandboxError } from "../core/index.js";
 import { type FileInfo, fileInfoFromProto } from "./file-info.js";
 import type { FilesContext } from "./files-context.js";
-import { checkedNumber, collectBytes, readChunks, type ReadProgress, type ReadRangeOptions, toReadableStream } from "./read.js";
+import {
+  checkedNumber,
+  collectBytes,
+  readChunks,
+  type ReadProgress,
+  type ReadRangeOptions,
+  toReadableStream,
+} from "./read.js";
 import { type FileWatch, watchDirectory, type WatchOptions } from "./watch.js";
 import { parseMode, type WriteData, writeFile, type WriteOptions } from "./write.js";
 
@@ -75,7 +82,13 @@ export interface DownloadOptions extends SignalOptions {
   onProgress?: (bytesReceived: number) => void;
 }
 
-const readOptionNames = optionNames<ReadOptions>({ offset: true, length: true, signal: true, format: true, encoding: true });
+const readOptionNames = optionNames<ReadOptions>({
+  offset: true,
+  length: true,
+  signal: true,
+  format: true,
+  encoding: true,
+});
 const rangeOptionNames = optionNames<ReadRangeOptions>({ offset: true, length: true, signal: true });
 const writeOptionNames = optionNames<WriteOptions>({
   mode: true,
@@ -129,7 +142,11 @@ export class SandboxFiles {
     if (format === "stream") return toReadableStream(readChunks(this.context, path, range));
     const bytes = await collectBytes(readChunks(this.context, path, range));
     if (format === "bytes") return bytes;
-    if (format !== "text") throw new SandboxError(`read: format must be "text", "bytes" or "stream", not ${JSON.stringify(format)}`, "INVALID_ARGUMENT");
+    if (format !== "text")
+      throw new SandboxError(
+        `read: format must be "text", "bytes" or "stream", not ${JSON.stringify(format)}`,
+        "INVALID_ARGUMENT",
+      );
     return decoderFor(encoding).decode(bytes);
   }
 
@@ -139,7 +156,11 @@ export class SandboxFiles {
    * read resumes by itself after a broken connection. The lower-level form of `read(path, {
    * format: "stream" })`.
    */
-  iterate(path: string, options: ReadRangeOptions = {}, progress?: ReadProgress): AsyncGenerator<Uint8Array, void, undefined> {
+  iterate(
+    path: string,
+    options: ReadRangeOptions = {},
+    progress?: ReadProgress,
+  ): AsyncGenerator<Uint8Array, void, undefined> {
     checkOptions(options, rangeOptionNames, "iterate");
     return readChunks(this.context, path, options, progress);
   }
@@ -163,11 +184,17 @@ export class SandboxFiles {
   async uploadFile(localPath: string, remotePath: string, options: UploadOptions = {}): Promise<FileInfo> {
     checkOptions(options, writeOptionNames, "uploadFile");
     const handle = await open(localPath, "r").catch((error: NodeJS.ErrnoException) => {
-      throw new SandboxError(`cannot read ${localPath}: ${error.code ?? error.message}`, "INVALID_ARGUMENT", { cause: error, metadata: { path: localPath } });
+      throw new SandboxError(`cannot read ${localPath}: ${error.code ?? error.message}`, "INVALID_ARGUMENT", {
+        cause: error,
+        metadata: { path: localPath },
+      });
     });
     try {
       const local = await handle.stat();
-      if (!local.isFile()) throw new SandboxError(`${localPath} is not a regular file`, "INVALID_ARGUMENT", { metadata: { path: localPath } });
+      if (!local.isFile())
+        throw new SandboxError(`${localPath} is not a regular file`, "INVALID_ARGUMENT", {
+          metadata: { path: localPath },
+        });
       const stream = handle.createReadStream({ highWaterMark: 1024 * 1024, autoClose: false });
       try {
         return await writeFile(this.context, remotePath, stream, { mode: local.mode & 0o7777, ...options });
@@ -188,7 +215,10 @@ export class SandboxFiles {
   async downloadFile(remotePath: string, localPath: string, options: DownloadOptions = {}): Promise<FileInfo> {
     checkOptions(options, downloadOptionNames, "downloadFile");
     const progress: ReadProgress = { offset: 0, resumes: 0 };
-    const temporary = path.join(path.dirname(localPath), `.${path.basename(localPath)}.${randomBytes(6).toString("hex")}.download`);
+    const temporary = path.join(
+      path.dirname(localPath),
+      `.${path.basename(localPath)}.${randomBytes(6).toString("hex")}.download`,
+    );
     const chunks = readChunks(this.context, remotePath, { signal: options.signal }, progress);
     const counted = async function* () {
       let received = 0;
@@ -199,7 +229,9 @@ export class SandboxFiles {
       }
     };
     try {
-      await pipeline(Readable.from(counted(), { objectMode: false }), createWriteStream(temporary, { mode: 0o600 }), { signal: options.signal });
+      await pipeline(Readable.from(counted(), { objectMode: false }), createWriteStream(temporary, { mode: 0o600 }), {
+        signal: options.signal,
+      });
       await chmod(temporary, options.mode === undefined ? progress.stat!.mode & 0o7777 : parseMode(options.mode));
       await rename(temporary, localPath);
       return progress.stat!;
@@ -228,7 +260,11 @@ export class SandboxFiles {
     const depth = options.depth === undefined ? 0 : checkedNumber(options.depth, "depth");
     let pageToken = "";
     do {
-      const page = await this.call(() => this.context.client().list({ path, depth, pageToken }, { signal: options.signal }), options.signal, "retry");
+      const page = await this.call(
+        () => this.context.client().list({ path, depth, pageToken }, { signal: options.signal }),
+        options.signal,
+        "retry",
+      );
       for (const entry of page.entries) yield fileInfoFromProto(entry);
       pageToken = page.nextPageToken;
     } while (pageToken !== "");
@@ -238,7 +274,10 @@ export class SandboxFiles {
   async stat(path: string, options: StatOptions = {}): Promise<FileInfo> {
     checkOptions(options, statOptionNames, "stat");
     const response = await this.call(
-      () => this.context.client().stat({ path, followSymlinks: options.followSymlinks === true }, { signal: options.signal }),
+      () =>
+        this.context
+          .client()
+          .stat({ path, followSymlinks: options.followSymlinks === true }, { signal: options.signal }),
       options.signal,
       "retry",
     );
@@ -289,7 +328,10 @@ export class SandboxFiles {
   async remove(path: string, options: RemoveOptions = {}): Promise<void> {
     checkOptions(options, removeOptionNames, "remove");
     try {
-      await this.call(() => this.context.client().remove({ path, recursive: options.recursive === true }, { signal: options.signal }), options.signal);
+      await this.call(
+        () => this.context.client().remove({ path, recursive: options.recursive === true }, { signal: options.signal }),
+        options.signal,
+      );
     } catch (error) {
       if (options.force === true && error instanceof SandboxError && error.reason === "PATH_NOT_FOUND") return;
       throw error;
@@ -304,7 +346,13 @@ export class SandboxFiles {
   async rename(oldPath: string, newPath: string, options: RenameOptions = {}): Promise<FileInfo> {
     checkOptions(options, renameOptionNames, "rename");
     const response = await this.call(
-      () => this.context.client().move({ source: oldPath, destination: newPath, overwrite: options.overwrite === true }, { signal: options.signal }),
+      () =>
+        this.context
+          .client()
+          .move(
+            { source: oldPath, destination: newPath, overwrite: options.overwrite === true },
+            { signal: options.signal },
+          ),
       options.signal,
     );
     return fileInfoFromProto(response.stat!);
@@ -314,7 +362,10 @@ export class SandboxFiles {
   async chmod(path: string, mode: number | string, options: SignalOptions = {}): Promise<FileInfo> {
     checkOptions(options, signalOptionNames, "chmod");
     const bits = parseMode(mode);
-    const response = await this.call(() => this.context.client().chmod({ path, mode: bits }, { signal: options.signal }), options.signal);
+    const response = await this.call(
+      () => this.context.client().chmod({ path, mode: bits }, { signal: options.signal }),
+      options.signal,
+    );
     return fileInfoFromProto(response.stat!);
   }
 
@@ -330,7 +381,11 @@ export class SandboxFiles {
 
   private async makeDirectory(path: string, options: MkdirOptions): Promise<{ stat: FileInfo; created: boolean }> {
     const mode = options.mode === undefined ? undefined : parseMode(options.mode);
-    const response = await this.call(() => this.context.client().makeDir({ path, parents: options.recursive === true, mode }, { signal: options.signal }), options.signal);
+    const response = await this.call(
+      () =>
+        this.context.client().makeDir({ path, parents: options.recursive === true, mode }, { signal: options.signal }),
+      options.signal,
+    );
     return { stat: fileInfoFromProto(response.stat!), created: response.created };
   }
 
@@ -347,7 +402,10 @@ export class SandboxFiles {
       } catch (error) {
         if (signal?.aborted) throw signal.reason;
         const settings = this.context.reconnect();
-        const kind = retry === undefined || error instanceof SandboxError ? "fatal" : classifyFailure(error, this.context.goAwayCount() > goAways);
+        const kind =
+          retry === undefined || error instanceof SandboxError
+            ? "fatal"
+            : classifyFailure(error, this.context.goAwayCount() > goAways);
         if (kind === "fatal" || failures > settings.maxAttempts) throw this.context.fail(error);
         if (kind === "transient") await abortableDelay(backoffDelay(failures, Math.random, settings), signal);
       }

@@ -1,7 +1,16 @@
 import { abortableDelay, linkSignals } from "../../shared/abort.js";
 import { backoffDelay, classifyFailure, SandboxError } from "../core/index.js";
 import type { WatchResponse } from "../../../gen/sandbox/v1/files_pb.js";
-import { changeKindOf, type FileChangeKind, type FileInfo, fileInfoFromProto, overflowKindOf, endKindOf, type WatchEndKind, type WatchOverflowKind } from "./file-info.js";
+import {
+  changeKindOf,
+  type FileChangeKind,
+  type FileInfo,
+  fileInfoFromProto,
+  overflowKindOf,
+  endKindOf,
+  type WatchEndKind,
+  type WatchOverflowKind,
+} from "./file-info.js";
 import type { FilesContext } from "./files-context.js";
 
 /** Options of `watch()`. */
@@ -105,17 +114,29 @@ export class FileWatch implements AsyncIterable<FileWatchEvent>, AsyncDisposable
         }
         if (next.done === true) {
           if (this.endReason === undefined && !this.call.signal.aborted) {
-            throw this.context.fail(new SandboxError(`the watch of ${this.directory.path} ended without its end event`, "NO_END"));
+            throw this.context.fail(
+              new SandboxError(`the watch of ${this.directory.path} ended without its end event`, "NO_END"),
+            );
           }
           return;
         }
         const { event } = next.value;
         if (event.case === "change") {
           const change = event.value;
-          yield { type: changeKindOf(change.type), path: change.path, ...(change.oldPath === "" ? {} : { oldPath: change.oldPath }), isDirectory: change.isDirectory };
+          yield {
+            type: changeKindOf(change.type),
+            path: change.path,
+            ...(change.oldPath === "" ? {} : { oldPath: change.oldPath }),
+            isDirectory: change.isDirectory,
+          };
         } else if (event.case === "overflow") {
           const overflow = event.value;
-          yield { type: "overflow", source: overflowKindOf(overflow.source), lostEvents: Number(overflow.lostEvents), ...(overflow.path === "" ? {} : { path: overflow.path }) };
+          yield {
+            type: "overflow",
+            source: overflowKindOf(overflow.source),
+            lostEvents: Number(overflow.lostEvents),
+            ...(overflow.path === "" ? {} : { path: overflow.path }),
+          };
         } else if (event.case === "ended") {
           this.endReason = endKindOf(event.value.reason);
         }
@@ -140,7 +161,8 @@ export class FileWatch implements AsyncIterable<FileWatchEvent>, AsyncDisposable
       if (kind === "fatal" || ++failures > settings.maxAttempts) throw this.context.fail(error);
       this.goAways = this.context.goAwayCount();
       // An abort during the wait is seen at the top of the loop.
-      if (kind === "transient") await abortableDelay(backoffDelay(failures, Math.random, settings), this.call.signal).catch(() => {});
+      if (kind === "transient")
+        await abortableDelay(backoffDelay(failures, Math.random, settings), this.call.signal).catch(() => {});
       if (this.call.signal.aborted) continue;
       try {
         this.events = (await this.reopen()).events;
@@ -160,7 +182,12 @@ interface OpenedWatch {
 }
 
 /** Opens a Watch call and reads its `started` event; failures are thrown as they came. */
-async function openWatch(context: FilesContext, path: string, recursive: boolean, signal: AbortSignal): Promise<OpenedWatch> {
+async function openWatch(
+  context: FilesContext,
+  path: string,
+  recursive: boolean,
+  signal: AbortSignal,
+): Promise<OpenedWatch> {
   const events = context.client().watch({ path, recursive }, { signal })[Symbol.asyncIterator]();
   const first = await events.next();
   if (first.done === true || first.value.event.case !== "started") {
@@ -178,7 +205,11 @@ const closed = new SandboxError("the watch was closed", "CANCELED");
  * event), so every change after that is reported. A path that is not a directory is a SandboxError
  * FAILED_PRECONDITION (NOT_A_DIRECTORY); the daemon's watch limits are LimitExceededErrors.
  */
-export async function watchDirectory(context: FilesContext, path: string, options: WatchOptions = {}): Promise<FileWatch> {
+export async function watchDirectory(
+  context: FilesContext,
+  path: string,
+  options: WatchOptions = {},
+): Promise<FileWatch> {
   const call = linkSignals(options.signal);
   const recursive = options.recursive === true;
   try {

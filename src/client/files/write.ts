@@ -57,13 +57,19 @@ const minMessageBytes = 64 * 1024;
  * nothing. Never retried: a write that fails is reported, and repeating it is the caller's choice.
  * A source that throws fails the write with its own error.
  */
-export async function writeFile(context: FilesContext, path: string, data: WriteData, options: WriteOptions = {}): Promise<FileInfo> {
+export async function writeFile(
+  context: FilesContext,
+  path: string,
+  data: WriteData,
+  options: WriteOptions = {},
+): Promise<FileInfo> {
   const header = {
     path,
     mode: options.mode === undefined ? undefined : parseMode(options.mode),
     createParents: options.createParents ?? true,
     failIfExists: options.overwrite === false,
-    expectedSizeBytes: options.expectedSize === undefined ? undefined : BigInt(checkedNumber(options.expectedSize, "expectedSize")),
+    expectedSizeBytes:
+      options.expectedSize === undefined ? undefined : BigInt(checkedNumber(options.expectedSize, "expectedSize")),
     expectedSha256: options.expectedSha256 ?? "",
   };
   const source = byteSource(data)[Symbol.asyncIterator]();
@@ -104,9 +110,14 @@ export async function writeFile(context: FilesContext, path: string, data: Write
 
 /** Permission bits from a number or a string of octal digits; SandboxError INVALID_ARGUMENT otherwise. */
 export function parseMode(mode: number | string): number {
-  const value = typeof mode === "string" && /^0?o?[0-7]{1,4}$/.test(mode) ? Number.parseInt(mode.replace(/^0?o/, ""), 8) : mode;
+  const value =
+    typeof mode === "string" && /^0?o?[0-7]{1,4}$/.test(mode) ? Number.parseInt(mode.replace(/^0?o/, ""), 8) : mode;
   if (typeof value !== "number" || !Number.isInteger(value) || value < 0 || value > 0o7777) {
-    throw new SandboxError(`mode must be permission bits such as 0o644 or "644", not ${JSON.stringify(mode)}`, "INVALID_ARGUMENT", { metadata: { field: "mode" } });
+    throw new SandboxError(
+      `mode must be permission bits such as 0o644 or "644", not ${JSON.stringify(mode)}`,
+      "INVALID_ARGUMENT",
+      { metadata: { field: "mode" } },
+    );
   }
   return value;
 }
@@ -116,11 +127,15 @@ function byteSource(data: WriteData): AsyncIterable<Uint8Array> {
   if (typeof data === "string") return fromIterable([new TextEncoder().encode(data)]);
   if (data instanceof ArrayBuffer) return fromIterable([new Uint8Array(data)]);
   if (ArrayBuffer.isView(data)) return fromIterable([new Uint8Array(data.buffer, data.byteOffset, data.byteLength)]);
-  if (typeof Blob !== "undefined" && data instanceof Blob) return encoded(data.stream() as unknown as AsyncIterable<Uint8Array>);
+  if (typeof Blob !== "undefined" && data instanceof Blob)
+    return encoded(data.stream() as unknown as AsyncIterable<Uint8Array>);
   if (typeof data === "object" && data !== null && (Symbol.asyncIterator in data || Symbol.iterator in data)) {
     return encoded(data as AsyncIterable<Uint8Array | string> | Iterable<Uint8Array | string>);
   }
-  throw new SandboxError(`write() takes a string, bytes, a Blob, a stream or an iterable, not ${data === null ? "null" : typeof data}`, "INVALID_ARGUMENT");
+  throw new SandboxError(
+    `write() takes a string, bytes, a Blob, a stream or an iterable, not ${data === null ? "null" : typeof data}`,
+    "INVALID_ARGUMENT",
+  );
 }
 
 async function* fromIterable(chunks: Iterable<Uint8Array>): AsyncGenerator<Uint8Array> {
@@ -128,7 +143,9 @@ async function* fromIterable(chunks: Iterable<Uint8Array>): AsyncGenerator<Uint8
 }
 
 /** The pieces of a source as bytes: text encoded as UTF-8, anything else refused by name. */
-async function* encoded(source: AsyncIterable<Uint8Array | string> | Iterable<Uint8Array | string>): AsyncGenerator<Uint8Array> {
+async function* encoded(
+  source: AsyncIterable<Uint8Array | string> | Iterable<Uint8Array | string>,
+): AsyncGenerator<Uint8Array> {
   const encoder = new TextEncoder();
   for await (const piece of source) {
     if (typeof piece === "string") yield encoder.encode(piece);
@@ -136,7 +153,8 @@ async function* encoded(source: AsyncIterable<Uint8Array | string> | Iterable<Ui
     else if (ArrayBuffer.isView(piece as unknown)) {
       const view = piece as unknown as ArrayBufferView;
       yield new Uint8Array(view.buffer, view.byteOffset, view.byteLength);
-    } else throw new SandboxError(`write() sources must yield bytes or strings, not ${typeof piece}`, "INVALID_ARGUMENT");
+    } else
+      throw new SandboxError(`write() sources must yield bytes or strings, not ${typeof piece}`, "INVALID_ARGUMENT");
   }
 }
 

@@ -1,4 +1,18 @@
-import { type CommandFinished, checkOptions, commandOptionNames, optionNames, type CommandOptions, ExecutionTimeoutError, SandboxError, toSandboxError, launch, type LaunchContext, StreamDecoder, type OutputStreamName, commandLine } from "../core/index.js";
+import {
+  type CommandFinished,
+  checkOptions,
+  commandOptionNames,
+  optionNames,
+  type CommandOptions,
+  ExecutionTimeoutError,
+  SandboxError,
+  toSandboxError,
+  launch,
+  type LaunchContext,
+  StreamDecoder,
+  type OutputStreamName,
+  commandLine,
+} from "../core/index.js";
 import { linkSignals } from "../../shared/abort.js";
 
 /**
@@ -6,7 +20,8 @@ import { linkSignals } from "../../shared/abort.js";
  * options with its time limit named `timeout` (in milliseconds, as there), plus argv form, PTY,
  * stdin input and sudo.
  */
-export interface BaseExecOptions extends Pick<CommandOptions, "sessionId" | "env" | "cwd" | "encoding" | "args" | "pty" | "sudo" | "input"> {
+export interface BaseExecOptions
+  extends Pick<CommandOptions, "sessionId" | "env" | "cwd" | "encoding" | "args" | "pty" | "sudo" | "input"> {
   /**
    * Maximum execution time in milliseconds; 0 for none. exec() and execStream() default to the
    * sandbox's `timeoutMs`, background processes to none.
@@ -107,12 +122,21 @@ export const baseExecOptionNames = optionNames<BaseExecOptions>({
   input: true,
   timeout: true,
 });
-const execOptionNames = optionNames<ExecOptions>({ ...baseExecOptionNames, stream: true, onOutput: true, onComplete: true, onError: true, signal: true });
+const execOptionNames = optionNames<ExecOptions>({
+  ...baseExecOptionNames,
+  stream: true,
+  onOutput: true,
+  onComplete: true,
+  onError: true,
+  signal: true,
+});
 const streamOptionNames = optionNames<StreamOptions>({ ...baseExecOptionNames, bufferSize: true, signal: true });
 const { args: _args, ...argvExecOptionNames } = commandOptionNames;
 
 /** The command's options for a Cloudflare-style call: `timeout` is the core's `timeoutMs`. */
-export function fromBaseExecOptions<T extends BaseExecOptions>(options: T): Omit<T, "timeout"> & Pick<CommandOptions, "timeoutMs"> {
+export function fromBaseExecOptions<T extends BaseExecOptions>(
+  options: T,
+): Omit<T, "timeout"> & Pick<CommandOptions, "timeoutMs"> {
   const { timeout, ...rest } = options;
   return { ...rest, timeoutMs: timeout };
 }
@@ -141,7 +165,11 @@ export async function exec(
     const finished = await (await launch(context, command, { ...third, args: second }, "wait")).result;
     return { exitCode: finished.exitCode, output: finished.output() };
   }
-  if (third !== undefined) throw new SandboxError("exec(command, options) takes no third argument; arguments go in an array: exec(command, args, options)", "INVALID_ARGUMENT");
+  if (third !== undefined)
+    throw new SandboxError(
+      "exec(command, options) takes no third argument; arguments go in an array: exec(command, args, options)",
+      "INVALID_ARGUMENT",
+    );
   checkOptions(second, execOptionNames, "exec(command, options)");
   return execWithResult(context, command, (second ?? {}) as ExecOptions);
 }
@@ -169,7 +197,11 @@ async function execWithResult(context: LaunchContext, command: string, options: 
  * event that ends the stream (an {@link ExecutionTimeoutError} naming the limit when the time limit
  * killed the command: `timeout`, in milliseconds, by default the sandbox's `timeoutMs`, 30 s). Leaving the loop early cancels the call, which kills the command.
  */
-export async function* execStream(context: LaunchContext, command: string, options: StreamOptions = {}): AsyncGenerator<ExecEvent> {
+export async function* execStream(
+  context: LaunchContext,
+  command: string,
+  options: StreamOptions = {},
+): AsyncGenerator<ExecEvent> {
   checkOptions(options, streamOptionNames, "execStream");
   const { bufferSize: _bufferSize, ...rest } = options;
   const stop = linkSignals(options.signal);

@@ -55,7 +55,11 @@ export interface LogEvent {
  * continues with the bytes after the gap. Ends (without an error) when `signal` aborts; a lasting
  * failure is thrown as a SandboxError.
  */
-export async function* logEvents(first: ProcessHandle, encoding: string | undefined, signal?: AbortSignal): AsyncGenerator<LogEvent> {
+export async function* logEvents(
+  first: ProcessHandle,
+  encoding: string | undefined,
+  signal?: AbortSignal,
+): AsyncGenerator<LogEvent> {
   const event = (type: LogEvent["type"], data: string): LogEvent => ({
     type,
     timestamp: new Date().toISOString(),

@@ -1,6 +1,19 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import type { ProcessInfo, ProcessStatus as ProtoStatus } from "../../../gen/sandbox/v1/sandbox_pb.js";
-import { chunkFromProto, checkOptions, optionNames, type CommandOptions, toSandboxError, launch, type LaunchContext, StreamDecoder, type OutputOffsets, ProcessHandle, readProcessLogs, exitCodeOf } from "../core/index.js";
+import {
+  chunkFromProto,
+  checkOptions,
+  optionNames,
+  type CommandOptions,
+  toSandboxError,
+  launch,
+  type LaunchContext,
+  StreamDecoder,
+  type OutputOffsets,
+  ProcessHandle,
+  readProcessLogs,
+  exitCodeOf,
+} from "../core/index.js";
 import { baseExecOptionNames, fromBaseExecOptions, type BaseExecOptions } from "./exec.js";
 import { processStatusToProto, type ProcessStatus } from "../../shared/process-status.js";
 import { logEvents, type LogEvent, type Process } from "./process-views.js";
@@ -15,7 +28,9 @@ export interface ProcessesContext extends LaunchContext {
  * Options of `startProcess()`, as the Cloudflare Sandbox SDK's `ProcessOptions`, plus argv form,
  * PTY, stdin, sudo and how much output the handle keeps.
  */
-export interface ProcessOptions extends BaseExecOptions, Pick<CommandOptions, "processId" | "autoCleanup" | "stdin" | "maxRetainedBytes"> {
+export interface ProcessOptions
+  extends BaseExecOptions,
+    Pick<CommandOptions, "processId" | "autoCleanup" | "stdin" | "maxRetainedBytes"> {
   /** The process exited; `code` as in CommandFinished.exitCode. Giving it makes the handle follow the process. */
   onExit?: CommandOptions["onExit"];
   /** Text as it arrives. Giving it makes the handle follow the process. */
@@ -56,7 +71,11 @@ const processOptionNames = optionNames<ProcessOptions>({
  * `onExit` or `onError` makes the handle follow the process at once; otherwise it follows when
  * first iterated or waited on. A live duplicate `processId` is a ProcessAlreadyExistsError.
  */
-export async function startProcess(context: LaunchContext, command: string, options: ProcessOptions = {}): Promise<ProcessHandle> {
+export async function startProcess(
+  context: LaunchContext,
+  command: string,
+  options: ProcessOptions = {},
+): Promise<ProcessHandle> {
   checkOptions(options, processOptionNames, "startProcess");
   const { onStart, ...rest } = options;
   const handle = await launch(context, command, fromBaseExecOptions(rest), "background");
@@ -65,7 +84,10 @@ export async function startProcess(context: LaunchContext, command: string, opti
 }
 
 /** Lists processes (as handles), oldest first: the sandbox's sessions, or every process with `all`; every page of them. */
-export async function listProcesses(context: ProcessesContext, options: ListProcessesOptions = {}): Promise<ProcessHandle[]> {
+export async function listProcesses(
+  context: ProcessesContext,
+  options: ListProcessesOptions = {},
+): Promise<ProcessHandle[]> {
   const statuses = (options.statuses ?? []).map(processStatusToProto);
   const sessions = options.all === true ? [""] : context.sessions();
   const lists = await Promise.all(sessions.map((sessionId) => listAllPages(context, { sessionId, statuses })));
@@ -76,7 +98,10 @@ export async function listProcesses(context: ProcessesContext, options: ListProc
 }
 
 /** Every record ListProcesses gives for a filter, page after page. */
-async function listAllPages(context: LaunchContext, filter: { sessionId: string; statuses: ProtoStatus[] }): Promise<ProcessInfo[]> {
+async function listAllPages(
+  context: LaunchContext,
+  filter: { sessionId: string; statuses: ProtoStatus[] },
+): Promise<ProcessInfo[]> {
   const records: ProcessInfo[] = [];
   let pageToken = "";
   do {
@@ -122,18 +147,25 @@ export async function killProcess(context: LaunchContext, id: string, signal = "
 
 /** Signals every live process of the sandbox's sessions (SIGTERM, SIGKILL after 5 s); resolves with how many. */
 export async function killAllProcesses(context: ProcessesContext, signal = "SIGTERM"): Promise<number> {
-  const counts = await Promise.all(context.sessions().map((sessionId) => context.client.killAllProcesses({ sessionId, signal })));
+  const counts = await Promise.all(
+    context.sessions().map((sessionId) => context.client.killAllProcesses({ sessionId, signal })),
+  );
   return counts.reduce((sum, response) => sum + response.killedCount, 0);
 }
 
 /** Removes the records of exited processes of the sandbox's sessions; resolves with how many. */
 export async function cleanupCompletedProcesses(context: ProcessesContext): Promise<number> {
-  const counts = await Promise.all(context.sessions().map((sessionId) => context.client.cleanupProcesses({ sessionId })));
+  const counts = await Promise.all(
+    context.sessions().map((sessionId) => context.client.cleanupProcesses({ sessionId })),
+  );
   return counts.reduce((sum, response) => sum + response.removedCount, 0);
 }
 
 /** The output a process's record retains, as text: one GetProcessLogs call. ProcessNotFoundError when unknown. */
-export async function getProcessLogs(context: LaunchContext, id: string): Promise<{ stdout: string; stderr: string; processId: string }> {
+export async function getProcessLogs(
+  context: LaunchContext,
+  id: string,
+): Promise<{ stdout: string; stderr: string; processId: string }> {
   return { ...(await readProcessLogs(context, id, context.defaults.encoding)), processId: id };
 }
 
@@ -166,7 +198,11 @@ export async function getOutput(context: LaunchContext, id: string): Promise<{ e
  * `streamProcessLogs()`, from everything the daemon retains, reconnecting on transient failures.
  * Ends when `signal` aborts.
  */
-export async function* streamProcessLogs(context: LaunchContext, processId: string, options: { signal?: AbortSignal } = {}): AsyncGenerator<LogEvent> {
+export async function* streamProcessLogs(
+  context: LaunchContext,
+  processId: string,
+  options: { signal?: AbortSignal } = {},
+): AsyncGenerator<LogEvent> {
   const handle = await attach(context, processId);
   yield* logEvents(handle, context.defaults.encoding, options.signal);
 }

@@ -1,4 +1,13 @@
-import { type CommandFinished, checkOptions, commandOptionNames, type CommandOptions, SandboxError, launch, type LaunchContext, type ProcessHandle } from "../core/index.js";
+import {
+  type CommandFinished,
+  checkOptions,
+  commandOptionNames,
+  type CommandOptions,
+  SandboxError,
+  launch,
+  type LaunchContext,
+  type ProcessHandle,
+} from "../core/index.js";
 
 /**
  * Options of `runCommand()`, as Vercel Sandbox's `runCommand(cmd, args, opts)`: the command's
@@ -43,11 +52,13 @@ export async function runCommand(
 ): Promise<Command | CommandFinished> {
   let params: RunCommandParams;
   if (typeof first === "string") {
-    if (args !== undefined && !Array.isArray(args)) throw new SandboxError("runCommand(cmd, args, options): args must be an array of strings", "INVALID_ARGUMENT");
+    if (args !== undefined && !Array.isArray(args))
+      throw new SandboxError("runCommand(cmd, args, options): args must be an array of strings", "INVALID_ARGUMENT");
     checkOptions(options, runCommandOptionNames, "runCommand(cmd, args, options)");
     params = { ...options, cmd: first, args };
   } else {
-    if (args !== undefined || options !== undefined) throw new SandboxError("runCommand({ cmd, ... }) takes one argument", "INVALID_ARGUMENT");
+    if (args !== undefined || options !== undefined)
+      throw new SandboxError("runCommand({ cmd, ... }) takes one argument", "INVALID_ARGUMENT");
     checkOptions(first, runCommandParamNames, "runCommand({ cmd, ... })");
     params = first;
   }

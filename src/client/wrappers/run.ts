@@ -1,4 +1,11 @@
-import { type CommandFinished, checkOptions, commandOptionNames, type CommandOptions, launch, type LaunchContext } from "../core/index.js";
+import {
+  type CommandFinished,
+  checkOptions,
+  commandOptionNames,
+  type CommandOptions,
+  launch,
+  type LaunchContext,
+} from "../core/index.js";
 import { CommandHandle } from "./command-handle.js";
 
 /**
@@ -21,7 +28,11 @@ const runOptionNames = { ...rest, timeout: true, wait: true } as const;
  * otherwise waits through Exec and resolves with the {@link CommandFinished}, whatever the exit
  * code. A waiting run defaults to the sandbox's time limit, a background one to none.
  */
-export async function run(context: LaunchContext, command: string, options: RunOptions = {}): Promise<CommandHandle | CommandFinished> {
+export async function run(
+  context: LaunchContext,
+  command: string,
+  options: RunOptions = {},
+): Promise<CommandHandle | CommandFinished> {
   checkOptions(options, runOptionNames, "run");
   const { timeout, wait, ...commandOptions } = options;
   const core = { ...commandOptions, timeoutMs: timeout === undefined ? undefined : timeout * 1000 };

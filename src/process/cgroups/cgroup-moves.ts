@@ -37,7 +37,10 @@ export function favorCgroupMoves(): CgroupMoves {
   const addon = loadNativeAddon();
   if (addon === null) return { state: "unfavored", reason: "the native addon is not loaded" };
   try {
-    addon.configureFilesystem("cgroup2", [...before.filter((option) => option !== "rw" && option !== "ro"), "favordynmods"]);
+    addon.configureFilesystem("cgroup2", [
+      ...before.filter((option) => option !== "rw" && option !== "ro"),
+      "favordynmods",
+    ]);
   } catch (error) {
     const code = (error as NodeJS.ErrnoException).code;
     const reason =

@@ -19,7 +19,12 @@ interface CgroupOwner {
 let own: CgroupOwner | undefined;
 
 function ownOwner(): CgroupOwner {
-  own ??= { pidNamespace: pidNamespace("self") ?? "0", pid: process.pid, startTime: processStartTime(process.pid) ?? 0, token: randomBytes(4).toString("hex") };
+  own ??= {
+    pidNamespace: pidNamespace("self") ?? "0",
+    pid: process.pid,
+    startTime: processStartTime(process.pid) ?? 0,
+    token: randomBytes(4).toString("hex"),
+  };
   return own;
 }
 
@@ -49,13 +54,17 @@ const initialPidNamespace = "4026531836";
  * daemon, seen from inside a container; a name of another form) is never judged gone: a leftover is
  * only ever removed when its owner is known to be dead.
  */
-export function cgroupOwnerGone(name: string, livePidNamespaces: () => ReadonlySet<string> | undefined = visiblePidNamespaces): boolean {
+export function cgroupOwnerGone(
+  name: string,
+  livePidNamespaces: () => ReadonlySet<string> | undefined = visiblePidNamespaces,
+): boolean {
   const match = /^sandboxd\.(\d+)\.(\d+)\.(\d+)\.[0-9a-f]+\.\d+$/.exec(name);
   if (match === null) return false;
   const [, namespace, pid, startTime] = match;
   const ownNamespace = ownOwner().pidNamespace;
   if (namespace === "0" || ownNamespace === "0") return false;
-  if (namespace !== ownNamespace) return ownNamespace === initialPidNamespace && livePidNamespaces()?.has(namespace!) === false;
+  if (namespace !== ownNamespace)
+    return ownNamespace === initialPidNamespace && livePidNamespaces()?.has(namespace!) === false;
   if (Number(pid) === process.pid) return Number(startTime) !== ownOwner().startTime;
   return processStartTime(Number(pid)) !== Number(startTime);
 }
@@ -88,7 +97,10 @@ export function visiblePidNamespaces(): ReadonlySet<string> | undefined {
 /** How many pid namespaces a process is in, from the one this process sees it in down (its status's `NSpid`); undefined when gone. */
 function nestingLevels(pid: string): number | undefined {
   try {
-    return /^NSpid:\s*(.*)$/m.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1]?.trim().split(/\s+/).length;
+    return /^NSpid:\s*(.*)$/m
+      .exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1]
+      ?.trim()
+      .split(/\s+/).length;
   } catch {
     return undefined;
   }

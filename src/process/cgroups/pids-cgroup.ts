@@ -47,7 +47,8 @@ export class PidsCgroup {
           writeFileSync(path.join(directory, "cgroup.subtree_control"), "+pids");
         }
         // The daemon-wide cap: every command's tasks count here too (the controller is hierarchical).
-        if (maxTasksTotal !== undefined && maxTasksTotal > 0) writeFileSync(path.join(directory, "pids.max"), String(maxTasksTotal));
+        if (maxTasksTotal !== undefined && maxTasksTotal > 0)
+          writeFileSync(path.join(directory, "pids.max"), String(maxTasksTotal));
         const probe = new PidsCgroup(directory, maxTasksTotal);
         const child = probe.create(1);
         rmdirSync(child.directory);
@@ -70,7 +71,8 @@ export class PidsCgroup {
     if (!existsSync(this.directory)) {
       this.free.length = 0;
       mkdirSync(this.directory);
-      if (this.maxTasksTotal !== undefined && this.maxTasksTotal > 0) writeFileSync(path.join(this.directory, "pids.max"), String(this.maxTasksTotal));
+      if (this.maxTasksTotal !== undefined && this.maxTasksTotal > 0)
+        writeFileSync(path.join(this.directory, "pids.max"), String(this.maxTasksTotal));
     }
     // An empty cgroup of an earlier command, with the same cap: no mkdir, no pids.max write.
     const reused = this.free.pop();
@@ -184,7 +186,12 @@ export function ownCgroupDirectories(controller: string): string[] {
     if (fsType === "cgroup2") {
       const relative = ownPath((controllers) => controllers === "");
       try {
-        if (relative !== undefined && readFileSync(path.join(mountPoint, relative, "cgroup.controllers"), "utf8").split(/\s+/).includes(controller)) {
+        if (
+          relative !== undefined &&
+          readFileSync(path.join(mountPoint, relative, "cgroup.controllers"), "utf8")
+            .split(/\s+/)
+            .includes(controller)
+        ) {
           found.unshift(path.join(mountPoint, relative));
         }
       } catch {

@@ -77,8 +77,10 @@ export class ResourceCgroup {
       }
       return false;
     };
-    if (memoryBytes > 0 && create("memory", { "memory.limit_in_bytes": String(memoryBytes) })) applied.memoryBytes = memoryBytes;
-    if (cpuWeight > 0 && create("cpu", { "cpu.shares": String(Math.max(2, Math.round(1024 * cpuWeight))) })) applied.cpuWeight = cpuWeight;
+    if (memoryBytes > 0 && create("memory", { "memory.limit_in_bytes": String(memoryBytes) }))
+      applied.memoryBytes = memoryBytes;
+    if (cpuWeight > 0 && create("cpu", { "cpu.shares": String(Math.max(2, Math.round(1024 * cpuWeight))) }))
+      applied.cpuWeight = cpuWeight;
     return procsFiles.length === 0 ? undefined : new ResourceCgroup(procsFiles, directories, applied);
   }
 
@@ -93,7 +95,10 @@ export class ResourceCgroup {
       try {
         mkdirSync(directory);
       } catch (error) {
-        if ((error as NodeJS.ErrnoException).code === "EEXIST") throw new Error(`cgroup ${directory} was created by another process meanwhile: not adopted`, { cause: error });
+        if ((error as NodeJS.ErrnoException).code === "EEXIST")
+          throw new Error(`cgroup ${directory} was created by another process meanwhile: not adopted`, {
+            cause: error,
+          });
         continue;
       }
       try {

@@ -1,4 +1,15 @@
-import { closeSync, constants as fsConstants, lstatSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, unlinkSync, writeSync } from "node:fs";
+import {
+  closeSync,
+  constants as fsConstants,
+  lstatSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  renameSync,
+  unlinkSync,
+  writeSync,
+} from "node:fs";
 import path from "node:path";
 import { processExists } from "../../shared/process-exists.js";
 
@@ -83,7 +94,11 @@ export class GroupLedger {
   reserve(): GroupReservation {
     // Not a .json name: a record only once renamed, read by reapLeftovers as pending until then.
     const pending = path.join(this.directory, `pending.${process.pid}.${nextReservation++}.record`);
-    const fd = openSync(pending, fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_EXCL | fsConstants.O_NOFOLLOW, 0o600);
+    const fd = openSync(
+      pending,
+      fsConstants.O_WRONLY | fsConstants.O_CREAT | fsConstants.O_EXCL | fsConstants.O_NOFOLLOW,
+      0o600,
+    );
     try {
       writeSync(fd, " ".repeat(recordBytes));
     } catch (error) {
@@ -101,7 +116,14 @@ export class GroupLedger {
         try {
           const startTime = processStartTime(pid);
           if (startTime === undefined) return; // Gone already: nothing to leave behind.
-          const record: GroupRecord = { pgid: pid, startTime, bootId: this.bootId, processId: processId.slice(0, 256), daemonPid: process.pid, daemonStartTime: ownStartTime ?? 0 };
+          const record: GroupRecord = {
+            pgid: pid,
+            startTime,
+            bootId: this.bootId,
+            processId: processId.slice(0, 256),
+            daemonPid: process.pid,
+            daemonStartTime: ownStartTime ?? 0,
+          };
           // Written over the room reserved: no new block is needed, so a disk that filled meanwhile cannot fail it.
           const text = JSON.stringify(record).padEnd(recordBytes, " ");
           if (Buffer.byteLength(text) > recordBytes) throw new Error("record too long");
@@ -145,7 +167,8 @@ export class GroupLedger {
       if (!entry.endsWith(".json") && pendingOwner === null) continue;
       // A reservation of a daemon still running is its business; a dead one's may hold a record
       // written just before the rename.
-      if (pendingOwner !== null && Number(pendingOwner[1]) !== process.pid && processExists(Number(pendingOwner[1]))) continue;
+      if (pendingOwner !== null && Number(pendingOwner[1]) !== process.pid && processExists(Number(pendingOwner[1])))
+        continue;
       const file = path.join(this.directory, entry);
       if (pendingOwner !== null && readFileSync(file, "utf8").trim() === "") {
         removeQuietly(file);
@@ -158,8 +181,17 @@ export class GroupLedger {
         continue;
       }
       // Records of a daemon still running on the same directory are its own business.
-      if (record.daemonPid !== process.pid && record.bootId === this.bootId && processStartTime(record.daemonPid) === record.daemonStartTime) continue;
-      if (record.bootId === this.bootId && processStartTime(record.pgid) === record.startTime && readStat(record.pgid)?.[0] !== "Z") {
+      if (
+        record.daemonPid !== process.pid &&
+        record.bootId === this.bootId &&
+        processStartTime(record.daemonPid) === record.daemonStartTime
+      )
+        continue;
+      if (
+        record.bootId === this.bootId &&
+        processStartTime(record.pgid) === record.startTime &&
+        readStat(record.pgid)?.[0] !== "Z"
+      ) {
         try {
           process.kill(-record.pgid, "SIGKILL");
           report.killedGroups.push(record.pgid);
@@ -199,7 +231,8 @@ function readRecord(file: string, pending = false): GroupRecord | undefined {
     return undefined;
   }
   const positive = (number: unknown) => Number.isSafeInteger(number) && (number as number) > 0;
-  if (!positive(value.pgid) || value.pgid! <= 1 || value.pgid === process.pid || value.pgid === ownGroup) return undefined;
+  if (!positive(value.pgid) || value.pgid! <= 1 || value.pgid === process.pid || value.pgid === ownGroup)
+    return undefined;
   if (!positive(value.startTime) || typeof value.bootId !== "string" || !positive(value.daemonPid)) return undefined;
   if (!pending && path.basename(file) !== `${value.pgid}.json`) return undefined;
   return value as GroupRecord;

@@ -1,5 +1,4 @@
 import { constants as osConstants } from "node:os";
-import path from "node:path";
 import { executable, findNativeFile } from "./native-files.js";
 
 /**

@@ -129,11 +129,23 @@ export class Launcher {
   /** Detects cgroups, the native helper and prlimit on this machine. */
   static create(options: LauncherOptions = {}): Launcher {
     const maxTasks = options.maxTasksPerCommand ?? defaultMaxTasksPerCommand;
-    const cgroup = maxTasks > 0 && options.cgroups !== false ? PidsCgroup.detect(options.maxTasksTotal ?? defaultMaxTasksTotal) : undefined;
+    const cgroup =
+      maxTasks > 0 && options.cgroups !== false
+        ? PidsCgroup.detect(options.maxTasksTotal ?? defaultMaxTasksTotal)
+        : undefined;
     const helper = options.execHelper === null ? undefined : (options.execHelper ?? findExecHelper());
     const resources = options.resources === false ? undefined : ResourceCgroup.detect(options.resources ?? {});
     const total = options.maxTasksTotal ?? defaultMaxTasksTotal;
-    return new Launcher(maxTasks, cgroup, resources, findProgram("prlimit"), helper, hasInheritedFds(), options.traceTasks ?? true, total);
+    return new Launcher(
+      maxTasks,
+      cgroup,
+      resources,
+      findProgram("prlimit"),
+      helper,
+      hasInheritedFds(),
+      options.traceTasks ?? true,
+      total,
+    );
   }
 
   /** How fork bombs are capped for a command run as `uid`. */
@@ -185,7 +197,12 @@ export class Launcher {
     // The helper costs an exec. A command it has nothing to do for (same user, a root as cwd, no fd
     // inherited) starts without it: a shell command line joins its cgroups itself, first thing.
     const shellLine = request.file === "/bin/sh" && request.args.length === 2 && request.args[0] === "-c";
-    const helperNeeded = switching || !request.cwdIsRoot || this.inheritedFds || (procsFiles.length > 0 && !shellLine) || limit === "traced";
+    const helperNeeded =
+      switching ||
+      !request.cwdIsRoot ||
+      this.inheritedFds ||
+      (procsFiles.length > 0 && !shellLine) ||
+      limit === "traced";
     if (this.helper !== undefined && helperNeeded) {
       const options: string[] = [];
       for (const file of procsFiles) options.push("--cgroup", file);

@@ -17,6 +17,7 @@ let reapingOrphans = false;
 /** child_process children of this process not known to have exited: libuv reaps those, never the orphan sweep. */
 const childProcesses = new Set<ChildProcess>();
 /** A later sweep, when orphans may be waiting behind a child that is not the sweep's to reap. */
+// biome-ignore lint/correctness/noUnusedVariables: read by `??=` in the sweep
 let orphanRetry: NodeJS.Timeout | undefined;
 let orphansReaped = 0;
 
@@ -59,7 +60,9 @@ export function reapNow(pid: number): boolean {
   }
   if (result === undefined) return false;
   waiting.delete(pid);
-  resolve(result.signal !== null ? { code: null, signal: signalName(result.signal) } : { code: result.code, signal: null });
+  resolve(
+    result.signal !== null ? { code: null, signal: signalName(result.signal) } : { code: result.code, signal: null },
+  );
   return true;
 }
 
@@ -151,7 +154,9 @@ function askEachWaiting(): void {
     }
     if (result === undefined) continue;
     waiting.delete(pid);
-    resolve(result.signal !== null ? { code: null, signal: signalName(result.signal) } : { code: result.code, signal: null });
+    resolve(
+      result.signal !== null ? { code: null, signal: signalName(result.signal) } : { code: result.code, signal: null },
+    );
   }
 }
 

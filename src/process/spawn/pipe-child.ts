@@ -1,9 +1,22 @@
 import { spawn, type StdioOptions } from "node:child_process";
 import net from "node:net";
 import type { Readable, Writable } from "node:stream";
-import { parseHelperStatus, type HelperFailure, executablePath, loadNativeAddon, type NativeAddon, type NativeSpawned } from "../native/index.js";
+import {
+  parseHelperStatus,
+  type HelperFailure,
+  executablePath,
+  loadNativeAddon,
+  type NativeAddon,
+  type NativeSpawned,
+} from "../native/index.js";
 import { listenForNativeExits, reapNow, spawnStarting, watchNativeExit } from "./native-exits.js";
-import { outputDrainLimitMs, outputQuietMs, type ChildExit, type SpawnChildOptions, type SpawnedChild } from "./child.js";
+import {
+  outputDrainLimitMs,
+  outputQuietMs,
+  type ChildExit,
+  type SpawnChildOptions,
+  type SpawnedChild,
+} from "./child.js";
 
 /**
  * Spawns a child on pipes, in a new session and process group (`detached`). Resolves once the OS
@@ -79,7 +92,8 @@ function startedWithAddon(native: NativeAddon, fds: NativeSpawned, options: Spaw
   io.stdout.on("error", () => {});
   io.stderr.on("error", () => {});
   const spawned = createPipeChild(fds.pid, io, leaderExited, options, () => reapNow(fds.pid));
-  const status = fds.status === undefined ? undefined : new net.Socket({ fd: fds.status, readable: true, writable: false });
+  const status =
+    fds.status === undefined ? undefined : new net.Socket({ fd: fds.status, readable: true, writable: false });
   return awaitHelperStatus(status, io).then(() => spawned);
 }
 
@@ -199,7 +213,11 @@ function createPipeChild(
       }
       return new Promise<void>((resolve, reject) => {
         // Node reports a write cut short by destroy() (the drain after the exit) as a success.
-        stdin.write(data, (error) => (error || stdin.destroyed ? reject(error ?? new Error("stdin was closed before the write completed")) : resolve()));
+        stdin.write(data, (error) =>
+          error || stdin.destroyed
+            ? reject(error ?? new Error("stdin was closed before the write completed"))
+            : resolve(),
+        );
       });
     },
     closeInput() {

@@ -84,7 +84,8 @@ export function spawnPtyChild(options: SpawnPtyOptions): SpawnedChild {
     // A child that filled the terminal before exiting leaves no room for the marker until the
     // master is read: retry until it fits, and stop once drained.
     // Without the slave fd the output ends with EIO instead (see above).
-    const markerWritten = slaveFd !== undefined ? writeAll(slaveFd, marker, () => drained).catch(finishDrain) : Promise.resolve();
+    const markerWritten =
+      slaveFd !== undefined ? writeAll(slaveFd, marker, () => drained).catch(finishDrain) : Promise.resolve();
     // Input still being written stops at its next step; it must have settled before the master
     // closes, or its retries would write into whatever file reuses the fd number.
     const inputSettled = Promise.all(pendingInput);
@@ -163,12 +164,17 @@ function openTerminal(options: SpawnPtyOptions): Terminal {
   if (addon !== null) {
     const env = Object.entries(options.env).map(([key, value]) => `${key}=${value}`);
     listenForNativeExits(addon);
-    const spawned = addon.spawn(executablePath(options.file, options.env.PATH ?? "", options.cwd), [options.file, ...options.args], env, {
-      cwd: options.cwd || undefined,
-      stdin: false,
-      statusFd: false,
-      pty: { cols: options.cols, rows: options.rows },
-    });
+    const spawned = addon.spawn(
+      executablePath(options.file, options.env.PATH ?? "", options.cwd),
+      [options.file, ...options.args],
+      env,
+      {
+        cwd: options.cwd || undefined,
+        stdin: false,
+        statusFd: false,
+        pty: { cols: options.cols, rows: options.rows },
+      },
+    );
     const master = spawned.master!;
     return {
       pid: spawned.pid,

@@ -54,11 +54,21 @@ export function toProtoReadEvent(event: ReadEvent): MessageInitShape<typeof Read
     case "chunk":
       return { event: { case: "chunk", value: { offset: BigInt(event.offset), data: event.data } } };
     case "limit": {
-      const limit = event.limit === "length" ? ReadLimit.LENGTH : event.limit === "size-at-open" ? ReadLimit.SIZE_AT_OPEN : ReadLimit.MAX_UNSIZED_READ_BYTES;
+      const limit =
+        event.limit === "length"
+          ? ReadLimit.LENGTH
+          : event.limit === "size-at-open"
+            ? ReadLimit.SIZE_AT_OPEN
+            : ReadLimit.MAX_UNSIZED_READ_BYTES;
       return { event: { case: "limitReached", value: { limit, limitBytes: BigInt(event.limitBytes) } } };
     }
     case "end":
-      return { event: { case: "end", value: { bytesRead: BigInt(event.bytesRead), endOffset: BigInt(event.endOffset), eof: event.eof } } };
+      return {
+        event: {
+          case: "end",
+          value: { bytesRead: BigInt(event.bytesRead), endOffset: BigInt(event.endOffset), eof: event.eof },
+        },
+      };
   }
 }
 
@@ -66,15 +76,40 @@ export function toProtoReadEvent(event: ReadEvent): MessageInitShape<typeof Read
 export function toProtoWatchEvent(event: WatchEvent): MessageInitShape<typeof WatchResponseSchema> {
   switch (event.kind) {
     case "started":
-      return { event: { case: "started", value: { stat: toProtoFileInfo(event.stat), watchedDirectories: event.watchedDirectories } } };
+      return {
+        event: {
+          case: "started",
+          value: { stat: toProtoFileInfo(event.stat), watchedDirectories: event.watchedDirectories },
+        },
+      };
     case "change":
-      return { event: { case: "change", value: { type: changeTypes[event.change], path: event.path, oldPath: event.oldPath, isDirectory: event.isDirectory } } };
+      return {
+        event: {
+          case: "change",
+          value: {
+            type: changeTypes[event.change],
+            path: event.path,
+            oldPath: event.oldPath,
+            isDirectory: event.isDirectory,
+          },
+        },
+      };
     case "overflow": {
-      const source = event.source === "kernel" ? WatchOverflowSource.KERNEL : event.source === "client" ? WatchOverflowSource.CLIENT : WatchOverflowSource.WATCH_LIMIT;
+      const source =
+        event.source === "kernel"
+          ? WatchOverflowSource.KERNEL
+          : event.source === "client"
+            ? WatchOverflowSource.CLIENT
+            : WatchOverflowSource.WATCH_LIMIT;
       return { event: { case: "overflow", value: { source, lostEvents: BigInt(event.lostEvents), path: event.path } } };
     }
     case "ended": {
-      const reason = event.reason === "unmounted" ? WatchEndReason.UNMOUNTED : event.reason === "directory-moved" ? WatchEndReason.DIRECTORY_MOVED : WatchEndReason.DIRECTORY_REMOVED;
+      const reason =
+        event.reason === "unmounted"
+          ? WatchEndReason.UNMOUNTED
+          : event.reason === "directory-moved"
+            ? WatchEndReason.DIRECTORY_MOVED
+            : WatchEndReason.DIRECTORY_REMOVED;
       return { event: { case: "ended", value: { reason } } };
     }
   }

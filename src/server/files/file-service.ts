@@ -2,10 +2,30 @@ import { createHash } from "node:crypto";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import { codeToString } from "@connectrpc/connect/protocol-connect";
-import { FileService, type ReadRequest, type ReadResponseSchema, type WatchRequest, type WatchResponseSchema, type WriteRequest } from "../../../gen/sandbox/v1/files_pb.js";
-import { maxListPageSize, type FileReader, type FileWatch, type FileWriter, type WorkspaceFiles } from "../../files/index.js";
+import type {
+  FileService,
+  ReadRequest,
+  ReadResponseSchema,
+  WatchRequest,
+  WatchResponseSchema,
+  WriteRequest,
+} from "../../../gen/sandbox/v1/files_pb.js";
+import {
+  maxListPageSize,
+  type FileReader,
+  type FileWatch,
+  type FileWriter,
+  type WorkspaceFiles,
+} from "../../files/index.js";
 import { onAbort } from "../../shared/abort.js";
-import { callDetailsKey, clientGoneKey, connectionKey, sandboxError, throwIfShuttingDown, toConnectError } from "../rpc/index.js";
+import {
+  callDetailsKey,
+  clientGoneKey,
+  connectionKey,
+  sandboxError,
+  throwIfShuttingDown,
+  toConnectError,
+} from "../rpc/index.js";
 import { toProtoFileInfo, toProtoReadEvent, toProtoWatchEvent } from "./convert.js";
 import type { FileLimits } from "./limits.js";
 import type { FileMetrics } from "./metrics.js";
@@ -29,7 +49,12 @@ export function createFileService(options: FileServiceOptions): ServiceImpl<type
   const { files, limits, metrics } = options;
   const tokens = new ListTokens();
   /** Runs a unary operation: its path in the log line, its outcome counted, its failure a ConnectError. */
-  const unary = async <T>(operation: string, context: HandlerContext, path: string, run: () => Promise<T>): Promise<T> => {
+  const unary = async <T>(
+    operation: string,
+    context: HandlerContext,
+    path: string,
+    run: () => Promise<T>,
+  ): Promise<T> => {
     note(context, { path });
     try {
       const result = await run();
@@ -59,7 +84,10 @@ export function createFileService(options: FileServiceOptions): ServiceImpl<type
       });
       try {
         release = limits.acquire("transfer", context.values.get(connectionKey));
-        reader = await files.openRead(request.path, { offset: Number(request.offset), length: request.length === undefined ? undefined : Number(request.length) });
+        reader = await files.openRead(request.path, {
+          offset: Number(request.offset),
+          length: request.length === undefined ? undefined : Number(request.length),
+        });
         try {
           context.signal.throwIfAborted();
           yield { event: { case: "stat", value: toProtoFileInfo(reader.stat) } } satisfies ReadEvent;
@@ -93,7 +121,9 @@ export function createFileService(options: FileServiceOptions): ServiceImpl<type
         const iterator = requests[Symbol.asyncIterator]();
         const first = await iterator.next();
         if (first.done || first.value.part.case !== "header") {
-          throw sandboxError("INVALID_ARGUMENT", "the first message of a write must be its header", { metadata: { field: "header" } });
+          throw sandboxError("INVALID_ARGUMENT", "the first message of a write must be its header", {
+            metadata: { field: "header" },
+          });
         }
         const header = first.value.part.value;
         note(context, { path: header.path });
@@ -108,7 +138,10 @@ export function createFileService(options: FileServiceOptions): ServiceImpl<type
         });
         for (let next = await iterator.next(); !next.done; next = await iterator.next()) {
           const part = next.value.part;
-          if (part.case === "header") throw sandboxError("INVALID_ARGUMENT", "a write has one header, its first message", { metadata: { field: "header" } });
+          if (part.case === "header")
+            throw sandboxError("INVALID_ARGUMENT", "a write has one header, its first message", {
+              metadata: { field: "header" },
+            });
           if (part.case === "data") {
             await writer.write(part.value);
             metrics?.bytes.inc({ direction: "write" }, part.value.length);
@@ -130,7 +163,10 @@ export function createFileService(options: FileServiceOptions): ServiceImpl<type
       }
     },
 
-    stat: (request, context) => unary("stat", context, request.path, async () => ({ stat: toProtoFileInfo(await files.stat(request.path, { followSymlinks: request.followSymlinks })) })),
+    stat: (request, context) =>
+      unary("stat", context, request.path, async () => ({
+        stat: toProtoFileInfo(await files.stat(request.path, { followSymlinks: request.followSymlinks })),
+      })),
 
     list: (request, context) =>
       unary("list", context, request.path, async () => {
@@ -146,7 +182,10 @@ export function createFileService(options: FileServiceOptions): ServiceImpl<type
 
     makeDir: (request, context) =>
       unary("make_dir", context, request.path, async () => {
-        const { stat, created } = await files.makeDirectory(request.path, { parents: request.parents, mode: request.mode });
+        const { stat, created } = await files.makeDirectory(request.path, {
+          parents: request.parents,
+          mode: request.mode,
+        });
         return { stat: toProtoFileInfo(stat), created };
       }),
 
@@ -159,10 +198,17 @@ export function createFileService(options: FileServiceOptions): ServiceImpl<type
     move: (request, context) =>
       unary("move", context, request.source, async () => {
         note(context, { destination: request.destination });
-        return { stat: toProtoFileInfo(await files.move(request.source, request.destination, { overwrite: request.overwrite })) };
+        return {
+          stat: toProtoFileInfo(
+            await files.move(request.source, request.destination, { overwrite: request.overwrite }),
+          ),
+        };
       }),
 
-    chmod: (request, context) => unary("chmod", context, request.path, async () => ({ stat: toProtoFileInfo(await files.chmod(request.path, request.mode)) })),
+    chmod: (request, context) =>
+      unary("chmod", context, request.path, async () => ({
+        stat: toProtoFileInfo(await files.chmod(request.path, request.mode)),
+      })),
 
     async *watch(request: WatchRequest, context: HandlerContext) {
       note(context, { path: request.path });
@@ -211,19 +257,25 @@ class ListTokens {
 
   read(token: string, path: string, depth: number): string | undefined {
     if (token === "") return undefined;
-    const invalid = (why: string) => sandboxError("INVALID_ARGUMENT", `invalid page_token: ${why}`, { metadata: { field: "page_token" } });
+    const invalid = (why: string) =>
+      sandboxError("INVALID_ARGUMENT", `invalid page_token: ${why}`, { metadata: { field: "page_token" } });
     let parsed: { after?: unknown; scope?: unknown };
     try {
       parsed = JSON.parse(Buffer.from(token, "base64url").toString("utf8")) ?? {};
     } catch {
       throw invalid("not a token this daemon issued");
     }
-    if (typeof parsed.after !== "string" || parsed.after === "" || typeof parsed.scope !== "string") throw invalid("not a token this daemon issued");
-    if (parsed.scope !== scope(path, depth)) throw invalid("it was issued for another path or depth: ask for the first page again");
+    if (typeof parsed.after !== "string" || parsed.after === "" || typeof parsed.scope !== "string")
+      throw invalid("not a token this daemon issued");
+    if (parsed.scope !== scope(path, depth))
+      throw invalid("it was issued for another path or depth: ask for the first page again");
     return parsed.after;
   }
 }
 
 function scope(path: string, depth: number): string {
-  return createHash("sha256").update(JSON.stringify([path, depth])).digest("base64url").slice(0, 16);
+  return createHash("sha256")
+    .update(JSON.stringify([path, depth]))
+    .digest("base64url")
+    .slice(0, 16);
 }

@@ -6,5 +6,12 @@
  */
 export { createFileService, type FileServiceOptions } from "./file-service.js";
 export { createFileMetrics, type FileMetrics } from "./metrics.js";
-export { defaultMaxTransfers, defaultMaxTransfersPerConnection, defaultMaxWatchesPerConnection, FileLimits, type FileLimitOptions, type FileSlot } from "./limits.js";
+export {
+  defaultMaxTransfers,
+  defaultMaxTransfersPerConnection,
+  defaultMaxWatchesPerConnection,
+  FileLimits,
+  type FileLimitOptions,
+  type FileSlot,
+} from "./limits.js";
 export { createFilesRest, filesRestPrefix, type FilesRest, type FilesRestOptions } from "./rest.js";

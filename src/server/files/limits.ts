@@ -49,15 +49,31 @@ export class FileLimits {
    * which may be called more than once. Throws LIMIT_EXCEEDED when a limit is reached.
    */
   acquire(slot: FileSlot, connection: object | undefined): () => void {
-    const counts = connection === undefined ? { transfer: 0, watch: 0 } : (this.perConnection.get(connection) ?? { transfer: 0, watch: 0 });
+    const counts =
+      connection === undefined
+        ? { transfer: 0, watch: 0 }
+        : (this.perConnection.get(connection) ?? { transfer: 0, watch: 0 });
     if (slot === "transfer") {
       if (counts.transfer >= this.maxTransfersPerConnection) {
-        throw refusal(`too many transfers on this connection: the limit of ${this.maxTransfersPerConnection} is reached`, "max-transfers-per-connection", this.maxTransfersPerConnection);
+        throw refusal(
+          `too many transfers on this connection: the limit of ${this.maxTransfersPerConnection} is reached`,
+          "max-transfers-per-connection",
+          this.maxTransfersPerConnection,
+        );
       }
-      if (this.transfers >= this.maxTransfers) throw refusal(`too many transfers: the limit of ${this.maxTransfers} is reached`, "max-transfers", this.maxTransfers);
+      if (this.transfers >= this.maxTransfers)
+        throw refusal(
+          `too many transfers: the limit of ${this.maxTransfers} is reached`,
+          "max-transfers",
+          this.maxTransfers,
+        );
       this.transfers++;
     } else if (counts.watch >= this.maxWatchesPerConnection) {
-      throw refusal(`too many watches on this connection: the limit of ${this.maxWatchesPerConnection} is reached`, "max-watches-per-connection", this.maxWatchesPerConnection);
+      throw refusal(
+        `too many watches on this connection: the limit of ${this.maxWatchesPerConnection} is reached`,
+        "max-watches-per-connection",
+        this.maxWatchesPerConnection,
+      );
     }
     counts[slot]++;
     if (connection !== undefined) this.perConnection.set(connection, counts);

@@ -12,7 +12,9 @@ export function multipartBoundary(contentType: string): string | undefined {
   const match = /;\s*boundary=(?:"([^"]+)"|([^;\s]+))/i.exec(contentType);
   const boundary = match?.[1] ?? match?.[2];
   if (boundary === undefined || boundary.length > 200) {
-    throw new FileError("multipart/form-data needs a boundary of at most 200 characters", "INVALID_ARGUMENT", { metadata: { field: "content-type" } });
+    throw new FileError("multipart/form-data needs a boundary of at most 200 characters", "INVALID_ARGUMENT", {
+      metadata: { field: "content-type" },
+    });
   }
   return boundary;
 }
@@ -24,7 +26,8 @@ export function multipartBoundary(contentType: string): string | undefined {
  * part or is cut before its closing boundary, so a cut upload is never taken for a whole one.
  */
 export async function* multipartFile(body: AsyncIterable<Buffer>, boundary: string): AsyncGenerator<Buffer> {
-  const invalid = (why: string) => new FileError(`invalid multipart body: ${why}`, "INVALID_ARGUMENT", { metadata: { field: "file" } });
+  const invalid = (why: string) =>
+    new FileError(`invalid multipart body: ${why}`, "INVALID_ARGUMENT", { metadata: { field: "file" } });
   const delimiter = Buffer.from(`\r\n--${boundary}`);
   // The first boundary may open the body without the CRLF before it.
   let pending: Buffer = Buffer.from("\r\n");
@@ -41,7 +44,8 @@ export async function* multipartFile(body: AsyncIterable<Buffer>, boundary: stri
           // Everything but a possible start of the delimiter can go.
           const keep = Math.min(pending.length, delimiter.length - 1);
           if (state === "data" && inFile && pending.length > keep) yield pending.subarray(0, pending.length - keep);
-          if (state === "preamble" && pending.length > maxHeaderBytes) throw invalid("no boundary where one was expected");
+          if (state === "preamble" && pending.length > maxHeaderBytes)
+            throw invalid("no boundary where one was expected");
           pending = pending.subarray(pending.length - keep);
           break;
         }

@@ -45,7 +45,7 @@ export interface FilesRest {
    *   (`{ path, entries: [{ name, size, type, modified_at, mode }] }`; symlinks as what they point to
    *   inside the workspace, others left out). `HEAD` answers the same headers without the body.
    * - `PUT /v1/files/{path}?mode=0644`: writes the body atomically, parents created: 204. The body is
- *   the raw bytes, or a `multipart/form-data` form whose part `file` holds them.
+   *   the raw bytes, or a `multipart/form-data` form whose part `file` holds them.
    * - `DELETE /v1/files/{path}?recursive=true`: 204; a directory with entries is 409 without
    *   `recursive`; the workspace root is emptied with `recursive`, else 409.
    * The path is percent-decoded as a whole (`%2F` is a slash), relative to the first workspace root
@@ -63,7 +63,13 @@ export function createFilesRest(options: FilesRestOptions): FilesRest {
       const query = url.indexOf("?");
       const rawPath = query < 0 ? url : url.slice(0, query);
       if (rawPath !== filesRestPrefix && !rawPath.startsWith(`${filesRestPrefix}/`)) return false;
-      void serve(options, request, response, rawPath.slice(filesRestPrefix.length + 1), new URLSearchParams(query < 0 ? "" : url.slice(query + 1)));
+      void serve(
+        options,
+        request,
+        response,
+        rawPath.slice(filesRestPrefix.length + 1),
+        new URLSearchParams(query < 0 ? "" : url.slice(query + 1)),
+      );
       return true;
     },
   };
@@ -78,7 +84,13 @@ interface Outcome {
   error?: string;
 }
 
-async function serve(options: FilesRestOptions, request: AnyRequest, response: AnyResponse, encodedPath: string, query: URLSearchParams): Promise<void> {
+async function serve(
+  options: FilesRestOptions,
+  request: AnyRequest,
+  response: AnyResponse,
+  encodedPath: string,
+  query: URLSearchParams,
+): Promise<void> {
   const started = performance.now();
   const outcome: Outcome = { operation: (request.method ?? "").toLowerCase(), path: "", status: 0, bytes: 0 };
   // Ends with the response (finished or the client gone) or with the daemon.
@@ -91,7 +103,9 @@ async function serve(options: FilesRestOptions, request: AnyRequest, response: A
     try {
       path = decodeURIComponent(encodedPath);
     } catch {
-      throw new FileError("the path is not valid percent-encoding", "INVALID_ARGUMENT", { metadata: { field: "path" } });
+      throw new FileError("the path is not valid percent-encoding", "INVALID_ARGUMENT", {
+        metadata: { field: "path" },
+      });
     }
     outcome.path = path === "" ? "." : path;
     switch (request.method) {
@@ -108,7 +122,10 @@ async function serve(options: FilesRestOptions, request: AnyRequest, response: A
       default:
         outcome.operation = "other";
         response.setHeader("allow", "GET, HEAD, PUT, DELETE");
-        throw Object.assign(new FileError(`method not allowed: ${request.method}`, "INVALID_ARGUMENT", { metadata: { field: "method" } }), { httpStatus: 405 });
+        throw Object.assign(
+          new FileError(`method not allowed: ${request.method}`, "INVALID_ARGUMENT", { metadata: { field: "method" } }),
+          { httpStatus: 405 },
+        );
     }
   } catch (error) {
     answerError(response, error, outcome);
@@ -118,13 +135,27 @@ async function serve(options: FilesRestOptions, request: AnyRequest, response: A
     const durationMs = Math.round((performance.now() - started) * 100) / 100;
     const result = outcome.status >= 400 ? String(outcome.status) : "ok";
     options.metrics?.operations.inc({ operation: outcome.operation, surface: "rest", result });
-    const line = { method: request.method, path: outcome.path, status: outcome.status, bytes: outcome.bytes, durationMs, peer: `${request.socket?.remoteAddress}:${request.socket?.remotePort}` };
-    if (outcome.status >= 500 || outcome.status === 0) options.logger?.warn({ ...line, error: outcome.error }, "files request");
+    const line = {
+      method: request.method,
+      path: outcome.path,
+      status: outcome.status,
+      bytes: outcome.bytes,
+      durationMs,
+      peer: `${request.socket?.remoteAddress}:${request.socket?.remotePort}`,
+    };
+    if (outcome.status >= 500 || outcome.status === 0)
+      options.logger?.warn({ ...line, error: outcome.error }, "files request");
     else options.logger?.info(line, "files request");
   }
 }
 
-async function serveRead(options: FilesRestOptions, request: AnyRequest, response: AnyResponse, outcome: Outcome, signal: AbortSignal): Promise<void> {
+async function serveRead(
+  options: FilesRestOptions,
+  request: AnyRequest,
+  response: AnyResponse,
+  outcome: Outcome,
+  signal: AbortSignal,
+): Promise<void> {
   const { files, limits } = options;
   const head = request.method === "HEAD";
   const release = head ? undefined : limits.acquire("transfer", connectionOf(request));
@@ -132,7 +163,12 @@ async function serveRead(options: FilesRestOptions, request: AnyRequest, respons
     const range = parseRange(request.headers.range);
     let reader;
     try {
-      reader = await files.openRead(outcome.path, range === undefined || range === "unsatisfiable" ? {} : { offset: range.start, length: range.end - range.start + 1 });
+      reader = await files.openRead(
+        outcome.path,
+        range === undefined || range === "unsatisfiable"
+          ? {}
+          : { offset: range.start, length: range.end - range.start + 1 },
+      );
     } catch (error) {
       if (error instanceof FileError && error.reason === "IS_A_DIRECTORY") {
         outcome.operation = head ? "head" : "list";
@@ -197,7 +233,13 @@ async function serveRead(options: FilesRestOptions, request: AnyRequest, respons
 }
 
 /** The JSON listing of a directory, written page by page. */
-async function serveListing(files: WorkspaceFiles, response: AnyResponse, outcome: Outcome, head: boolean, signal: AbortSignal): Promise<void> {
+async function serveListing(
+  files: WorkspaceFiles,
+  response: AnyResponse,
+  outcome: Outcome,
+  head: boolean,
+  signal: AbortSignal,
+): Promise<void> {
   // The first page before the headers: a refusal still gets its status.
   let page = await files.list(outcome.path, { pageSize: 10_000 });
   const display = outcome.path === "." ? "/" : outcome.path.startsWith("/") ? outcome.path : `/${outcome.path}`;
@@ -229,7 +271,10 @@ async function serveListing(files: WorkspaceFiles, response: AnyResponse, outcom
 }
 
 /** One `FileEntry` of the KEP's listing: a symlink as what it points to inside the workspace, else left out. */
-async function listingEntry(files: WorkspaceFiles, entry: FileStat): Promise<Record<string, string | number> | undefined> {
+async function listingEntry(
+  files: WorkspaceFiles,
+  entry: FileStat,
+): Promise<Record<string, string | number> | undefined> {
   let stat = entry;
   if (entry.kind === "symlink") {
     try {
@@ -247,11 +292,20 @@ async function listingEntry(files: WorkspaceFiles, entry: FileStat): Promise<Rec
   };
 }
 
-async function serveWrite(options: FilesRestOptions, request: AnyRequest, response: AnyResponse, outcome: Outcome, query: URLSearchParams, signal: AbortSignal): Promise<void> {
+async function serveWrite(
+  options: FilesRestOptions,
+  request: AnyRequest,
+  response: AnyResponse,
+  outcome: Outcome,
+  query: URLSearchParams,
+  signal: AbortSignal,
+): Promise<void> {
   outcome.operation = "write";
   const modeText = query.get("mode");
   if (modeText !== null && !/^0[0-7]{3}$/.test(modeText)) {
-    throw new FileError(`mode ${JSON.stringify(modeText)} must match ^0[0-7]{3}$`, "INVALID_ARGUMENT", { metadata: { field: "mode" } });
+    throw new FileError(`mode ${JSON.stringify(modeText)} must match ^0[0-7]{3}$`, "INVALID_ARGUMENT", {
+      metadata: { field: "mode" },
+    });
   }
   // The KEP's two bodies: the raw bytes, or a multipart/form-data form whose part "file" holds them.
   const boundary = multipartBoundary(String(request.headers["content-type"] ?? ""));
@@ -262,7 +316,8 @@ async function serveWrite(options: FilesRestOptions, request: AnyRequest, respon
       path: outcome.path,
       mode: modeText === null ? 0o644 : Number.parseInt(modeText, 8),
       createParents: true,
-      expectedSizeBytes: typeof lengthHeader === "string" && /^\d+$/.test(lengthHeader) ? Number(lengthHeader) : undefined,
+      expectedSizeBytes:
+        typeof lengthHeader === "string" && /^\d+$/.test(lengthHeader) ? Number(lengthHeader) : undefined,
     })
     .catch((error: unknown) => {
       release();
@@ -293,16 +348,30 @@ async function serveWrite(options: FilesRestOptions, request: AnyRequest, respon
   }
 }
 
-async function serveDelete(options: FilesRestOptions, response: AnyResponse, outcome: Outcome, query: URLSearchParams): Promise<void> {
+async function serveDelete(
+  options: FilesRestOptions,
+  response: AnyResponse,
+  outcome: Outcome,
+  query: URLSearchParams,
+): Promise<void> {
   outcome.operation = "remove";
   const { files } = options;
   const recursive = parseBool(query.get("recursive"));
   const location = files.locate(outcome.path);
   if (location.relative === "") {
     // The root stays (it may be a mount): with recursive it is emptied, as the KEP's reference does.
-    if (!recursive) throw new FileError("cannot delete the workspace root; pass recursive=true to clear its contents", "WORKSPACE_ROOT", { metadata: { path: outcome.path } });
+    if (!recursive)
+      throw new FileError(
+        "cannot delete the workspace root; pass recursive=true to clear its contents",
+        "WORKSPACE_ROOT",
+        { metadata: { path: outcome.path } },
+      );
     await files.stat(outcome.path);
-    for (let page = await files.list(outcome.path, { pageSize: 10_000 }); ; page = await files.list(outcome.path, { pageSize: 10_000 })) {
+    for (
+      let page = await files.list(outcome.path, { pageSize: 10_000 });
+      ;
+      page = await files.list(outcome.path, { pageSize: 10_000 })
+    ) {
       for (const entry of page.entries) await files.remove(entry.path, { recursive: true });
       if (page.continueAfter === undefined) break;
     }
@@ -319,7 +388,9 @@ function parseBool(text: string | null): boolean {
   if (text === null || text === "") return false;
   if (["1", "t", "T", "TRUE", "true", "True"].includes(text)) return true;
   if (["0", "f", "F", "FALSE", "false", "False"].includes(text)) return false;
-  throw new FileError(`recursive ${JSON.stringify(text)} must be a boolean`, "INVALID_ARGUMENT", { metadata: { field: "recursive" } });
+  throw new FileError(`recursive ${JSON.stringify(text)} must be a boolean`, "INVALID_ARGUMENT", {
+    metadata: { field: "recursive" },
+  });
 }
 
 /** One `bytes=` range of a Range header; undefined without one (or with several, answered whole). */
@@ -374,7 +445,10 @@ function answerError(response: AnyResponse, error: unknown, outcome: Outcome): v
   const connectError = toConnectError(error);
   const info = errorInfoOf(connectError);
   const reason = info?.reason as ErrorReasonName | undefined;
-  const status = (error as { httpStatus?: number }).httpStatus ?? (reason !== undefined ? statusByReason[reason] : undefined) ?? codeToHttpStatus(connectError.code);
+  const status =
+    (error as { httpStatus?: number }).httpStatus ??
+    (reason !== undefined ? statusByReason[reason] : undefined) ??
+    codeToHttpStatus(connectError.code);
   outcome.error = connectError.rawMessage;
   if (response.headersSent) {
     // Too late for a status: the client must not take a cut body for a whole one.
@@ -383,7 +457,12 @@ function answerError(response: AnyResponse, error: unknown, outcome: Outcome): v
   }
   outcome.status = status;
   const code = status === 409 ? "CONFLICT" : codeToString(connectError.code).toUpperCase();
-  const body = JSON.stringify({ code, message: connectError.rawMessage, reason: reason ?? "", metadata: info?.metadata ?? {} });
+  const body = JSON.stringify({
+    code,
+    message: connectError.rawMessage,
+    reason: reason ?? "",
+    metadata: info?.metadata ?? {},
+  });
   response.writeHead(status, { "content-type": "application/json", "content-length": String(Buffer.byteLength(body)) });
   response.end(body);
 }

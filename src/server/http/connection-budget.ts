@@ -134,6 +134,9 @@ function expandIPv6(address: string): string[] {
   const [head, tail] = withoutZone.includes("::") ? withoutZone.split("::") : [withoutZone, undefined];
   const headGroups = head === "" ? [] : head.split(":");
   const tailGroups = tail === undefined || tail === "" ? [] : tail.split(":");
-  const groups = tail === undefined ? headGroups : [...headGroups, ...Array<string>(8 - headGroups.length - tailGroups.length).fill("0"), ...tailGroups];
+  const groups =
+    tail === undefined
+      ? headGroups
+      : [...headGroups, ...Array<string>(8 - headGroups.length - tailGroups.length).fill("0"), ...tailGroups];
   return groups.map((group) => (group.includes(".") ? group : Number.parseInt(group, 16).toString(16)));
 }

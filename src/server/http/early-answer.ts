@@ -16,7 +16,10 @@ export type AnyResponse = http.ServerResponse | http2.Http2ServerResponse;
 export function encodeGrpcMessage(message: string): string {
   let encoded = "";
   for (const byte of Buffer.from(message, "utf8")) {
-    encoded += byte >= 0x20 && byte <= 0x7e && byte !== 0x25 ? String.fromCharCode(byte) : `%${byte.toString(16).toUpperCase().padStart(2, "0")}`;
+    encoded +=
+      byte >= 0x20 && byte <= 0x7e && byte !== 0x25
+        ? String.fromCharCode(byte)
+        : `%${byte.toString(16).toUpperCase().padStart(2, "0")}`;
   }
   return encoded;
 }
@@ -93,7 +96,13 @@ export function answerEarly(request: AnyRequest, response: AnyResponse, refusal:
  * an HTTP/1.1 connection closed (it cannot carry another request). For answers of other shapes than
  * {@link answerEarly}'s, such as the KEP-539.2 REST surface's JSON errors.
  */
-export function sendEarly(request: AnyRequest, response: AnyResponse, status: number, headers: Record<string, string>, body: Buffer): void {
+export function sendEarly(
+  request: AnyRequest,
+  response: AnyResponse,
+  status: number,
+  headers: Record<string, string>,
+  body: Buffer,
+): void {
   const stream = "stream" in request ? request.stream : undefined;
   if (stream !== undefined && body.length === 0) {
     // A gRPC trailers-only answer is one HEADERS frame that ends the stream. Written through the

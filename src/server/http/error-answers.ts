@@ -74,7 +74,8 @@ function normalize(code: Code, message: string): ConnectError {
   const error = new ConnectError(message, parse ? Code.InvalidArgument : code);
   // connect-es's refusal of a request over `readMaxBytes`, which --max-message-bytes sets.
   const tooLarge = code === Code.ResourceExhausted ? /larger than configured readMaxBytes (\d+)/.exec(message) : null;
-  if (tooLarge !== null) return sandboxError("LIMIT_EXCEEDED", message, { metadata: { limit: "max-message-bytes", value: tooLarge[1] } });
+  if (tooLarge !== null)
+    return sandboxError("LIMIT_EXCEEDED", message, { metadata: { limit: "max-message-bytes", value: tooLarge[1] } });
   return withErrorInfo(error);
 }
 

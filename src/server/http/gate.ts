@@ -1,8 +1,19 @@
 import http2 from "node:http2";
 import type net from "node:net";
-import { createTokenCheck, isLoopbackHost, publicServices as defaultPublicServices, sandboxError } from "../rpc/index.js";
+import {
+  createTokenCheck,
+  isLoopbackHost,
+  publicServices as defaultPublicServices,
+  sandboxError,
+} from "../rpc/index.js";
 import type { ConnectError } from "@connectrpc/connect";
-import { answerEarly as answerInProtocol, prepareRefusal, type AnyRequest, type AnyResponse, type PreparedRefusal } from "./early-answer.js";
+import {
+  answerEarly as answerInProtocol,
+  prepareRefusal,
+  type AnyRequest,
+  type AnyResponse,
+  type PreparedRefusal,
+} from "./early-answer.js";
 import type { HttpEndpoints } from "./http-endpoints.js";
 import type { RequestHandler } from "./listener.js";
 
@@ -100,13 +111,26 @@ export function createGate(handler: RequestHandler, options: GateOptions): Gate 
   const resets = new WeakMap<object, { second: number; count: number }>();
   // Encoded once (for the default answer): a flood of calls without the token, or beyond the health
   // limits, is answered without an error object or an encoding per call.
-  const refusal = (error: ConnectError): Refusal => ({ error, prepared: options.refuse === undefined ? prepareRefusal(error) : undefined });
+  const refusal = (error: ConnectError): Refusal => ({
+    error,
+    prepared: options.refuse === undefined ? prepareRefusal(error) : undefined,
+  });
   const refusals = {
     missingToken: refusal(sandboxError("UNAUTHENTICATED", "missing bearer token")),
     invalidToken: refusal(sandboxError("UNAUTHENTICATED", "invalid bearer token")),
-    perConnection: refusal(limitExceeded(`too many health calls on this connection: the limit of ${maxPerConnection} is reached`, "max-public-calls-per-connection", maxPerConnection)),
-    public: refusal(limitExceeded(`too many health calls: the limit of ${maxPublic} is reached`, "max-public-calls", maxPublic)),
-    watch: refusal(limitExceeded(`too many health watches: the limit of ${maxWatch} is reached`, "max-watch-streams", maxWatch)),
+    perConnection: refusal(
+      limitExceeded(
+        `too many health calls on this connection: the limit of ${maxPerConnection} is reached`,
+        "max-public-calls-per-connection",
+        maxPerConnection,
+      ),
+    ),
+    public: refusal(
+      limitExceeded(`too many health calls: the limit of ${maxPublic} is reached`, "max-public-calls", maxPublic),
+    ),
+    watch: refusal(
+      limitExceeded(`too many health watches: the limit of ${maxWatch} is reached`, "max-watch-streams", maxWatch),
+    ),
   };
   const answer = (request: AnyRequest, response: AnyResponse, { error, prepared }: Refusal) => {
     if (options.refuse !== undefined) options.refuse(request, response, error);
@@ -200,7 +224,11 @@ export function createGate(handler: RequestHandler, options: GateOptions): Gate 
     if (!open.has(service)) {
       if (hasToken !== undefined && !hasToken(request.headers.authorization)) {
         options.onAuthFailure?.(request);
-        return refuse(request, response, request.headers.authorization === undefined ? refusals.missingToken : refusals.invalidToken);
+        return refuse(
+          request,
+          response,
+          request.headers.authorization === undefined ? refusals.missingToken : refusals.invalidToken,
+        );
       }
       const connection = connectionOf(request);
       if (connection === undefined) return; // Reset before it got here.
@@ -234,7 +262,11 @@ export function createGate(handler: RequestHandler, options: GateOptions): Gate 
     });
     handler(request, response);
   };
-  return { serve, admitted: (connection) => admittedConnections.has(connection), proven: (connection) => provenConnections.has(connection) };
+  return {
+    serve,
+    admitted: (connection) => admittedConnections.has(connection),
+    proven: (connection) => provenConnections.has(connection),
+  };
 }
 
 /** What {@link createGate} makes: the guarded handler and what it let through. */

@@ -40,13 +40,18 @@ export function createHttpEndpoints(options: HttpEndpointsOptions): HttpEndpoint
   const origins = new Set(options.corsOrigins ?? []);
   const metricsToken = options.metrics?.token === undefined ? undefined : createTokenCheck(options.metrics.token);
   const allowed = (origin: string | undefined) => origin !== undefined && (origins.has("*") || origins.has(origin));
-  const originOf = (request: AnyRequest) => (typeof request.headers.origin === "string" ? request.headers.origin : undefined);
+  const originOf = (request: AnyRequest) =>
+    typeof request.headers.origin === "string" ? request.headers.origin : undefined;
   return {
     answer(request, response) {
       const path = (request.url ?? "").split("?")[0];
       if (request.method === "GET" && (path === "/healthz" || path === "/readyz")) {
         const ok = path === "/healthz" || options.ready();
-        (response as import("node:http").ServerResponse).writeHead(ok ? 200 : 503, { "content-type": "text/plain; charset=utf-8", "cache-control": "no-store", "sandboxd-version": sandboxdVersion });
+        (response as import("node:http").ServerResponse).writeHead(ok ? 200 : 503, {
+          "content-type": "text/plain; charset=utf-8",
+          "cache-control": "no-store",
+          "sandboxd-version": sandboxdVersion,
+        });
         response.end(ok ? "ok\n" : "shutting down\n");
         return true;
       }

@@ -2,7 +2,12 @@ import http from "node:http";
 import http2 from "node:http2";
 import net, { type AddressInfo } from "node:net";
 import type tls from "node:tls";
-import { createConnectionBudget, defaultMaxConnectionsPerPeer, peerOfAddress, type BudgetedConnection } from "./connection-budget.js";
+import {
+  createConnectionBudget,
+  defaultMaxConnectionsPerPeer,
+  peerOfAddress,
+  type BudgetedConnection,
+} from "./connection-budget.js";
 
 /** What every HTTP/2 connection starts with (RFC 9113 §3.4); no HTTP/1.x request can. */
 const http2Preface = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1");
@@ -209,7 +214,10 @@ export function createListener(handler: RequestHandler, options: ListenerOptions
     // HTTP/1.1 has no pings: TCP keepalive probes are what find a peer that vanished mid-stream.
     socket.setKeepAlive(true, 30_000);
   };
-  const trackHttp1Request = (request: http.IncomingMessage | http2.Http2ServerRequest, response: http.ServerResponse | http2.Http2ServerResponse) => {
+  const trackHttp1Request = (
+    request: http.IncomingMessage | http2.Http2ServerRequest,
+    response: http.ServerResponse | http2.Http2ServerResponse,
+  ) => {
     if (request.httpVersionMajor !== 1) return;
     const socket = request.socket as net.Socket;
     const before = http1Sockets.get(socket);

@@ -74,7 +74,8 @@ export interface TokenSources {
 export function resolveToken(sources: TokenSources): string | undefined {
   let token: string | undefined;
   if (sources.token !== undefined) token = sources.token;
-  else if (sources.tokenFile !== undefined) token = readTokenFile(sources.tokenFile, (sources.env ?? process.env).CREDENTIALS_DIRECTORY);
+  else if (sources.tokenFile !== undefined)
+    token = readTokenFile(sources.tokenFile, (sources.env ?? process.env).CREDENTIALS_DIRECTORY);
   else token = (sources.env ?? process.env).SANDBOXD_TOKEN;
   if (token === undefined) return undefined;
   token = token.trim();
@@ -85,7 +86,9 @@ export function resolveToken(sources: TokenSources): string | undefined {
 function readTokenFile(file: string, credentialsDirectory: string | undefined): string {
   const mode = statSync(file).mode & 0o777;
   if ((mode & 0o077) !== 0 && !insideDirectory(file, credentialsDirectory)) {
-    throw new Error(`token file ${file} has mode ${mode.toString(8).padStart(4, "0")}: it must be 0600 or stricter (chmod 600 ${file})`);
+    throw new Error(
+      `token file ${file} has mode ${mode.toString(8).padStart(4, "0")}: it must be 0600 or stricter (chmod 600 ${file})`,
+    );
   }
   return readFileSync(file, "utf8");
 }

@@ -43,7 +43,9 @@ export const clientGoneKey = createContextKey<AbortSignal | undefined>(undefined
  * bytes): a fresh object per call, set by {@link connectionContextValues}, read by the observe
  * interceptor when the call ends. Never a header, a token or a request body.
  */
-export const callDetailsKey = createContextKey<Record<string, string | number> | undefined>(undefined, { description: "sandboxd call details" });
+export const callDetailsKey = createContextKey<Record<string, string | number> | undefined>(undefined, {
+  description: "sandboxd call details",
+});
 
 /**
  * Builds the context values of a request for connectNodeAdapter's `contextValues`: the connection

@@ -15,7 +15,9 @@ export interface OutcomeHandlers {
  * Creates an interceptor that sees how each call ends, unary or streaming alike: the one place that
  * wraps a stream's messages to learn of its end or failure. `handlers` is made per call.
  */
-export function interceptOutcome(handlersFor: (request: Parameters<Parameters<Interceptor>[0]>[0]) => OutcomeHandlers): Interceptor {
+export function interceptOutcome(
+  handlersFor: (request: Parameters<Parameters<Interceptor>[0]>[0]) => OutcomeHandlers,
+): Interceptor {
   return (next) => async (request) => {
     const { mapError = (error: unknown) => error, ended } = handlersFor(request);
     let response;

@@ -9,7 +9,14 @@ import {
   type ProcessInfoSchema,
   type ProcessSpec as ProtoSpec,
 } from "../../../gen/sandbox/v1/sandbox_pb.js";
-import type { ManagedProcess, OutputChunk, OutputGap, ProcessExit, ProcessSpec, ProcessStatus } from "../../process/index.js";
+import type {
+  ManagedProcess,
+  OutputChunk,
+  OutputGap,
+  ProcessExit,
+  ProcessSpec,
+  ProcessStatus,
+} from "../../process/index.js";
 import { sandboxError } from "./errors.js";
 import { processStatusFromProto, processStatusToProto } from "../../shared/process-status.js";
 
@@ -100,7 +107,14 @@ export function toProtoInfo(managed: ManagedProcess): MessageInitShape<typeof Pr
 export function toProtoStartedInfo(managed: ManagedProcess): MessageInitShape<typeof ProcessInfoSchema> {
   const info = toProtoInfo(managed);
   if (managed.pid === 0 || managed.exit === undefined) return info;
-  return { ...info, status: ProtoStatus.RUNNING, exit: undefined, stdin: managed.description.acceptsInput, stdoutBytes: 0n, stderrBytes: 0n };
+  return {
+    ...info,
+    status: ProtoStatus.RUNNING,
+    exit: undefined,
+    stdin: managed.description.acceptsInput,
+    stdoutBytes: 0n,
+    stderrBytes: 0n,
+  };
 }
 
 /** Converts a manager stream name to the protobuf enum value. */

@@ -95,9 +95,16 @@ export interface SandboxErrorOptions {
  * period), and a `google.rpc.ErrorInfo` detail with domain {@link errorDomain}, the reason and the
  * metadata, which every protocol carries to the client.
  */
-export function sandboxError(reason: ErrorReasonName, message: string, options: SandboxErrorOptions = {}): ConnectError {
+export function sandboxError(
+  reason: ErrorReasonName,
+  message: string,
+  options: SandboxErrorOptions = {},
+): ConnectError {
   const error = new ConnectError(message, codeByReason[reason], undefined, undefined, options.cause);
-  error.details.push({ desc: ErrorInfoSchema, value: { reason, domain: errorDomain, metadata: { ...options.metadata } } });
+  error.details.push({
+    desc: ErrorInfoSchema,
+    value: { reason, domain: errorDomain, metadata: { ...options.metadata } },
+  });
   return error;
 }
 
@@ -138,7 +145,9 @@ export function shuttingDownError(): ConnectError {
  * SHUTTING_DOWN error the daemon aborts its shutdown signal with (see `startServer`).
  */
 export function isShutdown(signal: AbortSignal): boolean {
-  return signal.aborted && signal.reason instanceof ConnectError && errorInfoOf(signal.reason)?.reason === "SHUTTING_DOWN";
+  return (
+    signal.aborted && signal.reason instanceof ConnectError && errorInfoOf(signal.reason)?.reason === "SHUTTING_DOWN"
+  );
 }
 
 /**
@@ -157,7 +166,8 @@ export function throwIfShuttingDown(signal: AbortSignal): void {
  */
 export function toConnectError(error: unknown): ConnectError {
   if (error instanceof ConnectError) return error;
-  if (error instanceof ProcessError || error instanceof FileError) return sandboxError(error.reason, error.message, { metadata: error.metadata, cause: error });
+  if (error instanceof ProcessError || error instanceof FileError)
+    return sandboxError(error.reason, error.message, { metadata: error.metadata, cause: error });
   const message = error instanceof Error ? error.message : String(error);
   return sandboxError("INTERNAL", `unexpected failure: ${message}`, { cause: error });
 }

@@ -1,6 +1,10 @@
 import { create } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
-import { Health, HealthCheckResponse_ServingStatus as ServingStatus, HealthCheckResponseSchema } from "../../../gen/grpc/health/v1/health_pb.js";
+import {
+  type Health,
+  HealthCheckResponse_ServingStatus as ServingStatus,
+  HealthCheckResponseSchema,
+} from "../../../gen/grpc/health/v1/health_pb.js";
 import { raceSignal } from "../../shared/abort.js";
 import { sandboxError, throwIfShuttingDown } from "./errors.js";
 
@@ -29,7 +33,10 @@ export interface HealthStatus {
 
 /** Creates a {@link HealthStatus} with the server (`""`) and each of `services` SERVING. */
 export function createHealthStatus(services: readonly string[]): HealthStatus {
-  const statuses = new Map<string, ServingStatus>([["", ServingStatus.SERVING], ...services.map((name) => [name, ServingStatus.SERVING] as const)]);
+  const statuses = new Map<string, ServingStatus>([
+    ["", ServingStatus.SERVING],
+    ...services.map((name) => [name, ServingStatus.SERVING] as const),
+  ]);
   // One promise per change, settled and replaced by notify: every waiter wakes.
   let wake!: () => void;
   let next = new Promise<void>((resolve) => (wake = resolve));
@@ -67,7 +74,9 @@ export function createHealthService(status: HealthStatus): ServiceImpl<typeof He
     check(request) {
       const current = status.get(request.service);
       if (current === undefined) {
-        throw sandboxError("SERVICE_NOT_FOUND", `unknown service: ${request.service}`, { metadata: { service: request.service } });
+        throw sandboxError("SERVICE_NOT_FOUND", `unknown service: ${request.service}`, {
+          metadata: { service: request.service },
+        });
       }
       return { status: current };
     },

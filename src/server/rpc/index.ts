@@ -16,7 +16,14 @@ export {
   resolveToken,
   type TokenSources,
 } from "./auth.js";
-export { callDetailsKey, clientGoneKey, connectionContextValues, connectionKey, type Peer, peerKey } from "./call-context.js";
+export {
+  callDetailsKey,
+  clientGoneKey,
+  connectionContextValues,
+  connectionKey,
+  type Peer,
+  peerKey,
+} from "./call-context.js";
 export { interceptOutcome } from "./call-outcome.js";
 export type { ProcessAudit } from "./process-audit.js";
 export {

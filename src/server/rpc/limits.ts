@@ -27,14 +27,16 @@ export interface CallCounter {
   readonly active: number;
 }
 
-
 /**
  * Creates a server interceptor that counts calls in progress, on each connection and in all, and
  * refuses a call beyond either limit with RESOURCE_EXHAUSTED and a message naming the limit. A
  * unary call counts until it returns; a stream until its context signal fires, which connect does
  * on completion, cancel, deadline and disconnect alike.
  */
-export function createCallLimitInterceptor(options: CallLimitOptions = {}): { interceptor: Interceptor; counter: CallCounter } {
+export function createCallLimitInterceptor(options: CallLimitOptions = {}): {
+  interceptor: Interceptor;
+  counter: CallCounter;
+} {
   const maxPerConnection = options.maxCallsPerConnection ?? defaultMaxCallsPerConnection;
   const maxCalls = options.maxCalls ?? defaultMaxCalls;
   const exempt = new Set(options.exemptServices ?? ["grpc.health.v1.Health"]);
@@ -96,7 +98,13 @@ export const defaultMaxErrorMessageLength = 1024;
 export function createErrorMessageLimitInterceptor(maxLength = defaultMaxErrorMessageLength): Interceptor {
   const shorten = (error: unknown): unknown => {
     if (!(error instanceof ConnectError) || error.rawMessage.length <= maxLength) return error;
-    const shortened = new ConnectError(`${error.rawMessage.slice(0, maxLength)}...`, error.code, error.metadata, undefined, error.cause);
+    const shortened = new ConnectError(
+      `${error.rawMessage.slice(0, maxLength)}...`,
+      error.code,
+      error.metadata,
+      undefined,
+      error.cause,
+    );
     shortened.details.push(...error.details);
     return shortened;
   };

@@ -36,7 +36,8 @@ export class PageTokens {
    */
   read(token: string, scope: PageScope): number | undefined {
     if (token === "") return undefined;
-    const invalid = (why: string) => sandboxError("INVALID_ARGUMENT", `invalid page_token: ${why}`, { metadata: { field: "page_token" } });
+    const invalid = (why: string) =>
+      sandboxError("INVALID_ARGUMENT", `invalid page_token: ${why}`, { metadata: { field: "page_token" } });
     let parsed: unknown;
     try {
       parsed = JSON.parse(Buffer.from(token, "base64url").toString("utf8"));
@@ -55,7 +56,10 @@ export class PageTokens {
 
   private fingerprint(scope: PageScope): string {
     const statuses = [...new Set(scope.statuses)].sort((a, b) => a - b);
-    return createHash("sha256").update(JSON.stringify([this.run, scope.sessionId, statuses])).digest("base64url").slice(0, 16);
+    return createHash("sha256")
+      .update(JSON.stringify([this.run, scope.sessionId, statuses]))
+      .digest("base64url")
+      .slice(0, 16);
   }
 }
 
@@ -65,7 +69,9 @@ export class PageTokens {
  */
 export function pageSize(requested: number): number {
   if (requested < 0) {
-    throw sandboxError("INVALID_ARGUMENT", `page_size must not be negative, got ${requested}`, { metadata: { field: "page_size" } });
+    throw sandboxError("INVALID_ARGUMENT", `page_size must not be negative, got ${requested}`, {
+      metadata: { field: "page_size" },
+    });
   }
   return requested === 0 ? defaultListPageSize : Math.min(requested, maxListPageSize);
 }

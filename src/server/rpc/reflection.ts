@@ -1,15 +1,24 @@
-import { create, createFileRegistry, fromBinary, toBinary, type DescFile, type DescService, type FileRegistry, type MessageInitShape } from "@bufbuild/protobuf";
+import {
+  create,
+  createFileRegistry,
+  fromBinary,
+  toBinary,
+  type DescFile,
+  type DescService,
+  type FileRegistry,
+  type MessageInitShape,
+} from "@bufbuild/protobuf";
 import { FileDescriptorProtoSchema, FileDescriptorSetSchema } from "@bufbuild/protobuf/wkt";
 import { Code, type ServiceImpl } from "@connectrpc/connect";
 import {
-  ServerReflection,
+  type ServerReflection,
   ServerReflectionRequestSchema,
   ServerReflectionResponseSchema,
   type ServerReflectionRequest,
   type ServerReflectionResponse,
 } from "../../../gen/grpc/reflection/v1/reflection_pb.js";
 import {
-  ServerReflection as ServerReflectionV1alpha,
+  type ServerReflection as ServerReflectionV1alpha,
   ServerReflectionRequestSchema as ServerReflectionRequestV1alphaSchema,
   ServerReflectionResponseSchema as ServerReflectionResponseV1alphaSchema,
   type ServerReflectionRequest as ServerReflectionRequestV1alpha,
@@ -30,7 +39,10 @@ export interface ReflectionIndex {
  * Builds the {@link ReflectionIndex} of the given services, plus `files` that no service imports but
  * a client needs to read the answers (the error details' `google.rpc.ErrorInfo`).
  */
-export function createReflectionIndex(services: readonly DescService[], files: readonly DescFile[] = []): ReflectionIndex {
+export function createReflectionIndex(
+  services: readonly DescService[],
+  files: readonly DescFile[] = [],
+): ReflectionIndex {
   // A FileDescriptorSet lists imports before the files that import them.
   const ordered: DescFile[] = [];
   const seen = new Set<string>();
@@ -60,7 +72,8 @@ export function answerReflectionRequest(
 ): ServerReflectionResponse {
   const respond = (messageResponse: MessageInitShape<typeof ServerReflectionResponseSchema>["messageResponse"]) =>
     create(ServerReflectionResponseSchema, { validHost: request.host, originalRequest: request, messageResponse });
-  const fail = (code: Code, message: string) => respond({ case: "errorResponse", value: { errorCode: code, errorMessage: message } });
+  const fail = (code: Code, message: string) =>
+    respond({ case: "errorResponse", value: { errorCode: code, errorMessage: message } });
   const files = (file: DescFile | undefined, notFound: string) =>
     file === undefined
       ? fail(Code.NotFound, notFound)
@@ -69,7 +82,10 @@ export function answerReflectionRequest(
   const query = request.messageRequest;
   switch (query.case) {
     case "listServices":
-      return respond({ case: "listServicesResponse", value: { service: index.serviceNames.map((name) => ({ name })) } });
+      return respond({
+        case: "listServicesResponse",
+        value: { service: index.serviceNames.map((name) => ({ name })) },
+      });
     case "fileByFilename":
       return files(registry.getFile(query.value), `file not found: ${query.value}`);
     case "fileContainingSymbol":
@@ -77,7 +93,10 @@ export function answerReflectionRequest(
     case "fileContainingExtension": {
       const extendee = registry.getMessage(query.value.containingType);
       const extension = extendee && registry.getExtensionFor(extendee, query.value.extensionNumber);
-      return files(extension?.file, `extension not found: ${query.value.containingType} ${query.value.extensionNumber}`);
+      return files(
+        extension?.file,
+        `extension not found: ${query.value.containingType} ${query.value.extensionNumber}`,
+      );
     }
     case "allExtensionNumbersOfType": {
       const typeName = query.value;
@@ -105,7 +124,10 @@ function fileOfSymbol(registry: FileRegistry, symbol: string): DescFile | undefi
   const member = symbol.slice(dot + 1);
   const parent = registry.get(scope);
   if (parent?.kind === "service" && parent.methods.some((method) => method.name === member)) return parent.file;
-  if (parent?.kind === "message" && (parent.fields.some((field) => field.name === member) || parent.oneofs.some((oneof) => oneof.name === member))) {
+  if (
+    parent?.kind === "message" &&
+    (parent.fields.some((field) => field.name === member) || parent.oneofs.some((oneof) => oneof.name === member))
+  ) {
     return parent.file;
   }
   for (const desc of registry) {
@@ -154,7 +176,10 @@ export function createReflectionServiceV1alpha(index: ReflectionIndex): ServiceI
     async *serverReflectionInfo(requests) {
       const sentFiles = new Set<string>();
       for await (const request of requests) {
-        const asV1 = fromBinary(ServerReflectionRequestSchema, toBinary(ServerReflectionRequestV1alphaSchema, request as ServerReflectionRequestV1alpha));
+        const asV1 = fromBinary(
+          ServerReflectionRequestSchema,
+          toBinary(ServerReflectionRequestV1alphaSchema, request as ServerReflectionRequestV1alpha),
+        );
         const answer = answerReflectionRequest(index, asV1, sentFiles);
         yield fromBinary(ServerReflectionResponseV1alphaSchema, toBinary(ServerReflectionResponseSchema, answer));
       }

@@ -1,17 +1,31 @@
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { ConnectError, HandlerContext, ServiceImpl } from "@connectrpc/connect";
-import {
+import type {
   SandboxService,
-  type ExecRequest,
-  type ExecResponseSchema,
-  type SendInputRequest,
-  type SendInputResponseSchema,
-  type StreamLogsRequest,
-  type StreamLogsResponseSchema,
+  ExecRequest,
+  ExecResponseSchema,
+  SendInputRequest,
+  SendInputResponseSchema,
+  StreamLogsRequest,
+  StreamLogsResponseSchema,
 } from "../../../gen/sandbox/v1/sandbox_pb.js";
 import { onAbort, raceSignal } from "../../shared/abort.js";
-import { defaultKillGracePeriodMs, parseSignal, releaseBufferedMemory, type ManagedProcess, type ProcessManager } from "../../process/index.js";
-import { fromProtoSpec, fromProtoStatus, toProtoChunk, toProtoExit, toProtoGap, toProtoInfo, toProtoStartedInfo } from "./convert.js";
+import {
+  defaultKillGracePeriodMs,
+  parseSignal,
+  releaseBufferedMemory,
+  type ManagedProcess,
+  type ProcessManager,
+} from "../../process/index.js";
+import {
+  fromProtoSpec,
+  fromProtoStatus,
+  toProtoChunk,
+  toProtoExit,
+  toProtoGap,
+  toProtoInfo,
+  toProtoStartedInfo,
+} from "./convert.js";
 import { sandboxError, throwIfShuttingDown, withConnectErrors } from "./errors.js";
 import { clientGoneKey, peerKey } from "./call-context.js";
 import type { ProcessAudit } from "./process-audit.js";
@@ -40,7 +54,8 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
   const pageTokens = new PageTokens();
   const lookup = (id: string): ManagedProcess =>
     withConnectErrors(() => {
-      if (id === "") throw sandboxError("INVALID_ARGUMENT", "process_id is required", { metadata: { field: "process_id" } });
+      if (id === "")
+        throw sandboxError("INVALID_ARGUMENT", "process_id is required", { metadata: { field: "process_id" } });
       return manager.get(id);
     });
 
@@ -89,7 +104,9 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
 
     async startProcess(request, context) {
       const spec = fromProtoSpec(request.spec);
-      const managed = await withConnectErrors(() => manager.start(spec, { signal: context.values.get(clientGoneKey) ?? context.signal }));
+      const managed = await withConnectErrors(() =>
+        manager.start(spec, { signal: context.values.get(clientGoneKey) ?? context.signal }),
+      );
       options.audit?.started(managed, context.values.get(peerKey), manager.commandUser(spec.sudo ?? false));
       return { process: toProtoInfo(managed) };
     },
@@ -113,7 +130,9 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
         yield { event: { case: "exited", value: toProtoExit(exit) } } satisfies LogsEvent;
       } else {
         const { stdout, stderr } = reader.consumedOffsets;
-        yield { event: { case: "caughtUp", value: { stdoutOffset: BigInt(stdout), stderrOffset: BigInt(stderr) } } } satisfies LogsEvent;
+        yield {
+          event: { case: "caughtUp", value: { stdoutOffset: BigInt(stdout), stderrOffset: BigInt(stderr) } },
+        } satisfies LogsEvent;
       }
     },
 
@@ -124,7 +143,9 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
       if (first.done) return;
       throwIfShuttingDown(signal);
       if (first.value.input.case !== "open") {
-        throw sandboxError("INVALID_ARGUMENT", "the first SendInput message must be open", { metadata: { field: "open" } });
+        throw sandboxError("INVALID_ARGUMENT", "the first SendInput message must be open", {
+          metadata: { field: "open" },
+        });
       }
       const managed = lookup(first.value.input.value.processId);
       withConnectErrors(() => managed.assertAcceptsInput());
@@ -182,7 +203,9 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
       const scope = { sessionId: request.sessionId, statuses: request.statuses };
       const size = pageSize(request.pageSize);
       const afterSequence = pageTokens.read(request.pageToken, scope);
-      const page = withConnectErrors(() => manager.listPage({ sessionId: request.sessionId, statuses }, { afterSequence, size }));
+      const page = withConnectErrors(() =>
+        manager.listPage({ sessionId: request.sessionId, statuses }, { afterSequence, size }),
+      );
       const last = page.processes.at(-1);
       return {
         processes: page.processes.map(toProtoInfo),
@@ -206,7 +229,11 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
     },
 
     async cleanupProcesses(request) {
-      return { removedCount: withConnectErrors(() => manager.cleanup({ sessionId: request.sessionId, processIds: request.processIds })) };
+      return {
+        removedCount: withConnectErrors(() =>
+          manager.cleanup({ sessionId: request.sessionId, processIds: request.processIds }),
+        ),
+      };
     },
 
     async getProcessLogs(request) {
@@ -296,7 +323,11 @@ interface InputState {
   closed: boolean;
 }
 
-async function applyInput(managed: ManagedProcess, input: SendInputRequest["input"], signal: AbortSignal): Promise<InputState> {
+async function applyInput(
+  managed: ManagedProcess,
+  input: SendInputRequest["input"],
+  signal: AbortSignal,
+): Promise<InputState> {
   const closedBefore = managed.isInputClosed;
   await withConnectErrors(async () => {
     switch (input.case) {
@@ -313,7 +344,9 @@ async function applyInput(managed: ManagedProcess, input: SendInputRequest["inpu
         managed.signal(parseSignal(input.value));
         return;
       case "open":
-        throw sandboxError("INVALID_ARGUMENT", "open may only be the first SendInput message", { metadata: { field: "open" } });
+        throw sandboxError("INVALID_ARGUMENT", "open may only be the first SendInput message", {
+          metadata: { field: "open" },
+        });
       default:
         throw sandboxError("INVALID_ARGUMENT", "empty SendInput message", { metadata: { field: "input" } });
     }

@@ -58,23 +58,33 @@ async function streamedExec(protocol: string, client: Client<typeof SandboxServi
     const event = response.event;
     if (event.case === "started") started = event.value.pid > 0;
     else if (event.case === "output") {
-      if (event.value.stream === OutputStream.STDOUT) stdout += decoder.stdout.decode(event.value.data, { stream: true });
+      if (event.value.stream === OutputStream.STDOUT)
+        stdout += decoder.stdout.decode(event.value.data, { stream: true });
       else stderr += decoder.stderr.decode(event.value.data, { stream: true });
       if (!gateOpened && stdout.includes("first\n")) {
         gateOpened = true;
         for await (const gateResponse of client.exec({ spec: { command: `touch ${gate}` } })) {
-          if (gateResponse.event.case === "exited" && gateResponse.event.value.exitCode !== 0) throw new Error(`touch ${gate} failed`);
+          if (gateResponse.event.case === "exited" && gateResponse.event.value.exitCode !== 0)
+            throw new Error(`touch ${gate} failed`);
         }
       }
     } else if (event.case === "exited") exitCode = event.value.exitCode;
   }
   const ok = started && gateOpened && stdout === "first\nsecond\n" && stderr === "oops\n" && exitCode === 3;
-  check(`${protocol}: Exec streams output to the page while the command runs`, ok, JSON.stringify({ started, gateOpened, stdout, stderr, exitCode }));
+  check(
+    `${protocol}: Exec streams output to the page while the command runs`,
+    ok,
+    JSON.stringify({ started, gateOpened, stdout, stderr, exitCode }),
+  );
 }
 
 async function unaryCall(protocol: string, client: Client<typeof SandboxService>): Promise<void> {
   const response = await client.listProcesses({});
-  check(`${protocol}: a unary call answers`, Array.isArray(response.processes), `${response.processes.length} processes`);
+  check(
+    `${protocol}: a unary call answers`,
+    Array.isArray(response.processes),
+    `${response.processes.length} processes`,
+  );
 }
 
 async function refused(protocol: string, client: Client<typeof SandboxService>): Promise<void> {
@@ -85,7 +95,11 @@ async function refused(protocol: string, client: Client<typeof SandboxService>):
     check(`${protocol}: a wrong token is refused with UNAUTHENTICATED`, false, "the call succeeded");
   } catch (error) {
     const code = ConnectError.from(error).code;
-    check(`${protocol}: a wrong token is refused with UNAUTHENTICATED`, code === Code.Unauthenticated, `code ${Code[code]}: ${ConnectError.from(error).rawMessage}`);
+    check(
+      `${protocol}: a wrong token is refused with UNAUTHENTICATED`,
+      code === Code.Unauthenticated,
+      `code ${Code[code]}: ${ConnectError.from(error).rawMessage}`,
+    );
   }
 }
 
@@ -107,7 +121,11 @@ async function blocked(protocol: string, client: Client<typeof SandboxService>):
   } catch (error) {
     // fetch() rejects with a TypeError, which connect-web reports without a status from the daemon.
     const connectError = ConnectError.from(error);
-    check(`${protocol}: the browser blocks the call (CORS)`, connectError.code === Code.Unknown, `code ${Code[connectError.code]}: ${connectError.rawMessage}`);
+    check(
+      `${protocol}: the browser blocks the call (CORS)`,
+      connectError.code === Code.Unknown,
+      `code ${Code[connectError.code]}: ${connectError.rawMessage}`,
+    );
   }
 }
 

@@ -28,7 +28,8 @@ const chromiumFlags = [
 
 /** Serves the page and its bundled script on a free loopback port. */
 async function servePage(script: string): Promise<{ server: Server; port: number }> {
-  const html = '<!doctype html><meta charset="utf-8"><title>sandboxd browser test</title><script type="module" src="/page.js"></script>';
+  const html =
+    '<!doctype html><meta charset="utf-8"><title>sandboxd browser test</title><script type="module" src="/page.js"></script>';
   const server = createServer((request, response) => {
     const url = new URL(request.url ?? "/", "http://page");
     if (url.pathname === "/") response.writeHead(200, { "content-type": "text/html" }).end(html);
@@ -47,7 +48,10 @@ async function startDaemon(args: string[], log: string[]): Promise<{ daemon: Chi
     stdio: ["ignore", "ignore", "pipe"],
   });
   const url = await new Promise<string>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`the daemon did not listen within 30 s:\n${log.join("")}`)), 30_000);
+    const timer = setTimeout(
+      () => reject(new Error(`the daemon did not listen within 30 s:\n${log.join("")}`)),
+      30_000,
+    );
     daemon.once("exit", (code) => reject(new Error(`the daemon exited (${code}):\n${log.join("")}`)));
     let pending = "";
     daemon.stderr!.setEncoding("utf8").on("data", (text: string) => {
@@ -96,7 +100,20 @@ async function main(): Promise<number> {
   const otherOrigin = `http://127.0.0.1:${page.port}`;
   const daemonLog: string[] = [];
   const { daemon, url } = await startDaemon(
-    ["--host", "127.0.0.1", "--port", "0", "--workspace", workspace, "--token-file", tokenFile, "--cors-origin", allowedOrigin, "--log-format", "json"],
+    [
+      "--host",
+      "127.0.0.1",
+      "--port",
+      "0",
+      "--workspace",
+      workspace,
+      "--token-file",
+      tokenFile,
+      "--cors-origin",
+      allowedOrigin,
+      "--log-format",
+      "json",
+    ],
     daemonLog,
   );
   const results: PageResult[] = [];
@@ -114,8 +131,12 @@ async function main(): Promise<number> {
       tab.setDefaultTimeout(60_000);
       await tab.goto(`${origin}/${query}&mode=${expect}`);
       await tab.waitForFunction(() => (globalThis as { sandboxdResults?: unknown }).sandboxdResults !== undefined);
-      const pageResults = await tab.evaluate(() => (globalThis as unknown as { sandboxdResults: Promise<PageResult[]> }).sandboxdResults);
-      results.push(...pageResults.map((result) => ({ ...result, name: `page on ${expect} origin ${origin}: ${result.name}` })));
+      const pageResults = await tab.evaluate(
+        () => (globalThis as unknown as { sandboxdResults: Promise<PageResult[]> }).sandboxdResults,
+      );
+      results.push(
+        ...pageResults.map((result) => ({ ...result, name: `page on ${expect} origin ${origin}: ${result.name}` })),
+      );
       await context.close();
     }
   } finally {
@@ -127,7 +148,8 @@ async function main(): Promise<number> {
   }
 
   const failed = results.filter((result) => !result.ok);
-  for (const result of results) console.log(`${result.ok ? "ok" : "FAILED"} - ${result.name}${result.ok ? "" : `: ${result.detail}`}`);
+  for (const result of results)
+    console.log(`${result.ok ? "ok" : "FAILED"} - ${result.name}${result.ok ? "" : `: ${result.detail}`}`);
   if (failed.length > 0) console.log(`daemon log:\n${daemonLog.join("")}`);
   console.log(`${results.length - failed.length} passed, ${failed.length} failed`);
   return results.length >= 10 && failed.length === 0 ? 0 : 1;

@@ -52,15 +52,34 @@ async function freePort(): Promise<number> {
  * directory: a new PID and mount namespace (the command is PID 1), /dev and /proc mounted, chroot.
  */
 function inContainer(user: string, env: Record<string, string>, argv: string[]): string[] {
-  const environment = new Map((config.Env ?? []).map((entry) => [entry.slice(0, entry.indexOf("=")), entry.slice(entry.indexOf("=") + 1)]));
+  const environment = new Map(
+    (config.Env ?? []).map((entry) => [entry.slice(0, entry.indexOf("=")), entry.slice(entry.indexOf("=") + 1)]),
+  );
   for (const [name, value] of Object.entries(env)) environment.set(name, value);
   const assignments = [...environment].map(([name, value]) => `${name}=${value}`);
-  const mountAndEnter = 'mount --rbind /dev "$0/dev" && mount -t proc proc "$0/proc" && exec chroot --userspec="$1" "$0" "${@:2}"';
+  const mountAndEnter =
+    'mount --rbind /dev "$0/dev" && mount -t proc proc "$0/proc" && exec chroot --userspec="$1" "$0" "${@:2}"';
   return [
-    "unshare", "--pid", "--fork", "--mount", "--propagation", "private", "--",
-    "bash", "-c", mountAndEnter, rootfs, user,
-    "/usr/bin/env", "-i", ...assignments,
-    "/bin/sh", "-c", 'cd "$0" && exec "$@"', config.WorkingDir || "/", ...argv,
+    "unshare",
+    "--pid",
+    "--fork",
+    "--mount",
+    "--propagation",
+    "private",
+    "--",
+    "bash",
+    "-c",
+    mountAndEnter,
+    rootfs,
+    user,
+    "/usr/bin/env",
+    "-i",
+    ...assignments,
+    "/bin/sh",
+    "-c",
+    'cd "$0" && exec "$@"',
+    config.WorkingDir || "/",
+    ...argv,
   ];
 }
 
@@ -107,24 +126,39 @@ async function stop(container: Container, label: string): Promise<void> {
   const code = await Promise.race([container.exit, timeout]);
   if (code === "timeout") container.child.kill("SIGKILL");
   const logged = container.log.join("").includes("SIGTERM, shutting down");
-  check(`${label}: SIGTERM to the init reaches the daemon, which exits 0`, code === 0 && logged, `exit ${code}, logged ${logged}`);
+  check(
+    `${label}: SIGTERM to the init reaches the daemon, which exits 0`,
+    code === 0 && logged,
+    `exit ${code}, logged ${logged}`,
+  );
 }
 
 function client(url: string, token: string) {
   const sessionManager = new Http2SessionManager(url);
-  const bearer: Interceptor = (next) => (request) => (request.header.set("authorization", `Bearer ${token}`), next(request));
+  const bearer: Interceptor = (next) => (request) => (
+    request.header.set("authorization", `Bearer ${token}`), next(request)
+  );
   const transport = createGrpcTransport({ baseUrl: url, sessionManager, interceptors: [bearer] });
-  return { sandbox: createClient(SandboxService, transport), health: createClient(Health, transport), close: () => sessionManager.abort() };
+  return {
+    sandbox: createClient(SandboxService, transport),
+    health: createClient(Health, transport),
+    close: () => sessionManager.abort(),
+  };
 }
 
-async function text(command: string, rpc: ReturnType<typeof client>): Promise<{ stdout: string; stderr: string; exitCode?: number }> {
+async function text(
+  command: string,
+  rpc: ReturnType<typeof client>,
+): Promise<{ stdout: string; stderr: string; exitCode?: number }> {
   const result = await collectExec(rpc.sandbox, { command, timeoutMs: 20_000 });
   return { stdout: result.stdout.toString(), stderr: result.stderr.toString(), exitCode: result.exited.exitCode };
 }
 
 /** The uid and gid of `name` in the image's password database. */
 function imageUser(name: string): { uid: number; gid: number } {
-  const entry = readFileSync(path.join(rootfs, "etc/passwd"), "utf8").split("\n").find((line) => line.startsWith(`${name}:`));
+  const entry = readFileSync(path.join(rootfs, "etc/passwd"), "utf8")
+    .split("\n")
+    .find((line) => line.startsWith(`${name}:`));
   const [, , uid, gid] = (entry ?? "").split(":");
   return { uid: Number(uid), gid: Number(gid) };
 }
@@ -143,50 +177,102 @@ async function checkTokenHidden(label: string, token: string, rpc: ReturnType<ty
     check(`${label}: the token probe ran`, false, `${result.stdout.toString()}${result.stderr.toString()}`);
     return;
   }
-  check(`${label}: a command finds the token in no process's environ, cmdline or memory (${report.processes} processes)`,
-    report.found.length === 0 && report.processes >= 2, JSON.stringify(report));
+  check(
+    `${label}: a command finds the token in no process's environ, cmdline or memory (${report.processes} processes)`,
+    report.found.length === 0 && report.processes >= 2,
+    JSON.stringify(report),
+  );
   const chain = report.ancestors.map((process) => `${process.name}:${process.signal}`).join(" ");
-  check(`${label}: a command cannot signal the daemon nor the init (${chain})`,
-    report.ancestors.length === 2 && report.ancestors[0]!.name === "node" && report.ancestors[1]!.pid === 1 && report.ancestors.every((process) => process.signal === "EPERM"),
-    JSON.stringify(report.ancestors));
+  check(
+    `${label}: a command cannot signal the daemon nor the init (${chain})`,
+    report.ancestors.length === 2 &&
+      report.ancestors[0]!.name === "node" &&
+      report.ancestors[1]!.pid === 1 &&
+      report.ancestors.every((process) => process.signal === "EPERM"),
+    JSON.stringify(report.ancestors),
+  );
 }
 
 /** The image as it is run by default: root, commands as `sandbox`, the token in the environment as `docker run -e` puts it. */
 async function defaultImage(): Promise<void> {
   const sandbox = imageUser("sandbox");
   const [uid] = (config.User ?? "").split(":");
-  const env = new Map((config.Env ?? []).map((entry) => [entry.slice(0, entry.indexOf("=")), entry.slice(entry.indexOf("=") + 1)]));
-  check("the daemon and its init run as root, commands as sandbox (SANDBOXD_USER)",
-    Number(uid) === 0 && sandbox.uid > 0 && [String(sandbox.uid), "sandbox"].includes(env.get("SANDBOXD_USER") ?? ""), `User ${config.User}, SANDBOXD_USER ${env.get("SANDBOXD_USER")}`);
+  const env = new Map(
+    (config.Env ?? []).map((entry) => [entry.slice(0, entry.indexOf("=")), entry.slice(entry.indexOf("=") + 1)]),
+  );
+  check(
+    "the daemon and its init run as root, commands as sandbox (SANDBOXD_USER)",
+    Number(uid) === 0 && sandbox.uid > 0 && [String(sandbox.uid), "sandbox"].includes(env.get("SANDBOXD_USER") ?? ""),
+    `User ${config.User}, SANDBOXD_USER ${env.get("SANDBOXD_USER")}`,
+  );
   const token = `image-${process.pid}-${Date.now()}`;
   const port = await freePort();
-  const container = await startContainer(config.User ?? "0:0", { SANDBOXD_PORT: String(port), SANDBOXD_TOKEN: token }, []);
+  const container = await startContainer(
+    config.User ?? "0:0",
+    { SANDBOXD_PORT: String(port), SANDBOXD_TOKEN: token },
+    [],
+  );
   const rpc = client(container.url, token);
   try {
-    check("the daemon listens on all addresses at SANDBOXD_PORT", container.url === `http://0.0.0.0:${port}` || container.url.endsWith(`:${port}`), container.url);
+    check(
+      "the daemon listens on all addresses at SANDBOXD_PORT",
+      container.url === `http://0.0.0.0:${port}` || container.url.endsWith(`:${port}`),
+      container.url,
+    );
     const log = container.log.join("");
     // Other warnings may stand (no writable pids cgroup in a container: the shared RLIMIT_NPROC one).
-    check("the native helper and addon are in the image", !/WARNING: the (sandboxd-exec helper|native addon)/.test(log), log);
+    check(
+      "the native helper and addon are in the image",
+      !/WARNING: the (sandboxd-exec helper|native addon)/.test(log),
+      log,
+    );
     check("the daemon says commands run as sandbox", log.includes("commands run as sandbox"), log);
 
     const healthz = await fetch(`http://127.0.0.1:${port}/healthz`);
     const readyz = await fetch(`http://127.0.0.1:${port}/readyz`);
-    check("GET /healthz and /readyz answer 200", healthz.status === 200 && readyz.status === 200, `${healthz.status} ${readyz.status}`);
+    check(
+      "GET /healthz and /readyz answer 200",
+      healthz.status === 200 && readyz.status === 200,
+      `${healthz.status} ${readyz.status}`,
+    );
     const health = await rpc.health.check({ service: "sandbox.v1.SandboxService" });
-    check("grpc.health.v1 Check answers SERVING", health.status === HealthCheckResponse_ServingStatus.SERVING, String(health.status));
+    check(
+      "grpc.health.v1 Check answers SERVING",
+      health.status === HealthCheckResponse_ServingStatus.SERVING,
+      String(health.status),
+    );
 
     const probe = config.Healthcheck?.Test ?? [];
     const probeArgv = inContainer(config.User ?? "0:0", { SANDBOXD_PORT: String(port) }, probe.slice(1));
     const result = spawnSync(probeArgv[0], probeArgv.slice(1), { encoding: "utf8", timeout: 20_000 });
-    check("the image's HEALTHCHECK passes", probe[0] === "CMD" && result.status === 0, `${JSON.stringify(probe)} exit ${result.status}: ${result.stderr}`);
+    check(
+      "the image's HEALTHCHECK passes",
+      probe[0] === "CMD" && result.status === 0,
+      `${JSON.stringify(probe)} exit ${result.status}: ${result.stderr}`,
+    );
 
-    const who = await text("id -u; id -g; id -un; echo $HOME; pwd; test -w . && echo workspace-writable; test -w /opt/sandboxd/dist || echo daemon-read-only", rpc);
-    check("Exec runs as sandbox in /workspace, which it may write, and not the daemon's files",
-      who.stdout === `${sandbox.uid}\n${sandbox.gid}\nsandbox\n/home/sandbox\n/workspace\nworkspace-writable\ndaemon-read-only\n` && who.exitCode === 0, JSON.stringify(who));
+    const who = await text(
+      "id -u; id -g; id -un; echo $HOME; pwd; test -w . && echo workspace-writable; test -w /opt/sandboxd/dist || echo daemon-read-only",
+      rpc,
+    );
+    check(
+      "Exec runs as sandbox in /workspace, which it may write, and not the daemon's files",
+      who.stdout ===
+        `${sandbox.uid}\n${sandbox.gid}\nsandbox\n/home/sandbox\n/workspace\nworkspace-writable\ndaemon-read-only\n` &&
+        who.exitCode === 0,
+      JSON.stringify(who),
+    );
     const streams = await text("echo out; echo err >&2; exit 7", rpc);
-    check("Exec streams stdout and stderr and reports the exit code", streams.stdout === "out\n" && streams.stderr === "err\n" && streams.exitCode === 7, JSON.stringify(streams));
+    check(
+      "Exec streams stdout and stderr and reports the exit code",
+      streams.stdout === "out\n" && streams.stderr === "err\n" && streams.exitCode === 7,
+      JSON.stringify(streams),
+    );
 
-    const refused = await collectExec(client(container.url, "wrong").sandbox, { command: "true" }).then(() => undefined, (error: unknown) => ConnectError.from(error));
+    const refused = await collectExec(client(container.url, "wrong").sandbox, { command: "true" }).then(
+      () => undefined,
+      (error: unknown) => ConnectError.from(error),
+    );
     check("a wrong token is refused with UNAUTHENTICATED", refused?.code === Code.Unauthenticated, String(refused));
 
     await checkTokenHidden("token in the environment", token, rpc);
@@ -201,9 +287,15 @@ async function defaultImage(): Promise<void> {
     const state = `cat /proc/${pid}/stat 2>/dev/null | sed 's/.*) \\(.\\).*/\\1/'; tr '\\0' ' ' </proc/1/cmdline`;
     const seen = (await text(state, rpc)).stdout;
     let last = seen;
-    const reaped = await waitFor(async () => ((last = (await text(state, rpc)).stdout), !/^[A-Z]\n/.test(last)), { timeoutMs: 8_000, intervalMs: 100 }).catch(() => false);
-    check("PID 1 is the image's init, and orphans are reaped", pid > 0 && reaped === true && last.startsWith("/usr/bin/tini "),
-      `orphan ${pid} was ${JSON.stringify(seen)}, then ${JSON.stringify(last)}`);
+    const reaped = await waitFor(async () => ((last = (await text(state, rpc)).stdout), !/^[A-Z]\n/.test(last)), {
+      timeoutMs: 8_000,
+      intervalMs: 100,
+    }).catch(() => false);
+    check(
+      "PID 1 is the image's init, and orphans are reaped",
+      pid > 0 && reaped === true && last.startsWith("/usr/bin/tini "),
+      `orphan ${pid} was ${JSON.stringify(seen)}, then ${JSON.stringify(last)}`,
+    );
   } catch (error) {
     check("the default container answered", false, `${String(error)}\n${container.log.join("")}`);
   } finally {
@@ -220,7 +312,11 @@ async function tokenFile(): Promise<void> {
   const port = await freePort();
   let container: Container;
   try {
-    container = await startContainer(config.User ?? "0:0", { SANDBOXD_PORT: String(port), SANDBOXD_TOKEN_FILE: "/run/sandboxd-token" }, []);
+    container = await startContainer(
+      config.User ?? "0:0",
+      { SANDBOXD_PORT: String(port), SANDBOXD_TOKEN_FILE: "/run/sandboxd-token" },
+      [],
+    );
   } catch (error) {
     check("the token-file container started", false, String(error));
     return;
@@ -228,7 +324,11 @@ async function tokenFile(): Promise<void> {
   const rpc = client(container.url, token);
   try {
     const who = await text("id -un; cat /run/sandboxd-token", rpc);
-    check("with a token file: commands run as sandbox and cannot read the file", who.stdout === "sandbox\n" && who.exitCode !== 0 && who.stderr.includes("Permission denied"), JSON.stringify(who));
+    check(
+      "with a token file: commands run as sandbox and cannot read the file",
+      who.stdout === "sandbox\n" && who.exitCode !== 0 && who.stderr.includes("Permission denied"),
+      JSON.stringify(who),
+    );
     await checkTokenHidden("token file", token, rpc);
   } catch (error) {
     check("the token-file container answered", false, `${String(error)}\n${container.log.join("")}`);

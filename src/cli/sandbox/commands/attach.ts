@@ -33,7 +33,9 @@ export function createAttachCommand(finish: (code: number) => void): Command {
     )
     .option("-i, --interactive", "pass this terminal's stdin to the process (it must have been started with -i or -t)");
   addConnectionOptions(command);
-  return command.argument("<id>", "the process id, or the start of one").action(async (id: string, flags: AttachFlags) => finish(await runAttach(id, flags)));
+  return command
+    .argument("<id>", "the process id, or the start of one")
+    .action(async (id: string, flags: AttachFlags) => finish(await runAttach(id, flags)));
 }
 
 /** Runs `sandbox attach` and resolves with the process's exit code, or 0 when detached with the keys. */
@@ -75,10 +77,13 @@ class AttachSession {
     }
     if (info === undefined) throw new CliError(`the daemon sent no record of process ${this.id}`);
     const interactive = this.flags.interactive === true;
-    if (interactive && !info.pty && !info.stdin) throw new CliError(`process ${this.id} takes no input: start it with -i or -t`);
-    const handle = await this.sandbox.attach(this.id, { stdout: Number(info.stdoutBytes), stderr: Number(info.stderrBytes) }).catch((error: unknown) => {
-      throw aboutProcess(error, this.id);
-    });
+    if (interactive && !info.pty && !info.stdin)
+      throw new CliError(`process ${this.id} takes no input: start it with -i or -t`);
+    const handle = await this.sandbox
+      .attach(this.id, { stdout: Number(info.stdoutBytes), stderr: Number(info.stderrBytes) })
+      .catch((error: unknown) => {
+        throw aboutProcess(error, this.id);
+      });
     this.handle = handle;
     const output = new LocalOutput();
     this.cleanups.push(onSignals(["SIGINT", "SIGTERM", "SIGHUP"], (signal) => this.detach({ kind: "signal", signal })));
@@ -87,11 +92,13 @@ class AttachSession {
       for await (const chunk of handle) await output.write(chunk.stream, chunk.data);
       const finished = await handle.result;
       this.cleanup();
-      if (finished.timedOut) process.stderr.write(`sandbox: process ${escapeControls(this.id)} ran past its timeout and was killed\n`);
+      if (finished.timedOut)
+        process.stderr.write(`sandbox: process ${escapeControls(this.id)} ran past its timeout and was killed\n`);
       return finished.exitCode;
     } catch (error) {
       const detached = this.detached;
-      if (detached !== undefined) return detached.kind === "keys" ? exitCodes.ok : (signalExitCode(detached.signal) ?? exitCodes.relayFailure);
+      if (detached !== undefined)
+        return detached.kind === "keys" ? exitCodes.ok : (signalExitCode(detached.signal) ?? exitCodes.relayFailure);
       if (error instanceof BrokenPipeError) return sigpipeExitCode;
       throw aboutProcess(error, this.id);
     } finally {
@@ -128,7 +135,9 @@ class AttachSession {
     this.handle?.detach();
     if (reason.kind === "keys") {
       const id = escapeControls(this.id);
-      process.stderr.write(`\r\nsandbox: detached from ${id}; it is still running (sandbox attach ${id} to come back, sandbox kill ${id} to stop it)\r\n`);
+      process.stderr.write(
+        `\r\nsandbox: detached from ${id}; it is still running (sandbox attach ${id} to come back, sandbox kill ${id} to stop it)\r\n`,
+      );
     }
   }
 

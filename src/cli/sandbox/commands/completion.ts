@@ -27,7 +27,9 @@ export function createCompletionCommand(finish: (code: number) => void, program:
 function commandWords(program: Command): Map<string, { flags: string[]; ids: boolean }> {
   const words = new Map<string, { flags: string[]; ids: boolean }>();
   for (const command of program.commands) {
-    const flags = command.options.flatMap((option) => [option.short, option.long].filter((flag): flag is string => flag !== undefined));
+    const flags = command.options.flatMap((option) =>
+      [option.short, option.long].filter((flag): flag is string => flag !== undefined),
+    );
     const ids = command.registeredArguments.some((argument) => argument.name() === "id");
     words.set(command.name(), { flags: [...flags, "--help"], ids });
   }
@@ -63,7 +65,10 @@ ${cases}
   fi
 }
 `;
-  const register = shell === "zsh" ? "autoload -U +X bashcompinit && bashcompinit\ncomplete -F _sandbox sandbox\n" : "complete -F _sandbox sandbox\n";
+  const register =
+    shell === "zsh"
+      ? "autoload -U +X bashcompinit && bashcompinit\ncomplete -F _sandbox sandbox\n"
+      : "complete -F _sandbox sandbox\n";
   return script + register;
 }
 

@@ -41,7 +41,9 @@ export function createCpCommand(finish: (code: number) => void): Command {
     .argument("<destination>", "where to: a local path, :path in the sandbox, or - for stdout")
     .option("-q, --quiet", "show no progress, even on a terminal");
   addConnectionOptions(command);
-  return command.action(async (source: string, destination: string, flags: CpFlags) => finish(await runCp(source, destination, flags)));
+  return command.action(async (source: string, destination: string, flags: CpFlags) =>
+    finish(await runCp(source, destination, flags)),
+  );
 }
 
 /** A command-line argument as one side of a copy. */
@@ -59,7 +61,9 @@ export async function runCp(sourceText: string, destinationText: string, flags: 
     throw new CliError("one side of the copy must be in the sandbox, written :PATH", { usage: true });
   }
   if (source.kind === "remote" && destination.kind === "remote") {
-    throw new CliError("both sides are in the sandbox: copy to or from this machine (or use sandbox exec -- cp)", { usage: true });
+    throw new CliError("both sides are in the sandbox: copy to or from this machine (or use sandbox exec -- cp)", {
+      usage: true,
+    });
   }
   const sandbox = await openSandbox(flags);
   const progress = TransferProgress.forStderr(flags.quiet);
@@ -67,8 +71,10 @@ export async function runCp(sourceText: string, destinationText: string, flags: 
     const copier = new Copier(sandbox.files, progress);
     if (source.kind === "stdio" && destination.kind === "remote") await copier.fromStdin(destination.path);
     else if (source.kind === "remote" && destination.kind === "stdio") await copier.toStdout(source.path);
-    else if (source.kind === "local" && destination.kind === "remote") await copier.upload(source.path, destination.path);
-    else if (source.kind === "remote" && destination.kind === "local") await copier.download(source.path, destination.path);
+    else if (source.kind === "local" && destination.kind === "remote")
+      await copier.upload(source.path, destination.path);
+    else if (source.kind === "remote" && destination.kind === "local")
+      await copier.download(source.path, destination.path);
     return exitCodes.ok;
   } catch (error) {
     // The reader of stdout went away (`| head`): nothing more to say.
@@ -90,7 +96,8 @@ class Copier {
   /** Copies stdin to a sandbox file. */
   async fromStdin(remote: string): Promise<void> {
     const existing = await this.remoteStat(remote);
-    if (existing?.type === "directory" || remote.endsWith("/")) throw new CliError(`${remote} is a directory: name the file to write stdin to`);
+    if (existing?.type === "directory" || remote.endsWith("/"))
+      throw new CliError(`${remote} is a directory: name the file to write stdin to`);
     this.progress.startFile(remote);
     await this.files.write(remote, process.stdin, { onProgress: (sent) => this.progress.fileProgress(sent) });
     this.progress.fileDone();
@@ -117,7 +124,8 @@ class Copier {
     const existing = await this.remoteStat(remote);
     const name = path.basename(path.resolve(local));
     if (source.isDirectory()) {
-      if (existing !== undefined && existing.type !== "directory") throw new CliError(`cannot copy a directory onto a file: :${remote}`);
+      if (existing !== undefined && existing.type !== "directory")
+        throw new CliError(`cannot copy a directory onto a file: :${remote}`);
       const target = existing === undefined || contentsOnly ? remote : path.posix.join(remote, name);
       await this.uploadTree(local, target);
     } else if (source.isFile()) {
@@ -137,7 +145,8 @@ class Copier {
       throw new CliError(`cannot use ${local}: ${describeErrno(error)}`, { cause: error });
     });
     if (source.type === "directory") {
-      if (existing !== undefined && !existing.isDirectory()) throw new CliError(`cannot copy a directory onto a file: ${local}`);
+      if (existing !== undefined && !existing.isDirectory())
+        throw new CliError(`cannot copy a directory onto a file: ${local}`);
       const target = existing === undefined || contentsOnly ? local : path.join(local, source.name);
       await this.downloadTree(source, target);
     } else if (source.type === "file") {
@@ -156,7 +165,10 @@ class Copier {
       const to = path.posix.join(remote, entry.name);
       if (entry.isDirectory()) await this.uploadTree(from, to);
       else if (entry.isFile()) await this.uploadFile(from, to);
-      else warn(`skipping ${from}: ${entry.isSymbolicLink() ? "a symlink (the file API creates no links)" : "not a regular file or a directory"}`);
+      else
+        warn(
+          `skipping ${from}: ${entry.isSymbolicLink() ? "a symlink (the file API creates no links)" : "not a regular file or a directory"}`,
+        );
     }
     // Last, so a directory without write permission still received its entries.
     if (mode !== 0o755) await this.files.chmod(remote, mode);
@@ -212,4 +224,3 @@ function describeErrno(error: NodeJS.ErrnoException): string {
   };
   return error.code === undefined ? error.message : `${words[error.code] ?? error.message} (${error.code})`;
 }
-

@@ -32,7 +32,10 @@ export function createExecCommand(finish: (code: number) => void): Command {
     tty: "run the command in a pseudo-terminal of this terminal's size; with -i this terminal goes raw until the end",
   });
   command.addOption(
-    new Option("-o, --output <format>", "raw: the command's bytes as they come; json: one object {id, exitCode, signal, timedOut, stdout, stderr} at the end (not with -i or -t)")
+    new Option(
+      "-o, --output <format>",
+      "raw: the command's bytes as they come; json: one object {id, exitCode, signal, timedOut, stdout, stderr} at the end (not with -i or -t)",
+    )
       .choices(["raw", "json"])
       .default("raw"),
   );
@@ -49,7 +52,8 @@ export async function runExec(argv: string[], flags: ExecFlags): Promise<number>
   if (flags.tty === true && flags.interactive === true && !process.stdin.isTTY) {
     throw new CliError("the input device is not a TTY: drop -t, or run this from a terminal");
   }
-  if (flags.output === "json" && (flags.interactive === true || flags.tty === true)) throw new CliError("-o json collects the output: drop -i and -t", { usage: true });
+  if (flags.output === "json" && (flags.interactive === true || flags.tty === true))
+    throw new CliError("-o json collects the output: drop -i and -t", { usage: true });
   const sandbox = await openSandbox(flags);
   try {
     if (flags.output === "json") return await execToJson(sandbox, argv, flags);
@@ -65,9 +69,21 @@ export async function runExec(argv: string[], flags: ExecFlags): Promise<number>
  */
 async function execToJson(sandbox: Sandbox, argv: string[], flags: ExecFlags): Promise<number> {
   // No limit unless --timeout, as for a plain exec (run's seconds; 0 is none).
-  const finished = await sandbox.run(argv[0], { args: argv.slice(1), env: flags.env, cwd: flags.workdir, timeout: (flags.timeout ?? 0) / 1000 });
+  const finished = await sandbox.run(argv[0], {
+    args: argv.slice(1),
+    env: flags.env,
+    cwd: flags.workdir,
+    timeout: (flags.timeout ?? 0) / 1000,
+  });
   process.stdout.write(
-    jsonForTerminal({ id: finished.id, exitCode: finished.exitCode, signal: finished.signal ?? null, timedOut: finished.timedOut, stdout: finished.stdout(), stderr: finished.stderr() }),
+    jsonForTerminal({
+      id: finished.id,
+      exitCode: finished.exitCode,
+      signal: finished.signal ?? null,
+      timedOut: finished.timedOut,
+      stdout: finished.stdout(),
+      stderr: finished.stderr(),
+    }),
   );
   return finished.exitCode;
 }
@@ -113,7 +129,10 @@ class ExecSession {
             timeoutMs: this.flags.timeout ?? 0,
             sessionId: this.sandbox.sessionId,
             stdin: this.flags.interactive === true,
-            pty: this.flags.tty === true ? { cols: size?.cols ?? 0, rows: size?.rows ?? 0, term: process.env.TERM ?? "" } : undefined,
+            pty:
+              this.flags.tty === true
+                ? { cols: size?.cols ?? 0, rows: size?.rows ?? 0, term: process.env.TERM ?? "" }
+                : undefined,
           },
         },
         { signal: this.call.signal },
@@ -121,7 +140,11 @@ class ExecSession {
       for await (const response of events) {
         const event = response.event;
         if (event.case === "started") this.started(event.value.processId);
-        else if (event.case === "output") await this.output.write(event.value.stream === sandboxV1.OutputStream.STDERR ? "stderr" : "stdout", event.value.data);
+        else if (event.case === "output")
+          await this.output.write(
+            event.value.stream === sandboxV1.OutputStream.STDERR ? "stderr" : "stdout",
+            event.value.data,
+          );
         else if (event.case === "exited") {
           const code = this.exited(event.value);
           // As a local command killed by SIGPIPE: the reader of our output went away before the end.
@@ -150,7 +173,14 @@ class ExecSession {
     if (this.state.kind !== "starting") return;
     this.state = { kind: "running", processId, interrupted: false };
     if (this.flags.tty === true) {
-      this.cleanups.push(onTerminalResize((size) => void this.inputHandle().then((handle) => handle.resize(size.cols, size.rows)).catch(() => {})));
+      this.cleanups.push(
+        onTerminalResize(
+          (size) =>
+            void this.inputHandle()
+              .then((handle) => handle.resize(size.cols, size.rows))
+              .catch(() => {}),
+        ),
+      );
     }
     if (this.flags.interactive !== true) return;
     if (this.flags.tty === true && process.stdin.isTTY) {
@@ -170,9 +200,11 @@ class ExecSession {
   private exited(exited: { exitCode?: number; signal: string; timedOut: boolean; error: string }): number {
     this.cleanup();
     const code = exited.exitCode ?? signalExitCode(exited.signal);
-    if (code === undefined) throw new CliError(`the command ended without an exit code (signal ${JSON.stringify(exited.signal)})`);
+    if (code === undefined)
+      throw new CliError(`the command ended without an exit code (signal ${JSON.stringify(exited.signal)})`);
     if (exited.error !== "") process.stderr.write(`sandbox: ${escapeControls(exited.error)}\n`);
-    if (exited.timedOut) process.stderr.write(`sandbox: the command ran past --timeout and was killed (${exited.signal || "SIGKILL"})\n`);
+    if (exited.timedOut)
+      process.stderr.write(`sandbox: the command ran past --timeout and was killed (${exited.signal || "SIGKILL"})\n`);
     return code;
   }
 

@@ -23,9 +23,14 @@ export function createKillCommand(finish: (code: number) => void): Command {
     .description(
       "Send a signal to the whole process group of each process (an id, or the start of one), or of every live " +
         "process with --all. With SIGTERM (the default) the daemon follows up with SIGKILL if the process is still " +
-        "alive 5 seconds later. -o json prints what was signalled: {\"signalled\": [ids], \"signal\": name}.",
+        'alive 5 seconds later. -o json prints what was signalled: {"signalled": [ids], "signal": name}.',
     )
-    .option("-s, --signal <signal>", "the signal: a name (TERM, SIGINT, KILL) or a number", parseSignalOption, "SIGTERM")
+    .option(
+      "-s, --signal <signal>",
+      "the signal: a name (TERM, SIGINT, KILL) or a number",
+      parseSignalOption,
+      "SIGTERM",
+    )
     .option("--all", "every live process of every session")
     .addOption(new Option("-o, --output <format>", "output format").choices(["text", "json"]).default("text"));
   addConnectionOptions(command);
@@ -46,7 +51,8 @@ function parseSignalOption(text: string): string {
 /** Runs `sandbox kill`; a process that cannot be signalled is one line on stderr, and the exit code is then 1. */
 export async function runKill(ids: string[], flags: KillFlags): Promise<number> {
   if (flags.all === true && ids.length > 0) throw new CliError("give ids or --all, not both", { usage: true });
-  if (flags.all !== true && ids.length === 0) throw new CliError("missing process ids (or --all for every live process)", { usage: true });
+  if (flags.all !== true && ids.length === 0)
+    throw new CliError("missing process ids (or --all for every live process)", { usage: true });
   const sandbox = await openSandbox(flags);
   let code: number = exitCodes.ok;
   const signalled: string[] = [];
@@ -68,7 +74,10 @@ export async function runKill(ids: string[], flags: KillFlags): Promise<number> 
       }
     }
     if (flags.output === "json") process.stdout.write(jsonForTerminal({ signalled, signal: flags.signal }));
-    else if (flags.all === true) process.stdout.write(`${signalled.length} ${signalled.length === 1 ? "process" : "processes"} signalled (${escapeControls(flags.signal)})\n`);
+    else if (flags.all === true)
+      process.stdout.write(
+        `${signalled.length} ${signalled.length === 1 ? "process" : "processes"} signalled (${escapeControls(flags.signal)})\n`,
+      );
     return code;
   } finally {
     await closeSandbox(sandbox);

@@ -29,14 +29,23 @@ export function createLogsCommand(finish: (code: number) => void): Command {
         "Output the daemon no longer keeps is reported on stderr as a gap.",
     )
     .option("-f, --follow", "go on printing live output until the process exits")
-    .option("--from-offset <offset>", "first byte of stdout (N), or of stdout and stderr (N,M); default 0,0", parseOffsets)
+    .option(
+      "--from-offset <offset>",
+      "first byte of stdout (N), or of stdout and stderr (N,M); default 0,0",
+      parseOffsets,
+    )
     .addOption(
-      new Option("-o, --output <format>", "raw: the bytes on stdout and stderr; json: one object {id, status, exitCode, stdout, stderr, stdoutOffset, stderrOffset} with the text kept (no -f)")
+      new Option(
+        "-o, --output <format>",
+        "raw: the bytes on stdout and stderr; json: one object {id, status, exitCode, stdout, stderr, stdoutOffset, stderrOffset} with the text kept (no -f)",
+      )
         .choices(["raw", "json"])
         .default("raw"),
     );
   addConnectionOptions(command);
-  return command.argument("<id>", "the process id, or the start of one").action(async (id: string, flags: LogsFlags) => finish(await runLogs(id, flags)));
+  return command
+    .argument("<id>", "the process id, or the start of one")
+    .action(async (id: string, flags: LogsFlags) => finish(await runLogs(id, flags)));
 }
 
 /**
@@ -49,13 +58,15 @@ export function parseOffsets(text: string): OutputOffsets {
   if (match === null) throw new InvalidArgumentError("write it as N (stdout) or N,M (stdout, stderr), in bytes");
   const stdout = Number(match[1]);
   const stderr = match[2] === undefined ? 0 : Number(match[2]);
-  if (!Number.isSafeInteger(stdout) || !Number.isSafeInteger(stderr)) throw new InvalidArgumentError("offset too large");
+  if (!Number.isSafeInteger(stdout) || !Number.isSafeInteger(stderr))
+    throw new InvalidArgumentError("offset too large");
   return { stdout, stderr };
 }
 
 /** Runs `sandbox logs`. */
 export async function runLogs(id: string, flags: LogsFlags): Promise<number> {
-  if (flags.output === "json" && flags.follow === true) throw new CliError("-o json prints what is kept now: drop -f", { usage: true });
+  if (flags.output === "json" && flags.follow === true)
+    throw new CliError("-o json prints what is kept now: drop -f", { usage: true });
   const sandbox = await openSandbox(flags);
   const output = new LocalOutput();
   const from = flags.fromOffset ?? { stdout: 0, stderr: 0 };
@@ -98,10 +109,17 @@ async function printJson(sandbox: Sandbox, id: string): Promise<void> {
 async function snapshot(sandbox: Sandbox, id: string, from: OutputOffsets, output: LocalOutput): Promise<void> {
   const call = new AbortController();
   try {
-    const events = sandbox.client.streamLogs({ processId: id, stdoutOffset: BigInt(from.stdout), stderrOffset: BigInt(from.stderr), follow: false }, { signal: call.signal });
+    const events = sandbox.client.streamLogs(
+      { processId: id, stdoutOffset: BigInt(from.stdout), stderrOffset: BigInt(from.stderr), follow: false },
+      { signal: call.signal },
+    );
     for await (const response of events) {
       const event = response.event;
-      if (event.case === "output") await output.write(event.value.stream === sandboxV1.OutputStream.STDERR ? "stderr" : "stdout", event.value.data);
+      if (event.case === "output")
+        await output.write(
+          event.value.stream === sandboxV1.OutputStream.STDERR ? "stderr" : "stdout",
+          event.value.data,
+        );
       else if (event.case === "gap") {
         const stream = event.value.stream === sandboxV1.OutputStream.STDERR ? "stderr" : "stdout";
         reportGap(stream, Number(event.value.offset), Number(event.value.missedBytes));
@@ -130,5 +148,7 @@ async function follow(sandbox: Sandbox, id: string, from: OutputOffsets, output:
 
 /** One line on stderr about output the daemon dropped before it was read. */
 function reportGap(stream: "stdout" | "stderr", offset: number, missedBytes: number): void {
-  process.stderr.write(`sandbox: ${missedBytes} bytes of ${stream} from offset ${offset} are no longer kept by the daemon\n`);
+  process.stderr.write(
+    `sandbox: ${missedBytes} bytes of ${stream} from offset ${offset} are no longer kept by the daemon\n`,
+  );
 }

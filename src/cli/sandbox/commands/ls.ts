@@ -39,7 +39,8 @@ export function createLsCommand(finish: (code: number) => void): Command {
 
 function parseDepth(text: string): number {
   const depth = Number(text);
-  if (!Number.isInteger(depth) || depth < 1 || depth > 64) throw new InvalidArgumentError("a whole number from 1 to 64");
+  if (!Number.isInteger(depth) || depth < 1 || depth > 64)
+    throw new InvalidArgumentError("a whole number from 1 to 64");
   return depth;
 }
 
@@ -59,7 +60,16 @@ export async function runLs(argument: string, flags: LsFlags): Promise<number> {
     } else {
       rows = [{ name: target, entry: await sandbox.files.stat(target) }];
     }
-    const text = flags.output === "json" ? `${JSON.stringify(rows.map((row) => row.entry), null, 2)}\n` : flags.long === true ? longFormat(rows) : rows.map((row) => `${row.name}\n`).join("");
+    const text =
+      flags.output === "json"
+        ? `${JSON.stringify(
+            rows.map((row) => row.entry),
+            null,
+            2,
+          )}\n`
+        : flags.long === true
+          ? longFormat(rows)
+          : rows.map((row) => `${row.name}\n`).join("");
     await output.write("stdout", Buffer.from(text));
     return exitCodes.ok;
   } catch (error) {
@@ -93,7 +103,16 @@ function longFormat(rows: readonly { name: string; entry: FileInfo }[]): string 
   ]);
   const widths = [0, 1, 2, 3].map((column) => Math.max(...cells.map((line) => line[column].length)));
   return cells
-    .map((line) => [line[0], line[1].padEnd(widths[1]), line[2].padEnd(widths[2]), line[3].padStart(widths[3]), line[4], line[5]].join("  "))
+    .map((line) =>
+      [
+        line[0],
+        line[1].padEnd(widths[1]),
+        line[2].padEnd(widths[2]),
+        line[3].padStart(widths[3]),
+        line[4],
+        line[5],
+      ].join("  "),
+    )
     .map((line) => `${line}\n`)
     .join("");
 }

@@ -94,11 +94,17 @@ function table(rows: readonly ProcessRow[], now: Date): string {
       statusText(row),
       age(new Date(row.startTime), now),
       row.sessionId ?? "-",
-      [row.command, ...row.args].map((word, index) => (index === 0 && row.args.length === 0 ? word : shellQuote(word))).join(" "),
+      [row.command, ...row.args]
+        .map((word, index) => (index === 0 && row.args.length === 0 ? word : shellQuote(word)))
+        .join(" "),
     ].map(escapeControls),
   );
   const widths = header.map((title, column) => Math.max(title.length, ...cells.map((line) => line[column].length)));
-  return [header, ...cells].map((line) => line.map((cell, column) => (column === line.length - 1 ? cell : cell.padEnd(widths[column]))).join("  ")).join("\n") + "\n";
+  return `${[header, ...cells]
+    .map((line) =>
+      line.map((cell, column) => (column === line.length - 1 ? cell : cell.padEnd(widths[column]))).join("  "),
+    )
+    .join("\n")}\n`;
 }
 
 /** `running`, `completed (0)`, `failed (3)`, `killed (SIGTERM)`. */

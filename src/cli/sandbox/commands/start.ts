@@ -32,7 +32,11 @@ export function createStartCommand(finish: (code: number) => void): Command {
   command
     .option("--id <id>", "the process id to use instead of a random UUID; refused while a live process has it")
     .option("--session <id>", "the session the process belongs to (see `sandbox ps --session`)")
-    .addOption(new Option("-o, --output <format>", "output format: the id alone, or JSON ({id, pid, status, sessionId})").choices(["text", "json"]).default("text"));
+    .addOption(
+      new Option("-o, --output <format>", "output format: the id alone, or JSON ({id, pid, status, sessionId})")
+        .choices(["text", "json"])
+        .default("text"),
+    );
   addConnectionOptions(command);
   return command
     .argument("<command...>", commandArgumentHelp)
@@ -56,8 +60,17 @@ export async function runStart(argv: string[], flags: StartFlags): Promise<numbe
       pty: flags.tty === true ? { ...size, term: process.env.TERM } : undefined,
     });
     // A program that could not be started has a record in status `error` rather than a refused call.
-    if (handle.status === "error") throw new CliError(handle.exit?.error ?? `the command could not be started (process ${handle.id})`);
-    if (flags.output === "json") process.stdout.write(jsonForTerminal({ id: handle.id, pid: handle.pid ?? null, status: handle.status, sessionId: handle.sessionId ?? null }));
+    if (handle.status === "error")
+      throw new CliError(handle.exit?.error ?? `the command could not be started (process ${handle.id})`);
+    if (flags.output === "json")
+      process.stdout.write(
+        jsonForTerminal({
+          id: handle.id,
+          pid: handle.pid ?? null,
+          status: handle.status,
+          sessionId: handle.sessionId ?? null,
+        }),
+      );
     else process.stdout.write(`${escapeControls(handle.id)}\n`);
     return exitCodes.ok;
   } finally {
