@@ -53,7 +53,8 @@ const (
 	// RESOURCE_EXHAUSTED: a limit of the daemon is reached. Metadata: `limit`,
 	// the daemon flag that sets it ("max-processes", "max-calls",
 	// "max-calls-per-connection", "max-message-bytes", "max-transfers",
-	// "max-transfers-per-connection", "max-watches-per-connection") or, for a
+	// "max-transfers-per-connection", "max-watches-per-connection",
+	// "max-retained-bytes") or, for a
 	// fixed limit, its name ("max-pending-input-bytes", "max-public-calls",
 	// the kernel's "fs.inotify.max_user_watches" and
 	// "fs.inotify.max_user_instances"); `value`, the limit.

@@ -63,6 +63,9 @@ type SandboxServiceClient interface {
 	// SendInput feeds a process's stdin or PTY. The first message must be
 	// `open`, naming the process; then data, end-of-input, resizes and signals
 	// are applied in order, and each message is answered with an acknowledgement.
+	// Data counts against the process's pending stdin (8 MiB) and the daemon's
+	// memory budget as it is read; while either is full, no further message is
+	// read (HTTP/2 flow control holds the client back) until the process reads.
 	SendInput(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[SendInputRequest, SendInputResponse], error)
 	// GetProcess returns one process record; NOT_FOUND when unknown.
 	GetProcess(ctx context.Context, in *GetProcessRequest, opts ...grpc.CallOption) (*GetProcessResponse, error)
@@ -233,6 +236,9 @@ type SandboxServiceServer interface {
 	// SendInput feeds a process's stdin or PTY. The first message must be
 	// `open`, naming the process; then data, end-of-input, resizes and signals
 	// are applied in order, and each message is answered with an acknowledgement.
+	// Data counts against the process's pending stdin (8 MiB) and the daemon's
+	// memory budget as it is read; while either is full, no further message is
+	// read (HTTP/2 flow control holds the client back) until the process reads.
 	SendInput(grpc.BidiStreamingServer[SendInputRequest, SendInputResponse]) error
 	// GetProcess returns one process record; NOT_FOUND when unknown.
 	GetProcess(context.Context, *GetProcessRequest) (*GetProcessResponse, error)
