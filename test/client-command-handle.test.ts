@@ -1,3 +1,4 @@
+import { reapOrphans } from "../src/process/index.js";
 import { createHash } from "node:crypto";
 import { writeFileSync } from "node:fs";
 import path from "node:path";
@@ -499,6 +500,9 @@ describe("a daemon going away gracefully", () => {
 
 describe("a daemon that closes gracefully for a restart", () => {
   it("is reconnected to at once (SHUTTING_DOWN, LangSmith's 1001 Going Away), not after a backoff", async () => {
+    // As the sandboxd daemon does at start: what its killed commands leave is reaped at once, so a closing
+    // daemon does not wait for init to reap them before it lets go of its connections.
+    expect(reapOrphans().state).toBe("reaping");
     const before = await startTestServer();
     const after = await startTestServer();
     const front = await startTcpProxy({ host: "127.0.0.1", port: before.server.port });

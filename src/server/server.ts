@@ -376,10 +376,8 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
         health.shutdown();
         const closed = Promise.all(listeners.map((each) => each.close()));
         shutdown.abort(shuttingDownError());
-        // GOAWAY before the commands' grace period: a client's retry must open a new connection (to the
-        // daemon that replaces this one) instead of being refused on this one in a loop until it closes.
-        for (const each of listeners) each.endConnections();
         await manager.shutdown(gracePeriodMs);
+        for (const each of listeners) each.endConnections();
         const forced = setTimeout(() => {
           for (const each of listeners) each.destroyConnections();
         }, 1000);
