@@ -7,6 +7,7 @@ import { connect } from "../src/client/index.js";
 import { Launcher } from "../src/process/index.js";
 import { loadNativeAddon } from "../src/process/native/native.js";
 import { startDaemonProcess, type DaemonProcess } from "./support/daemon-process.js";
+import { waitFor } from "./support/processes.js";
 
 const workspace = mkdtempSync(path.join(tmpdir(), "sandboxd-cgroup-moves-"));
 afterAll(() => rmSync(workspace, { recursive: true, force: true }));
@@ -66,7 +67,10 @@ describe.skipIf(process.getuid?.() !== 0 || addon === null || cgroup2Options() =
       const daemon = await startDaemonProcess(["--workspace", workspace]);
       try {
         // "already" when a daemon of another test file, started meanwhile, turned it on first.
-        expect(daemon.stderr()).toMatch(/cgroup moves: favordynmods on \((turned on now, kernel-wide|already)\)/);
+        // The start-up lines after the first one may still be on their way when the daemon answers.
+        const favoring = /cgroup moves: favordynmods on \((turned on now, kernel-wide|already)\)/;
+        await waitFor(() => favoring.test(daemon.stderr()), { what: "the favordynmods start line" }).catch(() => {});
+        expect(daemon.stderr()).toMatch(favoring);
         expect(new Set(cgroup2Options())).toEqual(new Set([...before, "favordynmods"]));
         expect(mountCount()).toBe(mounts);
         // Commands still join their cgroups and run.

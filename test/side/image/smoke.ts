@@ -219,6 +219,10 @@ async function defaultImage(): Promise<void> {
       container.url === `http://0.0.0.0:${port}` || container.url.endsWith(`:${port}`),
       container.url,
     );
+    // The start-up lines after the first one may still be on their way when the daemon answers.
+    await waitFor(() => container.log.join("").includes("commands run as sandbox"), {
+      what: "the start line naming the commands' user",
+    }).catch(() => {});
     const log = container.log.join("");
     // Other warnings may stand (no writable pids cgroup in a container: the shared RLIMIT_NPROC one).
     check(
