@@ -64,7 +64,8 @@ describe.skipIf(process.getuid?.() !== 0 || addon === null || cgroup2Options() =
       if (!clearFavordynmods()) context.skip();
       const before = cgroup2Options()!;
       const mounts = mountCount();
-      const daemon = await startDaemonProcess(["--workspace", workspace]);
+      // At debug level: the "already" line is debug only (nothing changed for a person to hear of).
+      const daemon = await startDaemonProcess(["--workspace", workspace, "--log-level", "debug"]);
       try {
         // "already" when a daemon of another test file, started meanwhile, turned it on first.
         // The start-up lines after the first one may still be on their way when the daemon answers.
