@@ -58,11 +58,7 @@ export function formatTable(rows: readonly Row[]): string {
     row.figure,
     formatValue(row.value, row.unit),
     formatValue(row.baseline, row.unit),
-    row.ratio === null
-      ? "-"
-      : row.goal.includes("beyond")
-        ? `+${row.ratio.toFixed(0)} ${row.unit}`
-        : `${row.ratio.toFixed(2)}x`,
+    formatRatio(row),
     row.goal,
     row.verdict === "pass" ? "PASS" : row.verdict === "fail" ? "FAIL" : row.verdict,
   ]);
@@ -87,14 +83,8 @@ export function formatTable(rows: readonly Row[]): string {
 export function formatMarkdown(rows: readonly Row[]): string {
   const lines = ["| figure | sandboxd | baseline | ratio | goal | result |", "| --- | --- | --- | --- | --- | --- |"];
   for (const row of rows) {
-    const ratio =
-      row.ratio === null
-        ? "-"
-        : row.goal.includes("beyond")
-          ? `+${row.ratio.toFixed(0)} ${row.unit}`
-          : `${row.ratio.toFixed(2)}x`;
     lines.push(
-      `| ${row.figure} | ${formatValue(row.value, row.unit)} | ${formatValue(row.baseline, row.unit)} | ${ratio} | ${row.goal} | ${row.verdict} |`,
+      `| ${row.figure} | ${formatValue(row.value, row.unit)} | ${formatValue(row.baseline, row.unit)} | ${formatRatio(row)} | ${row.goal} | ${row.verdict} |`,
     );
   }
   return lines.join("\n");
@@ -103,6 +93,14 @@ export function formatMarkdown(rows: readonly Row[]): string {
 /** Writes results as pretty JSON. */
 export function writeResults(file: string, results: BenchResults): void {
   writeFileSync(file, `${JSON.stringify(results, null, 2)}\n`);
+}
+
+/** The ratio column: `1.23x`, or for "beyond" goals the signed difference in the row's unit (`+0.42 ms`). */
+function formatRatio(row: Row): string {
+  if (row.ratio === null) return "-";
+  if (!row.goal.includes("beyond")) return `${row.ratio.toFixed(2)}x`;
+  const digits = Math.abs(row.ratio) >= 100 ? 0 : Math.abs(row.ratio) >= 10 ? 1 : 2;
+  return `${row.ratio < 0 ? "-" : "+"}${Math.abs(row.ratio).toFixed(digits)} ${row.unit}`;
 }
 
 function formatValue(value: number | null, unit: string): string {

@@ -1,5 +1,5 @@
 import { spawn } from "node:child_process";
-import { createClient } from "@connectrpc/connect";
+import { createClient, type Client } from "@connectrpc/connect";
 import { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
 import { daemonNodeFlags } from "../../src/cli/sandboxd/node-flags.js";
 import { createSandboxConnection } from "../../src/client/core/transport.js";
@@ -50,7 +50,9 @@ export async function measureConnectFloor(size: BenchSize): Promise<Row[]> {
     for (let index = 0; index < size.sequentialCalls; index++) calls.push(await timeMs(() => execTrue(client)));
     const cpuPerCall = (readCpuMs(pid) - cpuBefore) / size.sequentialCalls;
     for (let index = 0; index < size.sequentialCalls; index++) spawns.push(await timeMs(() => spawnAndRead("true")));
+    const concurrentCpuBefore = readCpuMs(pid);
     const concurrentMs = await runConcurrently(size.concurrentCalls, size.concurrency, () => execTrue(client));
+    const cpuPerConcurrentCall = (readCpuMs(pid) - concurrentCpuBefore) / size.concurrentCalls;
     const spawnConcurrentMs = await runConcurrently(size.concurrentCalls, size.concurrency, () => spawnAndRead("true"));
     const streamCpuBefore = readCpuMs(pid);
     let streamed = 0;
@@ -95,6 +97,16 @@ export async function measureConnectFloor(size: BenchSize): Promise<Row[]> {
         ratio: null,
         ...info,
         note: "user + system time of the floor server over the sequential calls",
+      },
+      {
+        id: "floor-cpu-per-call-concurrent",
+        figure: `connect-es alone: server CPU per call, ${size.concurrency} concurrent`,
+        unit: "ms",
+        value: cpuPerConcurrentCall,
+        baseline: null,
+        ratio: null,
+        ...info,
+        note: `user + system time of the floor server over the ${size.concurrentCalls} concurrent calls`,
       },
       {
         id: "floor-concurrent",
@@ -154,8 +166,40 @@ export async function measureConnectFloor(size: BenchSize): Promise<Row[]> {
 }
 
 /** The floor server with the daemon's Node flags (src/cli/sandboxd/node-flags.ts), as the daemon runs. */
-function startFloorServer(entry: string) {
-  return spawn(process.execPath, [...daemonNodeFlags, entry], { stdio: ["ignore", "ignore", "pipe"] });
+function startFloorServer(entry: string, node = process.execPath) {
+  return spawn(node, [...daemonNodeFlags, entry], { stdio: ["ignore", "ignore", "pipe"] });
+}
+
+/** A floor server (bench/floor-server.ts) running beside the daemon, for figures that measure both in the same rounds. */
+export interface FloorServer {
+  /** A client of it, on a connection of its own made as the daemon's clients are. */
+  readonly client: Client<typeof SandboxService>;
+  /** CPU time the floor server has used, in milliseconds. */
+  cpuMs(): number;
+  /** Closes the client and kills the server. */
+  stop(): void;
+}
+
+/** Starts a floor server on `node` (default: the bench's own, as the daemon runs) and connects a client to it. */
+export async function startFloor(node?: string): Promise<FloorServer> {
+  const server = startFloorServer(await buildFloorServer(), node);
+  try {
+    const connection = createSandboxConnection({
+      baseUrl: await listeningUrl(server, 20_000),
+      acceptCompression: false,
+    });
+    return {
+      client: createClient(SandboxService, connection.transport),
+      cpuMs: () => readCpuMs(server.pid!),
+      stop() {
+        connection.close();
+        server.kill("SIGKILL");
+      },
+    };
+  } catch (error) {
+    server.kill("SIGKILL");
+    throw error;
+  }
 }
 
 /** RSS of a fresh floor server idle and 5 s after `size.memoryExecs` calls, 4 in flight. */
