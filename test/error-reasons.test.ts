@@ -433,8 +433,10 @@ describe("every reason in the proto, from a real call against a real server (cod
       "FILE_BUSY",
       "FILE_SERVICE_UNAVAILABLE",
     ];
+    // The readiness reasons, each triggered in test/readiness.test.ts (PORTS_UNAVAILABLE without /proc/net).
+    const readiness = ["WAIT_TIMED_OUT", "PROCESS_EXITED", "PATTERN_INVALID", "PORTS_UNAVAILABLE"];
     const names = Object.keys(ErrorReason).filter((name) => Number.isNaN(Number(name)) && name !== "UNSPECIFIED");
-    expect([...tested, ...untested, ...files].sort()).toEqual(names.sort());
+    expect([...tested, ...untested, ...files, ...readiness].sort()).toEqual(names.sort());
   });
 });
 

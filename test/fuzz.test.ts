@@ -123,6 +123,34 @@ const calls = {
     .record({ sessionId: text })
     .map((request) => (client: SandboxClient) => client.cleanupProcesses(request)),
   getProcessLogs: fc.record({ processId }).map((request) => (client: SandboxClient) => client.getProcessLogs(request)),
+  // The waits get a short time limit of their own: a random request may be one that waits.
+  waitForPort: fc
+    .record({
+      port: uint32,
+      host: fc.constantFrom("", "127.0.0.1", "::1", "no-such-host.invalid"),
+      http: fc.option(fc.record({ path: text, minStatus: uint32, maxStatus: uint32 }), { nil: undefined }),
+      processId: fc.oneof(processId, fc.constant("")),
+      timeoutMs: fc.integer({ min: 0, max: 300 }),
+      intervalMs: uint32,
+    })
+    .map(
+      (request) => (client: SandboxClient) =>
+        client.waitForPort({ ...request, timeoutMs: request.timeoutMs || 300 }, { timeoutMs: 5000 }),
+    ),
+  waitForLog: fc
+    .record({
+      processId,
+      pattern: fc.oneof(text, fc.constantFrom("(a+)+$", "(a)\\1", "(?<=x)y", "[", "\\")),
+      stream: fc.integer({ min: -1, max: 4 }),
+      stdoutOffset: uint64,
+      stderrOffset: uint64,
+      timeoutMs: fc.integer({ min: 1, max: 300 }),
+    })
+    .map((request) => (client: SandboxClient) => client.waitForLog(request as never, { timeoutMs: 5000 })),
+  waitForExit: fc
+    .record({ processId, timeoutMs: fc.integer({ min: 1, max: 300 }) })
+    .map((request) => (client: SandboxClient) => client.waitForExit(request, { timeoutMs: 5000 })),
+  listPorts: fc.record({ processId }).map((request) => (client: SandboxClient) => client.listPorts(request)),
 };
 
 /** Codes a refusal may carry; INTERNAL or UNKNOWN would mean an unhandled failure in a handler. */
@@ -226,6 +254,8 @@ describe("fuzz: random and boundary messages to every RPC", () => {
       "KillAllProcesses",
       "CleanupProcesses",
       "GetProcessLogs",
+      "WaitForExit",
+      "ListPorts",
       "NoSuchMethod",
     ];
     const invalidUtf8 = Buffer.from([0x0a, 0x04, 0xff, 0xfe, 0xc0, 0x80]);

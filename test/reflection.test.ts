@@ -81,6 +81,10 @@ describe("reflection answers built directly", () => {
       ["KillAllProcesses", "unary"],
       ["CleanupProcesses", "unary"],
       ["GetProcessLogs", "unary"],
+      ["WaitForPort", "unary"],
+      ["WaitForLog", "unary"],
+      ["WaitForExit", "unary"],
+      ["ListPorts", "unary"],
     ]);
     expect(registry.getMessage("sandbox.v1.ProcessExited")?.field.startTime.message?.typeName).toBe(
       "google.protobuf.Timestamp",

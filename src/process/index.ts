@@ -46,3 +46,13 @@ export * from "../shared/limits.js";
 export { defaultCommandsMemoryBytes, ResourceCgroup, type ResourceLimits } from "./cgroups/index.js";
 export { loadNativeAddon, type NativeAddon } from "./native/index.js";
 export { orphansReapedSoFar, reapOrphans, type OrphanReaping } from "./spawn/index.js";
+export {
+  defaultPortIntervalMs,
+  listListeningPorts,
+  type ListeningPort,
+  type LogMatch,
+  maxWaitTimeoutMs,
+  waitForExit,
+  waitForLog,
+  waitForPort,
+} from "./readiness/index.js";

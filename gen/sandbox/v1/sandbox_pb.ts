@@ -19,7 +19,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file sandbox/v1/sandbox.proto.
  */
 export const file_sandbox_v1_sandbox: GenFile = /*@__PURE__*/
-  fileDesc("ChhzYW5kYm94L3YxL3NhbmRib3gucHJvdG8SCnNhbmRib3gudjEiNgoKUHR5T3B0aW9ucxIMCgRjb2xzGAEgASgNEgwKBHJvd3MYAiABKA0SDAoEdGVybRgDIAEoCSLSAgoLUHJvY2Vzc1NwZWMSDwoHY29tbWFuZBgBIAEoCRIMCgRhcmdzGAIgAygJEi0KA2VudhgDIAMoCzIgLnNhbmRib3gudjEuUHJvY2Vzc1NwZWMuRW52RW50cnkSCwoDY3dkGAQgASgJEhIKCnRpbWVvdXRfbXMYBSABKAUSEgoKcHJvY2Vzc19pZBgGIAEoCRISCgpzZXNzaW9uX2lkGAcgASgJEiMKA3B0eRgIIAEoCzIWLnNhbmRib3gudjEuUHR5T3B0aW9ucxINCgVzdGRpbhgJIAEoCBISCgpzdGRpbl9kYXRhGAogASgMEhkKDGF1dG9fY2xlYW51cBgLIAEoCEgAiAEBEgwKBHN1ZG8YDCABKAgaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIPCg1fYXV0b19jbGVhbnVwIjQKC0V4ZWNSZXF1ZXN0EiUKBHNwZWMYASABKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NTcGVjIpsBCgxFeGVjUmVzcG9uc2USKgoHc3RhcnRlZBgBIAEoCzIXLnNhbmRib3gudjEuUHJvY2Vzc0luZm9IABIpCgZvdXRwdXQYAiABKAsyFy5zYW5kYm94LnYxLk91dHB1dENodW5rSAASKwoGZXhpdGVkGAMgASgLMhkuc2FuZGJveC52MS5Qcm9jZXNzRXhpdGVkSABCBwoFZXZlbnQiVQoLT3V0cHV0Q2h1bmsSKAoGc3RyZWFtGAEgASgOMhguc2FuZGJveC52MS5PdXRwdXRTdHJlYW0SDgoGb2Zmc2V0GAIgASgEEgwKBGRhdGEYAyABKAwiWwoJT3V0cHV0R2FwEigKBnN0cmVhbRgBIAEoDjIYLnNhbmRib3gudjEuT3V0cHV0U3RyZWFtEg4KBm9mZnNldBgCIAEoBBIUCgxtaXNzZWRfYnl0ZXMYAyABKAQi2QIKDVByb2Nlc3NFeGl0ZWQSKQoGc3RhdHVzGAEgASgOMhkuc2FuZGJveC52MS5Qcm9jZXNzU3RhdHVzEhYKCWV4aXRfY29kZRgCIAEoBUgAiAEBEg4KBnNpZ25hbBgDIAEoCRIRCgl0aW1lZF9vdXQYBCABKAgSDgoGa2lsbGVkGAUgASgIEi4KCnN0YXJ0X3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGVuZF90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIrCghkdXJhdGlvbhgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIUCgxzdGRvdXRfYnl0ZXMYCSABKAQSFAoMc3RkZXJyX2J5dGVzGAogASgEEg0KBWVycm9yGAsgASgJQgwKCl9leGl0X2NvZGUi0AIKC1Byb2Nlc3NJbmZvEhIKCnByb2Nlc3NfaWQYASABKAkSCwoDcGlkGAIgASgFEg8KB2NvbW1hbmQYAyABKAkSDAoEYXJncxgEIAMoCRIpCgZzdGF0dXMYBSABKA4yGS5zYW5kYm94LnYxLlByb2Nlc3NTdGF0dXMSEgoKc2Vzc2lvbl9pZBgGIAEoCRILCgNjd2QYByABKAkSCwoDcHR5GAggASgIEg0KBXN0ZGluGAkgASgIEi4KCnN0YXJ0X3RpbWUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEicKBGV4aXQYCyABKAsyGS5zYW5kYm94LnYxLlByb2Nlc3NFeGl0ZWQSFAoMc3Rkb3V0X2J5dGVzGAwgASgEEhQKDHN0ZGVycl9ieXRlcxgNIAEoBBIUCgxhdXRvX2NsZWFudXAYDiABKAgiPAoTU3RhcnRQcm9jZXNzUmVxdWVzdBIlCgRzcGVjGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzU3BlYyJAChRTdGFydFByb2Nlc3NSZXNwb25zZRIoCgdwcm9jZXNzGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzSW5mbyJlChFTdHJlYW1Mb2dzUmVxdWVzdBISCgpwcm9jZXNzX2lkGAEgASgJEhUKDXN0ZG91dF9vZmZzZXQYAiABKAQSFQoNc3RkZXJyX29mZnNldBgDIAEoBBIOCgZmb2xsb3cYBCABKAgi8gEKElN0cmVhbUxvZ3NSZXNwb25zZRIqCgdwcm9jZXNzGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzSW5mb0gAEikKBm91dHB1dBgCIAEoCzIXLnNhbmRib3gudjEuT3V0cHV0Q2h1bmtIABIkCgNnYXAYAyABKAsyFS5zYW5kYm94LnYxLk91dHB1dEdhcEgAEisKBmV4aXRlZBgEIAEoCzIZLnNhbmRib3gudjEuUHJvY2Vzc0V4aXRlZEgAEikKCWNhdWdodF91cBgFIAEoCzIULnNhbmRib3gudjEuQ2F1Z2h0VXBIAEIHCgVldmVudCI4CghDYXVnaHRVcBIVCg1zdGRvdXRfb2Zmc2V0GAEgASgEEhUKDXN0ZGVycl9vZmZzZXQYAiABKAQitwEKEFNlbmRJbnB1dFJlcXVlc3QSJQoEb3BlbhgBIAEoCzIVLnNhbmRib3gudjEuT3BlbklucHV0SAASDgoEZGF0YRgCIAEoDEgAEicKBWNsb3NlGAMgASgLMhYuc2FuZGJveC52MS5DbG9zZUlucHV0SAASKAoGcmVzaXplGAQgASgLMhYuc2FuZGJveC52MS5QdHlPcHRpb25zSAASEAoGc2lnbmFsGAUgASgJSABCBwoFaW5wdXQiHwoJT3BlbklucHV0EhIKCnByb2Nlc3NfaWQYASABKAkiDAoKQ2xvc2VJbnB1dCI6ChFTZW5kSW5wdXRSZXNwb25zZRIVCg1ieXRlc193cml0dGVuGAEgASgEEg4KBmNsb3NlZBgCIAEoCCInChFHZXRQcm9jZXNzUmVxdWVzdBISCgpwcm9jZXNzX2lkGAEgASgJIj4KEkdldFByb2Nlc3NSZXNwb25zZRIoCgdwcm9jZXNzGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzSW5mbyJ+ChRMaXN0UHJvY2Vzc2VzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEisKCHN0YXR1c2VzGAIgAygOMhkuc2FuZGJveC52MS5Qcm9jZXNzU3RhdHVzEhEKCXBhZ2Vfc2l6ZRgDIAEoBRISCgpwYWdlX3Rva2VuGAQgASgJIlwKFUxpc3RQcm9jZXNzZXNSZXNwb25zZRIqCglwcm9jZXNzZXMYASADKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NJbmZvEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJRChJLaWxsUHJvY2Vzc1JlcXVlc3QSEgoKcHJvY2Vzc19pZBgBIAEoCRIOCgZzaWduYWwYAiABKAkSFwoPZ3JhY2VfcGVyaW9kX21zGAMgASgFIj8KE0tpbGxQcm9jZXNzUmVzcG9uc2USKAoHcHJvY2VzcxgBIAEoCzIXLnNhbmRib3gudjEuUHJvY2Vzc0luZm8iVgoXS2lsbEFsbFByb2Nlc3Nlc1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIOCgZzaWduYWwYAiABKAkSFwoPZ3JhY2VfcGVyaW9kX21zGAMgASgFIjAKGEtpbGxBbGxQcm9jZXNzZXNSZXNwb25zZRIUCgxraWxsZWRfY291bnQYASABKA0iQgoXQ2xlYW51cFByb2Nlc3Nlc1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRITCgtwcm9jZXNzX2lkcxgCIAMoCSIxChhDbGVhbnVwUHJvY2Vzc2VzUmVzcG9uc2USFQoNcmVtb3ZlZF9jb3VudBgBIAEoDSIrChVHZXRQcm9jZXNzTG9nc1JlcXVlc3QSEgoKcHJvY2Vzc19pZBgBIAEoCSKkAQoWR2V0UHJvY2Vzc0xvZ3NSZXNwb25zZRISCgpwcm9jZXNzX2lkGAEgASgJEg4KBnN0ZG91dBgCIAEoDBIOCgZzdGRlcnIYAyABKAwSFQoNc3Rkb3V0X29mZnNldBgEIAEoBBIVCg1zdGRlcnJfb2Zmc2V0GAUgASgEEigKB3Byb2Nlc3MYBiABKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NJbmZvKtgKCgtFcnJvclJlYXNvbhIcChhFUlJPUl9SRUFTT05fVU5TUEVDSUZJRUQQABIiCh5FUlJPUl9SRUFTT05fUFJPQ0VTU19OT1RfRk9VTkQQARInCiNFUlJPUl9SRUFTT05fUFJPQ0VTU19BTFJFQURZX0VYSVNUUxACEh8KG0VSUk9SX1JFQVNPTl9MSU1JVF9FWENFRURFRBADEiEKHUVSUk9SX1JFQVNPTl9JTlZBTElEX0FSR1VNRU5UEAQSJgoiRVJST1JfUkVBU09OX0NXRF9PVVRTSURFX1dPUktTUEFDRRAFEiEKHUVSUk9SX1JFQVNPTl9TVURPX05PVF9BTExPV0VEEAYSJAogRVJST1JfUkVBU09OX1BST0NFU1NfTk9UX1JVTk5JTkcQBxIfChtFUlJPUl9SRUFTT05fU1RESU5fTk9UX09QRU4QCBIgChxFUlJPUl9SRUFTT05fVU5BVVRIRU5USUNBVEVEEAkSHgoaRVJST1JfUkVBU09OX1NIVVRUSU5HX0RPV04QChIdChlFUlJPUl9SRUFTT05fU1BBV05fRkFJTEVEEAsSHgoaRVJST1JfUkVBU09OX0NXRF9OT1RfRk9VTkQQDBIjCh9FUlJPUl9SRUFTT05fQ1dEX05PVF9BQ0NFU1NJQkxFEA0SHQoZRVJST1JfUkVBU09OX1BUWV9OT1RfT1BFThAOEiQKIEVSUk9SX1JFQVNPTl9PRkZTRVRfT1VUX09GX1JBTkdFEA8SIQodRVJST1JfUkVBU09OX0hPU1RfTk9UX0FMTE9XRUQQEBIjCh9FUlJPUl9SRUFTT05fU1RBVEVfTk9UX1JFQ09SREVEEBESGQoVRVJST1JfUkVBU09OX0NBTkNFTEVEEBISIgoeRVJST1JfUkVBU09OX1NFUlZJQ0VfTk9UX0ZPVU5EEBMSGQoVRVJST1JfUkVBU09OX0lOVEVSTkFMEBQSIgoeRVJST1JfUkVBU09OX0RFQURMSU5FX0VYQ0VFREVEEBUSHwobRVJST1JfUkVBU09OX1BST1RPQ09MX0VSUk9SEBYSHwobRVJST1JfUkVBU09OX1BBVEhfTk9UX0ZPVU5EEBcSJAogRVJST1JfUkVBU09OX1BBVEhfQUxSRUFEWV9FWElTVFMQGBInCiNFUlJPUl9SRUFTT05fUEFUSF9PVVRTSURFX1dPUktTUEFDRRAZEiQKIEVSUk9SX1JFQVNPTl9QQVRIX05PVF9BQ0NFU1NJQkxFEBoSHwobRVJST1JfUkVBU09OX0lTX0FfRElSRUNUT1JZEBsSIAocRVJST1JfUkVBU09OX05PVF9BX0RJUkVDVE9SWRAcEiQKIEVSUk9SX1JFQVNPTl9ESVJFQ1RPUllfTk9UX0VNUFRZEB0SIwofRVJST1JfUkVBU09OX05PVF9BX1JFR1VMQVJfRklMRRAeEiIKHkVSUk9SX1JFQVNPTl9TVE9SQUdFX0VYSEFVU1RFRBAfEiEKHUVSUk9SX1JFQVNPTl9DT05URU5UX01JU01BVENIECASHQoZRVJST1JfUkVBU09OX0NST1NTX0RFVklDRRAhEh8KG0VSUk9SX1JFQVNPTl9XT1JLU1BBQ0VfUk9PVBAiEiUKIUVSUk9SX1JFQVNPTl9SRUFEX09OTFlfRklMRVNZU1RFTRAjEh0KGUVSUk9SX1JFQVNPTl9TWU1MSU5LX0xPT1AQJBIaChZFUlJPUl9SRUFTT05fRklMRV9CVVNZECUSKQolRVJST1JfUkVBU09OX0ZJTEVfU0VSVklDRV9VTkFWQUlMQUJMRRAmKtYBCg1Qcm9jZXNzU3RhdHVzEh4KGlBST0NFU1NfU1RBVFVTX1VOU1BFQ0lGSUVEEAASGwoXUFJPQ0VTU19TVEFUVVNfU1RBUlRJTkcQARIaChZQUk9DRVNTX1NUQVRVU19SVU5OSU5HEAISHAoYUFJPQ0VTU19TVEFUVVNfQ09NUExFVEVEEAMSGQoVUFJPQ0VTU19TVEFUVVNfRkFJTEVEEAQSGQoVUFJPQ0VTU19TVEFUVVNfS0lMTEVEEAUSGAoUUFJPQ0VTU19TVEFUVVNfRVJST1IQBiphCgxPdXRwdXRTdHJlYW0SHQoZT1VUUFVUX1NUUkVBTV9VTlNQRUNJRklFRBAAEhgKFE9VVFBVVF9TVFJFQU1fU1RET1VUEAESGAoUT1VUUFVUX1NUUkVBTV9TVERFUlIQAjLHBgoOU2FuZGJveFNlcnZpY2USOwoERXhlYxIXLnNhbmRib3gudjEuRXhlY1JlcXVlc3QaGC5zYW5kYm94LnYxLkV4ZWNSZXNwb25zZTABElEKDFN0YXJ0UHJvY2VzcxIfLnNhbmRib3gudjEuU3RhcnRQcm9jZXNzUmVxdWVzdBogLnNhbmRib3gudjEuU3RhcnRQcm9jZXNzUmVzcG9uc2USTQoKU3RyZWFtTG9ncxIdLnNhbmRib3gudjEuU3RyZWFtTG9nc1JlcXVlc3QaHi5zYW5kYm94LnYxLlN0cmVhbUxvZ3NSZXNwb25zZTABEkwKCVNlbmRJbnB1dBIcLnNhbmRib3gudjEuU2VuZElucHV0UmVxdWVzdBodLnNhbmRib3gudjEuU2VuZElucHV0UmVzcG9uc2UoATABEksKCkdldFByb2Nlc3MSHS5zYW5kYm94LnYxLkdldFByb2Nlc3NSZXF1ZXN0Gh4uc2FuZGJveC52MS5HZXRQcm9jZXNzUmVzcG9uc2USVAoNTGlzdFByb2Nlc3NlcxIgLnNhbmRib3gudjEuTGlzdFByb2Nlc3Nlc1JlcXVlc3QaIS5zYW5kYm94LnYxLkxpc3RQcm9jZXNzZXNSZXNwb25zZRJOCgtLaWxsUHJvY2VzcxIeLnNhbmRib3gudjEuS2lsbFByb2Nlc3NSZXF1ZXN0Gh8uc2FuZGJveC52MS5LaWxsUHJvY2Vzc1Jlc3BvbnNlEl0KEEtpbGxBbGxQcm9jZXNzZXMSIy5zYW5kYm94LnYxLktpbGxBbGxQcm9jZXNzZXNSZXF1ZXN0GiQuc2FuZGJveC52MS5LaWxsQWxsUHJvY2Vzc2VzUmVzcG9uc2USXQoQQ2xlYW51cFByb2Nlc3NlcxIjLnNhbmRib3gudjEuQ2xlYW51cFByb2Nlc3Nlc1JlcXVlc3QaJC5zYW5kYm94LnYxLkNsZWFudXBQcm9jZXNzZXNSZXNwb25zZRJXCg5HZXRQcm9jZXNzTG9ncxIhLnNhbmRib3gudjEuR2V0UHJvY2Vzc0xvZ3NSZXF1ZXN0GiIuc2FuZGJveC52MS5HZXRQcm9jZXNzTG9nc1Jlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChhzYW5kYm94L3YxL3NhbmRib3gucHJvdG8SCnNhbmRib3gudjEiNgoKUHR5T3B0aW9ucxIMCgRjb2xzGAEgASgNEgwKBHJvd3MYAiABKA0SDAoEdGVybRgDIAEoCSLSAgoLUHJvY2Vzc1NwZWMSDwoHY29tbWFuZBgBIAEoCRIMCgRhcmdzGAIgAygJEi0KA2VudhgDIAMoCzIgLnNhbmRib3gudjEuUHJvY2Vzc1NwZWMuRW52RW50cnkSCwoDY3dkGAQgASgJEhIKCnRpbWVvdXRfbXMYBSABKAUSEgoKcHJvY2Vzc19pZBgGIAEoCRISCgpzZXNzaW9uX2lkGAcgASgJEiMKA3B0eRgIIAEoCzIWLnNhbmRib3gudjEuUHR5T3B0aW9ucxINCgVzdGRpbhgJIAEoCBISCgpzdGRpbl9kYXRhGAogASgMEhkKDGF1dG9fY2xlYW51cBgLIAEoCEgAiAEBEgwKBHN1ZG8YDCABKAgaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIPCg1fYXV0b19jbGVhbnVwIjQKC0V4ZWNSZXF1ZXN0EiUKBHNwZWMYASABKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NTcGVjIpsBCgxFeGVjUmVzcG9uc2USKgoHc3RhcnRlZBgBIAEoCzIXLnNhbmRib3gudjEuUHJvY2Vzc0luZm9IABIpCgZvdXRwdXQYAiABKAsyFy5zYW5kYm94LnYxLk91dHB1dENodW5rSAASKwoGZXhpdGVkGAMgASgLMhkuc2FuZGJveC52MS5Qcm9jZXNzRXhpdGVkSABCBwoFZXZlbnQiVQoLT3V0cHV0Q2h1bmsSKAoGc3RyZWFtGAEgASgOMhguc2FuZGJveC52MS5PdXRwdXRTdHJlYW0SDgoGb2Zmc2V0GAIgASgEEgwKBGRhdGEYAyABKAwiWwoJT3V0cHV0R2FwEigKBnN0cmVhbRgBIAEoDjIYLnNhbmRib3gudjEuT3V0cHV0U3RyZWFtEg4KBm9mZnNldBgCIAEoBBIUCgxtaXNzZWRfYnl0ZXMYAyABKAQi2QIKDVByb2Nlc3NFeGl0ZWQSKQoGc3RhdHVzGAEgASgOMhkuc2FuZGJveC52MS5Qcm9jZXNzU3RhdHVzEhYKCWV4aXRfY29kZRgCIAEoBUgAiAEBEg4KBnNpZ25hbBgDIAEoCRIRCgl0aW1lZF9vdXQYBCABKAgSDgoGa2lsbGVkGAUgASgIEi4KCnN0YXJ0X3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGVuZF90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIrCghkdXJhdGlvbhgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIUCgxzdGRvdXRfYnl0ZXMYCSABKAQSFAoMc3RkZXJyX2J5dGVzGAogASgEEg0KBWVycm9yGAsgASgJQgwKCl9leGl0X2NvZGUi0AIKC1Byb2Nlc3NJbmZvEhIKCnByb2Nlc3NfaWQYASABKAkSCwoDcGlkGAIgASgFEg8KB2NvbW1hbmQYAyABKAkSDAoEYXJncxgEIAMoCRIpCgZzdGF0dXMYBSABKA4yGS5zYW5kYm94LnYxLlByb2Nlc3NTdGF0dXMSEgoKc2Vzc2lvbl9pZBgGIAEoCRILCgNjd2QYByABKAkSCwoDcHR5GAggASgIEg0KBXN0ZGluGAkgASgIEi4KCnN0YXJ0X3RpbWUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEicKBGV4aXQYCyABKAsyGS5zYW5kYm94LnYxLlByb2Nlc3NFeGl0ZWQSFAoMc3Rkb3V0X2J5dGVzGAwgASgEEhQKDHN0ZGVycl9ieXRlcxgNIAEoBBIUCgxhdXRvX2NsZWFudXAYDiABKAgiPAoTU3RhcnRQcm9jZXNzUmVxdWVzdBIlCgRzcGVjGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzU3BlYyJAChRTdGFydFByb2Nlc3NSZXNwb25zZRIoCgdwcm9jZXNzGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzSW5mbyJlChFTdHJlYW1Mb2dzUmVxdWVzdBISCgpwcm9jZXNzX2lkGAEgASgJEhUKDXN0ZG91dF9vZmZzZXQYAiABKAQSFQoNc3RkZXJyX29mZnNldBgDIAEoBBIOCgZmb2xsb3cYBCABKAgi8gEKElN0cmVhbUxvZ3NSZXNwb25zZRIqCgdwcm9jZXNzGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzSW5mb0gAEikKBm91dHB1dBgCIAEoCzIXLnNhbmRib3gudjEuT3V0cHV0Q2h1bmtIABIkCgNnYXAYAyABKAsyFS5zYW5kYm94LnYxLk91dHB1dEdhcEgAEisKBmV4aXRlZBgEIAEoCzIZLnNhbmRib3gudjEuUHJvY2Vzc0V4aXRlZEgAEikKCWNhdWdodF91cBgFIAEoCzIULnNhbmRib3gudjEuQ2F1Z2h0VXBIAEIHCgVldmVudCI4CghDYXVnaHRVcBIVCg1zdGRvdXRfb2Zmc2V0GAEgASgEEhUKDXN0ZGVycl9vZmZzZXQYAiABKAQitwEKEFNlbmRJbnB1dFJlcXVlc3QSJQoEb3BlbhgBIAEoCzIVLnNhbmRib3gudjEuT3BlbklucHV0SAASDgoEZGF0YRgCIAEoDEgAEicKBWNsb3NlGAMgASgLMhYuc2FuZGJveC52MS5DbG9zZUlucHV0SAASKAoGcmVzaXplGAQgASgLMhYuc2FuZGJveC52MS5QdHlPcHRpb25zSAASEAoGc2lnbmFsGAUgASgJSABCBwoFaW5wdXQiHwoJT3BlbklucHV0EhIKCnByb2Nlc3NfaWQYASABKAkiDAoKQ2xvc2VJbnB1dCI6ChFTZW5kSW5wdXRSZXNwb25zZRIVCg1ieXRlc193cml0dGVuGAEgASgEEg4KBmNsb3NlZBgCIAEoCCInChFHZXRQcm9jZXNzUmVxdWVzdBISCgpwcm9jZXNzX2lkGAEgASgJIj4KEkdldFByb2Nlc3NSZXNwb25zZRIoCgdwcm9jZXNzGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzSW5mbyJ+ChRMaXN0UHJvY2Vzc2VzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEisKCHN0YXR1c2VzGAIgAygOMhkuc2FuZGJveC52MS5Qcm9jZXNzU3RhdHVzEhEKCXBhZ2Vfc2l6ZRgDIAEoBRISCgpwYWdlX3Rva2VuGAQgASgJIlwKFUxpc3RQcm9jZXNzZXNSZXNwb25zZRIqCglwcm9jZXNzZXMYASADKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NJbmZvEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJRChJLaWxsUHJvY2Vzc1JlcXVlc3QSEgoKcHJvY2Vzc19pZBgBIAEoCRIOCgZzaWduYWwYAiABKAkSFwoPZ3JhY2VfcGVyaW9kX21zGAMgASgFIj8KE0tpbGxQcm9jZXNzUmVzcG9uc2USKAoHcHJvY2VzcxgBIAEoCzIXLnNhbmRib3gudjEuUHJvY2Vzc0luZm8iVgoXS2lsbEFsbFByb2Nlc3Nlc1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIOCgZzaWduYWwYAiABKAkSFwoPZ3JhY2VfcGVyaW9kX21zGAMgASgFIjAKGEtpbGxBbGxQcm9jZXNzZXNSZXNwb25zZRIUCgxraWxsZWRfY291bnQYASABKA0iQgoXQ2xlYW51cFByb2Nlc3Nlc1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRITCgtwcm9jZXNzX2lkcxgCIAMoCSIxChhDbGVhbnVwUHJvY2Vzc2VzUmVzcG9uc2USFQoNcmVtb3ZlZF9jb3VudBgBIAEoDSIrChVHZXRQcm9jZXNzTG9nc1JlcXVlc3QSEgoKcHJvY2Vzc19pZBgBIAEoCSKkAQoWR2V0UHJvY2Vzc0xvZ3NSZXNwb25zZRISCgpwcm9jZXNzX2lkGAEgASgJEg4KBnN0ZG91dBgCIAEoDBIOCgZzdGRlcnIYAyABKAwSFQoNc3Rkb3V0X29mZnNldBgEIAEoBBIVCg1zdGRlcnJfb2Zmc2V0GAUgASgEEigKB3Byb2Nlc3MYBiABKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NJbmZvIkEKCUh0dHBQcm9iZRIMCgRwYXRoGAEgASgJEhIKCm1pbl9zdGF0dXMYAiABKA0SEgoKbWF4X3N0YXR1cxgDIAEoDSKSAQoSV2FpdEZvclBvcnRSZXF1ZXN0EgwKBHBvcnQYASABKA0SDAoEaG9zdBgCIAEoCRIjCgRodHRwGAMgASgLMhUuc2FuZGJveC52MS5IdHRwUHJvYmUSEgoKcHJvY2Vzc19pZBgEIAEoCRISCgp0aW1lb3V0X21zGAUgASgNEhMKC2ludGVydmFsX21zGAYgASgNIngKE1dhaXRGb3JQb3J0UmVzcG9uc2USDwoHYWRkcmVzcxgBIAEoCRITCgtodHRwX3N0YXR1cxgCIAEoDRIQCghhdHRlbXB0cxgDIAEoDRIpCgZ3YWl0ZWQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ipAEKEVdhaXRGb3JMb2dSZXF1ZXN0EhIKCnByb2Nlc3NfaWQYASABKAkSDwoHcGF0dGVybhgCIAEoCRIoCgZzdHJlYW0YAyABKA4yGC5zYW5kYm94LnYxLk91dHB1dFN0cmVhbRIVCg1zdGRvdXRfb2Zmc2V0GAQgASgEEhUKDXN0ZGVycl9vZmZzZXQYBSABKAQSEgoKdGltZW91dF9tcxgGIAEoDSIoCgpNYXRjaEdyb3VwEhEKBHRleHQYASABKAlIAIgBAUIHCgVfdGV4dCKjAgoSV2FpdEZvckxvZ1Jlc3BvbnNlEigKBnN0cmVhbRgBIAEoDjIYLnNhbmRib3gudjEuT3V0cHV0U3RyZWFtEg4KBm9mZnNldBgCIAEoBBIMCgRsaW5lGAMgASgJEhMKC2xpbmVfb2Zmc2V0GAQgASgEEg0KBW1hdGNoGAUgASgJEiYKBmdyb3VwcxgGIAMoCzIWLnNhbmRib3gudjEuTWF0Y2hHcm91cBJFCgxuYW1lZF9ncm91cHMYByADKAsyLy5zYW5kYm94LnYxLldhaXRGb3JMb2dSZXNwb25zZS5OYW1lZEdyb3Vwc0VudHJ5GjIKEE5hbWVkR3JvdXBzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI8ChJXYWl0Rm9yRXhpdFJlcXVlc3QSEgoKcHJvY2Vzc19pZBgBIAEoCRISCgp0aW1lb3V0X21zGAIgASgNImoKE1dhaXRGb3JFeGl0UmVzcG9uc2USKQoGZXhpdGVkGAEgASgLMhkuc2FuZGJveC52MS5Qcm9jZXNzRXhpdGVkEigKB3Byb2Nlc3MYAiABKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NJbmZvIiYKEExpc3RQb3J0c1JlcXVlc3QSEgoKcHJvY2Vzc19pZBgBIAEoCSI9ChFMaXN0UG9ydHNSZXNwb25zZRIoCgVwb3J0cxgBIAMoCzIZLnNhbmRib3gudjEuTGlzdGVuaW5nUG9ydCJuCg1MaXN0ZW5pbmdQb3J0EgwKBHBvcnQYASABKA0SDwoHYWRkcmVzcxgCIAEoCRIMCgRpcHY2GAMgASgIEgsKA3BpZBgEIAEoBRIPCgdwcm9ncmFtGAUgASgJEhIKCnByb2Nlc3NfaWQYBiABKAkq4AsKC0Vycm9yUmVhc29uEhwKGEVSUk9SX1JFQVNPTl9VTlNQRUNJRklFRBAAEiIKHkVSUk9SX1JFQVNPTl9QUk9DRVNTX05PVF9GT1VORBABEicKI0VSUk9SX1JFQVNPTl9QUk9DRVNTX0FMUkVBRFlfRVhJU1RTEAISHwobRVJST1JfUkVBU09OX0xJTUlUX0VYQ0VFREVEEAMSIQodRVJST1JfUkVBU09OX0lOVkFMSURfQVJHVU1FTlQQBBImCiJFUlJPUl9SRUFTT05fQ1dEX09VVFNJREVfV09SS1NQQUNFEAUSIQodRVJST1JfUkVBU09OX1NVRE9fTk9UX0FMTE9XRUQQBhIkCiBFUlJPUl9SRUFTT05fUFJPQ0VTU19OT1RfUlVOTklORxAHEh8KG0VSUk9SX1JFQVNPTl9TVERJTl9OT1RfT1BFThAIEiAKHEVSUk9SX1JFQVNPTl9VTkFVVEhFTlRJQ0FURUQQCRIeChpFUlJPUl9SRUFTT05fU0hVVFRJTkdfRE9XThAKEh0KGUVSUk9SX1JFQVNPTl9TUEFXTl9GQUlMRUQQCxIeChpFUlJPUl9SRUFTT05fQ1dEX05PVF9GT1VORBAMEiMKH0VSUk9SX1JFQVNPTl9DV0RfTk9UX0FDQ0VTU0lCTEUQDRIdChlFUlJPUl9SRUFTT05fUFRZX05PVF9PUEVOEA4SJAogRVJST1JfUkVBU09OX09GRlNFVF9PVVRfT0ZfUkFOR0UQDxIhCh1FUlJPUl9SRUFTT05fSE9TVF9OT1RfQUxMT1dFRBAQEiMKH0VSUk9SX1JFQVNPTl9TVEFURV9OT1RfUkVDT1JERUQQERIZChVFUlJPUl9SRUFTT05fQ0FOQ0VMRUQQEhIiCh5FUlJPUl9SRUFTT05fU0VSVklDRV9OT1RfRk9VTkQQExIZChVFUlJPUl9SRUFTT05fSU5URVJOQUwQFBIiCh5FUlJPUl9SRUFTT05fREVBRExJTkVfRVhDRUVERUQQFRIfChtFUlJPUl9SRUFTT05fUFJPVE9DT0xfRVJST1IQFhIfChtFUlJPUl9SRUFTT05fUEFUSF9OT1RfRk9VTkQQFxIkCiBFUlJPUl9SRUFTT05fUEFUSF9BTFJFQURZX0VYSVNUUxAYEicKI0VSUk9SX1JFQVNPTl9QQVRIX09VVFNJREVfV09SS1NQQUNFEBkSJAogRVJST1JfUkVBU09OX1BBVEhfTk9UX0FDQ0VTU0lCTEUQGhIfChtFUlJPUl9SRUFTT05fSVNfQV9ESVJFQ1RPUlkQGxIgChxFUlJPUl9SRUFTT05fTk9UX0FfRElSRUNUT1JZEBwSJAogRVJST1JfUkVBU09OX0RJUkVDVE9SWV9OT1RfRU1QVFkQHRIjCh9FUlJPUl9SRUFTT05fTk9UX0FfUkVHVUxBUl9GSUxFEB4SIgoeRVJST1JfUkVBU09OX1NUT1JBR0VfRVhIQVVTVEVEEB8SIQodRVJST1JfUkVBU09OX0NPTlRFTlRfTUlTTUFUQ0gQIBIdChlFUlJPUl9SRUFTT05fQ1JPU1NfREVWSUNFECESHwobRVJST1JfUkVBU09OX1dPUktTUEFDRV9ST09UECISJQohRVJST1JfUkVBU09OX1JFQURfT05MWV9GSUxFU1lTVEVNECMSHQoZRVJST1JfUkVBU09OX1NZTUxJTktfTE9PUBAkEhoKFkVSUk9SX1JFQVNPTl9GSUxFX0JVU1kQJRIpCiVFUlJPUl9SRUFTT05fRklMRV9TRVJWSUNFX1VOQVZBSUxBQkxFECYSHwobRVJST1JfUkVBU09OX1dBSVRfVElNRURfT1VUEC8SHwobRVJST1JfUkVBU09OX1BST0NFU1NfRVhJVEVEEDASIAocRVJST1JfUkVBU09OX1BBVFRFUk5fSU5WQUxJRBAxEiIKHkVSUk9SX1JFQVNPTl9QT1JUU19VTkFWQUlMQUJMRRAyKtYBCg1Qcm9jZXNzU3RhdHVzEh4KGlBST0NFU1NfU1RBVFVTX1VOU1BFQ0lGSUVEEAASGwoXUFJPQ0VTU19TVEFUVVNfU1RBUlRJTkcQARIaChZQUk9DRVNTX1NUQVRVU19SVU5OSU5HEAISHAoYUFJPQ0VTU19TVEFUVVNfQ09NUExFVEVEEAMSGQoVUFJPQ0VTU19TVEFUVVNfRkFJTEVEEAQSGQoVUFJPQ0VTU19TVEFUVVNfS0lMTEVEEAUSGAoUUFJPQ0VTU19TVEFUVVNfRVJST1IQBiphCgxPdXRwdXRTdHJlYW0SHQoZT1VUUFVUX1NUUkVBTV9VTlNQRUNJRklFRBAAEhgKFE9VVFBVVF9TVFJFQU1fU1RET1VUEAESGAoUT1VUUFVUX1NUUkVBTV9TVERFUlIQAjL+CAoOU2FuZGJveFNlcnZpY2USOwoERXhlYxIXLnNhbmRib3gudjEuRXhlY1JlcXVlc3QaGC5zYW5kYm94LnYxLkV4ZWNSZXNwb25zZTABElEKDFN0YXJ0UHJvY2VzcxIfLnNhbmRib3gudjEuU3RhcnRQcm9jZXNzUmVxdWVzdBogLnNhbmRib3gudjEuU3RhcnRQcm9jZXNzUmVzcG9uc2USTQoKU3RyZWFtTG9ncxIdLnNhbmRib3gudjEuU3RyZWFtTG9nc1JlcXVlc3QaHi5zYW5kYm94LnYxLlN0cmVhbUxvZ3NSZXNwb25zZTABEkwKCVNlbmRJbnB1dBIcLnNhbmRib3gudjEuU2VuZElucHV0UmVxdWVzdBodLnNhbmRib3gudjEuU2VuZElucHV0UmVzcG9uc2UoATABEksKCkdldFByb2Nlc3MSHS5zYW5kYm94LnYxLkdldFByb2Nlc3NSZXF1ZXN0Gh4uc2FuZGJveC52MS5HZXRQcm9jZXNzUmVzcG9uc2USVAoNTGlzdFByb2Nlc3NlcxIgLnNhbmRib3gudjEuTGlzdFByb2Nlc3Nlc1JlcXVlc3QaIS5zYW5kYm94LnYxLkxpc3RQcm9jZXNzZXNSZXNwb25zZRJOCgtLaWxsUHJvY2VzcxIeLnNhbmRib3gudjEuS2lsbFByb2Nlc3NSZXF1ZXN0Gh8uc2FuZGJveC52MS5LaWxsUHJvY2Vzc1Jlc3BvbnNlEl0KEEtpbGxBbGxQcm9jZXNzZXMSIy5zYW5kYm94LnYxLktpbGxBbGxQcm9jZXNzZXNSZXF1ZXN0GiQuc2FuZGJveC52MS5LaWxsQWxsUHJvY2Vzc2VzUmVzcG9uc2USXQoQQ2xlYW51cFByb2Nlc3NlcxIjLnNhbmRib3gudjEuQ2xlYW51cFByb2Nlc3Nlc1JlcXVlc3QaJC5zYW5kYm94LnYxLkNsZWFudXBQcm9jZXNzZXNSZXNwb25zZRJXCg5HZXRQcm9jZXNzTG9ncxIhLnNhbmRib3gudjEuR2V0UHJvY2Vzc0xvZ3NSZXF1ZXN0GiIuc2FuZGJveC52MS5HZXRQcm9jZXNzTG9nc1Jlc3BvbnNlEk4KC1dhaXRGb3JQb3J0Eh4uc2FuZGJveC52MS5XYWl0Rm9yUG9ydFJlcXVlc3QaHy5zYW5kYm94LnYxLldhaXRGb3JQb3J0UmVzcG9uc2USSwoKV2FpdEZvckxvZxIdLnNhbmRib3gudjEuV2FpdEZvckxvZ1JlcXVlc3QaHi5zYW5kYm94LnYxLldhaXRGb3JMb2dSZXNwb25zZRJOCgtXYWl0Rm9yRXhpdBIeLnNhbmRib3gudjEuV2FpdEZvckV4aXRSZXF1ZXN0Gh8uc2FuZGJveC52MS5XYWl0Rm9yRXhpdFJlc3BvbnNlEkgKCUxpc3RQb3J0cxIcLnNhbmRib3gudjEuTGlzdFBvcnRzUmVxdWVzdBodLnNhbmRib3gudjEuTGlzdFBvcnRzUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * PtyOptions asks for a pseudo-terminal; stdout and stderr are then merged
@@ -1164,6 +1164,447 @@ export const GetProcessLogsResponseSchema: GenMessage<GetProcessLogsResponse> = 
   messageDesc(file_sandbox_v1_sandbox, 28);
 
 /**
+ * HttpProbe asks WaitForPort for an HTTP check: a GET of `path` that must be
+ * answered with a status from `min_status` to `max_status`.
+ *
+ * @generated from message sandbox.v1.HttpProbe
+ */
+export type HttpProbe = Message<"sandbox.v1.HttpProbe"> & {
+  /**
+   * Path and query of the request; "/" when empty. Must start with "/".
+   *
+   * @generated from field: string path = 1;
+   */
+  path: string;
+
+  /**
+   * Lowest status accepted; 200 when 0.
+   *
+   * @generated from field: uint32 min_status = 2;
+   */
+  minStatus: number;
+
+  /**
+   * Highest status accepted; 399 when 0 (or `min_status` when that is above
+   * 399). A single status: both the same.
+   *
+   * @generated from field: uint32 max_status = 3;
+   */
+  maxStatus: number;
+};
+
+/**
+ * Describes the message sandbox.v1.HttpProbe.
+ * Use `create(HttpProbeSchema)` to create a new message.
+ */
+export const HttpProbeSchema: GenMessage<HttpProbe> = /*@__PURE__*/
+  messageDesc(file_sandbox_v1_sandbox, 29);
+
+/**
+ * WaitForPortRequest says which port to wait for and how to check it.
+ *
+ * @generated from message sandbox.v1.WaitForPortRequest
+ */
+export type WaitForPortRequest = Message<"sandbox.v1.WaitForPortRequest"> & {
+  /**
+   * The TCP port, 1 to 65535.
+   *
+   * @generated from field: uint32 port = 1;
+   */
+  port: number;
+
+  /**
+   * Host to connect to, as the daemon resolves it (any host the sandbox
+   * reaches, as its commands could); empty for 127.0.0.1 and ::1, either
+   * answering being enough.
+   *
+   * @generated from field: string host = 2;
+   */
+  host: string;
+
+  /**
+   * Check with an HTTP GET rather than a bare connection, when set.
+   *
+   * @generated from field: sandbox.v1.HttpProbe http = 3;
+   */
+  http?: HttpProbe | undefined;
+
+  /**
+   * The process the wait is tied to, when set: its exit ends the wait at once
+   * (PROCESS_EXITED), and a timeout carries its last output lines.
+   *
+   * @generated from field: string process_id = 4;
+   */
+  processId: string;
+
+  /**
+   * Time limit in milliseconds (at most 2147483647); 0 for none (the call's
+   * own deadline still applies).
+   *
+   * @generated from field: uint32 timeout_ms = 5;
+   */
+  timeoutMs: number;
+
+  /**
+   * Milliseconds between tries; 100 when 0, else from 10 to 60000.
+   *
+   * @generated from field: uint32 interval_ms = 6;
+   */
+  intervalMs: number;
+};
+
+/**
+ * Describes the message sandbox.v1.WaitForPortRequest.
+ * Use `create(WaitForPortRequestSchema)` to create a new message.
+ */
+export const WaitForPortRequestSchema: GenMessage<WaitForPortRequest> = /*@__PURE__*/
+  messageDesc(file_sandbox_v1_sandbox, 30);
+
+/**
+ * WaitForPortResponse says what answered.
+ *
+ * @generated from message sandbox.v1.WaitForPortResponse
+ */
+export type WaitForPortResponse = Message<"sandbox.v1.WaitForPortResponse"> & {
+  /**
+   * The address that accepted the connection ("127.0.0.1:3000", "[::1]:3000").
+   *
+   * @generated from field: string address = 1;
+   */
+  address: string;
+
+  /**
+   * The HTTP status of the answer; 0 for a bare connection check.
+   *
+   * @generated from field: uint32 http_status = 2;
+   */
+  httpStatus: number;
+
+  /**
+   * How many tries it took.
+   *
+   * @generated from field: uint32 attempts = 3;
+   */
+  attempts: number;
+
+  /**
+   * How long the wait took.
+   *
+   * @generated from field: google.protobuf.Duration waited = 4;
+   */
+  waited?: Duration | undefined;
+};
+
+/**
+ * Describes the message sandbox.v1.WaitForPortResponse.
+ * Use `create(WaitForPortResponseSchema)` to create a new message.
+ */
+export const WaitForPortResponseSchema: GenMessage<WaitForPortResponse> = /*@__PURE__*/
+  messageDesc(file_sandbox_v1_sandbox, 31);
+
+/**
+ * WaitForLogRequest says which output to search and for what.
+ *
+ * @generated from message sandbox.v1.WaitForLogRequest
+ */
+export type WaitForLogRequest = Message<"sandbox.v1.WaitForLogRequest"> & {
+  /**
+   * The process.
+   *
+   * @generated from field: string process_id = 1;
+   */
+  processId: string;
+
+  /**
+   * A regular expression in JavaScript syntax without flags, at most 4096
+   * characters, matched against each line of output without its line ending
+   * (a line is matched once its newline arrives, the last one when the output
+   * ends; a line longer than 64 KiB is matched in 64 KiB pieces). It runs in
+   * time linear in the line, so backreferences and lookaround are refused
+   * (PATTERN_INVALID); with no flags, case-insensitive matching spells the
+   * cases out ("[Rr]eady").
+   *
+   * @generated from field: string pattern = 2;
+   */
+  pattern: string;
+
+  /**
+   * Which stream to search; both when unspecified.
+   *
+   * @generated from field: sandbox.v1.OutputStream stream = 3;
+   */
+  stream: OutputStream;
+
+  /**
+   * First stdout byte to search; 0 for everything retained.
+   *
+   * @generated from field: uint64 stdout_offset = 4;
+   */
+  stdoutOffset: bigint;
+
+  /**
+   * First stderr byte to search; 0 for everything retained.
+   *
+   * @generated from field: uint64 stderr_offset = 5;
+   */
+  stderrOffset: bigint;
+
+  /**
+   * Time limit in milliseconds (at most 2147483647); 0 for none.
+   *
+   * @generated from field: uint32 timeout_ms = 6;
+   */
+  timeoutMs: number;
+};
+
+/**
+ * Describes the message sandbox.v1.WaitForLogRequest.
+ * Use `create(WaitForLogRequestSchema)` to create a new message.
+ */
+export const WaitForLogRequestSchema: GenMessage<WaitForLogRequest> = /*@__PURE__*/
+  messageDesc(file_sandbox_v1_sandbox, 32);
+
+/**
+ * MatchGroup is one capture group of a match.
+ *
+ * @generated from message sandbox.v1.MatchGroup
+ */
+export type MatchGroup = Message<"sandbox.v1.MatchGroup"> & {
+  /**
+   * The text it captured; absent when the group took no part in the match.
+   *
+   * @generated from field: optional string text = 1;
+   */
+  text?: string | undefined;
+};
+
+/**
+ * Describes the message sandbox.v1.MatchGroup.
+ * Use `create(MatchGroupSchema)` to create a new message.
+ */
+export const MatchGroupSchema: GenMessage<MatchGroup> = /*@__PURE__*/
+  messageDesc(file_sandbox_v1_sandbox, 33);
+
+/**
+ * WaitForLogResponse is the first match.
+ *
+ * @generated from message sandbox.v1.WaitForLogResponse
+ */
+export type WaitForLogResponse = Message<"sandbox.v1.WaitForLogResponse"> & {
+  /**
+   * The stream the matching line came from.
+   *
+   * @generated from field: sandbox.v1.OutputStream stream = 1;
+   */
+  stream: OutputStream;
+
+  /**
+   * Byte offset of the match's first byte within its stream.
+   *
+   * @generated from field: uint64 offset = 2;
+   */
+  offset: bigint;
+
+  /**
+   * The whole line (without its line ending), as UTF-8 text.
+   *
+   * @generated from field: string line = 3;
+   */
+  line: string;
+
+  /**
+   * Byte offset of the line's first byte within its stream.
+   *
+   * @generated from field: uint64 line_offset = 4;
+   */
+  lineOffset: bigint;
+
+  /**
+   * The text that matched.
+   *
+   * @generated from field: string match = 5;
+   */
+  match: string;
+
+  /**
+   * The capture groups, in order (group 1 first).
+   *
+   * @generated from field: repeated sandbox.v1.MatchGroup groups = 6;
+   */
+  groups: MatchGroup[];
+
+  /**
+   * The named capture groups that took part in the match.
+   *
+   * @generated from field: map<string, string> named_groups = 7;
+   */
+  namedGroups: { [key: string]: string };
+};
+
+/**
+ * Describes the message sandbox.v1.WaitForLogResponse.
+ * Use `create(WaitForLogResponseSchema)` to create a new message.
+ */
+export const WaitForLogResponseSchema: GenMessage<WaitForLogResponse> = /*@__PURE__*/
+  messageDesc(file_sandbox_v1_sandbox, 34);
+
+/**
+ * WaitForExitRequest names the process to wait for.
+ *
+ * @generated from message sandbox.v1.WaitForExitRequest
+ */
+export type WaitForExitRequest = Message<"sandbox.v1.WaitForExitRequest"> & {
+  /**
+   * The process.
+   *
+   * @generated from field: string process_id = 1;
+   */
+  processId: string;
+
+  /**
+   * Time limit in milliseconds (at most 2147483647); 0 for none.
+   *
+   * @generated from field: uint32 timeout_ms = 2;
+   */
+  timeoutMs: number;
+};
+
+/**
+ * Describes the message sandbox.v1.WaitForExitRequest.
+ * Use `create(WaitForExitRequestSchema)` to create a new message.
+ */
+export const WaitForExitRequestSchema: GenMessage<WaitForExitRequest> = /*@__PURE__*/
+  messageDesc(file_sandbox_v1_sandbox, 35);
+
+/**
+ * WaitForExitResponse says how the process ended.
+ *
+ * @generated from message sandbox.v1.WaitForExitResponse
+ */
+export type WaitForExitResponse = Message<"sandbox.v1.WaitForExitResponse"> & {
+  /**
+   * How it ended.
+   *
+   * @generated from field: sandbox.v1.ProcessExited exited = 1;
+   */
+  exited?: ProcessExited | undefined;
+
+  /**
+   * The record at its exit.
+   *
+   * @generated from field: sandbox.v1.ProcessInfo process = 2;
+   */
+  process?: ProcessInfo | undefined;
+};
+
+/**
+ * Describes the message sandbox.v1.WaitForExitResponse.
+ * Use `create(WaitForExitResponseSchema)` to create a new message.
+ */
+export const WaitForExitResponseSchema: GenMessage<WaitForExitResponse> = /*@__PURE__*/
+  messageDesc(file_sandbox_v1_sandbox, 36);
+
+/**
+ * ListPortsRequest filters the listening ports; empty fields match all.
+ *
+ * @generated from message sandbox.v1.ListPortsRequest
+ */
+export type ListPortsRequest = Message<"sandbox.v1.ListPortsRequest"> & {
+  /**
+   * Only ports held by this process or the processes it started.
+   *
+   * @generated from field: string process_id = 1;
+   */
+  processId: string;
+};
+
+/**
+ * Describes the message sandbox.v1.ListPortsRequest.
+ * Use `create(ListPortsRequestSchema)` to create a new message.
+ */
+export const ListPortsRequestSchema: GenMessage<ListPortsRequest> = /*@__PURE__*/
+  messageDesc(file_sandbox_v1_sandbox, 37);
+
+/**
+ * ListPortsResponse lists listening TCP sockets, by port.
+ *
+ * @generated from message sandbox.v1.ListPortsResponse
+ */
+export type ListPortsResponse = Message<"sandbox.v1.ListPortsResponse"> & {
+  /**
+   * The sockets, lowest port first.
+   *
+   * @generated from field: repeated sandbox.v1.ListeningPort ports = 1;
+   */
+  ports: ListeningPort[];
+};
+
+/**
+ * Describes the message sandbox.v1.ListPortsResponse.
+ * Use `create(ListPortsResponseSchema)` to create a new message.
+ */
+export const ListPortsResponseSchema: GenMessage<ListPortsResponse> = /*@__PURE__*/
+  messageDesc(file_sandbox_v1_sandbox, 38);
+
+/**
+ * ListeningPort is one TCP socket in the LISTEN state.
+ *
+ * @generated from message sandbox.v1.ListeningPort
+ */
+export type ListeningPort = Message<"sandbox.v1.ListeningPort"> & {
+  /**
+   * The port.
+   *
+   * @generated from field: uint32 port = 1;
+   */
+  port: number;
+
+  /**
+   * The local address it is bound to ("0.0.0.0", "127.0.0.1", "::").
+   *
+   * @generated from field: string address = 2;
+   */
+  address: string;
+
+  /**
+   * Whether it is an IPv6 socket.
+   *
+   * @generated from field: bool ipv6 = 3;
+   */
+  ipv6: boolean;
+
+  /**
+   * The operating-system pid of a process holding the socket (the lowest
+   * one); 0 when the daemon may not see which (another user's process).
+   *
+   * @generated from field: int32 pid = 4;
+   */
+  pid: number;
+
+  /**
+   * The program name of that process (its /proc comm, at most 15 bytes).
+   *
+   * @generated from field: string program = 5;
+   */
+  program: string;
+
+  /**
+   * The id of the daemon's process whose tree holds it (the command itself or
+   * a process it started); empty when none does.
+   *
+   * @generated from field: string process_id = 6;
+   */
+  processId: string;
+};
+
+/**
+ * Describes the message sandbox.v1.ListeningPort.
+ * Use `create(ListeningPortSchema)` to create a new message.
+ */
+export const ListeningPortSchema: GenMessage<ListeningPort> = /*@__PURE__*/
+  messageDesc(file_sandbox_v1_sandbox, 39);
+
+/**
  * ErrorReason lists why a call of sandbox.v1 fails. Every failure the daemon
  * sends carries a `google.rpc.ErrorInfo` error detail (gRPC: the
  * `grpc-status-details-bin` trailer; Connect: the error's `details`) whose
@@ -1506,6 +1947,48 @@ export enum ErrorReason {
    * @generated from enum value: ERROR_REASON_FILE_SERVICE_UNAVAILABLE = 38;
    */
   FILE_SERVICE_UNAVAILABLE = 38,
+
+  /**
+   * DEADLINE_EXCEEDED: a wait (WaitForPort, WaitForLog, WaitForExit) reached
+   * its `timeout_ms` first; the process runs on. Metadata: `timeout_ms`,
+   * `waiting_for` ("port 3000", "log /ready/", "exit"), and for a wait tied to
+   * a process `process_id`, `last_stdout` and `last_stderr` (its last output
+   * lines, at most 1 KiB each); for a port, `last_probe` (what the last try
+   * found at each address: "127.0.0.1:3000: HTTP 503; [::1]:3000: connection
+   * refused").
+   *
+   * @generated from enum value: ERROR_REASON_WAIT_TIMED_OUT = 47;
+   */
+  WAIT_TIMED_OUT = 47,
+
+  /**
+   * FAILED_PRECONDITION: the process a wait is tied to exited (or could not
+   * start) before the condition was met. Metadata: `process_id`, `status`,
+   * `exit_code` (absent when a signal ended it), `signal`, `last_stdout`,
+   * `last_stderr`; the error also carries the exit record, a
+   * `sandbox.v1.ProcessExited` detail.
+   *
+   * @generated from enum value: ERROR_REASON_PROCESS_EXITED = 48;
+   */
+  PROCESS_EXITED = 48,
+
+  /**
+   * INVALID_ARGUMENT: WaitForLog's `pattern` is not a regular expression the
+   * daemon runs: a syntax error, a construct that cannot run in linear time
+   * (backreferences, lookaround), or longer than the limit. Metadata:
+   * `field` ("pattern"), `error`, and `limit` when too long.
+   *
+   * @generated from enum value: ERROR_REASON_PATTERN_INVALID = 49;
+   */
+  PATTERN_INVALID = 49,
+
+  /**
+   * FAILED_PRECONDITION: the daemon cannot read the sandbox's socket tables
+   * (/proc/net/tcp and /proc/net/tcp6). Metadata: `path`, `errno`.
+   *
+   * @generated from enum value: ERROR_REASON_PORTS_UNAVAILABLE = 50;
+   */
+  PORTS_UNAVAILABLE = 50,
 }
 
 /**
@@ -1731,6 +2214,58 @@ export const SandboxService: GenService<{
     methodKind: "unary";
     input: typeof GetProcessLogsRequestSchema;
     output: typeof GetProcessLogsResponseSchema;
+  },
+  /**
+   * WaitForPort waits until a TCP port inside the sandbox accepts a
+   * connection or, with `http`, answers an HTTP GET with a status in a range:
+   * the daemon itself connects, on the sandbox's own network. Tied to a
+   * process (`process_id`), it fails at once when that process exits first.
+   * A timeout ends it with DEADLINE_EXCEEDED (WAIT_TIMED_OUT); cancelling the
+   * call stops the probing.
+   *
+   * @generated from rpc sandbox.v1.SandboxService.WaitForPort
+   */
+  waitForPort: {
+    methodKind: "unary";
+    input: typeof WaitForPortRequestSchema;
+    output: typeof WaitForPortResponseSchema;
+  },
+  /**
+   * WaitForLog waits until a line of a process's output matches a regular
+   * expression. It scans the retained output from the given offsets first,
+   * then follows the live output, so a line printed before the call is
+   * matched too. Fails at once when the process exits without a match
+   * (FAILED_PRECONDITION, PROCESS_EXITED) and with DEADLINE_EXCEEDED
+   * (WAIT_TIMED_OUT) on its timeout.
+   *
+   * @generated from rpc sandbox.v1.SandboxService.WaitForLog
+   */
+  waitForLog: {
+    methodKind: "unary";
+    input: typeof WaitForLogRequestSchema;
+    output: typeof WaitForLogResponseSchema;
+  },
+  /**
+   * WaitForExit waits until a process exits and returns how it ended;
+   * DEADLINE_EXCEEDED (WAIT_TIMED_OUT) on its timeout, the process running on.
+   *
+   * @generated from rpc sandbox.v1.SandboxService.WaitForExit
+   */
+  waitForExit: {
+    methodKind: "unary";
+    input: typeof WaitForExitRequestSchema;
+    output: typeof WaitForExitResponseSchema;
+  },
+  /**
+   * ListPorts lists the TCP ports listening inside the sandbox, each with the
+   * process holding its socket where the daemon may see it.
+   *
+   * @generated from rpc sandbox.v1.SandboxService.ListPorts
+   */
+  listPorts: {
+    methodKind: "unary";
+    input: typeof ListPortsRequestSchema;
+    output: typeof ListPortsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_sandbox_v1_sandbox, 0);

@@ -52,6 +52,10 @@ const codeByReason = {
   SYMLINK_LOOP: Code.FailedPrecondition,
   FILE_BUSY: Code.FailedPrecondition,
   FILE_SERVICE_UNAVAILABLE: Code.FailedPrecondition,
+  WAIT_TIMED_OUT: Code.DeadlineExceeded,
+  PROCESS_EXITED: Code.FailedPrecondition,
+  PATTERN_INVALID: Code.InvalidArgument,
+  PORTS_UNAVAILABLE: Code.FailedPrecondition,
 } as const satisfies Record<ErrorReasonName, Code>;
 
 /** The status code a reason is sent with. */

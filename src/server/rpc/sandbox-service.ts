@@ -30,6 +30,7 @@ import { sandboxError, throwIfShuttingDown, withConnectErrors } from "./errors.j
 import { clientGoneKey, peerKey } from "./call-context.js";
 import type { ProcessAudit } from "./process-audit.js";
 import { pageSize, PageTokens } from "./page-token.js";
+import { createReadinessHandlers } from "./readiness-handlers.js";
 
 /** Dependencies of {@link createSandboxService}. */
 export interface SandboxServiceOptions {
@@ -247,6 +248,8 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
         process: toProtoInfo(managed),
       };
     },
+
+    ...createReadinessHandlers({ manager, lookup }),
   };
 }
 

@@ -177,6 +177,28 @@ const (
 	// Watch, and any call under `--user`, need its native addon, which was not
 	// built or not loaded. Metadata: `path`.
 	ErrorReason_ERROR_REASON_FILE_SERVICE_UNAVAILABLE ErrorReason = 38
+	// DEADLINE_EXCEEDED: a wait (WaitForPort, WaitForLog, WaitForExit) reached
+	// its `timeout_ms` first; the process runs on. Metadata: `timeout_ms`,
+	// `waiting_for` ("port 3000", "log /ready/", "exit"), and for a wait tied to
+	// a process `process_id`, `last_stdout` and `last_stderr` (its last output
+	// lines, at most 1 KiB each); for a port, `last_probe` (what the last try
+	// found at each address: "127.0.0.1:3000: HTTP 503; [::1]:3000: connection
+	// refused").
+	ErrorReason_ERROR_REASON_WAIT_TIMED_OUT ErrorReason = 47
+	// FAILED_PRECONDITION: the process a wait is tied to exited (or could not
+	// start) before the condition was met. Metadata: `process_id`, `status`,
+	// `exit_code` (absent when a signal ended it), `signal`, `last_stdout`,
+	// `last_stderr`; the error also carries the exit record, a
+	// `sandbox.v1.ProcessExited` detail.
+	ErrorReason_ERROR_REASON_PROCESS_EXITED ErrorReason = 48
+	// INVALID_ARGUMENT: WaitForLog's `pattern` is not a regular expression the
+	// daemon runs: a syntax error, a construct that cannot run in linear time
+	// (backreferences, lookaround), or longer than the limit. Metadata:
+	// `field` ("pattern"), `error`, and `limit` when too long.
+	ErrorReason_ERROR_REASON_PATTERN_INVALID ErrorReason = 49
+	// FAILED_PRECONDITION: the daemon cannot read the sandbox's socket tables
+	// (/proc/net/tcp and /proc/net/tcp6). Metadata: `path`, `errno`.
+	ErrorReason_ERROR_REASON_PORTS_UNAVAILABLE ErrorReason = 50
 )
 
 // Enum value maps for ErrorReason.
@@ -221,6 +243,10 @@ var (
 		36: "ERROR_REASON_SYMLINK_LOOP",
 		37: "ERROR_REASON_FILE_BUSY",
 		38: "ERROR_REASON_FILE_SERVICE_UNAVAILABLE",
+		47: "ERROR_REASON_WAIT_TIMED_OUT",
+		48: "ERROR_REASON_PROCESS_EXITED",
+		49: "ERROR_REASON_PATTERN_INVALID",
+		50: "ERROR_REASON_PORTS_UNAVAILABLE",
 	}
 	ErrorReason_value = map[string]int32{
 		"ERROR_REASON_UNSPECIFIED":              0,
@@ -262,6 +288,10 @@ var (
 		"ERROR_REASON_SYMLINK_LOOP":             36,
 		"ERROR_REASON_FILE_BUSY":                37,
 		"ERROR_REASON_FILE_SERVICE_UNAVAILABLE": 38,
+		"ERROR_REASON_WAIT_TIMED_OUT":           47,
+		"ERROR_REASON_PROCESS_EXITED":           48,
+		"ERROR_REASON_PATTERN_INVALID":          49,
+		"ERROR_REASON_PORTS_UNAVAILABLE":        50,
 	}
 )
 
@@ -2534,6 +2564,778 @@ func (x *GetProcessLogsResponse) GetProcess() *ProcessInfo {
 	return nil
 }
 
+// HttpProbe asks WaitForPort for an HTTP check: a GET of `path` that must be
+// answered with a status from `min_status` to `max_status`.
+type HttpProbe struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Path and query of the request; "/" when empty. Must start with "/".
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// Lowest status accepted; 200 when 0.
+	MinStatus uint32 `protobuf:"varint,2,opt,name=min_status,json=minStatus,proto3" json:"min_status,omitempty"`
+	// Highest status accepted; 399 when 0 (or `min_status` when that is above
+	// 399). A single status: both the same.
+	MaxStatus     uint32 `protobuf:"varint,3,opt,name=max_status,json=maxStatus,proto3" json:"max_status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HttpProbe) Reset() {
+	*x = HttpProbe{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HttpProbe) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HttpProbe) ProtoMessage() {}
+
+func (x *HttpProbe) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HttpProbe.ProtoReflect.Descriptor instead.
+func (*HttpProbe) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *HttpProbe) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *HttpProbe) GetMinStatus() uint32 {
+	if x != nil {
+		return x.MinStatus
+	}
+	return 0
+}
+
+func (x *HttpProbe) GetMaxStatus() uint32 {
+	if x != nil {
+		return x.MaxStatus
+	}
+	return 0
+}
+
+// WaitForPortRequest says which port to wait for and how to check it.
+type WaitForPortRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The TCP port, 1 to 65535.
+	Port uint32 `protobuf:"varint,1,opt,name=port,proto3" json:"port,omitempty"`
+	// Host to connect to, as the daemon resolves it (any host the sandbox
+	// reaches, as its commands could); empty for 127.0.0.1 and ::1, either
+	// answering being enough.
+	Host string `protobuf:"bytes,2,opt,name=host,proto3" json:"host,omitempty"`
+	// Check with an HTTP GET rather than a bare connection, when set.
+	Http *HttpProbe `protobuf:"bytes,3,opt,name=http,proto3" json:"http,omitempty"`
+	// The process the wait is tied to, when set: its exit ends the wait at once
+	// (PROCESS_EXITED), and a timeout carries its last output lines.
+	ProcessId string `protobuf:"bytes,4,opt,name=process_id,json=processId,proto3" json:"process_id,omitempty"`
+	// Time limit in milliseconds (at most 2147483647); 0 for none (the call's
+	// own deadline still applies).
+	TimeoutMs uint32 `protobuf:"varint,5,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	// Milliseconds between tries; 100 when 0, else from 10 to 60000.
+	IntervalMs    uint32 `protobuf:"varint,6,opt,name=interval_ms,json=intervalMs,proto3" json:"interval_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitForPortRequest) Reset() {
+	*x = WaitForPortRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitForPortRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitForPortRequest) ProtoMessage() {}
+
+func (x *WaitForPortRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitForPortRequest.ProtoReflect.Descriptor instead.
+func (*WaitForPortRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *WaitForPortRequest) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *WaitForPortRequest) GetHost() string {
+	if x != nil {
+		return x.Host
+	}
+	return ""
+}
+
+func (x *WaitForPortRequest) GetHttp() *HttpProbe {
+	if x != nil {
+		return x.Http
+	}
+	return nil
+}
+
+func (x *WaitForPortRequest) GetProcessId() string {
+	if x != nil {
+		return x.ProcessId
+	}
+	return ""
+}
+
+func (x *WaitForPortRequest) GetTimeoutMs() uint32 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+func (x *WaitForPortRequest) GetIntervalMs() uint32 {
+	if x != nil {
+		return x.IntervalMs
+	}
+	return 0
+}
+
+// WaitForPortResponse says what answered.
+type WaitForPortResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The address that accepted the connection ("127.0.0.1:3000", "[::1]:3000").
+	Address string `protobuf:"bytes,1,opt,name=address,proto3" json:"address,omitempty"`
+	// The HTTP status of the answer; 0 for a bare connection check.
+	HttpStatus uint32 `protobuf:"varint,2,opt,name=http_status,json=httpStatus,proto3" json:"http_status,omitempty"`
+	// How many tries it took.
+	Attempts uint32 `protobuf:"varint,3,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	// How long the wait took.
+	Waited        *durationpb.Duration `protobuf:"bytes,4,opt,name=waited,proto3" json:"waited,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitForPortResponse) Reset() {
+	*x = WaitForPortResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitForPortResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitForPortResponse) ProtoMessage() {}
+
+func (x *WaitForPortResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitForPortResponse.ProtoReflect.Descriptor instead.
+func (*WaitForPortResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *WaitForPortResponse) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *WaitForPortResponse) GetHttpStatus() uint32 {
+	if x != nil {
+		return x.HttpStatus
+	}
+	return 0
+}
+
+func (x *WaitForPortResponse) GetAttempts() uint32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *WaitForPortResponse) GetWaited() *durationpb.Duration {
+	if x != nil {
+		return x.Waited
+	}
+	return nil
+}
+
+// WaitForLogRequest says which output to search and for what.
+type WaitForLogRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The process.
+	ProcessId string `protobuf:"bytes,1,opt,name=process_id,json=processId,proto3" json:"process_id,omitempty"`
+	// A regular expression in JavaScript syntax without flags, at most 4096
+	// characters, matched against each line of output without its line ending
+	// (a line is matched once its newline arrives, the last one when the output
+	// ends; a line longer than 64 KiB is matched in 64 KiB pieces). It runs in
+	// time linear in the line, so backreferences and lookaround are refused
+	// (PATTERN_INVALID); with no flags, case-insensitive matching spells the
+	// cases out ("[Rr]eady").
+	Pattern string `protobuf:"bytes,2,opt,name=pattern,proto3" json:"pattern,omitempty"`
+	// Which stream to search; both when unspecified.
+	Stream OutputStream `protobuf:"varint,3,opt,name=stream,proto3,enum=sandbox.v1.OutputStream" json:"stream,omitempty"`
+	// First stdout byte to search; 0 for everything retained.
+	StdoutOffset uint64 `protobuf:"varint,4,opt,name=stdout_offset,json=stdoutOffset,proto3" json:"stdout_offset,omitempty"`
+	// First stderr byte to search; 0 for everything retained.
+	StderrOffset uint64 `protobuf:"varint,5,opt,name=stderr_offset,json=stderrOffset,proto3" json:"stderr_offset,omitempty"`
+	// Time limit in milliseconds (at most 2147483647); 0 for none.
+	TimeoutMs     uint32 `protobuf:"varint,6,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitForLogRequest) Reset() {
+	*x = WaitForLogRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitForLogRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitForLogRequest) ProtoMessage() {}
+
+func (x *WaitForLogRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitForLogRequest.ProtoReflect.Descriptor instead.
+func (*WaitForLogRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *WaitForLogRequest) GetProcessId() string {
+	if x != nil {
+		return x.ProcessId
+	}
+	return ""
+}
+
+func (x *WaitForLogRequest) GetPattern() string {
+	if x != nil {
+		return x.Pattern
+	}
+	return ""
+}
+
+func (x *WaitForLogRequest) GetStream() OutputStream {
+	if x != nil {
+		return x.Stream
+	}
+	return OutputStream_OUTPUT_STREAM_UNSPECIFIED
+}
+
+func (x *WaitForLogRequest) GetStdoutOffset() uint64 {
+	if x != nil {
+		return x.StdoutOffset
+	}
+	return 0
+}
+
+func (x *WaitForLogRequest) GetStderrOffset() uint64 {
+	if x != nil {
+		return x.StderrOffset
+	}
+	return 0
+}
+
+func (x *WaitForLogRequest) GetTimeoutMs() uint32 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+// MatchGroup is one capture group of a match.
+type MatchGroup struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The text it captured; absent when the group took no part in the match.
+	Text          *string `protobuf:"bytes,1,opt,name=text,proto3,oneof" json:"text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MatchGroup) Reset() {
+	*x = MatchGroup{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MatchGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MatchGroup) ProtoMessage() {}
+
+func (x *MatchGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MatchGroup.ProtoReflect.Descriptor instead.
+func (*MatchGroup) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *MatchGroup) GetText() string {
+	if x != nil && x.Text != nil {
+		return *x.Text
+	}
+	return ""
+}
+
+// WaitForLogResponse is the first match.
+type WaitForLogResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The stream the matching line came from.
+	Stream OutputStream `protobuf:"varint,1,opt,name=stream,proto3,enum=sandbox.v1.OutputStream" json:"stream,omitempty"`
+	// Byte offset of the match's first byte within its stream.
+	Offset uint64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	// The whole line (without its line ending), as UTF-8 text.
+	Line string `protobuf:"bytes,3,opt,name=line,proto3" json:"line,omitempty"`
+	// Byte offset of the line's first byte within its stream.
+	LineOffset uint64 `protobuf:"varint,4,opt,name=line_offset,json=lineOffset,proto3" json:"line_offset,omitempty"`
+	// The text that matched.
+	Match string `protobuf:"bytes,5,opt,name=match,proto3" json:"match,omitempty"`
+	// The capture groups, in order (group 1 first).
+	Groups []*MatchGroup `protobuf:"bytes,6,rep,name=groups,proto3" json:"groups,omitempty"`
+	// The named capture groups that took part in the match.
+	NamedGroups   map[string]string `protobuf:"bytes,7,rep,name=named_groups,json=namedGroups,proto3" json:"named_groups,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitForLogResponse) Reset() {
+	*x = WaitForLogResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitForLogResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitForLogResponse) ProtoMessage() {}
+
+func (x *WaitForLogResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitForLogResponse.ProtoReflect.Descriptor instead.
+func (*WaitForLogResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *WaitForLogResponse) GetStream() OutputStream {
+	if x != nil {
+		return x.Stream
+	}
+	return OutputStream_OUTPUT_STREAM_UNSPECIFIED
+}
+
+func (x *WaitForLogResponse) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *WaitForLogResponse) GetLine() string {
+	if x != nil {
+		return x.Line
+	}
+	return ""
+}
+
+func (x *WaitForLogResponse) GetLineOffset() uint64 {
+	if x != nil {
+		return x.LineOffset
+	}
+	return 0
+}
+
+func (x *WaitForLogResponse) GetMatch() string {
+	if x != nil {
+		return x.Match
+	}
+	return ""
+}
+
+func (x *WaitForLogResponse) GetGroups() []*MatchGroup {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+func (x *WaitForLogResponse) GetNamedGroups() map[string]string {
+	if x != nil {
+		return x.NamedGroups
+	}
+	return nil
+}
+
+// WaitForExitRequest names the process to wait for.
+type WaitForExitRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The process.
+	ProcessId string `protobuf:"bytes,1,opt,name=process_id,json=processId,proto3" json:"process_id,omitempty"`
+	// Time limit in milliseconds (at most 2147483647); 0 for none.
+	TimeoutMs     uint32 `protobuf:"varint,2,opt,name=timeout_ms,json=timeoutMs,proto3" json:"timeout_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitForExitRequest) Reset() {
+	*x = WaitForExitRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitForExitRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitForExitRequest) ProtoMessage() {}
+
+func (x *WaitForExitRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitForExitRequest.ProtoReflect.Descriptor instead.
+func (*WaitForExitRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *WaitForExitRequest) GetProcessId() string {
+	if x != nil {
+		return x.ProcessId
+	}
+	return ""
+}
+
+func (x *WaitForExitRequest) GetTimeoutMs() uint32 {
+	if x != nil {
+		return x.TimeoutMs
+	}
+	return 0
+}
+
+// WaitForExitResponse says how the process ended.
+type WaitForExitResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How it ended.
+	Exited *ProcessExited `protobuf:"bytes,1,opt,name=exited,proto3" json:"exited,omitempty"`
+	// The record at its exit.
+	Process       *ProcessInfo `protobuf:"bytes,2,opt,name=process,proto3" json:"process,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitForExitResponse) Reset() {
+	*x = WaitForExitResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitForExitResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitForExitResponse) ProtoMessage() {}
+
+func (x *WaitForExitResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitForExitResponse.ProtoReflect.Descriptor instead.
+func (*WaitForExitResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *WaitForExitResponse) GetExited() *ProcessExited {
+	if x != nil {
+		return x.Exited
+	}
+	return nil
+}
+
+func (x *WaitForExitResponse) GetProcess() *ProcessInfo {
+	if x != nil {
+		return x.Process
+	}
+	return nil
+}
+
+// ListPortsRequest filters the listening ports; empty fields match all.
+type ListPortsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only ports held by this process or the processes it started.
+	ProcessId     string `protobuf:"bytes,1,opt,name=process_id,json=processId,proto3" json:"process_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPortsRequest) Reset() {
+	*x = ListPortsRequest{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPortsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPortsRequest) ProtoMessage() {}
+
+func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPortsRequest.ProtoReflect.Descriptor instead.
+func (*ListPortsRequest) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *ListPortsRequest) GetProcessId() string {
+	if x != nil {
+		return x.ProcessId
+	}
+	return ""
+}
+
+// ListPortsResponse lists listening TCP sockets, by port.
+type ListPortsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The sockets, lowest port first.
+	Ports         []*ListeningPort `protobuf:"bytes,1,rep,name=ports,proto3" json:"ports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPortsResponse) Reset() {
+	*x = ListPortsResponse{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPortsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPortsResponse) ProtoMessage() {}
+
+func (x *ListPortsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPortsResponse.ProtoReflect.Descriptor instead.
+func (*ListPortsResponse) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ListPortsResponse) GetPorts() []*ListeningPort {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
+// ListeningPort is one TCP socket in the LISTEN state.
+type ListeningPort struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The port.
+	Port uint32 `protobuf:"varint,1,opt,name=port,proto3" json:"port,omitempty"`
+	// The local address it is bound to ("0.0.0.0", "127.0.0.1", "::").
+	Address string `protobuf:"bytes,2,opt,name=address,proto3" json:"address,omitempty"`
+	// Whether it is an IPv6 socket.
+	Ipv6 bool `protobuf:"varint,3,opt,name=ipv6,proto3" json:"ipv6,omitempty"`
+	// The operating-system pid of a process holding the socket (the lowest
+	// one); 0 when the daemon may not see which (another user's process).
+	Pid int32 `protobuf:"varint,4,opt,name=pid,proto3" json:"pid,omitempty"`
+	// The program name of that process (its /proc comm, at most 15 bytes).
+	Program string `protobuf:"bytes,5,opt,name=program,proto3" json:"program,omitempty"`
+	// The id of the daemon's process whose tree holds it (the command itself or
+	// a process it started); empty when none does.
+	ProcessId     string `protobuf:"bytes,6,opt,name=process_id,json=processId,proto3" json:"process_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListeningPort) Reset() {
+	*x = ListeningPort{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListeningPort) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListeningPort) ProtoMessage() {}
+
+func (x *ListeningPort) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListeningPort.ProtoReflect.Descriptor instead.
+func (*ListeningPort) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ListeningPort) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *ListeningPort) GetAddress() string {
+	if x != nil {
+		return x.Address
+	}
+	return ""
+}
+
+func (x *ListeningPort) GetIpv6() bool {
+	if x != nil {
+		return x.Ipv6
+	}
+	return false
+}
+
+func (x *ListeningPort) GetPid() int32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *ListeningPort) GetProgram() string {
+	if x != nil {
+		return x.Program
+	}
+	return ""
+}
+
+func (x *ListeningPort) GetProcessId() string {
+	if x != nil {
+		return x.ProcessId
+	}
+	return ""
+}
+
 var File_sandbox_v1_sandbox_proto protoreflect.FileDescriptor
 
 const file_sandbox_v1_sandbox_proto_rawDesc = "" +
@@ -2698,8 +3500,75 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x06stderr\x18\x03 \x01(\fR\x06stderr\x12#\n" +
 	"\rstdout_offset\x18\x04 \x01(\x04R\fstdoutOffset\x12#\n" +
 	"\rstderr_offset\x18\x05 \x01(\x04R\fstderrOffset\x121\n" +
-	"\aprocess\x18\x06 \x01(\v2\x17.sandbox.v1.ProcessInfoR\aprocess*\xd8\n" +
+	"\aprocess\x18\x06 \x01(\v2\x17.sandbox.v1.ProcessInfoR\aprocess\"]\n" +
+	"\tHttpProbe\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1d\n" +
 	"\n" +
+	"min_status\x18\x02 \x01(\rR\tminStatus\x12\x1d\n" +
+	"\n" +
+	"max_status\x18\x03 \x01(\rR\tmaxStatus\"\xc6\x01\n" +
+	"\x12WaitForPortRequest\x12\x12\n" +
+	"\x04port\x18\x01 \x01(\rR\x04port\x12\x12\n" +
+	"\x04host\x18\x02 \x01(\tR\x04host\x12)\n" +
+	"\x04http\x18\x03 \x01(\v2\x15.sandbox.v1.HttpProbeR\x04http\x12\x1d\n" +
+	"\n" +
+	"process_id\x18\x04 \x01(\tR\tprocessId\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x05 \x01(\rR\ttimeoutMs\x12\x1f\n" +
+	"\vinterval_ms\x18\x06 \x01(\rR\n" +
+	"intervalMs\"\x9f\x01\n" +
+	"\x13WaitForPortResponse\x12\x18\n" +
+	"\aaddress\x18\x01 \x01(\tR\aaddress\x12\x1f\n" +
+	"\vhttp_status\x18\x02 \x01(\rR\n" +
+	"httpStatus\x12\x1a\n" +
+	"\battempts\x18\x03 \x01(\rR\battempts\x121\n" +
+	"\x06waited\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\x06waited\"\xe7\x01\n" +
+	"\x11WaitForLogRequest\x12\x1d\n" +
+	"\n" +
+	"process_id\x18\x01 \x01(\tR\tprocessId\x12\x18\n" +
+	"\apattern\x18\x02 \x01(\tR\apattern\x120\n" +
+	"\x06stream\x18\x03 \x01(\x0e2\x18.sandbox.v1.OutputStreamR\x06stream\x12#\n" +
+	"\rstdout_offset\x18\x04 \x01(\x04R\fstdoutOffset\x12#\n" +
+	"\rstderr_offset\x18\x05 \x01(\x04R\fstderrOffset\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x06 \x01(\rR\ttimeoutMs\".\n" +
+	"\n" +
+	"MatchGroup\x12\x17\n" +
+	"\x04text\x18\x01 \x01(\tH\x00R\x04text\x88\x01\x01B\a\n" +
+	"\x05_text\"\xed\x02\n" +
+	"\x12WaitForLogResponse\x120\n" +
+	"\x06stream\x18\x01 \x01(\x0e2\x18.sandbox.v1.OutputStreamR\x06stream\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x12\n" +
+	"\x04line\x18\x03 \x01(\tR\x04line\x12\x1f\n" +
+	"\vline_offset\x18\x04 \x01(\x04R\n" +
+	"lineOffset\x12\x14\n" +
+	"\x05match\x18\x05 \x01(\tR\x05match\x12.\n" +
+	"\x06groups\x18\x06 \x03(\v2\x16.sandbox.v1.MatchGroupR\x06groups\x12R\n" +
+	"\fnamed_groups\x18\a \x03(\v2/.sandbox.v1.WaitForLogResponse.NamedGroupsEntryR\vnamedGroups\x1a>\n" +
+	"\x10NamedGroupsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"R\n" +
+	"\x12WaitForExitRequest\x12\x1d\n" +
+	"\n" +
+	"process_id\x18\x01 \x01(\tR\tprocessId\x12\x1d\n" +
+	"\n" +
+	"timeout_ms\x18\x02 \x01(\rR\ttimeoutMs\"{\n" +
+	"\x13WaitForExitResponse\x121\n" +
+	"\x06exited\x18\x01 \x01(\v2\x19.sandbox.v1.ProcessExitedR\x06exited\x121\n" +
+	"\aprocess\x18\x02 \x01(\v2\x17.sandbox.v1.ProcessInfoR\aprocess\"1\n" +
+	"\x10ListPortsRequest\x12\x1d\n" +
+	"\n" +
+	"process_id\x18\x01 \x01(\tR\tprocessId\"D\n" +
+	"\x11ListPortsResponse\x12/\n" +
+	"\x05ports\x18\x01 \x03(\v2\x19.sandbox.v1.ListeningPortR\x05ports\"\x9c\x01\n" +
+	"\rListeningPort\x12\x12\n" +
+	"\x04port\x18\x01 \x01(\rR\x04port\x12\x18\n" +
+	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x12\n" +
+	"\x04ipv6\x18\x03 \x01(\bR\x04ipv6\x12\x10\n" +
+	"\x03pid\x18\x04 \x01(\x05R\x03pid\x12\x18\n" +
+	"\aprogram\x18\x05 \x01(\tR\aprogram\x12\x1d\n" +
+	"\n" +
+	"process_id\x18\x06 \x01(\tR\tprocessId*\xe0\v\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\"\n" +
 	"\x1eERROR_REASON_PROCESS_NOT_FOUND\x10\x01\x12'\n" +
@@ -2740,7 +3609,11 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"!ERROR_REASON_READ_ONLY_FILESYSTEM\x10#\x12\x1d\n" +
 	"\x19ERROR_REASON_SYMLINK_LOOP\x10$\x12\x1a\n" +
 	"\x16ERROR_REASON_FILE_BUSY\x10%\x12)\n" +
-	"%ERROR_REASON_FILE_SERVICE_UNAVAILABLE\x10&*\xd6\x01\n" +
+	"%ERROR_REASON_FILE_SERVICE_UNAVAILABLE\x10&\x12\x1f\n" +
+	"\x1bERROR_REASON_WAIT_TIMED_OUT\x10/\x12\x1f\n" +
+	"\x1bERROR_REASON_PROCESS_EXITED\x100\x12 \n" +
+	"\x1cERROR_REASON_PATTERN_INVALID\x101\x12\"\n" +
+	"\x1eERROR_REASON_PORTS_UNAVAILABLE\x102*\xd6\x01\n" +
 	"\rProcessStatus\x12\x1e\n" +
 	"\x1aPROCESS_STATUS_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17PROCESS_STATUS_STARTING\x10\x01\x12\x1a\n" +
@@ -2752,7 +3625,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\fOutputStream\x12\x1d\n" +
 	"\x19OUTPUT_STREAM_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14OUTPUT_STREAM_STDOUT\x10\x01\x12\x18\n" +
-	"\x14OUTPUT_STREAM_STDERR\x10\x022\xc7\x06\n" +
+	"\x14OUTPUT_STREAM_STDERR\x10\x022\xfe\b\n" +
 	"\x0eSandboxService\x12;\n" +
 	"\x04Exec\x12\x17.sandbox.v1.ExecRequest\x1a\x18.sandbox.v1.ExecResponse0\x01\x12Q\n" +
 	"\fStartProcess\x12\x1f.sandbox.v1.StartProcessRequest\x1a .sandbox.v1.StartProcessResponse\x12M\n" +
@@ -2765,7 +3638,12 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\vKillProcess\x12\x1e.sandbox.v1.KillProcessRequest\x1a\x1f.sandbox.v1.KillProcessResponse\x12]\n" +
 	"\x10KillAllProcesses\x12#.sandbox.v1.KillAllProcessesRequest\x1a$.sandbox.v1.KillAllProcessesResponse\x12]\n" +
 	"\x10CleanupProcesses\x12#.sandbox.v1.CleanupProcessesRequest\x1a$.sandbox.v1.CleanupProcessesResponse\x12W\n" +
-	"\x0eGetProcessLogs\x12!.sandbox.v1.GetProcessLogsRequest\x1a\".sandbox.v1.GetProcessLogsResponseB\x99\x01\n" +
+	"\x0eGetProcessLogs\x12!.sandbox.v1.GetProcessLogsRequest\x1a\".sandbox.v1.GetProcessLogsResponse\x12N\n" +
+	"\vWaitForPort\x12\x1e.sandbox.v1.WaitForPortRequest\x1a\x1f.sandbox.v1.WaitForPortResponse\x12K\n" +
+	"\n" +
+	"WaitForLog\x12\x1d.sandbox.v1.WaitForLogRequest\x1a\x1e.sandbox.v1.WaitForLogResponse\x12N\n" +
+	"\vWaitForExit\x12\x1e.sandbox.v1.WaitForExitRequest\x1a\x1f.sandbox.v1.WaitForExitResponse\x12H\n" +
+	"\tListPorts\x12\x1c.sandbox.v1.ListPortsRequest\x1a\x1d.sandbox.v1.ListPortsResponseB\x99\x01\n" +
 	"\x0ecom.sandbox.v1B\fSandboxProtoP\x01Z0sandboxd.example/client/gen/sandbox/v1;sandboxv1\xa2\x02\x03SXX\xaa\x02\n" +
 	"Sandbox.V1\xca\x02\n" +
 	"Sandbox\\V1\xe2\x02\x16Sandbox\\V1\\GPBMetadata\xea\x02\vSandbox::V1b\x06proto3"
@@ -2783,7 +3661,7 @@ func file_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
 var file_sandbox_v1_sandbox_proto_goTypes = []any{
 	(ErrorReason)(0),                 // 0: sandbox.v1.ErrorReason
 	(ProcessStatus)(0),               // 1: sandbox.v1.ProcessStatus
@@ -2817,12 +3695,24 @@ var file_sandbox_v1_sandbox_proto_goTypes = []any{
 	(*CleanupProcessesResponse)(nil), // 29: sandbox.v1.CleanupProcessesResponse
 	(*GetProcessLogsRequest)(nil),    // 30: sandbox.v1.GetProcessLogsRequest
 	(*GetProcessLogsResponse)(nil),   // 31: sandbox.v1.GetProcessLogsResponse
-	nil,                              // 32: sandbox.v1.ProcessSpec.EnvEntry
-	(*timestamppb.Timestamp)(nil),    // 33: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 34: google.protobuf.Duration
+	(*HttpProbe)(nil),                // 32: sandbox.v1.HttpProbe
+	(*WaitForPortRequest)(nil),       // 33: sandbox.v1.WaitForPortRequest
+	(*WaitForPortResponse)(nil),      // 34: sandbox.v1.WaitForPortResponse
+	(*WaitForLogRequest)(nil),        // 35: sandbox.v1.WaitForLogRequest
+	(*MatchGroup)(nil),               // 36: sandbox.v1.MatchGroup
+	(*WaitForLogResponse)(nil),       // 37: sandbox.v1.WaitForLogResponse
+	(*WaitForExitRequest)(nil),       // 38: sandbox.v1.WaitForExitRequest
+	(*WaitForExitResponse)(nil),      // 39: sandbox.v1.WaitForExitResponse
+	(*ListPortsRequest)(nil),         // 40: sandbox.v1.ListPortsRequest
+	(*ListPortsResponse)(nil),        // 41: sandbox.v1.ListPortsResponse
+	(*ListeningPort)(nil),            // 42: sandbox.v1.ListeningPort
+	nil,                              // 43: sandbox.v1.ProcessSpec.EnvEntry
+	nil,                              // 44: sandbox.v1.WaitForLogResponse.NamedGroupsEntry
+	(*timestamppb.Timestamp)(nil),    // 45: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 46: google.protobuf.Duration
 }
 var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
-	32, // 0: sandbox.v1.ProcessSpec.env:type_name -> sandbox.v1.ProcessSpec.EnvEntry
+	43, // 0: sandbox.v1.ProcessSpec.env:type_name -> sandbox.v1.ProcessSpec.EnvEntry
 	3,  // 1: sandbox.v1.ProcessSpec.pty:type_name -> sandbox.v1.PtyOptions
 	4,  // 2: sandbox.v1.ExecRequest.spec:type_name -> sandbox.v1.ProcessSpec
 	10, // 3: sandbox.v1.ExecResponse.started:type_name -> sandbox.v1.ProcessInfo
@@ -2831,11 +3721,11 @@ var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	2,  // 6: sandbox.v1.OutputChunk.stream:type_name -> sandbox.v1.OutputStream
 	2,  // 7: sandbox.v1.OutputGap.stream:type_name -> sandbox.v1.OutputStream
 	1,  // 8: sandbox.v1.ProcessExited.status:type_name -> sandbox.v1.ProcessStatus
-	33, // 9: sandbox.v1.ProcessExited.start_time:type_name -> google.protobuf.Timestamp
-	33, // 10: sandbox.v1.ProcessExited.end_time:type_name -> google.protobuf.Timestamp
-	34, // 11: sandbox.v1.ProcessExited.duration:type_name -> google.protobuf.Duration
+	45, // 9: sandbox.v1.ProcessExited.start_time:type_name -> google.protobuf.Timestamp
+	45, // 10: sandbox.v1.ProcessExited.end_time:type_name -> google.protobuf.Timestamp
+	46, // 11: sandbox.v1.ProcessExited.duration:type_name -> google.protobuf.Duration
 	1,  // 12: sandbox.v1.ProcessInfo.status:type_name -> sandbox.v1.ProcessStatus
-	33, // 13: sandbox.v1.ProcessInfo.start_time:type_name -> google.protobuf.Timestamp
+	45, // 13: sandbox.v1.ProcessInfo.start_time:type_name -> google.protobuf.Timestamp
 	9,  // 14: sandbox.v1.ProcessInfo.exit:type_name -> sandbox.v1.ProcessExited
 	4,  // 15: sandbox.v1.StartProcessRequest.spec:type_name -> sandbox.v1.ProcessSpec
 	10, // 16: sandbox.v1.StartProcessResponse.process:type_name -> sandbox.v1.ProcessInfo
@@ -2852,31 +3742,48 @@ var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
 	10, // 27: sandbox.v1.ListProcessesResponse.processes:type_name -> sandbox.v1.ProcessInfo
 	10, // 28: sandbox.v1.KillProcessResponse.process:type_name -> sandbox.v1.ProcessInfo
 	10, // 29: sandbox.v1.GetProcessLogsResponse.process:type_name -> sandbox.v1.ProcessInfo
-	5,  // 30: sandbox.v1.SandboxService.Exec:input_type -> sandbox.v1.ExecRequest
-	11, // 31: sandbox.v1.SandboxService.StartProcess:input_type -> sandbox.v1.StartProcessRequest
-	13, // 32: sandbox.v1.SandboxService.StreamLogs:input_type -> sandbox.v1.StreamLogsRequest
-	16, // 33: sandbox.v1.SandboxService.SendInput:input_type -> sandbox.v1.SendInputRequest
-	20, // 34: sandbox.v1.SandboxService.GetProcess:input_type -> sandbox.v1.GetProcessRequest
-	22, // 35: sandbox.v1.SandboxService.ListProcesses:input_type -> sandbox.v1.ListProcessesRequest
-	24, // 36: sandbox.v1.SandboxService.KillProcess:input_type -> sandbox.v1.KillProcessRequest
-	26, // 37: sandbox.v1.SandboxService.KillAllProcesses:input_type -> sandbox.v1.KillAllProcessesRequest
-	28, // 38: sandbox.v1.SandboxService.CleanupProcesses:input_type -> sandbox.v1.CleanupProcessesRequest
-	30, // 39: sandbox.v1.SandboxService.GetProcessLogs:input_type -> sandbox.v1.GetProcessLogsRequest
-	6,  // 40: sandbox.v1.SandboxService.Exec:output_type -> sandbox.v1.ExecResponse
-	12, // 41: sandbox.v1.SandboxService.StartProcess:output_type -> sandbox.v1.StartProcessResponse
-	14, // 42: sandbox.v1.SandboxService.StreamLogs:output_type -> sandbox.v1.StreamLogsResponse
-	19, // 43: sandbox.v1.SandboxService.SendInput:output_type -> sandbox.v1.SendInputResponse
-	21, // 44: sandbox.v1.SandboxService.GetProcess:output_type -> sandbox.v1.GetProcessResponse
-	23, // 45: sandbox.v1.SandboxService.ListProcesses:output_type -> sandbox.v1.ListProcessesResponse
-	25, // 46: sandbox.v1.SandboxService.KillProcess:output_type -> sandbox.v1.KillProcessResponse
-	27, // 47: sandbox.v1.SandboxService.KillAllProcesses:output_type -> sandbox.v1.KillAllProcessesResponse
-	29, // 48: sandbox.v1.SandboxService.CleanupProcesses:output_type -> sandbox.v1.CleanupProcessesResponse
-	31, // 49: sandbox.v1.SandboxService.GetProcessLogs:output_type -> sandbox.v1.GetProcessLogsResponse
-	40, // [40:50] is the sub-list for method output_type
-	30, // [30:40] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	32, // 30: sandbox.v1.WaitForPortRequest.http:type_name -> sandbox.v1.HttpProbe
+	46, // 31: sandbox.v1.WaitForPortResponse.waited:type_name -> google.protobuf.Duration
+	2,  // 32: sandbox.v1.WaitForLogRequest.stream:type_name -> sandbox.v1.OutputStream
+	2,  // 33: sandbox.v1.WaitForLogResponse.stream:type_name -> sandbox.v1.OutputStream
+	36, // 34: sandbox.v1.WaitForLogResponse.groups:type_name -> sandbox.v1.MatchGroup
+	44, // 35: sandbox.v1.WaitForLogResponse.named_groups:type_name -> sandbox.v1.WaitForLogResponse.NamedGroupsEntry
+	9,  // 36: sandbox.v1.WaitForExitResponse.exited:type_name -> sandbox.v1.ProcessExited
+	10, // 37: sandbox.v1.WaitForExitResponse.process:type_name -> sandbox.v1.ProcessInfo
+	42, // 38: sandbox.v1.ListPortsResponse.ports:type_name -> sandbox.v1.ListeningPort
+	5,  // 39: sandbox.v1.SandboxService.Exec:input_type -> sandbox.v1.ExecRequest
+	11, // 40: sandbox.v1.SandboxService.StartProcess:input_type -> sandbox.v1.StartProcessRequest
+	13, // 41: sandbox.v1.SandboxService.StreamLogs:input_type -> sandbox.v1.StreamLogsRequest
+	16, // 42: sandbox.v1.SandboxService.SendInput:input_type -> sandbox.v1.SendInputRequest
+	20, // 43: sandbox.v1.SandboxService.GetProcess:input_type -> sandbox.v1.GetProcessRequest
+	22, // 44: sandbox.v1.SandboxService.ListProcesses:input_type -> sandbox.v1.ListProcessesRequest
+	24, // 45: sandbox.v1.SandboxService.KillProcess:input_type -> sandbox.v1.KillProcessRequest
+	26, // 46: sandbox.v1.SandboxService.KillAllProcesses:input_type -> sandbox.v1.KillAllProcessesRequest
+	28, // 47: sandbox.v1.SandboxService.CleanupProcesses:input_type -> sandbox.v1.CleanupProcessesRequest
+	30, // 48: sandbox.v1.SandboxService.GetProcessLogs:input_type -> sandbox.v1.GetProcessLogsRequest
+	33, // 49: sandbox.v1.SandboxService.WaitForPort:input_type -> sandbox.v1.WaitForPortRequest
+	35, // 50: sandbox.v1.SandboxService.WaitForLog:input_type -> sandbox.v1.WaitForLogRequest
+	38, // 51: sandbox.v1.SandboxService.WaitForExit:input_type -> sandbox.v1.WaitForExitRequest
+	40, // 52: sandbox.v1.SandboxService.ListPorts:input_type -> sandbox.v1.ListPortsRequest
+	6,  // 53: sandbox.v1.SandboxService.Exec:output_type -> sandbox.v1.ExecResponse
+	12, // 54: sandbox.v1.SandboxService.StartProcess:output_type -> sandbox.v1.StartProcessResponse
+	14, // 55: sandbox.v1.SandboxService.StreamLogs:output_type -> sandbox.v1.StreamLogsResponse
+	19, // 56: sandbox.v1.SandboxService.SendInput:output_type -> sandbox.v1.SendInputResponse
+	21, // 57: sandbox.v1.SandboxService.GetProcess:output_type -> sandbox.v1.GetProcessResponse
+	23, // 58: sandbox.v1.SandboxService.ListProcesses:output_type -> sandbox.v1.ListProcessesResponse
+	25, // 59: sandbox.v1.SandboxService.KillProcess:output_type -> sandbox.v1.KillProcessResponse
+	27, // 60: sandbox.v1.SandboxService.KillAllProcesses:output_type -> sandbox.v1.KillAllProcessesResponse
+	29, // 61: sandbox.v1.SandboxService.CleanupProcesses:output_type -> sandbox.v1.CleanupProcessesResponse
+	31, // 62: sandbox.v1.SandboxService.GetProcessLogs:output_type -> sandbox.v1.GetProcessLogsResponse
+	34, // 63: sandbox.v1.SandboxService.WaitForPort:output_type -> sandbox.v1.WaitForPortResponse
+	37, // 64: sandbox.v1.SandboxService.WaitForLog:output_type -> sandbox.v1.WaitForLogResponse
+	39, // 65: sandbox.v1.SandboxService.WaitForExit:output_type -> sandbox.v1.WaitForExitResponse
+	41, // 66: sandbox.v1.SandboxService.ListPorts:output_type -> sandbox.v1.ListPortsResponse
+	53, // [53:67] is the sub-list for method output_type
+	39, // [39:53] is the sub-list for method input_type
+	39, // [39:39] is the sub-list for extension type_name
+	39, // [39:39] is the sub-list for extension extendee
+	0,  // [0:39] is the sub-list for field type_name
 }
 
 func init() { file_sandbox_v1_sandbox_proto_init() }
@@ -2905,13 +3812,14 @@ func file_sandbox_v1_sandbox_proto_init() {
 		(*SendInputRequest_Resize)(nil),
 		(*SendInputRequest_Signal)(nil),
 	}
+	file_sandbox_v1_sandbox_proto_msgTypes[33].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandbox_v1_sandbox_proto_rawDesc), len(file_sandbox_v1_sandbox_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   30,
+			NumMessages:   42,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

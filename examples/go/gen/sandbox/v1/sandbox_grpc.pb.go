@@ -36,6 +36,10 @@ const (
 	SandboxService_KillAllProcesses_FullMethodName = "/sandbox.v1.SandboxService/KillAllProcesses"
 	SandboxService_CleanupProcesses_FullMethodName = "/sandbox.v1.SandboxService/CleanupProcesses"
 	SandboxService_GetProcessLogs_FullMethodName   = "/sandbox.v1.SandboxService/GetProcessLogs"
+	SandboxService_WaitForPort_FullMethodName      = "/sandbox.v1.SandboxService/WaitForPort"
+	SandboxService_WaitForLog_FullMethodName       = "/sandbox.v1.SandboxService/WaitForLog"
+	SandboxService_WaitForExit_FullMethodName      = "/sandbox.v1.SandboxService/WaitForExit"
+	SandboxService_ListPorts_FullMethodName        = "/sandbox.v1.SandboxService/ListPorts"
 )
 
 // SandboxServiceClient is the client API for SandboxService service.
@@ -80,6 +84,26 @@ type SandboxServiceClient interface {
 	CleanupProcesses(ctx context.Context, in *CleanupProcessesRequest, opts ...grpc.CallOption) (*CleanupProcessesResponse, error)
 	// GetProcessLogs returns a snapshot of a process's retained output.
 	GetProcessLogs(ctx context.Context, in *GetProcessLogsRequest, opts ...grpc.CallOption) (*GetProcessLogsResponse, error)
+	// WaitForPort waits until a TCP port inside the sandbox accepts a
+	// connection or, with `http`, answers an HTTP GET with a status in a range:
+	// the daemon itself connects, on the sandbox's own network. Tied to a
+	// process (`process_id`), it fails at once when that process exits first.
+	// A timeout ends it with DEADLINE_EXCEEDED (WAIT_TIMED_OUT); cancelling the
+	// call stops the probing.
+	WaitForPort(ctx context.Context, in *WaitForPortRequest, opts ...grpc.CallOption) (*WaitForPortResponse, error)
+	// WaitForLog waits until a line of a process's output matches a regular
+	// expression. It scans the retained output from the given offsets first,
+	// then follows the live output, so a line printed before the call is
+	// matched too. Fails at once when the process exits without a match
+	// (FAILED_PRECONDITION, PROCESS_EXITED) and with DEADLINE_EXCEEDED
+	// (WAIT_TIMED_OUT) on its timeout.
+	WaitForLog(ctx context.Context, in *WaitForLogRequest, opts ...grpc.CallOption) (*WaitForLogResponse, error)
+	// WaitForExit waits until a process exits and returns how it ended;
+	// DEADLINE_EXCEEDED (WAIT_TIMED_OUT) on its timeout, the process running on.
+	WaitForExit(ctx context.Context, in *WaitForExitRequest, opts ...grpc.CallOption) (*WaitForExitResponse, error)
+	// ListPorts lists the TCP ports listening inside the sandbox, each with the
+	// process holding its socket where the daemon may see it.
+	ListPorts(ctx context.Context, in *ListPortsRequest, opts ...grpc.CallOption) (*ListPortsResponse, error)
 }
 
 type sandboxServiceClient struct {
@@ -211,6 +235,46 @@ func (c *sandboxServiceClient) GetProcessLogs(ctx context.Context, in *GetProces
 	return out, nil
 }
 
+func (c *sandboxServiceClient) WaitForPort(ctx context.Context, in *WaitForPortRequest, opts ...grpc.CallOption) (*WaitForPortResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WaitForPortResponse)
+	err := c.cc.Invoke(ctx, SandboxService_WaitForPort_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) WaitForLog(ctx context.Context, in *WaitForLogRequest, opts ...grpc.CallOption) (*WaitForLogResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WaitForLogResponse)
+	err := c.cc.Invoke(ctx, SandboxService_WaitForLog_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) WaitForExit(ctx context.Context, in *WaitForExitRequest, opts ...grpc.CallOption) (*WaitForExitResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(WaitForExitResponse)
+	err := c.cc.Invoke(ctx, SandboxService_WaitForExit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sandboxServiceClient) ListPorts(ctx context.Context, in *ListPortsRequest, opts ...grpc.CallOption) (*ListPortsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPortsResponse)
+	err := c.cc.Invoke(ctx, SandboxService_ListPorts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SandboxServiceServer is the server API for SandboxService service.
 // All implementations must embed UnimplementedSandboxServiceServer
 // for forward compatibility.
@@ -253,6 +317,26 @@ type SandboxServiceServer interface {
 	CleanupProcesses(context.Context, *CleanupProcessesRequest) (*CleanupProcessesResponse, error)
 	// GetProcessLogs returns a snapshot of a process's retained output.
 	GetProcessLogs(context.Context, *GetProcessLogsRequest) (*GetProcessLogsResponse, error)
+	// WaitForPort waits until a TCP port inside the sandbox accepts a
+	// connection or, with `http`, answers an HTTP GET with a status in a range:
+	// the daemon itself connects, on the sandbox's own network. Tied to a
+	// process (`process_id`), it fails at once when that process exits first.
+	// A timeout ends it with DEADLINE_EXCEEDED (WAIT_TIMED_OUT); cancelling the
+	// call stops the probing.
+	WaitForPort(context.Context, *WaitForPortRequest) (*WaitForPortResponse, error)
+	// WaitForLog waits until a line of a process's output matches a regular
+	// expression. It scans the retained output from the given offsets first,
+	// then follows the live output, so a line printed before the call is
+	// matched too. Fails at once when the process exits without a match
+	// (FAILED_PRECONDITION, PROCESS_EXITED) and with DEADLINE_EXCEEDED
+	// (WAIT_TIMED_OUT) on its timeout.
+	WaitForLog(context.Context, *WaitForLogRequest) (*WaitForLogResponse, error)
+	// WaitForExit waits until a process exits and returns how it ended;
+	// DEADLINE_EXCEEDED (WAIT_TIMED_OUT) on its timeout, the process running on.
+	WaitForExit(context.Context, *WaitForExitRequest) (*WaitForExitResponse, error)
+	// ListPorts lists the TCP ports listening inside the sandbox, each with the
+	// process holding its socket where the daemon may see it.
+	ListPorts(context.Context, *ListPortsRequest) (*ListPortsResponse, error)
 	mustEmbedUnimplementedSandboxServiceServer()
 }
 
@@ -292,6 +376,18 @@ func (UnimplementedSandboxServiceServer) CleanupProcesses(context.Context, *Clea
 }
 func (UnimplementedSandboxServiceServer) GetProcessLogs(context.Context, *GetProcessLogsRequest) (*GetProcessLogsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetProcessLogs not implemented")
+}
+func (UnimplementedSandboxServiceServer) WaitForPort(context.Context, *WaitForPortRequest) (*WaitForPortResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WaitForPort not implemented")
+}
+func (UnimplementedSandboxServiceServer) WaitForLog(context.Context, *WaitForLogRequest) (*WaitForLogResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WaitForLog not implemented")
+}
+func (UnimplementedSandboxServiceServer) WaitForExit(context.Context, *WaitForExitRequest) (*WaitForExitResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method WaitForExit not implemented")
+}
+func (UnimplementedSandboxServiceServer) ListPorts(context.Context, *ListPortsRequest) (*ListPortsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPorts not implemented")
 }
 func (UnimplementedSandboxServiceServer) mustEmbedUnimplementedSandboxServiceServer() {}
 func (UnimplementedSandboxServiceServer) testEmbeddedByValue()                        {}
@@ -469,6 +565,78 @@ func _SandboxService_GetProcessLogs_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _SandboxService_WaitForPort_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WaitForPortRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).WaitForPort(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_WaitForPort_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).WaitForPort(ctx, req.(*WaitForPortRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_WaitForLog_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WaitForLogRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).WaitForLog(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_WaitForLog_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).WaitForLog(ctx, req.(*WaitForLogRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_WaitForExit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(WaitForExitRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).WaitForExit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_WaitForExit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).WaitForExit(ctx, req.(*WaitForExitRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _SandboxService_ListPorts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPortsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SandboxServiceServer).ListPorts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: SandboxService_ListPorts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SandboxServiceServer).ListPorts(ctx, req.(*ListPortsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // SandboxService_ServiceDesc is the grpc.ServiceDesc for SandboxService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -503,6 +671,22 @@ var SandboxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetProcessLogs",
 			Handler:    _SandboxService_GetProcessLogs_Handler,
+		},
+		{
+			MethodName: "WaitForPort",
+			Handler:    _SandboxService_WaitForPort_Handler,
+		},
+		{
+			MethodName: "WaitForLog",
+			Handler:    _SandboxService_WaitForLog_Handler,
+		},
+		{
+			MethodName: "WaitForExit",
+			Handler:    _SandboxService_WaitForExit_Handler,
+		},
+		{
+			MethodName: "ListPorts",
+			Handler:    _SandboxService_ListPorts_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

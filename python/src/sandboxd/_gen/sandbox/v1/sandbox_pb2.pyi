@@ -52,6 +52,10 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_SYMLINK_LOOP: _ClassVar[ErrorReason]
     ERROR_REASON_FILE_BUSY: _ClassVar[ErrorReason]
     ERROR_REASON_FILE_SERVICE_UNAVAILABLE: _ClassVar[ErrorReason]
+    ERROR_REASON_WAIT_TIMED_OUT: _ClassVar[ErrorReason]
+    ERROR_REASON_PROCESS_EXITED: _ClassVar[ErrorReason]
+    ERROR_REASON_PATTERN_INVALID: _ClassVar[ErrorReason]
+    ERROR_REASON_PORTS_UNAVAILABLE: _ClassVar[ErrorReason]
 
 class ProcessStatus(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -107,6 +111,10 @@ ERROR_REASON_READ_ONLY_FILESYSTEM: ErrorReason
 ERROR_REASON_SYMLINK_LOOP: ErrorReason
 ERROR_REASON_FILE_BUSY: ErrorReason
 ERROR_REASON_FILE_SERVICE_UNAVAILABLE: ErrorReason
+ERROR_REASON_WAIT_TIMED_OUT: ErrorReason
+ERROR_REASON_PROCESS_EXITED: ErrorReason
+ERROR_REASON_PATTERN_INVALID: ErrorReason
+ERROR_REASON_PORTS_UNAVAILABLE: ErrorReason
 PROCESS_STATUS_UNSPECIFIED: ProcessStatus
 PROCESS_STATUS_STARTING: ProcessStatus
 PROCESS_STATUS_RUNNING: ProcessStatus
@@ -434,3 +442,132 @@ class GetProcessLogsResponse(_message.Message):
     stderr_offset: int
     process: ProcessInfo
     def __init__(self, process_id: _Optional[str] = ..., stdout: _Optional[bytes] = ..., stderr: _Optional[bytes] = ..., stdout_offset: _Optional[int] = ..., stderr_offset: _Optional[int] = ..., process: _Optional[_Union[ProcessInfo, _Mapping]] = ...) -> None: ...
+
+class HttpProbe(_message.Message):
+    __slots__ = ("path", "min_status", "max_status")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    MIN_STATUS_FIELD_NUMBER: _ClassVar[int]
+    MAX_STATUS_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    min_status: int
+    max_status: int
+    def __init__(self, path: _Optional[str] = ..., min_status: _Optional[int] = ..., max_status: _Optional[int] = ...) -> None: ...
+
+class WaitForPortRequest(_message.Message):
+    __slots__ = ("port", "host", "http", "process_id", "timeout_ms", "interval_ms")
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    HTTP_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    port: int
+    host: str
+    http: HttpProbe
+    process_id: str
+    timeout_ms: int
+    interval_ms: int
+    def __init__(self, port: _Optional[int] = ..., host: _Optional[str] = ..., http: _Optional[_Union[HttpProbe, _Mapping]] = ..., process_id: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., interval_ms: _Optional[int] = ...) -> None: ...
+
+class WaitForPortResponse(_message.Message):
+    __slots__ = ("address", "http_status", "attempts", "waited")
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    HTTP_STATUS_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    WAITED_FIELD_NUMBER: _ClassVar[int]
+    address: str
+    http_status: int
+    attempts: int
+    waited: _duration_pb2.Duration
+    def __init__(self, address: _Optional[str] = ..., http_status: _Optional[int] = ..., attempts: _Optional[int] = ..., waited: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class WaitForLogRequest(_message.Message):
+    __slots__ = ("process_id", "pattern", "stream", "stdout_offset", "stderr_offset", "timeout_ms")
+    PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
+    PATTERN_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    STDERR_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    process_id: str
+    pattern: str
+    stream: OutputStream
+    stdout_offset: int
+    stderr_offset: int
+    timeout_ms: int
+    def __init__(self, process_id: _Optional[str] = ..., pattern: _Optional[str] = ..., stream: _Optional[_Union[OutputStream, str]] = ..., stdout_offset: _Optional[int] = ..., stderr_offset: _Optional[int] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class MatchGroup(_message.Message):
+    __slots__ = ("text",)
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    def __init__(self, text: _Optional[str] = ...) -> None: ...
+
+class WaitForLogResponse(_message.Message):
+    __slots__ = ("stream", "offset", "line", "line_offset", "match", "groups", "named_groups")
+    class NamedGroupsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LINE_FIELD_NUMBER: _ClassVar[int]
+    LINE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MATCH_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    NAMED_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    stream: OutputStream
+    offset: int
+    line: str
+    line_offset: int
+    match: str
+    groups: _containers.RepeatedCompositeFieldContainer[MatchGroup]
+    named_groups: _containers.ScalarMap[str, str]
+    def __init__(self, stream: _Optional[_Union[OutputStream, str]] = ..., offset: _Optional[int] = ..., line: _Optional[str] = ..., line_offset: _Optional[int] = ..., match: _Optional[str] = ..., groups: _Optional[_Iterable[_Union[MatchGroup, _Mapping]]] = ..., named_groups: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class WaitForExitRequest(_message.Message):
+    __slots__ = ("process_id", "timeout_ms")
+    PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    process_id: str
+    timeout_ms: int
+    def __init__(self, process_id: _Optional[str] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class WaitForExitResponse(_message.Message):
+    __slots__ = ("exited", "process")
+    EXITED_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_FIELD_NUMBER: _ClassVar[int]
+    exited: ProcessExited
+    process: ProcessInfo
+    def __init__(self, exited: _Optional[_Union[ProcessExited, _Mapping]] = ..., process: _Optional[_Union[ProcessInfo, _Mapping]] = ...) -> None: ...
+
+class ListPortsRequest(_message.Message):
+    __slots__ = ("process_id",)
+    PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
+    process_id: str
+    def __init__(self, process_id: _Optional[str] = ...) -> None: ...
+
+class ListPortsResponse(_message.Message):
+    __slots__ = ("ports",)
+    PORTS_FIELD_NUMBER: _ClassVar[int]
+    ports: _containers.RepeatedCompositeFieldContainer[ListeningPort]
+    def __init__(self, ports: _Optional[_Iterable[_Union[ListeningPort, _Mapping]]] = ...) -> None: ...
+
+class ListeningPort(_message.Message):
+    __slots__ = ("port", "address", "ipv6", "pid", "program", "process_id")
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    IPV6_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    PROGRAM_FIELD_NUMBER: _ClassVar[int]
+    PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
+    port: int
+    address: str
+    ipv6: bool
+    pid: int
+    program: str
+    process_id: str
+    def __init__(self, port: _Optional[int] = ..., address: _Optional[str] = ..., ipv6: _Optional[bool] = ..., pid: _Optional[int] = ..., program: _Optional[str] = ..., process_id: _Optional[str] = ...) -> None: ...
