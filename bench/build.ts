@@ -23,6 +23,14 @@ export async function buildFloorServer(): Promise<string> {
   return bundle(path.join(repoRoot, "bench/floor-server.ts"), floorBundleFile);
 }
 
+/** Where {@link buildClientStream} writes the bundled client process of the client-memory figure. */
+export const clientBundleFile = path.join(repoRoot, "bench/.tools/bundle/client-stream.mjs");
+
+/** Bundles bench/client-stream.ts (the TypeScript SDK as a process of its own), as the daemon is bundled. */
+export async function buildClientStream(): Promise<string> {
+  return bundle(path.join(repoRoot, "bench/client-stream.ts"), clientBundleFile);
+}
+
 async function bundle(entry: string, outfile: string): Promise<string> {
   await build({
     entryPoints: [entry],

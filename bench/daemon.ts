@@ -52,6 +52,13 @@ export interface Daemon {
   rssBytes(): number;
   /** CPU time the daemon has used, in milliseconds, from /proc. */
   cpuMs(): number;
+  /**
+   * The highest RSS, in bytes, seen since the daemon served or the last {@link resetPeakRss}: sampled
+   * from /proc every {@link rssSampleMs} ms and at each call.
+   */
+  peakRssBytes(): number;
+  /** Starts a new peak from the RSS now. */
+  resetPeakRss(): void;
   /** Stops the daemon (SIGTERM, then SIGKILL) and removes its workspace. */
   stop(): Promise<void>;
 }
@@ -104,6 +111,13 @@ export async function startDaemon(options: DaemonOptions = {}): Promise<Daemon> 
   }
   const startMs = performance.now() - startedAt;
   const pid = child.pid!;
+  let peakRss = readRssBytes(pid);
+  const samplePeak = () => {
+    peakRss = Math.max(peakRss, readRssBytes(pid));
+    return peakRss;
+  };
+  const sampler = setInterval(samplePeak, rssSampleMs);
+  sampler.unref();
   return {
     pid,
     url,
@@ -118,7 +132,12 @@ export async function startDaemon(options: DaemonOptions = {}): Promise<Daemon> 
     ),
     rssBytes: () => readRssBytes(pid),
     cpuMs: () => readCpuMs(pid),
+    peakRssBytes: samplePeak,
+    resetPeakRss: () => {
+      peakRss = readRssBytes(pid);
+    },
     async stop() {
+      clearInterval(sampler);
       for (const connection of connections) connection.close();
       child.kill("SIGTERM");
       const forced = setTimeout(() => child.kill("SIGKILL"), 10_000);
@@ -128,6 +147,9 @@ export async function startDaemon(options: DaemonOptions = {}): Promise<Daemon> 
     },
   };
 }
+
+/** Milliseconds between two samples of a daemon's RSS for {@link Daemon.peakRssBytes}. */
+export const rssSampleMs = 50;
 
 /** The bench's environment without sandboxd's own variables, so a developer's settings do not leak in. */
 function daemonEnvironment(): NodeJS.ProcessEnv {

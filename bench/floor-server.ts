@@ -1,8 +1,9 @@
 /**
  * The floor under sandboxd's RPC figures: a connect-node server of the same SandboxService with the
  * daemon's transport settings whose Exec runs nothing. An Exec of `true` answers the two events a
- * real one sends (`started`, `exited`) at once; an Exec of `stream N` answers N bytes as 64 KiB
- * OutputChunk messages of one preallocated buffer, the read size of a pipe. What this process costs
+ * real one sends (`started`, `exited`) at once; an Exec of `stream N [SIZE]` answers N bytes as
+ * OutputChunk messages of SIZE bytes (64 KiB by default, the read size of a pipe) from one
+ * preallocated buffer. What this process costs
  * per call and per MB is what connect-es, protobuf-es and Node's HTTP/2 cost before a process, a
  * pipe or anything of sandboxd's runs (bench/figures/connect-floor.ts).
  *
@@ -22,9 +23,10 @@ import {
   type ExecResponse,
 } from "../gen/sandbox/v1/sandbox_pb.js";
 
-/** The size of one output message: what a pipe read gives the daemon. */
-const chunkBytes = 64 * 1024;
-const chunk = new Uint8Array(chunkBytes);
+/** The default size of one output message: what a pipe read gives the daemon. */
+const defaultChunkBytes = 64 * 1024;
+/** One preallocated buffer per message size asked for. */
+const chunks = new Map<number, Uint8Array>();
 
 async function* exec(request: ExecRequest): AsyncGenerator<ExecResponse> {
   const spec = request.spec;
@@ -45,6 +47,9 @@ async function* exec(request: ExecRequest): AsyncGenerator<ExecResponse> {
   });
   if (spec?.command === "stream") {
     const total = BigInt(spec.args[0] ?? "0");
+    const chunkBytes = Number(spec.args[1] ?? defaultChunkBytes);
+    let chunk = chunks.get(chunkBytes);
+    if (chunk === undefined) chunks.set(chunkBytes, (chunk = new Uint8Array(chunkBytes)));
     for (let offset = 0n; offset < total; offset += BigInt(chunkBytes)) {
       const left = total - offset;
       const data = left < chunkBytes ? chunk.subarray(0, Number(left)) : chunk;

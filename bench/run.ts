@@ -7,7 +7,7 @@
  *     npm run bench -- --quick          # tiny counts: proves the harness runs (seconds)
  *     npm run bench -- --only latency,throughput --cpu-prof .tmp-prof
  *
- * Flags: --quick; --only <figures> (start, latency, throughput, ghz, floor, memory, fanout, scale, floods, files); --out <file>
+ * Flags: --quick; --only <figures> (start, latency, throughput, client, ghz, floor, memory, fanout, scale, floods, files); --out <file>
  * (default bench/results.json); --tsx (run the daemon through tsx instead of the esbuild bundle);
  * --cpu-prof <dir> (write the daemon's CPU profiles there, for `node --cpu-prof`); --node-args "<flags>"
  * (Node and V8 flags for the daemon's node, for A/B runs of a flag).
@@ -18,6 +18,7 @@ import path from "node:path";
 import { parseArgs } from "node:util";
 import { buildDaemon } from "./build.js";
 import { repoRoot, startDaemon, type Daemon, type DaemonOptions } from "./daemon.js";
+import { measureClientMemory } from "./figures/client-memory.js";
 import { measureConnectFloor } from "./figures/connect-floor.js";
 import { measureDaemonStart } from "./figures/daemon-start.js";
 import { measureExecLatency } from "./figures/exec-latency.js";
@@ -29,7 +30,7 @@ import { measureGhz } from "./figures/ghz.js";
 import { measureLogsFanout } from "./figures/logs-fanout.js";
 import { measureProcessScale } from "./figures/process-scale.js";
 import { freePort, measureProcessV1Execute } from "./figures/process-v1.js";
-import { formatMarkdown, formatTable, writeResults, type BenchResults, type Row } from "./report.js";
+import { formatMarkdown, formatTable, ratioRow, writeResults, type BenchResults, type Row } from "./report.js";
 import { fullSize, quickSize } from "./size.js";
 
 /** Names accepted by --only, in the order the figures run. */
@@ -37,6 +38,7 @@ export const figureNames = [
   "start",
   "latency",
   "throughput",
+  "client",
   "ghz",
   "floor",
   "memory",
@@ -81,10 +83,15 @@ async function main(): Promise<void> {
     ],
   });
   const rows: Row[] = [];
-  const withDaemon = async (args: string[], measure: (daemon: Daemon) => Promise<Row[]>) => {
+  // Each daemon's peak RSS over its figures, beside its own idle RSS (1 s after it served).
+  const withDaemon = async (args: string[], group: string, measure: (daemon: Daemon) => Promise<Row[]>) => {
     const daemon = await startDaemon(daemonOptions(args));
     try {
+      await new Promise((resolve) => setTimeout(resolve, 1000));
+      const idle = daemon.rssBytes() / 1e6;
+      daemon.resetPeakRss();
       rows.push(...(await measure(daemon)));
+      rows.push(peakRow(group, idle, daemon.peakRssBytes() / 1e6));
     } finally {
       await daemon.stop();
     }
@@ -94,9 +101,9 @@ async function main(): Promise<void> {
     log("daemon start");
     rows.push(...(await measureDaemonStart(size, entry)));
   }
-  if (only.has("latency") || only.has("throughput") || only.has("ghz")) {
+  if (only.has("latency") || only.has("throughput") || only.has("client") || only.has("ghz")) {
     const grpcPort = await freePort();
-    await withDaemon(["--agent-sandbox-grpc-port", String(grpcPort)], async (daemon) => {
+    await withDaemon(["--agent-sandbox-grpc-port", String(grpcPort)], "calls", async (daemon) => {
       const measured: Row[] = [];
       if (only.has("latency")) {
         log("exec latency");
@@ -108,6 +115,10 @@ async function main(): Promise<void> {
         log("exec throughput");
         measured.push(...(await measureExecThroughput(daemon, size)));
       }
+      if (only.has("client")) {
+        log("client memory and HTTP/2 frames");
+        measured.push(...(await measureClientMemory(daemon, size)));
+      }
       if (only.has("ghz")) {
         log("ghz");
         measured.push(...(await measureGhz(daemon, size)));
@@ -117,29 +128,50 @@ async function main(): Promise<void> {
   }
   if (only.has("floor")) {
     log("connect-es alone (the floor under the RPC figures)");
-    rows.push(...(await measureConnectFloor(size)));
+    const messageRow = rows.find((row) => row.id === "exec-message-bytes");
+    const messageBytes = messageRow?.value ? Math.round((messageRow.value * 1000) / 1024) * 1024 : undefined;
+    rows.push(...(await measureConnectFloor(size, { messageBytes })));
+    const daemonPerMb = rows.find((row) => row.id === "exec-cpu-per-mb")?.value;
+    const floorPerMb = rows.find((row) => row.id === "floor-cpu-per-mb-daemon-size")?.value;
+    if (daemonPerMb != null && floorPerMb != null)
+      rows.push(
+        ratioRow(
+          {
+            id: "exec-cpu-per-mb-vs-floor",
+            figure: "daemon CPU per MB beside connect-es alone's at the same message size",
+            unit: "ms",
+            value: daemonPerMb,
+            baseline: floorPerMb,
+            note: `messages of ${messageBytes} bytes on the floor server, the daemon's mean in this run`,
+          },
+          "max",
+          1.2,
+        ),
+      );
   }
   if (only.has("memory")) {
     log("daemon memory around execs");
-    await withDaemon([], (daemon) => measureExecMemory(daemon, size));
+    await withDaemon([], "memory", (daemon) => measureExecMemory(daemon, size));
   }
   if (only.has("fanout")) {
     log("StreamLogs fan-out");
-    await withDaemon(["--max-output-bytes", String(2 * size.fanoutBytes)], (daemon) => measureLogsFanout(daemon, size));
+    await withDaemon(["--max-output-bytes", String(2 * size.fanoutBytes)], "fanout", (daemon) =>
+      measureLogsFanout(daemon, size),
+    );
   }
   if (only.has("scale")) {
     log("process scale and memory");
-    await withDaemon(["--max-processes", String(size.scaleProcesses + 24)], (daemon) =>
+    await withDaemon(["--max-processes", String(size.scaleProcesses + 24)], "scale", (daemon) =>
       measureProcessScale(daemon, size),
     );
   }
   if (only.has("floods")) {
     log("an honest Exec during floods without the token");
-    await withDaemon(["--token", floodToken], (daemon) => measureFloods(daemon, size));
+    await withDaemon(["--token", floodToken], "floods", (daemon) => measureFloods(daemon, size));
   }
   if (only.has("files")) {
     log("the file service: transfers, a small file, a large listing");
-    await withDaemon([], (daemon) => measureFiles(daemon, size));
+    await withDaemon([], "files", (daemon) => measureFiles(daemon, size));
   }
 
   const results: BenchResults = {
@@ -155,6 +187,36 @@ async function main(): Promise<void> {
   process.stdout.write(
     `${size.mode} run in ${results.elapsedSeconds.toFixed(0)} s on ${results.machine.cpus} cores; results in ${path.relative(process.cwd(), out)}\n`,
   );
+}
+
+/** What each daemon's figures are, for its peak RSS row. */
+const groupFigures: Record<string, string> = {
+  calls: "exec latency, concurrency, 1 GiB streams, clients",
+  memory: `execs for the memory figure`,
+  fanout: "StreamLogs fan-out (retains the whole output by design)",
+  scale: "1,000 live processes",
+  floods: "floods",
+  files: "file transfers",
+};
+
+/**
+ * A daemon's peak RSS over its figures beside its idle RSS. The daemon of the call figures has the
+ * goal (idle + 40 MB); the others hold what their figures ask them to (1,000 processes, a retained
+ * 64 MiB output), so their rows are information.
+ */
+function peakRow(group: string, idle: number, peak: number): Row {
+  const goal = group === "calls";
+  return {
+    id: `daemon-peak-rss-${group}`,
+    figure: `daemon peak RSS: ${groupFigures[group] ?? group}`,
+    unit: "MB",
+    value: peak,
+    baseline: idle,
+    ratio: peak - idle,
+    goal: goal ? "<= 40 MB beyond" : "- beyond",
+    verdict: goal ? (peak - idle <= 40 ? "pass" : "fail") : "info",
+    note: `sampled every 50 ms; idle ${idle.toFixed(1)} MB 1 s after the daemon served`,
+  };
 }
 
 main().then(

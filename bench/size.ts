@@ -29,6 +29,12 @@ export interface BenchSize {
   ghzConcurrency: number;
   /** Bytes of the file moved up and down through the file service. */
   fileBytes: number;
+  /** Bytes a client process streams (execStream, exec_stream) while its RSS is watched. */
+  clientStreamBytes: number;
+  /** Bytes a client process receives through exec(), which keeps the whole result. */
+  clientExecBytes: number;
+  /** Bytes streamed through the frame-counting proxy. */
+  clientFrameBytes: number;
 }
 
 /** The sizes of issue 5. */
@@ -50,6 +56,9 @@ export const fullSize: BenchSize = {
   ghzCalls: 2000,
   ghzConcurrency: 50,
   fileBytes: 1024 ** 3,
+  clientStreamBytes: 1024 ** 3,
+  clientExecBytes: 256 * 1024 ** 2,
+  clientFrameBytes: 64 * 1024 ** 2,
 };
 
 /** Tiny counts, for the smoke test and a first look (a few seconds per figure). */
@@ -71,4 +80,7 @@ export const quickSize: BenchSize = {
   ghzCalls: 100,
   ghzConcurrency: 50,
   fileBytes: 8 * 1024 ** 2,
+  clientStreamBytes: 16 * 1024 ** 2,
+  clientExecBytes: 8 * 1024 ** 2,
+  clientFrameBytes: 8 * 1024 ** 2,
 };

@@ -18,7 +18,7 @@ import { execTrue } from "./exec-latency.js";
  * a process. The rows are information, not goals: they show how much of each daemon figure is the
  * RPC stack the issue asks us to keep, measured in the same run with the same client.
  */
-export async function measureConnectFloor(size: BenchSize): Promise<Row[]> {
+export async function measureConnectFloor(size: BenchSize, options: FloorOptions = {}): Promise<Row[]> {
   const entry = await buildFloorServer();
   const server = startFloorServer(entry);
   try {
@@ -27,10 +27,11 @@ export async function measureConnectFloor(size: BenchSize): Promise<Row[]> {
       acceptCompression: false,
     });
     const client = createClient(SandboxService, connection.transport);
-    // The floor server's Exec of `stream N` answers N bytes of output and exits.
-    const streamBytes = async (count: number) => {
+    // The floor server's Exec of `stream N SIZE` answers N bytes of output as SIZE-byte messages and exits.
+    const streamBytes = async (count: number, messageBytes = 64 * 1024) => {
       let bytes = 0;
-      for await (const event of client.exec({ spec: { command: "stream", args: [String(count)] } })) {
+      const args = [String(count), String(messageBytes)];
+      for await (const event of client.exec({ spec: { command: "stream", args } })) {
         if (event.event.case === "output") bytes += event.event.value.data.length;
       }
       return bytes;
@@ -58,6 +59,14 @@ export async function measureConnectFloor(size: BenchSize): Promise<Row[]> {
     let streamed = 0;
     const streamMs = await timeMs(async () => (streamed = await streamBytes(size.execBytes)));
     const cpuPerMb = (readCpuMs(pid) - streamCpuBefore) / (streamed / 1e6);
+    // The same bytes as the daemon's messages were, on average, in this run's throughput figure.
+    const sameSize = options.messageBytes;
+    let cpuPerMbSameSize = Number.NaN;
+    if (sameSize !== undefined) {
+      const before = readCpuMs(pid);
+      const bytes = await streamBytes(size.execBytes, sameSize);
+      cpuPerMbSameSize = (readCpuMs(pid) - before) / (bytes / 1e6);
+    }
     connection.close();
     // A fresh server for the memory after calls, as the daemon's figure uses a daemon of its own.
     const rssAfter = await rssAfterCalls(entry, size);
@@ -140,6 +149,20 @@ export async function measureConnectFloor(size: BenchSize): Promise<Row[]> {
         ratio: null,
         ...info,
       },
+      ...(sameSize === undefined
+        ? []
+        : [
+            {
+              id: "floor-cpu-per-mb-daemon-size",
+              figure: `connect-es alone: server CPU per MB as ${formatKib(sameSize)} messages`,
+              unit: "ms",
+              value: cpuPerMbSameSize,
+              baseline: null,
+              ratio: null,
+              ...info,
+              note: "messages of the mean size the daemon sent in this run's 1 GiB through Exec",
+            } satisfies Row,
+          ]),
       {
         id: "floor-rss-idle",
         figure: "connect-es alone: RSS idle",
@@ -163,6 +186,22 @@ export async function measureConnectFloor(size: BenchSize): Promise<Row[]> {
   } finally {
     server.kill("SIGKILL");
   }
+}
+
+/** Options of {@link measureConnectFloor}. */
+export interface FloorOptions {
+  /**
+   * Also stream the output size as messages of this many bytes (the mean size of the daemon's own in
+   * the same run), for the daemon's CPU per MB beside the floor's at the same message size.
+   */
+  messageBytes?: number;
+}
+
+/** "64 KiB", "1 MiB", "200.5 KiB". */
+function formatKib(bytes: number): string {
+  if (bytes >= 1024 * 1024 && bytes % (1024 * 1024) === 0) return `${bytes / (1024 * 1024)} MiB`;
+  const kib = bytes / 1024;
+  return `${Number.isInteger(kib) ? kib : kib.toFixed(1)} KiB`;
 }
 
 /** The floor server with the daemon's Node flags (src/cli/sandboxd/node-flags.ts), as the daemon runs. */
