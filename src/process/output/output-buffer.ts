@@ -250,11 +250,12 @@ export class OutputBuffer {
   }
 
   /**
-   * Reads up to `maxItems` items for a reader at `position`, advancing it. Returns an empty array
+   * Reads up to `maxItems` items and `maxBytes` bytes of output for a reader at `position`,
+   * advancing it (a chunk past `maxBytes` is cut, its rest read next time). Returns an empty array
    * when the reader has everything written so far.
    * @internal
    */
-  readAt(position: ReaderPosition, maxItems: number): OutputItem[] {
+  readAt(position: ReaderPosition, maxItems: number, maxBytes = Number.POSITIVE_INFINITY): OutputItem[] {
     const items: OutputItem[] = [];
     for (const stream of ["stdout", "stderr"] as const) {
       const from = position.offsets[stream];
@@ -263,18 +264,21 @@ export class OutputBuffer {
         position.offsets[stream] = this.firstRetained[stream];
       }
     }
+    let bytes = 0;
     let index = this.head + Math.max(0, position.sequence - this.headSequence);
-    for (; index < this.chunks.length && items.length < maxItems; index++) {
+    for (; index < this.chunks.length && items.length < maxItems && bytes < maxBytes; index++) {
       const chunk = this.chunks[index];
       const from = position.offsets[chunk.stream];
       const end = chunk.offset + chunk.data.length;
       if (end <= from) continue;
       const skip = Math.max(0, from - chunk.offset);
-      const data = skip === 0 ? chunk.data : chunk.data.subarray(skip);
+      const take = Math.min(chunk.data.length - skip, maxBytes - bytes);
+      const data = skip === 0 && take === chunk.data.length ? chunk.data : chunk.data.subarray(skip, skip + take);
       items.push({ kind: "chunk", stream: chunk.stream, offset: chunk.offset + skip, data });
-      position.offsets[chunk.stream] = end;
+      position.offsets[chunk.stream] = chunk.offset + skip + take;
+      bytes += take;
     }
-    // Stay on the last chunk: it may still grow by coalescing.
+    // Stay on the last chunk: it may still grow by coalescing, or have a rest not read yet.
     position.sequence = this.headSequence + Math.max(0, Math.min(index, this.chunks.length) - 1 - this.head);
     return items;
   }
@@ -388,6 +392,14 @@ export interface ReadOptions {
   follow: boolean;
   /** Stops the iteration (the generator returns, it does not throw) when aborted. */
   signal?: AbortSignal;
+  /**
+   * Hand out larger chunks when the consumer lags: each time the consumer asks for more, everything
+   * retained past the reader (up to this many bytes) is taken at once, and consecutive chunks of one
+   * stream are joined into one. A consumer that keeps up still gets each write as it comes (a
+   * chunk is never held back to be joined with later output). Offsets, bytes and their order are
+   * the same as without it. Default: chunks as they were stored (at most 64 KiB each).
+   */
+  maxChunkBytes?: number;
 }
 
 /**
@@ -417,10 +429,13 @@ export class OutputReader {
    * the consumer asks for the next one, which is what lets a pinned reader hold back a producer.
    */
   async *items(options: ReadOptions): AsyncGenerator<OutputItem, void, undefined> {
-    const { signal } = options;
+    const { signal, maxChunkBytes } = options;
     for (;;) {
       if (signal?.aborted) return;
-      const batch = this.buffer.readAt(this.position, 16);
+      const batch =
+        maxChunkBytes === undefined
+          ? this.buffer.readAt(this.position, 16)
+          : joinChunks(this.buffer.readAt(this.position, Number.POSITIVE_INFINITY, maxChunkBytes));
       if (batch.length === 0) {
         if (!options.follow || this.buffer.isEnded) return;
         try {
@@ -441,4 +456,39 @@ export class OutputReader {
       }
     }
   }
+}
+
+/** Joins runs of adjacent items that are contiguous chunks of the same stream into one chunk each. */
+function joinChunks(items: OutputItem[]): OutputItem[] {
+  if (items.length < 2) return items;
+  const joined: OutputItem[] = [];
+  let run: OutputChunk[] = [];
+  const flush = () => {
+    if (run.length === 1) joined.push(run[0]);
+    else if (run.length > 1) {
+      const first = run[0];
+      joined.push({
+        kind: "chunk",
+        stream: first.stream,
+        offset: first.offset,
+        data: Buffer.concat(run.map((chunk) => chunk.data)),
+      });
+    }
+    run = [];
+  };
+  for (const item of items) {
+    const last = run.at(-1);
+    if (
+      item.kind === "chunk" &&
+      (last === undefined || (last.stream === item.stream && last.offset + last.data.length === item.offset))
+    ) {
+      run.push(item);
+      continue;
+    }
+    flush();
+    if (item.kind === "chunk") run.push(item);
+    else joined.push(item);
+  }
+  flush();
+  return joined;
 }

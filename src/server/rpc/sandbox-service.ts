@@ -85,7 +85,7 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
       const stopping = onAbort(signal, stop);
       try {
         yield { event: { case: "started", value: toProtoStartedInfo(managed) } } satisfies ExecEvent;
-        for await (const item of started.reader.items({ follow: true, signal })) {
+        for await (const item of started.reader.items({ follow: true, signal, maxChunkBytes: maxOutputMessageBytes })) {
           // A pinned reader is never dropped from under, so only chunks come.
           if (item.kind === "chunk") yield { event: { case: "output", value: toProtoChunk(item) } } satisfies ExecEvent;
         }
@@ -118,7 +118,7 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
       const reader = withConnectErrors(() => managed.readOutput(from));
       const signal = context.signal;
       yield { event: { case: "process", value: toProtoInfo(managed) } } satisfies LogsEvent;
-      for await (const item of reader.items({ follow: request.follow, signal })) {
+      for await (const item of reader.items({ follow: request.follow, signal, maxChunkBytes: maxOutputMessageBytes })) {
         yield item.kind === "chunk"
           ? ({ event: { case: "output", value: toProtoChunk(item) } } satisfies LogsEvent)
           : ({ event: { case: "gap", value: toProtoGap(item) } } satisfies LogsEvent);
@@ -252,6 +252,15 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
     ...createReadinessHandlers({ manager, lookup }),
   };
 }
+
+/**
+ * Most output bytes in one Exec or StreamLogs message. Each message takes what the command wrote
+ * since the last one was sent (see `ReadOptions.maxChunkBytes`): a caller that keeps up gets each
+ * write at once, one that lags gets fewer, larger messages, which cost less per byte on both sides
+ * (connect-es alone: x0.54-0.59 the CPU per MB of 64 KiB messages). 1 MiB stays well under the
+ * 4 MiB most gRPC clients accept by default.
+ */
+export const maxOutputMessageBytes = 1024 * 1024;
 
 /** Most SendInput messages read ahead of their answers. */
 const maxInputLookahead = 64;
