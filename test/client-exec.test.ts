@@ -246,7 +246,8 @@ describe("execStream (seed 000)", () => {
   it("yields start, stdout, stderr and complete, as the seed's switch handles them", async () => {
     const events: ExecEvent[] = [];
     let printed = "";
-    for await (const event of sandbox.execStream("echo one; echo two >&2; exit 4")) {
+    // Asked to keep its output, the complete event's result has it all, as exec()'s does.
+    for await (const event of sandbox.execStream("echo one; echo two >&2; exit 4", { maxRetainedBytes: Infinity })) {
       events.push(event);
       switch (event.type) {
         case "start":
@@ -315,16 +316,46 @@ describe("execStream (seed 000)", () => {
     expect(events[0].error).toBeInstanceOf(SandboxError);
   });
 
-  it("a slow consumer gets every byte (backpressure holds the command back)", async () => {
+  it("a slow consumer gets every byte (backpressure holds the command back), and the stream keeps none", async () => {
     let bytes = 0;
+    let result: ExecResult | undefined;
     for await (const event of sandbox.execStream("head -c 3000000 /dev/zero | tr '\\0' x")) {
       if (event.type === "stdout") {
         bytes += event.data!.length;
         await new Promise((resolve) => setTimeout(resolve, 1));
       }
-      if (event.type === "complete") expect(event.result?.stdout.length).toBe(3_000_000);
+      if (event.type === "complete") result = event.result;
     }
     expect(bytes).toBe(3_000_000);
+    // What was handed over is not kept: the result has the exit, not a second copy of the output.
+    expect(result).toMatchObject({ exitCode: 0, stdout: "", output: "" });
+    expect(result?.stdoutBytes.length).toBe(0);
+  });
+
+  it("hands over output that arrived before the loop asked for it, though it keeps none", async () => {
+    const sessionId = `early-${process.pid}-${Date.now()}`;
+    const stdout: string[] = [];
+    for await (const event of sandbox.execStream("printf early", { sessionId })) {
+      if (event.type === "start") {
+        // Everything is sent before the loop goes on: the daemon has the exit and has let go of the output.
+        await waitFor(() => {
+          const [record] = t.server.manager.list({ sessionId });
+          return record?.exit !== undefined && record.snapshotOutput("stdout").length === 0;
+        });
+      }
+      if (event.type === "stdout") stdout.push(event.data!);
+    }
+    expect(stdout.join("")).toBe("early");
+  });
+
+  it("keeps the newest maxRetainedBytes of output for the result when asked", async () => {
+    let result: ExecResult | undefined;
+    for await (const event of sandbox.execStream("printf 'abcdefgh'; sleep 0.2; printf 'ij' >&2", {
+      maxRetainedBytes: 4,
+    }))
+      if (event.type === "complete") result = event.result;
+    expect(result?.stderr).toBe("ij");
+    expect(result?.stdout.length).toBeLessThanOrEqual(4);
   });
 });
 

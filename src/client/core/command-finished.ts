@@ -1,4 +1,12 @@
-import { decodeChunks, joinBytes, type DecodedOutput, type OutputChunk, type OutputOffsets } from "./output.js";
+import {
+  decodeChunks,
+  joinBytes,
+  StreamDecoder,
+  type DecodedOutput,
+  type OutputChunk,
+  type OutputOffsets,
+  type OutputStreamName,
+} from "./output.js";
 import type { ProcessExit } from "./process-record.js";
 import type { ProcessStatus } from "../../shared/process-status.js";
 
@@ -19,8 +27,16 @@ import type { ProcessStatus } from "../../shared/process-status.js";
  */
 export class CommandFinished {
   private decoded?: DecodedOutput;
+  /** Every chunk retained, in arrival order (see `truncated`): views of {@link bytes}. */
+  readonly chunks: readonly OutputChunk[];
+  /** Each stream's retained bytes, joined once. */
+  private readonly bytes: Readonly<Record<OutputStreamName, Buffer>>;
 
-  /** @internal Built by a handle from its exit and the chunks it retained. */
+  /**
+   * @internal Built by a handle from its exit and the chunks it retained. Each stream's chunks are
+   * joined into one buffer here and `chunks` become views of it, so the result holds its output
+   * once, however the bytes and text are read, and lets go of the buffers they arrived in.
+   */
   constructor(
     /** The process id. */
     readonly id: string,
@@ -28,13 +44,26 @@ export class CommandFinished {
     readonly command: string,
     /** How it ended. */
     readonly exit: ProcessExit,
-    /** Every chunk retained, in arrival order (see `truncated`). */
-    readonly chunks: readonly OutputChunk[],
+    received: readonly OutputChunk[],
     /** Encoding of the text accessors (a WHATWG label). */
     readonly encoding = "utf-8",
     /** Bytes of each stream dropped from the front because of the handle's `maxRetainedBytes`. */
     readonly droppedBytes: Readonly<OutputOffsets> = { stdout: 0, stderr: 0 },
-  ) {}
+  ) {
+    const stdout = asBuffer(joinBytes(received, "stdout"));
+    const stderr = asBuffer(joinBytes(received, "stderr"));
+    this.bytes = { stdout, stderr };
+    const at = { stdout: 0, stderr: 0 };
+    this.chunks = received.map((chunk) => {
+      const start = at[chunk.stream];
+      at[chunk.stream] += chunk.data.length;
+      return {
+        stream: chunk.stream,
+        offset: chunk.offset,
+        data: this.bytes[chunk.stream].subarray(start, at[chunk.stream]),
+      };
+    });
+  }
 
   /** Whether older output was dropped to respect the handle's `maxRetainedBytes` (see `droppedBytes`). */
   get truncated(): boolean {
@@ -81,18 +110,40 @@ export class CommandFinished {
     return this.text().output;
   }
 
-  /** Standard output bytes, exactly as written. */
-  stdoutBytes(): Uint8Array {
-    return joinBytes(this.chunks, "stdout");
+  /** Standard output bytes, exactly as written (the result's own buffer: the same one each call). */
+  stdoutBytes(): Buffer {
+    return this.bytes.stdout;
   }
 
-  /** Standard error bytes, exactly as written. */
-  stderrBytes(): Uint8Array {
-    return joinBytes(this.chunks, "stderr");
+  /** Standard error bytes, exactly as written (the result's own buffer: the same one each call). */
+  stderrBytes(): Buffer {
+    return this.bytes.stderr;
   }
 
   private text(): DecodedOutput {
-    this.decoded ??= decodeChunks(this.chunks, this.encoding);
+    this.decoded ??= this.decode();
     return this.decoded;
   }
+
+  /**
+   * Decodes each stream's bytes in one pass. When only one stream has output, `output` is the same
+   * string as that stream's text (no second copy); only output of both streams is decoded again,
+   * chunk by chunk, for the joined text in arrival order.
+   */
+  private decode(): DecodedOutput {
+    const text = (stream: OutputStreamName) => {
+      const decoder = new StreamDecoder(this.encoding);
+      return decoder.decode(stream, this.bytes[stream]) + decoder.flush(stream);
+    };
+    const stdout = text("stdout");
+    const stderr = text("stderr");
+    if (this.bytes.stderr.length === 0) return { stdout, stderr, output: stdout };
+    if (this.bytes.stdout.length === 0) return { stdout, stderr, output: stderr };
+    return { stdout, stderr, output: decodeChunks(this.chunks, this.encoding).output };
+  }
+}
+
+/** A Buffer over the same memory as `bytes`. */
+function asBuffer(bytes: Uint8Array): Buffer {
+  return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
 }

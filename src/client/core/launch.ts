@@ -15,10 +15,12 @@ export interface LaunchContext extends CommandContext {
 /**
  * How a command runs. `wait`: through Exec, one call that streams the command from start to exit;
  * the daemon kills the command when the call goes away (cancelled, or this client gone), and the
- * result keeps all output. `background`: StartProcess, then StreamLogs to follow it; the command
- * outlives its calls and its handle can reconnect.
+ * result keeps all output. `stream`: as `wait`, for a caller that iterates the handle at once: its
+ * first iterator is subscribed before any output arrives, so a handle that keeps nothing for its
+ * result (`maxRetainedBytes` 0) still hands every byte to it. `background`: StartProcess, then
+ * StreamLogs to follow it; the command outlives its calls and its handle can reconnect.
  */
-export type LaunchMode = "wait" | "background";
+export type LaunchMode = "wait" | "stream" | "background";
 
 /**
  * Runs `command`: the one way every API of this client starts a command. `wait` resolves once the
@@ -35,7 +37,8 @@ export async function launch<H extends ProcessHandle = ProcessHandle>(
   Handle: HandleClass<H> = ProcessHandle as unknown as HandleClass<H>,
 ): Promise<H> {
   const { defaults } = context;
-  const timeoutMs = options.timeoutMs ?? (mode === "wait" ? defaults.timeoutMs : 0);
+  const waiting = mode !== "background";
+  const timeoutMs = options.timeoutMs ?? (waiting ? defaults.timeoutMs : 0);
   const spec = toProcessSpec(command, { ...options, timeoutMs }, defaults);
   context.useSession(spec.sessionId!);
   const handleOptions: HandleOptions = {
@@ -46,9 +49,13 @@ export async function launch<H extends ProcessHandle = ProcessHandle>(
     onError: options.onError,
   };
   const { signal } = options;
-  if (mode === "wait") {
+  if (waiting) {
     try {
-      return (await ProcessHandle.exec(context, { spec }, { ...handleOptions, signal })) as H;
+      return (await ProcessHandle.exec(
+        context,
+        { spec },
+        { ...handleOptions, signal, iterated: mode === "stream" },
+      )) as H;
     } catch (error) {
       throw signal?.aborted ? signal.reason : toSandboxError(error);
     }

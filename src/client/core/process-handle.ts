@@ -99,6 +99,8 @@ export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
   private killSignal?: AbortSignal;
   /** Listeners on callers' signals, removed once the stream settles. */
   private readonly whenSettled: Array<() => void> = [];
+  /** The first iterator, subscribed before any output arrived (see {@link ProcessHandle.exec}'s `iterated`). */
+  private firstIterator?: AsyncGenerator<OutputChunk>;
 
   /** @internal Use {@link ProcessHandle.exec} or {@link ProcessHandle.forProcess}. */
   constructor(
@@ -144,15 +146,18 @@ export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
   /**
    * Runs a command through Exec and resolves with its handle once the daemon reports it started;
    * rejects when the daemon refuses it, and with the signal's reason when `signal` aborts first.
-   * Aborting `signal` later cancels the call, which kills the command.
+   * Aborting `signal` later cancels the call, which kills the command. With `iterated`, the first
+   * iterator of the handle is subscribed before the call starts, so it gets every byte whatever the
+   * handle keeps for its result (and holds the stream back until it is iterated).
    * @internal Used by the command core's launch().
    */
   static async exec(
     context: CommandContext,
     request: MessageInitShape<typeof ExecRequestSchema>,
-    options: HandleOptions & { signal?: AbortSignal },
+    options: HandleOptions & { signal?: AbortSignal; iterated?: boolean },
   ): Promise<ProcessHandle> {
     const handle = new ProcessHandle(context, { kind: "exec", request }, options);
+    if (options.iterated) handle.firstIterator = handle.output.subscribe();
     if (options.signal !== undefined) handle.stopOnAbort(options.signal);
     void handle.follow();
     await handle.record.started;
@@ -276,7 +281,8 @@ export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
 
   /** Yields output chunks, stdout and stderr interleaved in arrival order (see the class comment). */
   [Symbol.asyncIterator](): AsyncGenerator<OutputChunk> {
-    const chunks = this.output.subscribe();
+    const chunks = this.firstIterator ?? this.output.subscribe();
+    this.firstIterator = undefined;
     void this.follow();
     return chunks;
   }

@@ -59,7 +59,9 @@ export class RetainedOutput {
 
   private trim(): void {
     while (this.bytes > this.limitBytes && this.head < this.chunks.length) {
-      const chunk = this.chunks[this.head++];
+      const chunk = this.chunks[this.head];
+      // The slot stays until the batch splice below; the chunk's bytes must not (a 1 MiB message each).
+      this.chunks[this.head++] = droppedChunk;
       this.bytes -= chunk.data.length;
       const ranges = this.dropped[chunk.stream];
       const end = chunk.offset + chunk.data.length;
@@ -75,6 +77,9 @@ export class RetainedOutput {
     }
   }
 }
+
+/** What a dropped chunk's slot holds until it is spliced off. */
+const droppedChunk: OutputChunk = { stream: "stdout", offset: 0, data: Buffer.alloc(0) };
 
 /** The part of `chunk` below `upTo` (all of it without a bound), as a list of zero or one chunk. */
 function below(chunk: OutputChunk, upTo: OutputOffsets | undefined): OutputChunk[] {

@@ -69,6 +69,13 @@ export interface SandboxConnection {
 const streamWindowBytes = 4 * 1024 * 1024;
 /** HTTP/2 receive window of each connection, in bytes. */
 const connectionWindowBytes = 16 * 1024 * 1024;
+/**
+ * Largest HTTP/2 frame the daemon may send, in bytes (SETTINGS_MAX_FRAME_SIZE). The daemon sends
+ * output in messages of up to 1 MiB; with HTTP/2's default of 16 KiB each one is cut into 64 DATA
+ * frames, each a header to write and parse and a pass through both sides' HTTP/2 stacks. 4 MiB, as
+ * grpc-core advertises, lets a message travel as one frame.
+ */
+const maxFrameBytes = 4 * 1024 * 1024;
 
 /**
  * An Http2SessionManager that PINGs its connection (connect-node's keepalive, see
@@ -87,7 +94,7 @@ class GoAwayCountingSessionManager extends Http2SessionManager {
       url,
       { ...ping, pingIdleConnection: false },
       {
-        settings: { initialWindowSize: streamWindowBytes },
+        settings: { initialWindowSize: streamWindowBytes, maxFrameSize: maxFrameBytes },
         maxSessionMemory: Math.max(10, Math.ceil((2 * maxMessageBytes) / (1024 * 1024)) + 8),
       },
     );

@@ -45,6 +45,13 @@ export interface ExecOptions extends BaseExecOptions {
 
 /** Options of `execStream()`, as the Cloudflare Sandbox SDK's `StreamOptions`. */
 export interface StreamOptions extends BaseExecOptions {
+  /**
+   * Most output bytes (both streams together, the newest) the `complete` event's `result` keeps.
+   * Default 0: a stream hands each byte over once and keeps none, so its memory stays flat however
+   * much the command prints, and `result` has the exit but empty `stdout`, `stderr` and `output`.
+   * `Infinity` keeps everything, as exec() does.
+   */
+  maxRetainedBytes?: number;
   /** Accepted as that SDK accepts it; chunks are as the daemon sends them. */
   bufferSize?: number;
   /** Aborting cancels the call and kills the command; the stream then yields an `error` event and ends. */
@@ -130,7 +137,12 @@ const execOptionNames = optionNames<ExecOptions>({
   onError: true,
   signal: true,
 });
-const streamOptionNames = optionNames<StreamOptions>({ ...baseExecOptionNames, bufferSize: true, signal: true });
+const streamOptionNames = optionNames<StreamOptions>({
+  ...baseExecOptionNames,
+  bufferSize: true,
+  signal: true,
+  maxRetainedBytes: true,
+});
 const { args: _args, ...argvExecOptionNames } = commandOptionNames;
 
 /** The command's options for a Cloudflare-style call: `timeout` is the core's `timeoutMs`. */
@@ -196,6 +208,7 @@ async function execWithResult(context: LaunchContext, command: string, options: 
  * `execStream()`: `start`, `stdout`/`stderr` text, then `complete` with the result, or one `error`
  * event that ends the stream (an {@link ExecutionTimeoutError} naming the limit when the time limit
  * killed the command: `timeout`, in milliseconds, by default the sandbox's `timeoutMs`, 30 s). Leaving the loop early cancels the call, which kills the command.
+ * It keeps none of the output it handed over unless `maxRetainedBytes` asks it to.
  */
 export async function* execStream(
   context: LaunchContext,
@@ -203,13 +216,18 @@ export async function* execStream(
   options: StreamOptions = {},
 ): AsyncGenerator<ExecEvent> {
   checkOptions(options, streamOptionNames, "execStream");
-  const { bufferSize: _bufferSize, ...rest } = options;
+  const { bufferSize: _bufferSize, maxRetainedBytes = 0, ...rest } = options;
   const stop = linkSignals(options.signal);
   const timeoutMs = options.timeout ?? context.defaults.timeoutMs;
   const now = () => new Date().toISOString();
   let failure: Error | undefined;
   try {
-    const handle = await launch(context, command, { ...fromBaseExecOptions(rest), signal: stop.signal }, "wait");
+    const handle = await launch(
+      context,
+      command,
+      { ...fromBaseExecOptions(rest), maxRetainedBytes, signal: stop.signal },
+      "stream",
+    );
     yield { type: "start", timestamp: now(), command: commandLine(handle) };
     const decoder = new StreamDecoder(options.encoding);
     for await (const chunk of handle) {

@@ -1,0 +1,68 @@
+import { setFlagsFromString } from "node:v8";
+import { runInNewContext } from "node:vm";
+import { describe, expect, it } from "vitest";
+import { CommandFinished } from "./command-finished.js";
+import type { OutputChunk } from "./output.js";
+import type { ProcessExit } from "./process-record.js";
+import { RetainedOutput } from "./retained-output.js";
+
+/** V8's full collection, made callable without the --expose-gc flag. */
+function collectGarbage(): void {
+  setFlagsFromString("--expose-gc");
+  (runInNewContext("gc") as () => void)();
+}
+
+const chunk = (stream: OutputChunk["stream"], offset: number, text: string): OutputChunk => ({
+  stream,
+  offset,
+  data: Buffer.from(text),
+});
+
+describe("RetainedOutput", () => {
+  it("lets go of the bytes of a chunk it dropped (a stream that keeps nothing holds nothing)", async () => {
+    const retained = new RetainedOutput(0);
+    // Held only through a weak reference from here on: the buffer must be collectable once dropped.
+    let first: Buffer | undefined = Buffer.alloc(1024 * 1024, 1);
+    const watched = new WeakRef(first);
+    retained.push({ stream: "stdout", offset: 0, data: first });
+    first = undefined;
+    for (let index = 1; index <= 10; index++) retained.push(chunk("stdout", 1024 * 1024 + index - 1, "x"));
+    expect(retained.retained()).toEqual([]);
+    expect(retained.droppedBytes).toEqual({ stdout: 1024 * 1024 + 10, stderr: 0 });
+    // A WeakRef holds its target until the job that created it ends.
+    await new Promise((resolve) => setImmediate(resolve));
+    collectGarbage();
+    expect(watched.deref()).toBeUndefined();
+  });
+});
+
+describe("CommandFinished", () => {
+  const exit = { status: "completed", exitCode: 0 } as ProcessExit;
+
+  it("holds each stream's output once: its chunks are views of the stream's bytes", () => {
+    const finished = new CommandFinished("p", "c", exit, [
+      chunk("stdout", 0, "one "),
+      chunk("stderr", 0, "warn"),
+      chunk("stdout", 4, "two"),
+    ]);
+    expect(finished.stdout()).toBe("one two");
+    expect(finished.stderr()).toBe("warn");
+    expect(finished.output()).toBe("one warntwo");
+    const stdout = finished.stdoutBytes();
+    expect(stdout.toString()).toBe("one two");
+    expect(finished.chunks.map((c) => c.data.toString())).toEqual(["one ", "warn", "two"]);
+    for (const c of finished.chunks.filter((c) => c.stream === "stdout")) expect(c.data.buffer).toBe(stdout.buffer);
+    expect(finished.stdoutBytes()).toBe(stdout);
+  });
+
+  it("decodes a character split across chunks whole, and output is stdout's text when stderr is empty", () => {
+    const bytes = Buffer.from("café");
+    const finished = new CommandFinished("p", "c", exit, [
+      { stream: "stdout", offset: 0, data: bytes.subarray(0, 4) },
+      { stream: "stdout", offset: 4, data: bytes.subarray(4) },
+    ]);
+    expect(finished.stdout()).toBe("café");
+    expect(finished.output()).toBe("café");
+    expect(finished.stderr()).toBe("");
+  });
+});
