@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 
 import pytest
@@ -88,7 +89,9 @@ def test_client_side_validation_happens_before_any_call(sandbox: Sandbox) -> Non
 
 
 def test_exec_stream_yields_start_output_and_complete(sandbox: Sandbox) -> None:
-    events = list(sandbox.exec_stream("printf 'caf\\303'; sleep 0.05; printf '\\251\\n'; echo warn >&2; exit 2"))
+    # Asked to keep its output, the complete event's result has it all, as exec()'s does.
+    command = "printf 'caf\\303'; sleep 0.05; printf '\\251\\n'; echo warn >&2; exit 2"
+    events = list(sandbox.exec_stream(command, max_retained_bytes=math.inf))
     assert events[0].type == "start" and events[0].process_id
     assert events[-1].type == "complete" and events[-1].exit_code == 2
     assert events[-1].result is not None and events[-1].result.output.text == "café\nwarn\n"
@@ -97,6 +100,44 @@ def test_exec_stream_yields_start_output_and_complete(sandbox: Sandbox) -> None:
     assert "".join(event.text for event in stdout) == "café\n"
     assert b"".join(event.data for event in stdout) == "café\n".encode()
     assert [event.text for event in events if event.type == "stderr"] == ["warn\n"]
+
+
+def test_exec_stream_keeps_nothing_it_handed_over_by_default(sandbox: Sandbox) -> None:
+    received = 0
+    result = None
+    for event in sandbox.exec_stream("head -c 3000000 /dev/zero"):
+        received += len(event.data)
+        if event.type == "complete":
+            result = event.result
+    assert received == 3_000_000
+    # The result has the exit, not a second copy of the output the loop already had.
+    assert result is not None and result.exit_code == 0
+    assert result.stdout == b"" and result.output == b""
+    assert result.dropped_bytes == {"stdout": 3_000_000, "stderr": 0}
+
+
+def test_exec_stream_hands_over_output_that_arrived_before_the_loop_asked(sandbox: Sandbox) -> None:
+    texts: list[str] = []
+    for event in sandbox.exec_stream("printf early"):
+        if event.type == "start":
+            process_id = event.process_id
+            assert process_id is not None
+
+            def sent() -> bool:
+                # The daemon lets go of an Exec's output once it has sent the output and the exit.
+                logs = sandbox.processes.logs(process_id)
+                return logs.stdout == b"" and logs.stdout_offset == len("early")
+
+            wait_for(sent, what="the daemon to send everything")
+        if event.type == "stdout":
+            texts.append(event.text)
+    assert "".join(texts) == "early"
+
+
+def test_exec_result_holds_its_output_once(sandbox: Sandbox) -> None:
+    result = sandbox.exec("head -c 100000 /dev/zero")
+    # With one stream, the joined output is the same bytes object, not a copy.
+    assert result.output is result.stdout and len(result.stdout) == 100_000
 
 
 def test_leaving_an_exec_stream_early_kills_the_command(sandbox: Sandbox) -> None:

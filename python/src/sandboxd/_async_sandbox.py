@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import codecs
 import datetime
+import math
 import secrets
 import uuid
 import weakref
@@ -229,7 +230,7 @@ class AsyncSandbox:
         refuses the command or the stream ends without an exit (never an invented exit code). Cancelling the call
         kills the command."""
         check_options(options, ExecOptions, "exec()")
-        handle = await self._exec_handle(command, options)
+        handle = await self._exec_handle(command, options, options.get("max_retained_bytes", math.inf))
         try:
             return await handle.wait()
         finally:
@@ -239,10 +240,11 @@ class AsyncSandbox:
     async def exec_stream(self, command: Command, **options: Unpack[ExecOptions]) -> AsyncGenerator[ExecEvent, None]:
         """Runs a command as an async iterator of :class:`~sandboxd.ExecEvent` s (the Cloudflare Sandbox SDK): ``start``,
         ``stdout``/``stderr`` output as it arrives, then ``complete`` with the result. Leaving the loop early (or
-        closing the iterator, e.g. with ``contextlib.aclosing``) kills the command; failures are raised."""
+        closing the iterator, e.g. with ``contextlib.aclosing``) kills the command; failures are raised. It keeps none
+        of the output it handed over unless ``max_retained_bytes`` asks it to (the result's output is then empty)."""
         check_options(options, ExecOptions, "exec_stream()")
         encoding = _checked_encoding(options.get("encoding", self._encoding))
-        handle = await self._exec_handle(command, options)
+        handle = await self._exec_handle(command, options, options.get("max_retained_bytes", 0), iterated=True)
         now = _now
         try:
             yield ExecEvent(type="start", timestamp=now(), command=handle.info.command_line if handle.info else "", process_id=handle.process_id)
@@ -295,10 +297,13 @@ class AsyncSandbox:
 
     # Internals shared with AsyncProcesses.
 
-    async def _exec_handle(self, command: Command, options: ExecOptions) -> AsyncCommandHandle:
+    async def _exec_handle(
+        self, command: Command, options: ExecOptions, max_retained_bytes: float, *, iterated: bool = False
+    ) -> AsyncCommandHandle:
         context = self._context()
         spec, encoding = self._spec(command, options, timeout=options.get("timeout", self._defaults.timeout), stdin_data=options.get("stdin"))
-        return await AsyncCommandHandle._run_exec(context, pb.ExecRequest(spec=spec), encoding)
+        request = pb.ExecRequest(spec=spec)
+        return await AsyncCommandHandle._run_exec(context, request, encoding, max_retained_bytes, iterated=iterated)
 
     def _spec(self, command: Command, options: ExecOptions | ProcessOptions, **specific: Any) -> tuple[pb.ProcessSpec, str]:
         """The ProcessSpec and output encoding of a command, from the options Exec and StartProcess share plus

@@ -63,22 +63,36 @@ class CommandOutput:
         for queue in self._subscribers:
             queue.finish(error)
 
-    async def iterate(
-        self, ended: Callable[[], tuple[bool, BaseException | None]], follow: Callable[[], object]
-    ) -> AsyncGenerator[OutputChunk, None]:
-        """Yields what was received, then each new chunk; ``ended()`` says whether the stream has settled (and with
-        which error), ``follow()`` starts following it."""
-        # Subscribing and copying what was received happen in one step, so no chunk is missed or doubled.
-        replay = self.retained.received()
-        settled, error = ended()
-        if settled:
-            for chunk in replay:
-                yield chunk
-            if error is not None:
-                raise error
-            return
+    def subscribe(self) -> ChunkQueue:
+        """Subscribes an iterator now, before it runs: every chunk delivered from here on is queued for it (the stream
+        is held back while its queue is full). Pass the queue to :meth:`iterate`."""
         queue = ChunkQueue(_ITERATOR_CAPACITY_BYTES)
         self._subscribers.add(queue)
+        return queue
+
+    async def iterate(
+        self,
+        ended: Callable[[], tuple[bool, BaseException | None]],
+        follow: Callable[[], object],
+        subscribed: ChunkQueue | None = None,
+    ) -> AsyncGenerator[OutputChunk, None]:
+        """Yields what was received, then each new chunk; ``ended()`` says whether the stream has settled (and with
+        which error), ``follow()`` starts following it. With a queue from :meth:`subscribe`, yields what was queued
+        since it subscribed instead of what was kept for the result."""
+        if subscribed is not None:
+            replay: list[OutputChunk] = []
+            queue = subscribed
+        else:
+            # Subscribing and copying what was received happen in one step, so no chunk is missed or doubled.
+            replay = self.retained.received()
+            settled, error = ended()
+            if settled:
+                for chunk in replay:
+                    yield chunk
+                if error is not None:
+                    raise error
+                return
+            queue = self.subscribe()
         try:
             follow()
             for chunk in replay:

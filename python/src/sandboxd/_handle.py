@@ -17,6 +17,7 @@ import grpc
 import grpc.aio
 
 from ._gen.sandbox.v1 import sandbox_pb2 as pb
+from ._chunk_queue import ChunkQueue
 from ._command_output import CommandOutput
 from ._command_stream import CommandStream, Failed, Finished, Following
 from ._input import InputStream
@@ -99,6 +100,8 @@ class AsyncCommandHandle:
         self._info = info
         self._exit: ProcessExit | None = info.exit if info is not None and info.status not in _LIVE else None
         self._output = CommandOutput(retained, offsets)
+        # The first iterator's queue, when it was subscribed before the stream started (see ``_run_exec``).
+        self._first_iterator: ChunkQueue | None = None
         self._encoding = encoding or context.encoding
         self._started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._kill_requested = False
@@ -119,10 +122,24 @@ class AsyncCommandHandle:
     # Construction (used by the sandbox).
 
     @classmethod
-    async def _run_exec(cls, context: HandleContext, request: pb.ExecRequest, encoding: str | None) -> AsyncCommandHandle:
+    async def _run_exec(
+        cls,
+        context: HandleContext,
+        request: pb.ExecRequest,
+        encoding: str | None,
+        max_retained_bytes: float = math.inf,
+        *,
+        iterated: bool = False,
+    ) -> AsyncCommandHandle:
         """Runs a command through Exec and returns its handle once the daemon reports it started; raises the daemon's
-        refusal. Cancelling the handle later (``_stop``) cancels the call, which kills the command."""
-        handle = cls(context, ExecSource(context.rpc, request), info=None, retained=RetainedOutput(math.inf), encoding=encoding)
+        refusal. Cancelling the handle later (``_stop``) cancels the call, which kills the command. The result keeps
+        at most ``max_retained_bytes`` of output (everything by default). With ``iterated`` the handle's first
+        iterator is subscribed before the call starts, so it gets every byte whatever the result keeps (and holds the
+        stream back until it is iterated)."""
+        retained = RetainedOutput(max_retained_bytes)
+        handle = cls(context, ExecSource(context.rpc, request), info=None, retained=retained, encoding=encoding)
+        if iterated:
+            handle._first_iterator = handle._output.subscribe()
         handle._stream.follow()
         try:
             await handle._started
@@ -228,7 +245,8 @@ class AsyncCommandHandle:
 
     def __aiter__(self) -> AsyncIterator[OutputChunk]:
         """Yields output chunks, stdout and stderr interleaved in arrival order (see the class comment)."""
-        return self._output.iterate(self._ended, self._stream.follow)
+        first, self._first_iterator = self._first_iterator, None
+        return self._output.iterate(self._ended, self._stream.follow, first)
 
     async def wait(self, timeout: float | None = None) -> CommandResult:
         """Waits for the command to exit and returns its result; raises a SandboxError when following failed for

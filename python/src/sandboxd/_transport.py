@@ -187,6 +187,11 @@ def create_channel(url: str, *, keepalive: Keepalive, tls: Tls | None, max_messa
         ("grpc.http2.ping_timeout_ms", max(1, round(keepalive.timeout * 1000))),
         # GetProcessLogs returns a process's whole retained output (8 MiB per stream by default) in one message.
         ("grpc.max_receive_message_length", -1),
+        # Output comes in messages of up to 1 MiB (larger while this client lags): frames up to 4 MiB, and a 4 MiB
+        # window per stream from the start (grpc-core's BDP probing widens it later, from 64 KiB), as the
+        # TypeScript client asks for.
+        ("grpc.http2.max_frame_size", 4 * 1024 * 1024),
+        ("grpc.http2.lookahead_bytes", 4 * 1024 * 1024),
         ("grpc.max_send_message_length", max_message_bytes),
         # The handle's own reconnect policy paces retries; the channel should not add minutes of backoff to it.
         ("grpc.initial_reconnect_backoff_ms", 100),

@@ -49,6 +49,11 @@ class ExecOptions(TypedDict, total=False):
     session_id: str
     #: Encoding of the ``.text`` helpers and text events; the sandbox's (UTF-8) by default.
     encoding: str
+    #: Most output bytes (both streams together, the newest) kept for the result. ``exec()`` keeps everything by
+    #: default (the result is the point); ``exec_stream()`` keeps nothing by default, so its memory stays flat
+    #: however much the command prints and its ``complete`` event's result has empty output: pass ``math.inf`` to
+    #: keep it all there too.
+    max_retained_bytes: float
 
 
 class ProcessOptions(TypedDict, total=False):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import codecs
 import math
-from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, Self
 
@@ -93,18 +93,21 @@ class JoinedOutput:
     output: Output
 
 
-def join_chunks(chunks: Iterable[OutputChunk], encoding: str = "utf-8") -> JoinedOutput:
-    """Joins chunks (in arrival order) into :class:`JoinedOutput`."""
+def join_chunks(chunks: Sequence[OutputChunk], encoding: str = "utf-8") -> JoinedOutput:
+    """Joins chunks (in arrival order) into :class:`JoinedOutput`. When only one stream has output, ``output`` is the
+    same object as that stream's bytes: a result holds its output once."""
     parts: dict[StreamName, list[bytes]] = {"stdout": [], "stderr": []}
-    joined: list[bytes] = []
     for chunk in chunks:
         parts[chunk.stream].append(chunk.data)
-        joined.append(chunk.data)
-    return JoinedOutput(
-        stdout=Output(b"".join(parts["stdout"]), encoding),
-        stderr=Output(b"".join(parts["stderr"]), encoding),
-        output=Output(b"".join(joined), encoding),
-    )
+    stdout = Output(b"".join(parts["stdout"]), encoding)
+    stderr = Output(b"".join(parts["stderr"]), encoding)
+    if not stderr:
+        output = stdout
+    elif not stdout:
+        output = stderr
+    else:
+        output = Output(b"".join(chunk.data for chunk in chunks), encoding)
+    return JoinedOutput(stdout=stdout, stderr=stderr, output=output)
 
 
 class RetainedOutput:
