@@ -2,6 +2,8 @@ import { identityEnvironment } from "./environment.js";
 import type { ProcessDescription } from "./managed-process.js";
 import type { UserIdentity } from "./user.js";
 import { defaultPtyCols, defaultPtyRows, planStdin, type StdinPlan } from "../shared/limits.js";
+import { findProgramProblem } from "./program-lookup.js";
+import { execSimpleCommand } from "./shell-line.js";
 
 /** What to run and how: the process manager's view of a request. */
 export interface ProcessSpec {
@@ -59,7 +61,11 @@ export interface ResolvedCommand {
   readonly description: ProcessDescription;
   /** What is executed: `/bin/sh` for a shell command line, else the program as given. */
   readonly file: string;
-  /** Its arguments, without the program name: `-c` and the line for a shell command line. */
+  /**
+   * Its arguments, without the program name: `-c` and the line for a shell command line, prefixed
+   * with `exec` when it is one simple command (see {@link execSimpleCommand}), so that a signal that
+   * ends its program is reported as that signal, not as the shell's exit code 128+n.
+   */
   readonly argv: readonly string[];
   /** Whether `file` is the shell running a command line (then no program lookup is made first). */
   readonly shell: boolean;
@@ -100,7 +106,15 @@ export function resolveCommand(spec: ProcessSpec, context: CommandContext): Reso
       timeoutMs: spec.timeoutMs ?? 0,
     },
     file: shell ? "/bin/sh" : spec.command,
-    argv: shell ? ["-c", spec.command] : [...args],
+    argv: shell
+      ? [
+          "-c",
+          execSimpleCommand(
+            spec.command,
+            (program) => findProgramProblem(program, env.PATH ?? "", context.cwd) === undefined,
+          ),
+        ]
+      : [...args],
     shell,
     env,
     identity: context.identity,

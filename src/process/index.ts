@@ -2,7 +2,18 @@ export { createBaseEnvironment, defaultPath, identityEnvironment } from "./envir
 export { ProcessError, type ProcessErrorReason } from "./errors.js";
 export { memoryReclaims, reclaimMemoryAsDaemon, releaseBufferedMemory } from "./housekeeping/index.js";
 export {
+  classifyExit,
+  type ClassifiedExit,
+  type ExitCause,
+  type ExitFacts,
+  type KillOrigin,
+  type KillReason,
+  type StartFailure,
+  type StartStage,
+} from "./exit-cause.js";
+export {
   defaultKillGracePeriodMs,
+  type ExitProbe,
   ManagedProcess,
   type ProcessDescription,
   type ProcessExit,

@@ -11,6 +11,14 @@ import {
 } from "./output/index.js";
 import type { SignalName } from "./signals.js";
 import type { ProcessStatus } from "../shared/process-status.js";
+import {
+  classifyExit,
+  type ExitCause,
+  type KillOrigin,
+  type KillReason,
+  type StartFailure,
+  type StartStage,
+} from "./exit-cause.js";
 
 export type { ProcessStatus };
 
@@ -45,6 +53,26 @@ export interface ProcessExit {
   readonly stderrBytes: number;
   /** Why it could not start, for status error. */
   readonly error?: string;
+  /** Why it ended (see {@link classifyExit}); `status` and the fields above agree with it. */
+  readonly cause: ExitCause;
+  /** For cause `killed_on_request`: what asked for the kill. */
+  readonly killOrigin?: KillOrigin;
+  /** For cause `start_failed`: the step of the start that failed. */
+  readonly startStage?: StartStage;
+  /** For cause `start_failed`: the errno name the step failed with, when it had one. */
+  readonly errno?: string;
+}
+
+/**
+ * What only the command's surroundings know about its end, asked once its leader has exited and
+ * before its record says how it ended (its cgroups are still there then).
+ */
+export interface ExitProbe {
+  /**
+   * Whether the kernel killed a task of the command for memory: the oom_kill count of the command's
+   * own memory cgroup rose. Undefined where that cannot be told; never a guess from SIGKILL.
+   */
+  killedForMemory?(): boolean | undefined;
 }
 
 /** The fixed facts about a process, known when it is created. */
@@ -75,23 +103,34 @@ export interface ProcessDescription {
  *
  * - `starting`: the record exists, nothing runs yet. `pendingKill` is the strongest kill asked meanwhile,
  *   sent as soon as it runs.
- * - `running`: the child runs. `killed` says a kill was requested, `timedOut` that the time limit fired;
+ * - `running`: the child runs. `killReason` says why a kill was sent, `timedOut` that the time limit fired;
  *   the timeout and a kill's escalation to SIGKILL are armed here.
  * - `draining`: the leader has exited. Its group is not signalled again (its id may be reused by an
  *   unrelated process); the output drains and the accepted writes settle.
  * - `exited`: final, with the exit and the pid the child had (0 when it never started).
  */
 type Life =
-  | { readonly t: "starting"; pendingKill?: { readonly signal: SignalName; readonly gracePeriodMs: number } }
+  | {
+      readonly t: "starting";
+      pendingKill?: { readonly signal: SignalName; readonly gracePeriodMs: number; readonly reason: KillReason };
+    }
   | {
       readonly t: "running";
       readonly child: SpawnedChild;
-      killed: boolean;
+      readonly probe: ExitProbe | undefined;
+      /** Why the first kill was sent; undefined while none was. */
+      killReason?: KillReason;
       timedOut: boolean;
       timeoutTimer?: NodeJS.Timeout;
       escalationTimer?: NodeJS.Timeout;
     }
-  | { readonly t: "draining"; readonly child: SpawnedChild; readonly killed: boolean; readonly timedOut: boolean }
+  | {
+      readonly t: "draining";
+      readonly child: SpawnedChild;
+      readonly probe: ExitProbe | undefined;
+      readonly killReason: KillReason | undefined;
+      readonly timedOut: boolean;
+    }
   | { readonly t: "exited"; readonly exit: ProcessExit; readonly pid: number };
 
 /** Options for creating a {@link ManagedProcess}. */
@@ -138,6 +177,10 @@ export class ManagedProcess {
   private inputClosed = false;
   private writtenBytes = 0;
   private pendingInputBytes = 0;
+  /** Signals sent through {@link signal} (SendInput's), for the exit's cause; created at the first. */
+  private inputSignals?: Set<string>;
+  /** Why the start failed, once it did (a process stopped as it started included). */
+  private startFailure?: StartFailure;
   /** Settles when the last accepted write has settled; starts settled once attached (or failed). */
   private writeChain: Promise<void>;
   private resolveStarted!: () => void;
@@ -294,21 +337,23 @@ export class ManagedProcess {
    * Starts the child: calls `spawn` with the function the child's output goes to (this record's
    * buffer), then takes ownership of the child it returns: status running, timeout armed, a kill
    * asked meanwhile sent, exit awaited. A failure of `spawn` is thrown as it is and the record stays
-   * `starting`: the caller says why it could not start with {@link failToStart}. @internal
+   * `starting`: the caller says why it could not start with {@link failToStart}. `probe` is asked,
+   * once the leader has exited, what only the command's surroundings know of its end. @internal
    */
   async spawn(
     spawn: (onOutput: (stream: OutputStreamName, data: Uint8Array) => void) => SpawnedChild | Promise<SpawnedChild>,
+    probe?: ExitProbe,
   ): Promise<SpawnedChild> {
     const child = await spawn((stream, data) => this.output.append(stream, data));
-    this.attach(child);
+    this.attach(child, probe);
     return child;
   }
 
   /** Takes ownership of a spawned child: status running, timeout armed, exit awaited. */
-  private attach(child: SpawnedChild): void {
+  private attach(child: SpawnedChild, probe: ExitProbe | undefined): void {
     if (this.life.t !== "starting") return;
     const { pendingKill } = this.life;
-    const running: Extract<Life, { t: "running" }> = { t: "running", child, killed: false, timedOut: false };
+    const running: Extract<Life, { t: "running" }> = { t: "running", child, probe, timedOut: false };
     this.life = running;
     this.resolveStarted();
     this.resolveStarted = settled;
@@ -318,7 +363,7 @@ export class ManagedProcess {
         this.signalGroup("SIGKILL");
       }, this.description.timeoutMs);
     }
-    if (pendingKill !== undefined) this.kill(pendingKill.signal, pendingKill.gracePeriodMs);
+    if (pendingKill !== undefined) this.kill(pendingKill.signal, pendingKill.gracePeriodMs, pendingKill.reason);
     void child.exited.then(() => {
       if (this.life !== running) return;
       // Whatever the leader left behind in its group goes with it: nothing runs unaccounted. This
@@ -327,7 +372,7 @@ export class ManagedProcess {
       killGroup(child.pid, "SIGKILL");
       clearTimeout(running.timeoutTimer);
       clearTimeout(running.escalationTimer);
-      this.life = { t: "draining", child, killed: running.killed, timedOut: running.timedOut };
+      this.life = { t: "draining", child, probe, killReason: running.killReason, timedOut: running.timedOut };
     });
     // A write still pending at the exit settles once the child stops it: none outlives the record.
     void child.finished.then(async (exit) => {
@@ -340,27 +385,48 @@ export class ManagedProcess {
     });
   }
 
-  /** Records that the process could not start (status error, `exitCode` as a shell gives it). @internal */
-  failToStart(error: string, exitCode: number): void {
+  /**
+   * Records that the process could not start: status error, `exitCode` as a shell gives it (127 for
+   * a missing program, 126 otherwise), cause `start_failed` with the failure's stage and errno. @internal
+   */
+  failToStart(failure: StartFailure, exitCode: number): void {
+    this.startFailure = failure;
     this.resolveStarted();
     this.resolveStarted = settled;
-    this.finish({ status: "error", exitCode, signal: null, error });
+    this.finish({ status: "error", exitCode, signal: null, error: failure.message });
+  }
+
+  /**
+   * Stops a process that was spawned but must not run on (its group could not be recorded): kills
+   * its group with SIGKILL, and its exit says cause `start_failed` with the failure's stage. @internal
+   */
+  abortStarted(failure: StartFailure): void {
+    this.startFailure = failure;
+    this.kill("SIGKILL", -1, "start_failed");
   }
 
   /**
    * Sends `signal` to the whole process group. With `gracePeriodMs` >= 0 the group is sent SIGKILL
    * if the process is still running that many milliseconds later. A kill of a process still
-   * starting is sent as soon as it runs. Returns false when its leader had already exited.
+   * starting is sent as soon as it runs. `reason` says why, for the exit's cause: the first kill's
+   * reason is the one its exit reports (default `kill_process`, KillProcess's). Returns false when
+   * its leader had already exited.
    */
-  kill(signal: SignalName = "SIGTERM", gracePeriodMs = defaultKillGracePeriodMs): boolean {
+  kill(
+    signal: SignalName = "SIGTERM",
+    gracePeriodMs = defaultKillGracePeriodMs,
+    reason: KillReason = "kill_process",
+  ): boolean {
     const life = this.life;
     if (life.t === "starting") {
       // The strongest request wins: a later SIGTERM must not soften an earlier SIGKILL.
-      if (life.pendingKill?.signal !== "SIGKILL") life.pendingKill = { signal, gracePeriodMs };
+      if (life.pendingKill === undefined) life.pendingKill = { signal, gracePeriodMs, reason };
+      else if (life.pendingKill.signal !== "SIGKILL")
+        life.pendingKill = { signal, gracePeriodMs, reason: life.pendingKill.reason };
       return true;
     }
     if (life.t !== "running" || this.leaderGone()) return false;
-    life.killed = true;
+    life.killReason ??= reason;
     this.signalGroup(signal);
     if (gracePeriodMs >= 0 && signal !== "SIGKILL" && life.escalationTimer === undefined) {
       life.escalationTimer = setTimeout(() => this.signalGroup("SIGKILL"), gracePeriodMs);
@@ -374,6 +440,7 @@ export class ManagedProcess {
    */
   signal(signal: SignalName): void {
     if (this.life.t === "draining" || this.life.t === "exited" || this.leaderGone()) throw this.notRunning();
+    (this.inputSignals ??= new Set()).add(signal);
     this.signalGroup(signal);
   }
 
@@ -597,21 +664,36 @@ export class ManagedProcess {
     }
     this.output.end();
     const offsets = this.output.offsets;
+    const ran = life.t !== "starting";
+    const killReason = ran ? life.killReason : undefined;
+    const timedOut = ran && life.timedOut;
+    const classified = classifyExit({
+      leader: ran ? { code: end.exitCode, signal: end.signal } : undefined,
+      startFailure: this.startFailure,
+      timedOut,
+      killReason,
+      inputSignals: this.inputSignals,
+      killedForMemory: ran ? readKilledForMemory(life.probe) : undefined,
+    });
     // Built field by field, never spread: V8 gave each record spread from `end` a hidden class of its own
     // (about 400 bytes a record that lingers).
     const exit: { -readonly [K in keyof ProcessExit]: ProcessExit[K] } = {
       status: end.status,
       exitCode: end.exitCode,
       signal: end.signal,
-      timedOut: life.t !== "starting" && life.timedOut,
-      killed: life.t !== "starting" && life.killed,
+      timedOut,
+      killed: killReason !== undefined,
       startTime: this.startTime,
       endTime: new Date(),
       durationMs: performance.now() - this.startedAt,
       stdoutBytes: offsets.stdout,
       stderrBytes: offsets.stderr,
+      cause: classified.cause,
     };
     if (end.error !== undefined) exit.error = end.error;
+    if (classified.killOrigin !== undefined) exit.killOrigin = classified.killOrigin;
+    if (classified.startStage !== undefined) exit.startStage = classified.startStage;
+    if (classified.errno !== undefined) exit.errno = classified.errno;
     // The child's streams, closures and buffers are not needed for a record that only reports now.
     this.life = { t: "exited", exit, pid: life.t === "starting" ? 0 : life.child.pid };
     this.resolveExited(exit);
@@ -619,6 +701,15 @@ export class ManagedProcess {
     this.resolveExited = settled;
     // Writers waiting for room look again, and find the process gone.
     this.budget.wake();
+  }
+}
+
+/** Asks a probe whether the command was killed for memory; a probe that fails cannot tell. */
+function readKilledForMemory(probe: ExitProbe | undefined): boolean | undefined {
+  try {
+    return probe?.killedForMemory?.();
+  } catch {
+    return undefined;
   }
 }
 

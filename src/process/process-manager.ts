@@ -9,7 +9,8 @@ import {
   ExpiryQueue,
   noteProcessStarted,
 } from "./housekeeping/index.js";
-import { Launcher, HelperStartError, spawnPipeChild, spawnPtyChild } from "./spawn/index.js";
+import { Launcher, HelperStartError, LaunchError, spawnPipeChild, spawnPtyChild } from "./spawn/index.js";
+import type { StartFailure } from "./exit-cause.js";
 import { defaultKillGracePeriodMs, ManagedProcess, type ProcessStatus } from "./managed-process.js";
 import { defaultMemoryBudgetBytes, type MemoryBudget, type OutputReader } from "./output/index.js";
 import { findProgramProblem } from "./program-lookup.js";
@@ -307,7 +308,7 @@ export class ProcessManager {
     const missing = command.shell ? undefined : findProgramProblem(file, env.PATH ?? "", cwd);
     if (missing !== undefined) {
       reservation?.cancel();
-      managed.failToStart(missing.message, missing.exitCode);
+      managed.failToStart({ stage: "exec", errno: missing.errno, message: missing.message }, missing.exitCode);
       return started;
     }
     let plan;
@@ -325,7 +326,9 @@ export class ProcessManager {
       );
     } catch (cause) {
       reservation?.cancel();
-      managed.failToStart(`could not limit ${file}: ${(cause as Error).message}`, 126);
+      const stage = cause instanceof LaunchError ? cause.stage : "limits";
+      const errno = cause instanceof LaunchError ? cause.code : undefined;
+      managed.failToStart({ stage, errno, message: `could not limit ${file}: ${(cause as Error).message}` }, 126);
       return started;
     }
     const childOptions = {
@@ -349,12 +352,16 @@ export class ProcessManager {
         return command.pty
           ? spawnPtyChild({ ...childOptions, ...command.pty, onOutput })
           : spawnPipeChild({ ...childOptions, onOutput });
-      });
+      }, plan);
       this.indexPid(managed, child.pid);
       try {
         reservation?.commit(child.pid, id);
       } catch (cause) {
-        managed.kill("SIGKILL", -1);
+        managed.abortStarted({
+          stage: "state",
+          errno: (cause as NodeJS.ErrnoException).code,
+          message: `the state directory could not record the process group: ${(cause as Error).message}`,
+        });
         this.log?.(
           `state directory ${this.ledger!.directory}: could not record process group ${child.pid} (${(cause as Error).message}); killed it`,
         );
@@ -373,19 +380,11 @@ export class ProcessManager {
       const refusal = cause instanceof HelperStartError ? workingDirectoryRefusal(cause, spec.cwd || cwd) : undefined;
       if (refusal !== undefined) {
         // Refused like a working directory found bad before the start: no record is left behind.
-        managed.failToStart(refusal.message, 126);
+        managed.failToStart({ stage: "cwd", errno: (cause as HelperStartError).code, message: refusal.message }, 126);
         this.remove(managed);
         throw refusal;
       }
-      const code = (cause as NodeJS.ErrnoException).code;
-      const exitCode = code === "ENOENT" ? 127 : 126;
-      const message =
-        code === "ENOENT"
-          ? `program not found: ${file}`
-          : code === "EACCES"
-            ? `permission denied: ${file}`
-            : `could not start ${file}: ${(cause as Error).message}`;
-      managed.failToStart(message, exitCode);
+      managed.failToStart(spawnFailure(cause, file), (cause as NodeJS.ErrnoException).code === "ENOENT" ? 127 : 126);
       return started;
     }
     if (command.stdinData.length > 0) {
@@ -461,7 +460,8 @@ export class ProcessManager {
   killAll(options: { sessionId?: string; signal?: SignalName; gracePeriodMs?: number } = {}): number {
     let count = 0;
     for (const managed of this.list({ sessionId: options.sessionId })) {
-      if (managed.kill(options.signal ?? "SIGTERM", options.gracePeriodMs ?? defaultKillGracePeriodMs)) count++;
+      if (managed.kill(options.signal ?? "SIGTERM", options.gracePeriodMs ?? defaultKillGracePeriodMs, "kill_all"))
+        count++;
     }
     return count;
   }
@@ -490,7 +490,7 @@ export class ProcessManager {
     // A start past its last check registers its record and spawns: kill that child too.
     await Promise.all(this.starts);
     const live = [...this.processes.values()].filter((managed) => managed.exit === undefined);
-    for (const managed of live) managed.kill("SIGTERM", gracePeriodMs);
+    for (const managed of live) managed.kill("SIGTERM", gracePeriodMs, "daemon_shutdown");
     await Promise.all(live.map((managed) => managed.exited));
     await Promise.all(this.releases);
     this.launcher.close();
@@ -570,6 +570,23 @@ export async function createProcessManager(options: ProcessManagerOptions = {}):
   const manager = new ProcessManager(workspace, options);
   manager.reapLeftovers();
   return manager;
+}
+
+/**
+ * Why a spawn failed, as a start failure: the helper's stage and errno when it reported one, `exec`
+ * for the errors of an exec (ENOENT, EACCES...), `spawn` for the rest (no pipes, no terminal).
+ */
+function spawnFailure(cause: unknown, file: string): StartFailure {
+  const code = (cause as NodeJS.ErrnoException).code;
+  const message =
+    code === "ENOENT"
+      ? `program not found: ${file}`
+      : code === "EACCES"
+        ? `permission denied: ${file}`
+        : `could not start ${file}: ${(cause as Error).message}`;
+  if (cause instanceof HelperStartError) return { stage: cause.startStage, errno: code, message };
+  const execErrors = ["ENOENT", "EACCES", "ENOEXEC", "EISDIR", "ENOTDIR", "E2BIG", "ETXTBSY", "ELOOP", "EPERM"];
+  return { stage: code !== undefined && execErrors.includes(code) ? "exec" : "spawn", errno: code, message };
 }
 
 /**

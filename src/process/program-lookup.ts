@@ -2,7 +2,8 @@ import { accessSync, constants as fsConstants, statSync } from "node:fs";
 import path from "node:path";
 
 /**
- * Finds why `file` cannot be run, as a shell would report it, or undefined when it can. Synchronous
+ * Finds why `file` cannot be run, as a shell would report it (with the errno execve would give), or
+ * undefined when it can. Synchronous
  * on purpose: a few stat calls on cached directories take microseconds, while each round trip through
  * the libuv thread pool cost about a millisecond under load, which doubled the start time of an
  * argv-form command.
@@ -11,7 +12,7 @@ export function findProgramProblem(
   file: string,
   searchPath: string,
   cwd: string,
-): { message: string; exitCode: number } | undefined {
+): { message: string; exitCode: number; errno: string } | undefined {
   const candidates = file.includes("/")
     ? [path.resolve(cwd, file)]
     : searchPath.split(":").map((dir) => path.resolve(cwd, dir || ".", file));
@@ -20,7 +21,8 @@ export function findProgramProblem(
     try {
       const found = statSync(candidate, { throwIfNoEntry: false });
       // A path naming a directory is found but cannot run, as a shell says (126); a PATH entry is skipped.
-      if (found?.isDirectory() && file.includes("/")) return { message: `is a directory: ${file}`, exitCode: 126 };
+      if (found?.isDirectory() && file.includes("/"))
+        return { message: `is a directory: ${file}`, exitCode: 126, errno: "EACCES" };
       if (!found?.isFile()) continue;
       accessSync(candidate, fsConstants.X_OK);
       return undefined;
@@ -28,6 +30,6 @@ export function findProgramProblem(
       if ((error as NodeJS.ErrnoException).code === "EACCES") sawUnexecutable = true;
     }
   }
-  if (sawUnexecutable) return { message: `permission denied: ${file}`, exitCode: 126 };
-  return { message: `program not found: ${file}`, exitCode: 127 };
+  if (sawUnexecutable) return { message: `permission denied: ${file}`, exitCode: 126, errno: "EACCES" };
+  return { message: `program not found: ${file}`, exitCode: 127, errno: "ENOENT" };
 }

@@ -19,7 +19,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file sandbox/v1/sandbox.proto.
  */
 export const file_sandbox_v1_sandbox: GenFile = /*@__PURE__*/
-  fileDesc("ChhzYW5kYm94L3YxL3NhbmRib3gucHJvdG8SCnNhbmRib3gudjEiNgoKUHR5T3B0aW9ucxIMCgRjb2xzGAEgASgNEgwKBHJvd3MYAiABKA0SDAoEdGVybRgDIAEoCSLSAgoLUHJvY2Vzc1NwZWMSDwoHY29tbWFuZBgBIAEoCRIMCgRhcmdzGAIgAygJEi0KA2VudhgDIAMoCzIgLnNhbmRib3gudjEuUHJvY2Vzc1NwZWMuRW52RW50cnkSCwoDY3dkGAQgASgJEhIKCnRpbWVvdXRfbXMYBSABKAUSEgoKcHJvY2Vzc19pZBgGIAEoCRISCgpzZXNzaW9uX2lkGAcgASgJEiMKA3B0eRgIIAEoCzIWLnNhbmRib3gudjEuUHR5T3B0aW9ucxINCgVzdGRpbhgJIAEoCBISCgpzdGRpbl9kYXRhGAogASgMEhkKDGF1dG9fY2xlYW51cBgLIAEoCEgAiAEBEgwKBHN1ZG8YDCABKAgaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIPCg1fYXV0b19jbGVhbnVwIjQKC0V4ZWNSZXF1ZXN0EiUKBHNwZWMYASABKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NTcGVjIpsBCgxFeGVjUmVzcG9uc2USKgoHc3RhcnRlZBgBIAEoCzIXLnNhbmRib3gudjEuUHJvY2Vzc0luZm9IABIpCgZvdXRwdXQYAiABKAsyFy5zYW5kYm94LnYxLk91dHB1dENodW5rSAASKwoGZXhpdGVkGAMgASgLMhkuc2FuZGJveC52MS5Qcm9jZXNzRXhpdGVkSABCBwoFZXZlbnQiVQoLT3V0cHV0Q2h1bmsSKAoGc3RyZWFtGAEgASgOMhguc2FuZGJveC52MS5PdXRwdXRTdHJlYW0SDgoGb2Zmc2V0GAIgASgEEgwKBGRhdGEYAyABKAwiWwoJT3V0cHV0R2FwEigKBnN0cmVhbRgBIAEoDjIYLnNhbmRib3gudjEuT3V0cHV0U3RyZWFtEg4KBm9mZnNldBgCIAEoBBIUCgxtaXNzZWRfYnl0ZXMYAyABKAQi2QIKDVByb2Nlc3NFeGl0ZWQSKQoGc3RhdHVzGAEgASgOMhkuc2FuZGJveC52MS5Qcm9jZXNzU3RhdHVzEhYKCWV4aXRfY29kZRgCIAEoBUgAiAEBEg4KBnNpZ25hbBgDIAEoCRIRCgl0aW1lZF9vdXQYBCABKAgSDgoGa2lsbGVkGAUgASgIEi4KCnN0YXJ0X3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGVuZF90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIrCghkdXJhdGlvbhgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIUCgxzdGRvdXRfYnl0ZXMYCSABKAQSFAoMc3RkZXJyX2J5dGVzGAogASgEEg0KBWVycm9yGAsgASgJQgwKCl9leGl0X2NvZGUi0AIKC1Byb2Nlc3NJbmZvEhIKCnByb2Nlc3NfaWQYASABKAkSCwoDcGlkGAIgASgFEg8KB2NvbW1hbmQYAyABKAkSDAoEYXJncxgEIAMoCRIpCgZzdGF0dXMYBSABKA4yGS5zYW5kYm94LnYxLlByb2Nlc3NTdGF0dXMSEgoKc2Vzc2lvbl9pZBgGIAEoCRILCgNjd2QYByABKAkSCwoDcHR5GAggASgIEg0KBXN0ZGluGAkgASgIEi4KCnN0YXJ0X3RpbWUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEicKBGV4aXQYCyABKAsyGS5zYW5kYm94LnYxLlByb2Nlc3NFeGl0ZWQSFAoMc3Rkb3V0X2J5dGVzGAwgASgEEhQKDHN0ZGVycl9ieXRlcxgNIAEoBBIUCgxhdXRvX2NsZWFudXAYDiABKAgiPAoTU3RhcnRQcm9jZXNzUmVxdWVzdBIlCgRzcGVjGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzU3BlYyJAChRTdGFydFByb2Nlc3NSZXNwb25zZRIoCgdwcm9jZXNzGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzSW5mbyJlChFTdHJlYW1Mb2dzUmVxdWVzdBISCgpwcm9jZXNzX2lkGAEgASgJEhUKDXN0ZG91dF9vZmZzZXQYAiABKAQSFQoNc3RkZXJyX29mZnNldBgDIAEoBBIOCgZmb2xsb3cYBCABKAgi8gEKElN0cmVhbUxvZ3NSZXNwb25zZRIqCgdwcm9jZXNzGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzSW5mb0gAEikKBm91dHB1dBgCIAEoCzIXLnNhbmRib3gudjEuT3V0cHV0Q2h1bmtIABIkCgNnYXAYAyABKAsyFS5zYW5kYm94LnYxLk91dHB1dEdhcEgAEisKBmV4aXRlZBgEIAEoCzIZLnNhbmRib3gudjEuUHJvY2Vzc0V4aXRlZEgAEikKCWNhdWdodF91cBgFIAEoCzIULnNhbmRib3gudjEuQ2F1Z2h0VXBIAEIHCgVldmVudCI4CghDYXVnaHRVcBIVCg1zdGRvdXRfb2Zmc2V0GAEgASgEEhUKDXN0ZGVycl9vZmZzZXQYAiABKAQitwEKEFNlbmRJbnB1dFJlcXVlc3QSJQoEb3BlbhgBIAEoCzIVLnNhbmRib3gudjEuT3BlbklucHV0SAASDgoEZGF0YRgCIAEoDEgAEicKBWNsb3NlGAMgASgLMhYuc2FuZGJveC52MS5DbG9zZUlucHV0SAASKAoGcmVzaXplGAQgASgLMhYuc2FuZGJveC52MS5QdHlPcHRpb25zSAASEAoGc2lnbmFsGAUgASgJSABCBwoFaW5wdXQiHwoJT3BlbklucHV0EhIKCnByb2Nlc3NfaWQYASABKAkiDAoKQ2xvc2VJbnB1dCI6ChFTZW5kSW5wdXRSZXNwb25zZRIVCg1ieXRlc193cml0dGVuGAEgASgEEg4KBmNsb3NlZBgCIAEoCCInChFHZXRQcm9jZXNzUmVxdWVzdBISCgpwcm9jZXNzX2lkGAEgASgJIj4KEkdldFByb2Nlc3NSZXNwb25zZRIoCgdwcm9jZXNzGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzSW5mbyJ+ChRMaXN0UHJvY2Vzc2VzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEisKCHN0YXR1c2VzGAIgAygOMhkuc2FuZGJveC52MS5Qcm9jZXNzU3RhdHVzEhEKCXBhZ2Vfc2l6ZRgDIAEoBRISCgpwYWdlX3Rva2VuGAQgASgJIlwKFUxpc3RQcm9jZXNzZXNSZXNwb25zZRIqCglwcm9jZXNzZXMYASADKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NJbmZvEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJRChJLaWxsUHJvY2Vzc1JlcXVlc3QSEgoKcHJvY2Vzc19pZBgBIAEoCRIOCgZzaWduYWwYAiABKAkSFwoPZ3JhY2VfcGVyaW9kX21zGAMgASgFIj8KE0tpbGxQcm9jZXNzUmVzcG9uc2USKAoHcHJvY2VzcxgBIAEoCzIXLnNhbmRib3gudjEuUHJvY2Vzc0luZm8iVgoXS2lsbEFsbFByb2Nlc3Nlc1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIOCgZzaWduYWwYAiABKAkSFwoPZ3JhY2VfcGVyaW9kX21zGAMgASgFIjAKGEtpbGxBbGxQcm9jZXNzZXNSZXNwb25zZRIUCgxraWxsZWRfY291bnQYASABKA0iQgoXQ2xlYW51cFByb2Nlc3Nlc1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRITCgtwcm9jZXNzX2lkcxgCIAMoCSIxChhDbGVhbnVwUHJvY2Vzc2VzUmVzcG9uc2USFQoNcmVtb3ZlZF9jb3VudBgBIAEoDSIrChVHZXRQcm9jZXNzTG9nc1JlcXVlc3QSEgoKcHJvY2Vzc19pZBgBIAEoCSKkAQoWR2V0UHJvY2Vzc0xvZ3NSZXNwb25zZRISCgpwcm9jZXNzX2lkGAEgASgJEg4KBnN0ZG91dBgCIAEoDBIOCgZzdGRlcnIYAyABKAwSFQoNc3Rkb3V0X29mZnNldBgEIAEoBBIVCg1zdGRlcnJfb2Zmc2V0GAUgASgEEigKB3Byb2Nlc3MYBiABKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NJbmZvIkEKCUh0dHBQcm9iZRIMCgRwYXRoGAEgASgJEhIKCm1pbl9zdGF0dXMYAiABKA0SEgoKbWF4X3N0YXR1cxgDIAEoDSKSAQoSV2FpdEZvclBvcnRSZXF1ZXN0EgwKBHBvcnQYASABKA0SDAoEaG9zdBgCIAEoCRIjCgRodHRwGAMgASgLMhUuc2FuZGJveC52MS5IdHRwUHJvYmUSEgoKcHJvY2Vzc19pZBgEIAEoCRISCgp0aW1lb3V0X21zGAUgASgNEhMKC2ludGVydmFsX21zGAYgASgNIngKE1dhaXRGb3JQb3J0UmVzcG9uc2USDwoHYWRkcmVzcxgBIAEoCRITCgtodHRwX3N0YXR1cxgCIAEoDRIQCghhdHRlbXB0cxgDIAEoDRIpCgZ3YWl0ZWQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ipAEKEVdhaXRGb3JMb2dSZXF1ZXN0EhIKCnByb2Nlc3NfaWQYASABKAkSDwoHcGF0dGVybhgCIAEoCRIoCgZzdHJlYW0YAyABKA4yGC5zYW5kYm94LnYxLk91dHB1dFN0cmVhbRIVCg1zdGRvdXRfb2Zmc2V0GAQgASgEEhUKDXN0ZGVycl9vZmZzZXQYBSABKAQSEgoKdGltZW91dF9tcxgGIAEoDSIoCgpNYXRjaEdyb3VwEhEKBHRleHQYASABKAlIAIgBAUIHCgVfdGV4dCKjAgoSV2FpdEZvckxvZ1Jlc3BvbnNlEigKBnN0cmVhbRgBIAEoDjIYLnNhbmRib3gudjEuT3V0cHV0U3RyZWFtEg4KBm9mZnNldBgCIAEoBBIMCgRsaW5lGAMgASgJEhMKC2xpbmVfb2Zmc2V0GAQgASgEEg0KBW1hdGNoGAUgASgJEiYKBmdyb3VwcxgGIAMoCzIWLnNhbmRib3gudjEuTWF0Y2hHcm91cBJFCgxuYW1lZF9ncm91cHMYByADKAsyLy5zYW5kYm94LnYxLldhaXRGb3JMb2dSZXNwb25zZS5OYW1lZEdyb3Vwc0VudHJ5GjIKEE5hbWVkR3JvdXBzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI8ChJXYWl0Rm9yRXhpdFJlcXVlc3QSEgoKcHJvY2Vzc19pZBgBIAEoCRISCgp0aW1lb3V0X21zGAIgASgNImoKE1dhaXRGb3JFeGl0UmVzcG9uc2USKQoGZXhpdGVkGAEgASgLMhkuc2FuZGJveC52MS5Qcm9jZXNzRXhpdGVkEigKB3Byb2Nlc3MYAiABKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NJbmZvIiYKEExpc3RQb3J0c1JlcXVlc3QSEgoKcHJvY2Vzc19pZBgBIAEoCSI9ChFMaXN0UG9ydHNSZXNwb25zZRIoCgVwb3J0cxgBIAMoCzIZLnNhbmRib3gudjEuTGlzdGVuaW5nUG9ydCJuCg1MaXN0ZW5pbmdQb3J0EgwKBHBvcnQYASABKA0SDwoHYWRkcmVzcxgCIAEoCRIMCgRpcHY2GAMgASgIEgsKA3BpZBgEIAEoBRIPCgdwcm9ncmFtGAUgASgJEhIKCnByb2Nlc3NfaWQYBiABKAkq4AsKC0Vycm9yUmVhc29uEhwKGEVSUk9SX1JFQVNPTl9VTlNQRUNJRklFRBAAEiIKHkVSUk9SX1JFQVNPTl9QUk9DRVNTX05PVF9GT1VORBABEicKI0VSUk9SX1JFQVNPTl9QUk9DRVNTX0FMUkVBRFlfRVhJU1RTEAISHwobRVJST1JfUkVBU09OX0xJTUlUX0VYQ0VFREVEEAMSIQodRVJST1JfUkVBU09OX0lOVkFMSURfQVJHVU1FTlQQBBImCiJFUlJPUl9SRUFTT05fQ1dEX09VVFNJREVfV09SS1NQQUNFEAUSIQodRVJST1JfUkVBU09OX1NVRE9fTk9UX0FMTE9XRUQQBhIkCiBFUlJPUl9SRUFTT05fUFJPQ0VTU19OT1RfUlVOTklORxAHEh8KG0VSUk9SX1JFQVNPTl9TVERJTl9OT1RfT1BFThAIEiAKHEVSUk9SX1JFQVNPTl9VTkFVVEhFTlRJQ0FURUQQCRIeChpFUlJPUl9SRUFTT05fU0hVVFRJTkdfRE9XThAKEh0KGUVSUk9SX1JFQVNPTl9TUEFXTl9GQUlMRUQQCxIeChpFUlJPUl9SRUFTT05fQ1dEX05PVF9GT1VORBAMEiMKH0VSUk9SX1JFQVNPTl9DV0RfTk9UX0FDQ0VTU0lCTEUQDRIdChlFUlJPUl9SRUFTT05fUFRZX05PVF9PUEVOEA4SJAogRVJST1JfUkVBU09OX09GRlNFVF9PVVRfT0ZfUkFOR0UQDxIhCh1FUlJPUl9SRUFTT05fSE9TVF9OT1RfQUxMT1dFRBAQEiMKH0VSUk9SX1JFQVNPTl9TVEFURV9OT1RfUkVDT1JERUQQERIZChVFUlJPUl9SRUFTT05fQ0FOQ0VMRUQQEhIiCh5FUlJPUl9SRUFTT05fU0VSVklDRV9OT1RfRk9VTkQQExIZChVFUlJPUl9SRUFTT05fSU5URVJOQUwQFBIiCh5FUlJPUl9SRUFTT05fREVBRExJTkVfRVhDRUVERUQQFRIfChtFUlJPUl9SRUFTT05fUFJPVE9DT0xfRVJST1IQFhIfChtFUlJPUl9SRUFTT05fUEFUSF9OT1RfRk9VTkQQFxIkCiBFUlJPUl9SRUFTT05fUEFUSF9BTFJFQURZX0VYSVNUUxAYEicKI0VSUk9SX1JFQVNPTl9QQVRIX09VVFNJREVfV09SS1NQQUNFEBkSJAogRVJST1JfUkVBU09OX1BBVEhfTk9UX0FDQ0VTU0lCTEUQGhIfChtFUlJPUl9SRUFTT05fSVNfQV9ESVJFQ1RPUlkQGxIgChxFUlJPUl9SRUFTT05fTk9UX0FfRElSRUNUT1JZEBwSJAogRVJST1JfUkVBU09OX0RJUkVDVE9SWV9OT1RfRU1QVFkQHRIjCh9FUlJPUl9SRUFTT05fTk9UX0FfUkVHVUxBUl9GSUxFEB4SIgoeRVJST1JfUkVBU09OX1NUT1JBR0VfRVhIQVVTVEVEEB8SIQodRVJST1JfUkVBU09OX0NPTlRFTlRfTUlTTUFUQ0gQIBIdChlFUlJPUl9SRUFTT05fQ1JPU1NfREVWSUNFECESHwobRVJST1JfUkVBU09OX1dPUktTUEFDRV9ST09UECISJQohRVJST1JfUkVBU09OX1JFQURfT05MWV9GSUxFU1lTVEVNECMSHQoZRVJST1JfUkVBU09OX1NZTUxJTktfTE9PUBAkEhoKFkVSUk9SX1JFQVNPTl9GSUxFX0JVU1kQJRIpCiVFUlJPUl9SRUFTT05fRklMRV9TRVJWSUNFX1VOQVZBSUxBQkxFECYSHwobRVJST1JfUkVBU09OX1dBSVRfVElNRURfT1VUEC8SHwobRVJST1JfUkVBU09OX1BST0NFU1NfRVhJVEVEEDASIAocRVJST1JfUkVBU09OX1BBVFRFUk5fSU5WQUxJRBAxEiIKHkVSUk9SX1JFQVNPTl9QT1JUU19VTkFWQUlMQUJMRRAyKtYBCg1Qcm9jZXNzU3RhdHVzEh4KGlBST0NFU1NfU1RBVFVTX1VOU1BFQ0lGSUVEEAASGwoXUFJPQ0VTU19TVEFUVVNfU1RBUlRJTkcQARIaChZQUk9DRVNTX1NUQVRVU19SVU5OSU5HEAISHAoYUFJPQ0VTU19TVEFUVVNfQ09NUExFVEVEEAMSGQoVUFJPQ0VTU19TVEFUVVNfRkFJTEVEEAQSGQoVUFJPQ0VTU19TVEFUVVNfS0lMTEVEEAUSGAoUUFJPQ0VTU19TVEFUVVNfRVJST1IQBiphCgxPdXRwdXRTdHJlYW0SHQoZT1VUUFVUX1NUUkVBTV9VTlNQRUNJRklFRBAAEhgKFE9VVFBVVF9TVFJFQU1fU1RET1VUEAESGAoUT1VUUFVUX1NUUkVBTV9TVERFUlIQAjL+CAoOU2FuZGJveFNlcnZpY2USOwoERXhlYxIXLnNhbmRib3gudjEuRXhlY1JlcXVlc3QaGC5zYW5kYm94LnYxLkV4ZWNSZXNwb25zZTABElEKDFN0YXJ0UHJvY2VzcxIfLnNhbmRib3gudjEuU3RhcnRQcm9jZXNzUmVxdWVzdBogLnNhbmRib3gudjEuU3RhcnRQcm9jZXNzUmVzcG9uc2USTQoKU3RyZWFtTG9ncxIdLnNhbmRib3gudjEuU3RyZWFtTG9nc1JlcXVlc3QaHi5zYW5kYm94LnYxLlN0cmVhbUxvZ3NSZXNwb25zZTABEkwKCVNlbmRJbnB1dBIcLnNhbmRib3gudjEuU2VuZElucHV0UmVxdWVzdBodLnNhbmRib3gudjEuU2VuZElucHV0UmVzcG9uc2UoATABEksKCkdldFByb2Nlc3MSHS5zYW5kYm94LnYxLkdldFByb2Nlc3NSZXF1ZXN0Gh4uc2FuZGJveC52MS5HZXRQcm9jZXNzUmVzcG9uc2USVAoNTGlzdFByb2Nlc3NlcxIgLnNhbmRib3gudjEuTGlzdFByb2Nlc3Nlc1JlcXVlc3QaIS5zYW5kYm94LnYxLkxpc3RQcm9jZXNzZXNSZXNwb25zZRJOCgtLaWxsUHJvY2VzcxIeLnNhbmRib3gudjEuS2lsbFByb2Nlc3NSZXF1ZXN0Gh8uc2FuZGJveC52MS5LaWxsUHJvY2Vzc1Jlc3BvbnNlEl0KEEtpbGxBbGxQcm9jZXNzZXMSIy5zYW5kYm94LnYxLktpbGxBbGxQcm9jZXNzZXNSZXF1ZXN0GiQuc2FuZGJveC52MS5LaWxsQWxsUHJvY2Vzc2VzUmVzcG9uc2USXQoQQ2xlYW51cFByb2Nlc3NlcxIjLnNhbmRib3gudjEuQ2xlYW51cFByb2Nlc3Nlc1JlcXVlc3QaJC5zYW5kYm94LnYxLkNsZWFudXBQcm9jZXNzZXNSZXNwb25zZRJXCg5HZXRQcm9jZXNzTG9ncxIhLnNhbmRib3gudjEuR2V0UHJvY2Vzc0xvZ3NSZXF1ZXN0GiIuc2FuZGJveC52MS5HZXRQcm9jZXNzTG9nc1Jlc3BvbnNlEk4KC1dhaXRGb3JQb3J0Eh4uc2FuZGJveC52MS5XYWl0Rm9yUG9ydFJlcXVlc3QaHy5zYW5kYm94LnYxLldhaXRGb3JQb3J0UmVzcG9uc2USSwoKV2FpdEZvckxvZxIdLnNhbmRib3gudjEuV2FpdEZvckxvZ1JlcXVlc3QaHi5zYW5kYm94LnYxLldhaXRGb3JMb2dSZXNwb25zZRJOCgtXYWl0Rm9yRXhpdBIeLnNhbmRib3gudjEuV2FpdEZvckV4aXRSZXF1ZXN0Gh8uc2FuZGJveC52MS5XYWl0Rm9yRXhpdFJlc3BvbnNlEkgKCUxpc3RQb3J0cxIcLnNhbmRib3gudjEuTGlzdFBvcnRzUmVxdWVzdBodLnNhbmRib3gudjEuTGlzdFBvcnRzUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChhzYW5kYm94L3YxL3NhbmRib3gucHJvdG8SCnNhbmRib3gudjEiNgoKUHR5T3B0aW9ucxIMCgRjb2xzGAEgASgNEgwKBHJvd3MYAiABKA0SDAoEdGVybRgDIAEoCSLSAgoLUHJvY2Vzc1NwZWMSDwoHY29tbWFuZBgBIAEoCRIMCgRhcmdzGAIgAygJEi0KA2VudhgDIAMoCzIgLnNhbmRib3gudjEuUHJvY2Vzc1NwZWMuRW52RW50cnkSCwoDY3dkGAQgASgJEhIKCnRpbWVvdXRfbXMYBSABKAUSEgoKcHJvY2Vzc19pZBgGIAEoCRISCgpzZXNzaW9uX2lkGAcgASgJEiMKA3B0eRgIIAEoCzIWLnNhbmRib3gudjEuUHR5T3B0aW9ucxINCgVzdGRpbhgJIAEoCBISCgpzdGRpbl9kYXRhGAogASgMEhkKDGF1dG9fY2xlYW51cBgLIAEoCEgAiAEBEgwKBHN1ZG8YDCABKAgaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIPCg1fYXV0b19jbGVhbnVwIjQKC0V4ZWNSZXF1ZXN0EiUKBHNwZWMYASABKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NTcGVjIpsBCgxFeGVjUmVzcG9uc2USKgoHc3RhcnRlZBgBIAEoCzIXLnNhbmRib3gudjEuUHJvY2Vzc0luZm9IABIpCgZvdXRwdXQYAiABKAsyFy5zYW5kYm94LnYxLk91dHB1dENodW5rSAASKwoGZXhpdGVkGAMgASgLMhkuc2FuZGJveC52MS5Qcm9jZXNzRXhpdGVkSABCBwoFZXZlbnQiVQoLT3V0cHV0Q2h1bmsSKAoGc3RyZWFtGAEgASgOMhguc2FuZGJveC52MS5PdXRwdXRTdHJlYW0SDgoGb2Zmc2V0GAIgASgEEgwKBGRhdGEYAyABKAwiWwoJT3V0cHV0R2FwEigKBnN0cmVhbRgBIAEoDjIYLnNhbmRib3gudjEuT3V0cHV0U3RyZWFtEg4KBm9mZnNldBgCIAEoBBIUCgxtaXNzZWRfYnl0ZXMYAyABKAQisgMKDVByb2Nlc3NFeGl0ZWQSKQoGc3RhdHVzGAEgASgOMhkuc2FuZGJveC52MS5Qcm9jZXNzU3RhdHVzEhYKCWV4aXRfY29kZRgCIAEoBUgAiAEBEg4KBnNpZ25hbBgDIAEoCRIRCgl0aW1lZF9vdXQYBCABKAgSDgoGa2lsbGVkGAUgASgIEi4KCnN0YXJ0X3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGVuZF90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIrCghkdXJhdGlvbhgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIUCgxzdGRvdXRfYnl0ZXMYCSABKAQSFAoMc3RkZXJyX2J5dGVzGAogASgEEg0KBWVycm9yGAsgASgJEiQKBWNhdXNlGAwgASgOMhUuc2FuZGJveC52MS5FeGl0Q2F1c2USMQoMY2F1c2VfZGV0YWlsGA0gASgLMhsuc2FuZGJveC52MS5FeGl0Q2F1c2VEZXRhaWxCDAoKX2V4aXRfY29kZSJ6Cg9FeGl0Q2F1c2VEZXRhaWwSKwoLc3RhcnRfc3RhZ2UYASABKA4yFi5zYW5kYm94LnYxLlN0YXJ0U3RhZ2USDQoFZXJybm8YAiABKAkSKwoLa2lsbF9vcmlnaW4YAyABKA4yFi5zYW5kYm94LnYxLktpbGxPcmlnaW4i0AIKC1Byb2Nlc3NJbmZvEhIKCnByb2Nlc3NfaWQYASABKAkSCwoDcGlkGAIgASgFEg8KB2NvbW1hbmQYAyABKAkSDAoEYXJncxgEIAMoCRIpCgZzdGF0dXMYBSABKA4yGS5zYW5kYm94LnYxLlByb2Nlc3NTdGF0dXMSEgoKc2Vzc2lvbl9pZBgGIAEoCRILCgNjd2QYByABKAkSCwoDcHR5GAggASgIEg0KBXN0ZGluGAkgASgIEi4KCnN0YXJ0X3RpbWUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEicKBGV4aXQYCyABKAsyGS5zYW5kYm94LnYxLlByb2Nlc3NFeGl0ZWQSFAoMc3Rkb3V0X2J5dGVzGAwgASgEEhQKDHN0ZGVycl9ieXRlcxgNIAEoBBIUCgxhdXRvX2NsZWFudXAYDiABKAgiPAoTU3RhcnRQcm9jZXNzUmVxdWVzdBIlCgRzcGVjGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzU3BlYyJAChRTdGFydFByb2Nlc3NSZXNwb25zZRIoCgdwcm9jZXNzGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzSW5mbyJlChFTdHJlYW1Mb2dzUmVxdWVzdBISCgpwcm9jZXNzX2lkGAEgASgJEhUKDXN0ZG91dF9vZmZzZXQYAiABKAQSFQoNc3RkZXJyX29mZnNldBgDIAEoBBIOCgZmb2xsb3cYBCABKAgi8gEKElN0cmVhbUxvZ3NSZXNwb25zZRIqCgdwcm9jZXNzGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzSW5mb0gAEikKBm91dHB1dBgCIAEoCzIXLnNhbmRib3gudjEuT3V0cHV0Q2h1bmtIABIkCgNnYXAYAyABKAsyFS5zYW5kYm94LnYxLk91dHB1dEdhcEgAEisKBmV4aXRlZBgEIAEoCzIZLnNhbmRib3gudjEuUHJvY2Vzc0V4aXRlZEgAEikKCWNhdWdodF91cBgFIAEoCzIULnNhbmRib3gudjEuQ2F1Z2h0VXBIAEIHCgVldmVudCI4CghDYXVnaHRVcBIVCg1zdGRvdXRfb2Zmc2V0GAEgASgEEhUKDXN0ZGVycl9vZmZzZXQYAiABKAQitwEKEFNlbmRJbnB1dFJlcXVlc3QSJQoEb3BlbhgBIAEoCzIVLnNhbmRib3gudjEuT3BlbklucHV0SAASDgoEZGF0YRgCIAEoDEgAEicKBWNsb3NlGAMgASgLMhYuc2FuZGJveC52MS5DbG9zZUlucHV0SAASKAoGcmVzaXplGAQgASgLMhYuc2FuZGJveC52MS5QdHlPcHRpb25zSAASEAoGc2lnbmFsGAUgASgJSABCBwoFaW5wdXQiHwoJT3BlbklucHV0EhIKCnByb2Nlc3NfaWQYASABKAkiDAoKQ2xvc2VJbnB1dCI6ChFTZW5kSW5wdXRSZXNwb25zZRIVCg1ieXRlc193cml0dGVuGAEgASgEEg4KBmNsb3NlZBgCIAEoCCInChFHZXRQcm9jZXNzUmVxdWVzdBISCgpwcm9jZXNzX2lkGAEgASgJIj4KEkdldFByb2Nlc3NSZXNwb25zZRIoCgdwcm9jZXNzGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzSW5mbyJ+ChRMaXN0UHJvY2Vzc2VzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEisKCHN0YXR1c2VzGAIgAygOMhkuc2FuZGJveC52MS5Qcm9jZXNzU3RhdHVzEhEKCXBhZ2Vfc2l6ZRgDIAEoBRISCgpwYWdlX3Rva2VuGAQgASgJIlwKFUxpc3RQcm9jZXNzZXNSZXNwb25zZRIqCglwcm9jZXNzZXMYASADKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NJbmZvEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJRChJLaWxsUHJvY2Vzc1JlcXVlc3QSEgoKcHJvY2Vzc19pZBgBIAEoCRIOCgZzaWduYWwYAiABKAkSFwoPZ3JhY2VfcGVyaW9kX21zGAMgASgFIj8KE0tpbGxQcm9jZXNzUmVzcG9uc2USKAoHcHJvY2VzcxgBIAEoCzIXLnNhbmRib3gudjEuUHJvY2Vzc0luZm8iVgoXS2lsbEFsbFByb2Nlc3Nlc1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIOCgZzaWduYWwYAiABKAkSFwoPZ3JhY2VfcGVyaW9kX21zGAMgASgFIjAKGEtpbGxBbGxQcm9jZXNzZXNSZXNwb25zZRIUCgxraWxsZWRfY291bnQYASABKA0iQgoXQ2xlYW51cFByb2Nlc3Nlc1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRITCgtwcm9jZXNzX2lkcxgCIAMoCSIxChhDbGVhbnVwUHJvY2Vzc2VzUmVzcG9uc2USFQoNcmVtb3ZlZF9jb3VudBgBIAEoDSIrChVHZXRQcm9jZXNzTG9nc1JlcXVlc3QSEgoKcHJvY2Vzc19pZBgBIAEoCSKkAQoWR2V0UHJvY2Vzc0xvZ3NSZXNwb25zZRISCgpwcm9jZXNzX2lkGAEgASgJEg4KBnN0ZG91dBgCIAEoDBIOCgZzdGRlcnIYAyABKAwSFQoNc3Rkb3V0X29mZnNldBgEIAEoBBIVCg1zdGRlcnJfb2Zmc2V0GAUgASgEEigKB3Byb2Nlc3MYBiABKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NJbmZvIkEKCUh0dHBQcm9iZRIMCgRwYXRoGAEgASgJEhIKCm1pbl9zdGF0dXMYAiABKA0SEgoKbWF4X3N0YXR1cxgDIAEoDSKSAQoSV2FpdEZvclBvcnRSZXF1ZXN0EgwKBHBvcnQYASABKA0SDAoEaG9zdBgCIAEoCRIjCgRodHRwGAMgASgLMhUuc2FuZGJveC52MS5IdHRwUHJvYmUSEgoKcHJvY2Vzc19pZBgEIAEoCRISCgp0aW1lb3V0X21zGAUgASgNEhMKC2ludGVydmFsX21zGAYgASgNIngKE1dhaXRGb3JQb3J0UmVzcG9uc2USDwoHYWRkcmVzcxgBIAEoCRITCgtodHRwX3N0YXR1cxgCIAEoDRIQCghhdHRlbXB0cxgDIAEoDRIpCgZ3YWl0ZWQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ipAEKEVdhaXRGb3JMb2dSZXF1ZXN0EhIKCnByb2Nlc3NfaWQYASABKAkSDwoHcGF0dGVybhgCIAEoCRIoCgZzdHJlYW0YAyABKA4yGC5zYW5kYm94LnYxLk91dHB1dFN0cmVhbRIVCg1zdGRvdXRfb2Zmc2V0GAQgASgEEhUKDXN0ZGVycl9vZmZzZXQYBSABKAQSEgoKdGltZW91dF9tcxgGIAEoDSIoCgpNYXRjaEdyb3VwEhEKBHRleHQYASABKAlIAIgBAUIHCgVfdGV4dCKjAgoSV2FpdEZvckxvZ1Jlc3BvbnNlEigKBnN0cmVhbRgBIAEoDjIYLnNhbmRib3gudjEuT3V0cHV0U3RyZWFtEg4KBm9mZnNldBgCIAEoBBIMCgRsaW5lGAMgASgJEhMKC2xpbmVfb2Zmc2V0GAQgASgEEg0KBW1hdGNoGAUgASgJEiYKBmdyb3VwcxgGIAMoCzIWLnNhbmRib3gudjEuTWF0Y2hHcm91cBJFCgxuYW1lZF9ncm91cHMYByADKAsyLy5zYW5kYm94LnYxLldhaXRGb3JMb2dSZXNwb25zZS5OYW1lZEdyb3Vwc0VudHJ5GjIKEE5hbWVkR3JvdXBzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI8ChJXYWl0Rm9yRXhpdFJlcXVlc3QSEgoKcHJvY2Vzc19pZBgBIAEoCRISCgp0aW1lb3V0X21zGAIgASgNImoKE1dhaXRGb3JFeGl0UmVzcG9uc2USKQoGZXhpdGVkGAEgASgLMhkuc2FuZGJveC52MS5Qcm9jZXNzRXhpdGVkEigKB3Byb2Nlc3MYAiABKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NJbmZvIiYKEExpc3RQb3J0c1JlcXVlc3QSEgoKcHJvY2Vzc19pZBgBIAEoCSI9ChFMaXN0UG9ydHNSZXNwb25zZRIoCgVwb3J0cxgBIAMoCzIZLnNhbmRib3gudjEuTGlzdGVuaW5nUG9ydCJuCg1MaXN0ZW5pbmdQb3J0EgwKBHBvcnQYASABKA0SDwoHYWRkcmVzcxgCIAEoCRIMCgRpcHY2GAMgASgIEgsKA3BpZBgEIAEoBRIPCgdwcm9ncmFtGAUgASgJEhIKCnByb2Nlc3NfaWQYBiABKAkq4AsKC0Vycm9yUmVhc29uEhwKGEVSUk9SX1JFQVNPTl9VTlNQRUNJRklFRBAAEiIKHkVSUk9SX1JFQVNPTl9QUk9DRVNTX05PVF9GT1VORBABEicKI0VSUk9SX1JFQVNPTl9QUk9DRVNTX0FMUkVBRFlfRVhJU1RTEAISHwobRVJST1JfUkVBU09OX0xJTUlUX0VYQ0VFREVEEAMSIQodRVJST1JfUkVBU09OX0lOVkFMSURfQVJHVU1FTlQQBBImCiJFUlJPUl9SRUFTT05fQ1dEX09VVFNJREVfV09SS1NQQUNFEAUSIQodRVJST1JfUkVBU09OX1NVRE9fTk9UX0FMTE9XRUQQBhIkCiBFUlJPUl9SRUFTT05fUFJPQ0VTU19OT1RfUlVOTklORxAHEh8KG0VSUk9SX1JFQVNPTl9TVERJTl9OT1RfT1BFThAIEiAKHEVSUk9SX1JFQVNPTl9VTkFVVEhFTlRJQ0FURUQQCRIeChpFUlJPUl9SRUFTT05fU0hVVFRJTkdfRE9XThAKEh0KGUVSUk9SX1JFQVNPTl9TUEFXTl9GQUlMRUQQCxIeChpFUlJPUl9SRUFTT05fQ1dEX05PVF9GT1VORBAMEiMKH0VSUk9SX1JFQVNPTl9DV0RfTk9UX0FDQ0VTU0lCTEUQDRIdChlFUlJPUl9SRUFTT05fUFRZX05PVF9PUEVOEA4SJAogRVJST1JfUkVBU09OX09GRlNFVF9PVVRfT0ZfUkFOR0UQDxIhCh1FUlJPUl9SRUFTT05fSE9TVF9OT1RfQUxMT1dFRBAQEiMKH0VSUk9SX1JFQVNPTl9TVEFURV9OT1RfUkVDT1JERUQQERIZChVFUlJPUl9SRUFTT05fQ0FOQ0VMRUQQEhIiCh5FUlJPUl9SRUFTT05fU0VSVklDRV9OT1RfRk9VTkQQExIZChVFUlJPUl9SRUFTT05fSU5URVJOQUwQFBIiCh5FUlJPUl9SRUFTT05fREVBRExJTkVfRVhDRUVERUQQFRIfChtFUlJPUl9SRUFTT05fUFJPVE9DT0xfRVJST1IQFhIfChtFUlJPUl9SRUFTT05fUEFUSF9OT1RfRk9VTkQQFxIkCiBFUlJPUl9SRUFTT05fUEFUSF9BTFJFQURZX0VYSVNUUxAYEicKI0VSUk9SX1JFQVNPTl9QQVRIX09VVFNJREVfV09SS1NQQUNFEBkSJAogRVJST1JfUkVBU09OX1BBVEhfTk9UX0FDQ0VTU0lCTEUQGhIfChtFUlJPUl9SRUFTT05fSVNfQV9ESVJFQ1RPUlkQGxIgChxFUlJPUl9SRUFTT05fTk9UX0FfRElSRUNUT1JZEBwSJAogRVJST1JfUkVBU09OX0RJUkVDVE9SWV9OT1RfRU1QVFkQHRIjCh9FUlJPUl9SRUFTT05fTk9UX0FfUkVHVUxBUl9GSUxFEB4SIgoeRVJST1JfUkVBU09OX1NUT1JBR0VfRVhIQVVTVEVEEB8SIQodRVJST1JfUkVBU09OX0NPTlRFTlRfTUlTTUFUQ0gQIBIdChlFUlJPUl9SRUFTT05fQ1JPU1NfREVWSUNFECESHwobRVJST1JfUkVBU09OX1dPUktTUEFDRV9ST09UECISJQohRVJST1JfUkVBU09OX1JFQURfT05MWV9GSUxFU1lTVEVNECMSHQoZRVJST1JfUkVBU09OX1NZTUxJTktfTE9PUBAkEhoKFkVSUk9SX1JFQVNPTl9GSUxFX0JVU1kQJRIpCiVFUlJPUl9SRUFTT05fRklMRV9TRVJWSUNFX1VOQVZBSUxBQkxFECYSHwobRVJST1JfUkVBU09OX1dBSVRfVElNRURfT1VUEC8SHwobRVJST1JfUkVBU09OX1BST0NFU1NfRVhJVEVEEDASIAocRVJST1JfUkVBU09OX1BBVFRFUk5fSU5WQUxJRBAxEiIKHkVSUk9SX1JFQVNPTl9QT1JUU19VTkFWQUlMQUJMRRAyKtYBCg1Qcm9jZXNzU3RhdHVzEh4KGlBST0NFU1NfU1RBVFVTX1VOU1BFQ0lGSUVEEAASGwoXUFJPQ0VTU19TVEFUVVNfU1RBUlRJTkcQARIaChZQUk9DRVNTX1NUQVRVU19SVU5OSU5HEAISHAoYUFJPQ0VTU19TVEFUVVNfQ09NUExFVEVEEAMSGQoVUFJPQ0VTU19TVEFUVVNfRkFJTEVEEAQSGQoVUFJPQ0VTU19TVEFUVVNfS0lMTEVEEAUSGAoUUFJPQ0VTU19TVEFUVVNfRVJST1IQBiphCgxPdXRwdXRTdHJlYW0SHQoZT1VUUFVUX1NUUkVBTV9VTlNQRUNJRklFRBAAEhgKFE9VVFBVVF9TVFJFQU1fU1RET1VUEAESGAoUT1VUUFVUX1NUUkVBTV9TVERFUlIQAiqGAgoJRXhpdENhdXNlEhoKFkVYSVRfQ0FVU0VfVU5TUEVDSUZJRUQQABIVChFFWElUX0NBVVNFX0VYSVRFRBABEhcKE0VYSVRfQ0FVU0VfU0lHTkFMRUQQAhIgChxFWElUX0NBVVNFX0tJTExFRF9PTl9SRVFVRVNUEAMSGAoURVhJVF9DQVVTRV9USU1FRF9PVVQQBBIcChhFWElUX0NBVVNFX09VVF9PRl9NRU1PUlkQBRIeChpFWElUX0NBVVNFX0RBRU1PTl9TSFVURE9XThAGEhsKF0VYSVRfQ0FVU0VfU1RBUlRfRkFJTEVEEAcSFgoSRVhJVF9DQVVTRV9VTktOT1dOEAgqyAEKClN0YXJ0U3RhZ2USGwoXU1RBUlRfU1RBR0VfVU5TUEVDSUZJRUQQABITCg9TVEFSVF9TVEFHRV9DV0QQARIUChBTVEFSVF9TVEFHRV9VU0VSEAISFAoQU1RBUlRfU1RBR0VfRVhFQxADEhYKElNUQVJUX1NUQUdFX0NHUk9VUBAEEhYKElNUQVJUX1NUQUdFX0xJTUlUUxAFEhUKEVNUQVJUX1NUQUdFX1NQQVdOEAYSFQoRU1RBUlRfU1RBR0VfU1RBVEUQByrLAQoKS2lsbE9yaWdpbhIbChdLSUxMX09SSUdJTl9VTlNQRUNJRklFRBAAEhwKGEtJTExfT1JJR0lOX0tJTExfUFJPQ0VTUxABEhgKFEtJTExfT1JJR0lOX0tJTExfQUxMEAISFgoSS0lMTF9PUklHSU5fQ0FOQ0VMEAMSGgoWS0lMTF9PUklHSU5fRElTQ09OTkVDVBAEEhgKFEtJTExfT1JJR0lOX0RFQURMSU5FEAUSGgoWS0lMTF9PUklHSU5fU0VORF9JTlBVVBAGMv4ICg5TYW5kYm94U2VydmljZRI7CgRFeGVjEhcuc2FuZGJveC52MS5FeGVjUmVxdWVzdBoYLnNhbmRib3gudjEuRXhlY1Jlc3BvbnNlMAESUQoMU3RhcnRQcm9jZXNzEh8uc2FuZGJveC52MS5TdGFydFByb2Nlc3NSZXF1ZXN0GiAuc2FuZGJveC52MS5TdGFydFByb2Nlc3NSZXNwb25zZRJNCgpTdHJlYW1Mb2dzEh0uc2FuZGJveC52MS5TdHJlYW1Mb2dzUmVxdWVzdBoeLnNhbmRib3gudjEuU3RyZWFtTG9nc1Jlc3BvbnNlMAESTAoJU2VuZElucHV0Ehwuc2FuZGJveC52MS5TZW5kSW5wdXRSZXF1ZXN0Gh0uc2FuZGJveC52MS5TZW5kSW5wdXRSZXNwb25zZSgBMAESSwoKR2V0UHJvY2VzcxIdLnNhbmRib3gudjEuR2V0UHJvY2Vzc1JlcXVlc3QaHi5zYW5kYm94LnYxLkdldFByb2Nlc3NSZXNwb25zZRJUCg1MaXN0UHJvY2Vzc2VzEiAuc2FuZGJveC52MS5MaXN0UHJvY2Vzc2VzUmVxdWVzdBohLnNhbmRib3gudjEuTGlzdFByb2Nlc3Nlc1Jlc3BvbnNlEk4KC0tpbGxQcm9jZXNzEh4uc2FuZGJveC52MS5LaWxsUHJvY2Vzc1JlcXVlc3QaHy5zYW5kYm94LnYxLktpbGxQcm9jZXNzUmVzcG9uc2USXQoQS2lsbEFsbFByb2Nlc3NlcxIjLnNhbmRib3gudjEuS2lsbEFsbFByb2Nlc3Nlc1JlcXVlc3QaJC5zYW5kYm94LnYxLktpbGxBbGxQcm9jZXNzZXNSZXNwb25zZRJdChBDbGVhbnVwUHJvY2Vzc2VzEiMuc2FuZGJveC52MS5DbGVhbnVwUHJvY2Vzc2VzUmVxdWVzdBokLnNhbmRib3gudjEuQ2xlYW51cFByb2Nlc3Nlc1Jlc3BvbnNlElcKDkdldFByb2Nlc3NMb2dzEiEuc2FuZGJveC52MS5HZXRQcm9jZXNzTG9nc1JlcXVlc3QaIi5zYW5kYm94LnYxLkdldFByb2Nlc3NMb2dzUmVzcG9uc2USTgoLV2FpdEZvclBvcnQSHi5zYW5kYm94LnYxLldhaXRGb3JQb3J0UmVxdWVzdBofLnNhbmRib3gudjEuV2FpdEZvclBvcnRSZXNwb25zZRJLCgpXYWl0Rm9yTG9nEh0uc2FuZGJveC52MS5XYWl0Rm9yTG9nUmVxdWVzdBoeLnNhbmRib3gudjEuV2FpdEZvckxvZ1Jlc3BvbnNlEk4KC1dhaXRGb3JFeGl0Eh4uc2FuZGJveC52MS5XYWl0Rm9yRXhpdFJlcXVlc3QaHy5zYW5kYm94LnYxLldhaXRGb3JFeGl0UmVzcG9uc2USSAoJTGlzdFBvcnRzEhwuc2FuZGJveC52MS5MaXN0UG9ydHNSZXF1ZXN0Gh0uc2FuZGJveC52MS5MaXN0UG9ydHNSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * PtyOptions asks for a pseudo-terminal; stdout and stderr are then merged
@@ -383,6 +383,25 @@ export type ProcessExited = Message<"sandbox.v1.ProcessExited"> & {
    * @generated from field: string error = 11;
    */
   error: string;
+
+  /**
+   * Why it ended, whatever its status: exited on its own, killed by a signal
+   * from inside the sandbox, on a client's request, at its timeout, by the
+   * kernel for memory, at the daemon's shutdown, or never started.
+   * `status`, `exit_code`, `signal`, `timed_out` and `killed` keep their
+   * meaning beside it.
+   *
+   * @generated from field: sandbox.v1.ExitCause cause = 12;
+   */
+  cause: ExitCause;
+
+  /**
+   * What `cause` alone does not say: which request killed it, or which step
+   * of its start failed and with which errno. Absent for the other causes.
+   *
+   * @generated from field: sandbox.v1.ExitCauseDetail cause_detail = 13;
+   */
+  causeDetail?: ExitCauseDetail | undefined;
 };
 
 /**
@@ -391,6 +410,42 @@ export type ProcessExited = Message<"sandbox.v1.ProcessExited"> & {
  */
 export const ProcessExitedSchema: GenMessage<ProcessExited> = /*@__PURE__*/
   messageDesc(file_sandbox_v1_sandbox, 6);
+
+/**
+ * ExitCauseDetail adds to an ExitCause what the cause alone does not say.
+ *
+ * @generated from message sandbox.v1.ExitCauseDetail
+ */
+export type ExitCauseDetail = Message<"sandbox.v1.ExitCauseDetail"> & {
+  /**
+   * For START_FAILED: the step of the start that failed.
+   *
+   * @generated from field: sandbox.v1.StartStage start_stage = 1;
+   */
+  startStage: StartStage;
+
+  /**
+   * For START_FAILED: the errno name the step failed with ("ENOENT",
+   * "EACCES"); empty when it failed without one.
+   *
+   * @generated from field: string errno = 2;
+   */
+  errno: string;
+
+  /**
+   * For KILLED_ON_REQUEST: what asked for the kill.
+   *
+   * @generated from field: sandbox.v1.KillOrigin kill_origin = 3;
+   */
+  killOrigin: KillOrigin;
+};
+
+/**
+ * Describes the message sandbox.v1.ExitCauseDetail.
+ * Use `create(ExitCauseDetailSchema)` to create a new message.
+ */
+export const ExitCauseDetailSchema: GenMessage<ExitCauseDetail> = /*@__PURE__*/
+  messageDesc(file_sandbox_v1_sandbox, 7);
 
 /**
  * ProcessInfo is the record the daemon keeps of a process.
@@ -502,7 +557,7 @@ export type ProcessInfo = Message<"sandbox.v1.ProcessInfo"> & {
  * Use `create(ProcessInfoSchema)` to create a new message.
  */
 export const ProcessInfoSchema: GenMessage<ProcessInfo> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 7);
+  messageDesc(file_sandbox_v1_sandbox, 8);
 
 /**
  * StartProcessRequest asks to start a background process.
@@ -523,7 +578,7 @@ export type StartProcessRequest = Message<"sandbox.v1.StartProcessRequest"> & {
  * Use `create(StartProcessRequestSchema)` to create a new message.
  */
 export const StartProcessRequestSchema: GenMessage<StartProcessRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 8);
+  messageDesc(file_sandbox_v1_sandbox, 9);
 
 /**
  * StartProcessResponse returns the new process's record.
@@ -544,7 +599,7 @@ export type StartProcessResponse = Message<"sandbox.v1.StartProcessResponse"> & 
  * Use `create(StartProcessResponseSchema)` to create a new message.
  */
 export const StartProcessResponseSchema: GenMessage<StartProcessResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 9);
+  messageDesc(file_sandbox_v1_sandbox, 10);
 
 /**
  * StreamLogsRequest asks for a process's output from given offsets.
@@ -587,7 +642,7 @@ export type StreamLogsRequest = Message<"sandbox.v1.StreamLogsRequest"> & {
  * Use `create(StreamLogsRequestSchema)` to create a new message.
  */
 export const StreamLogsRequestSchema: GenMessage<StreamLogsRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 10);
+  messageDesc(file_sandbox_v1_sandbox, 11);
 
 /**
  * StreamLogsResponse is one event of a StreamLogs stream.
@@ -648,7 +703,7 @@ export type StreamLogsResponse = Message<"sandbox.v1.StreamLogsResponse"> & {
  * Use `create(StreamLogsResponseSchema)` to create a new message.
  */
 export const StreamLogsResponseSchema: GenMessage<StreamLogsResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 11);
+  messageDesc(file_sandbox_v1_sandbox, 12);
 
 /**
  * CaughtUp ends a snapshot: all retained output up to these offsets was sent.
@@ -676,7 +731,7 @@ export type CaughtUp = Message<"sandbox.v1.CaughtUp"> & {
  * Use `create(CaughtUpSchema)` to create a new message.
  */
 export const CaughtUpSchema: GenMessage<CaughtUp> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 12);
+  messageDesc(file_sandbox_v1_sandbox, 13);
 
 /**
  * SendInputRequest is one message of a SendInput stream.
@@ -737,7 +792,7 @@ export type SendInputRequest = Message<"sandbox.v1.SendInputRequest"> & {
  * Use `create(SendInputRequestSchema)` to create a new message.
  */
 export const SendInputRequestSchema: GenMessage<SendInputRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 13);
+  messageDesc(file_sandbox_v1_sandbox, 14);
 
 /**
  * OpenInput names the process a SendInput stream feeds.
@@ -758,7 +813,7 @@ export type OpenInput = Message<"sandbox.v1.OpenInput"> & {
  * Use `create(OpenInputSchema)` to create a new message.
  */
 export const OpenInputSchema: GenMessage<OpenInput> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 14);
+  messageDesc(file_sandbox_v1_sandbox, 15);
 
 /**
  * CloseInput asks to close stdin.
@@ -773,7 +828,7 @@ export type CloseInput = Message<"sandbox.v1.CloseInput"> & {
  * Use `create(CloseInputSchema)` to create a new message.
  */
 export const CloseInputSchema: GenMessage<CloseInput> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 15);
+  messageDesc(file_sandbox_v1_sandbox, 16);
 
 /**
  * SendInputResponse acknowledges one SendInputRequest, in order.
@@ -801,7 +856,7 @@ export type SendInputResponse = Message<"sandbox.v1.SendInputResponse"> & {
  * Use `create(SendInputResponseSchema)` to create a new message.
  */
 export const SendInputResponseSchema: GenMessage<SendInputResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 16);
+  messageDesc(file_sandbox_v1_sandbox, 17);
 
 /**
  * GetProcessRequest names a process.
@@ -822,7 +877,7 @@ export type GetProcessRequest = Message<"sandbox.v1.GetProcessRequest"> & {
  * Use `create(GetProcessRequestSchema)` to create a new message.
  */
 export const GetProcessRequestSchema: GenMessage<GetProcessRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 17);
+  messageDesc(file_sandbox_v1_sandbox, 18);
 
 /**
  * GetProcessResponse returns a process record.
@@ -843,7 +898,7 @@ export type GetProcessResponse = Message<"sandbox.v1.GetProcessResponse"> & {
  * Use `create(GetProcessResponseSchema)` to create a new message.
  */
 export const GetProcessResponseSchema: GenMessage<GetProcessResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 18);
+  messageDesc(file_sandbox_v1_sandbox, 19);
 
 /**
  * ListProcessesRequest filters the process list; empty fields match all. The
@@ -893,7 +948,7 @@ export type ListProcessesRequest = Message<"sandbox.v1.ListProcessesRequest"> & 
  * Use `create(ListProcessesRequestSchema)` to create a new message.
  */
 export const ListProcessesRequestSchema: GenMessage<ListProcessesRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 19);
+  messageDesc(file_sandbox_v1_sandbox, 20);
 
 /**
  * ListProcessesResponse is one page of process records, oldest first.
@@ -921,7 +976,7 @@ export type ListProcessesResponse = Message<"sandbox.v1.ListProcessesResponse"> 
  * Use `create(ListProcessesResponseSchema)` to create a new message.
  */
 export const ListProcessesResponseSchema: GenMessage<ListProcessesResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 20);
+  messageDesc(file_sandbox_v1_sandbox, 21);
 
 /**
  * KillProcessRequest asks to signal a process group.
@@ -957,7 +1012,7 @@ export type KillProcessRequest = Message<"sandbox.v1.KillProcessRequest"> & {
  * Use `create(KillProcessRequestSchema)` to create a new message.
  */
 export const KillProcessRequestSchema: GenMessage<KillProcessRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 21);
+  messageDesc(file_sandbox_v1_sandbox, 22);
 
 /**
  * KillProcessResponse returns the record after signalling.
@@ -978,7 +1033,7 @@ export type KillProcessResponse = Message<"sandbox.v1.KillProcessResponse"> & {
  * Use `create(KillProcessResponseSchema)` to create a new message.
  */
 export const KillProcessResponseSchema: GenMessage<KillProcessResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 22);
+  messageDesc(file_sandbox_v1_sandbox, 23);
 
 /**
  * KillAllProcessesRequest asks to signal every live process.
@@ -1013,7 +1068,7 @@ export type KillAllProcessesRequest = Message<"sandbox.v1.KillAllProcessesReques
  * Use `create(KillAllProcessesRequestSchema)` to create a new message.
  */
 export const KillAllProcessesRequestSchema: GenMessage<KillAllProcessesRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 23);
+  messageDesc(file_sandbox_v1_sandbox, 24);
 
 /**
  * KillAllProcessesResponse counts the processes signalled.
@@ -1034,7 +1089,7 @@ export type KillAllProcessesResponse = Message<"sandbox.v1.KillAllProcessesRespo
  * Use `create(KillAllProcessesResponseSchema)` to create a new message.
  */
 export const KillAllProcessesResponseSchema: GenMessage<KillAllProcessesResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 24);
+  messageDesc(file_sandbox_v1_sandbox, 25);
 
 /**
  * CleanupProcessesRequest asks to remove exited records.
@@ -1063,7 +1118,7 @@ export type CleanupProcessesRequest = Message<"sandbox.v1.CleanupProcessesReques
  * Use `create(CleanupProcessesRequestSchema)` to create a new message.
  */
 export const CleanupProcessesRequestSchema: GenMessage<CleanupProcessesRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 25);
+  messageDesc(file_sandbox_v1_sandbox, 26);
 
 /**
  * CleanupProcessesResponse counts the records removed.
@@ -1084,7 +1139,7 @@ export type CleanupProcessesResponse = Message<"sandbox.v1.CleanupProcessesRespo
  * Use `create(CleanupProcessesResponseSchema)` to create a new message.
  */
 export const CleanupProcessesResponseSchema: GenMessage<CleanupProcessesResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 26);
+  messageDesc(file_sandbox_v1_sandbox, 27);
 
 /**
  * GetProcessLogsRequest names a process.
@@ -1105,7 +1160,7 @@ export type GetProcessLogsRequest = Message<"sandbox.v1.GetProcessLogsRequest"> 
  * Use `create(GetProcessLogsRequestSchema)` to create a new message.
  */
 export const GetProcessLogsRequestSchema: GenMessage<GetProcessLogsRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 27);
+  messageDesc(file_sandbox_v1_sandbox, 28);
 
 /**
  * GetProcessLogsResponse is a snapshot of a process's retained output.
@@ -1161,7 +1216,7 @@ export type GetProcessLogsResponse = Message<"sandbox.v1.GetProcessLogsResponse"
  * Use `create(GetProcessLogsResponseSchema)` to create a new message.
  */
 export const GetProcessLogsResponseSchema: GenMessage<GetProcessLogsResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 28);
+  messageDesc(file_sandbox_v1_sandbox, 29);
 
 /**
  * HttpProbe asks WaitForPort for an HTTP check: a GET of `path` that must be
@@ -1198,7 +1253,7 @@ export type HttpProbe = Message<"sandbox.v1.HttpProbe"> & {
  * Use `create(HttpProbeSchema)` to create a new message.
  */
 export const HttpProbeSchema: GenMessage<HttpProbe> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 29);
+  messageDesc(file_sandbox_v1_sandbox, 30);
 
 /**
  * WaitForPortRequest says which port to wait for and how to check it.
@@ -1258,7 +1313,7 @@ export type WaitForPortRequest = Message<"sandbox.v1.WaitForPortRequest"> & {
  * Use `create(WaitForPortRequestSchema)` to create a new message.
  */
 export const WaitForPortRequestSchema: GenMessage<WaitForPortRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 30);
+  messageDesc(file_sandbox_v1_sandbox, 31);
 
 /**
  * WaitForPortResponse says what answered.
@@ -1300,7 +1355,7 @@ export type WaitForPortResponse = Message<"sandbox.v1.WaitForPortResponse"> & {
  * Use `create(WaitForPortResponseSchema)` to create a new message.
  */
 export const WaitForPortResponseSchema: GenMessage<WaitForPortResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 31);
+  messageDesc(file_sandbox_v1_sandbox, 32);
 
 /**
  * WaitForLogRequest says which output to search and for what.
@@ -1362,7 +1417,7 @@ export type WaitForLogRequest = Message<"sandbox.v1.WaitForLogRequest"> & {
  * Use `create(WaitForLogRequestSchema)` to create a new message.
  */
 export const WaitForLogRequestSchema: GenMessage<WaitForLogRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 32);
+  messageDesc(file_sandbox_v1_sandbox, 33);
 
 /**
  * MatchGroup is one capture group of a match.
@@ -1383,7 +1438,7 @@ export type MatchGroup = Message<"sandbox.v1.MatchGroup"> & {
  * Use `create(MatchGroupSchema)` to create a new message.
  */
 export const MatchGroupSchema: GenMessage<MatchGroup> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 33);
+  messageDesc(file_sandbox_v1_sandbox, 34);
 
 /**
  * WaitForLogResponse is the first match.
@@ -1446,7 +1501,7 @@ export type WaitForLogResponse = Message<"sandbox.v1.WaitForLogResponse"> & {
  * Use `create(WaitForLogResponseSchema)` to create a new message.
  */
 export const WaitForLogResponseSchema: GenMessage<WaitForLogResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 34);
+  messageDesc(file_sandbox_v1_sandbox, 35);
 
 /**
  * WaitForExitRequest names the process to wait for.
@@ -1474,7 +1529,7 @@ export type WaitForExitRequest = Message<"sandbox.v1.WaitForExitRequest"> & {
  * Use `create(WaitForExitRequestSchema)` to create a new message.
  */
 export const WaitForExitRequestSchema: GenMessage<WaitForExitRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 35);
+  messageDesc(file_sandbox_v1_sandbox, 36);
 
 /**
  * WaitForExitResponse says how the process ended.
@@ -1502,7 +1557,7 @@ export type WaitForExitResponse = Message<"sandbox.v1.WaitForExitResponse"> & {
  * Use `create(WaitForExitResponseSchema)` to create a new message.
  */
 export const WaitForExitResponseSchema: GenMessage<WaitForExitResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 36);
+  messageDesc(file_sandbox_v1_sandbox, 37);
 
 /**
  * ListPortsRequest filters the listening ports; empty fields match all.
@@ -1523,7 +1578,7 @@ export type ListPortsRequest = Message<"sandbox.v1.ListPortsRequest"> & {
  * Use `create(ListPortsRequestSchema)` to create a new message.
  */
 export const ListPortsRequestSchema: GenMessage<ListPortsRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 37);
+  messageDesc(file_sandbox_v1_sandbox, 38);
 
 /**
  * ListPortsResponse lists listening TCP sockets, by port.
@@ -1544,7 +1599,7 @@ export type ListPortsResponse = Message<"sandbox.v1.ListPortsResponse"> & {
  * Use `create(ListPortsResponseSchema)` to create a new message.
  */
 export const ListPortsResponseSchema: GenMessage<ListPortsResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 38);
+  messageDesc(file_sandbox_v1_sandbox, 39);
 
 /**
  * ListeningPort is one TCP socket in the LISTEN state.
@@ -1602,7 +1657,7 @@ export type ListeningPort = Message<"sandbox.v1.ListeningPort"> & {
  * Use `create(ListeningPortSchema)` to create a new message.
  */
 export const ListeningPortSchema: GenMessage<ListeningPort> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 39);
+  messageDesc(file_sandbox_v1_sandbox, 40);
 
 /**
  * ErrorReason lists why a call of sandbox.v1 fails. Every failure the daemon
@@ -2092,6 +2147,224 @@ export enum OutputStream {
  */
 export const OutputStreamSchema: GenEnum<OutputStream> = /*@__PURE__*/
   enumDesc(file_sandbox_v1_sandbox, 2);
+
+/**
+ * ExitCause says why a process ended.
+ *
+ * @generated from enum sandbox.v1.ExitCause
+ */
+export enum ExitCause {
+  /**
+   * Never sent by this daemon (an older one does not set it).
+   *
+   * @generated from enum value: EXIT_CAUSE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * It exited on its own, with `exit_code` (zero or not).
+   *
+   * @generated from enum value: EXIT_CAUSE_EXITED = 1;
+   */
+  EXITED = 1,
+
+  /**
+   * A signal the daemon did not send ended it (`signal`): another process in
+   * the sandbox, or the command itself. A shell command line reports the
+   * signal that ended the program it ran, not the shell's 128+n.
+   *
+   * @generated from enum value: EXIT_CAUSE_SIGNALED = 2;
+   */
+  SIGNALED = 2,
+
+  /**
+   * A client asked for its end: KillProcess, KillAllProcesses, a signal
+   * through SendInput, or an Exec call cancelled, past its deadline or whose
+   * connection was lost. `cause_detail.kill_origin` says which. The process
+   * may have ended by the signal or exited on its own after it (`exit_code`).
+   *
+   * @generated from enum value: EXIT_CAUSE_KILLED_ON_REQUEST = 3;
+   */
+  KILLED_ON_REQUEST = 3,
+
+  /**
+   * Its `timeout_ms` expired and the daemon killed it (`timed_out`).
+   *
+   * @generated from enum value: EXIT_CAUSE_TIMED_OUT = 4;
+   */
+  TIMED_OUT = 4,
+
+  /**
+   * The kernel killed a process of the command because the command's memory
+   * cgroup ran out of memory (its own `memory.events` oom_kill count rose),
+   * and the command did not succeed. Never guessed from a SIGKILL: where the
+   * daemon cannot read that count, the cause is what else it knows.
+   *
+   * @generated from enum value: EXIT_CAUSE_OUT_OF_MEMORY = 5;
+   */
+  OUT_OF_MEMORY = 5,
+
+  /**
+   * The daemon was shutting down and killed it.
+   *
+   * @generated from enum value: EXIT_CAUSE_DAEMON_SHUTDOWN = 6;
+   */
+  DAEMON_SHUTDOWN = 6,
+
+  /**
+   * It never ran its program (status error), or was stopped as it started:
+   * `cause_detail` names the step and the errno, `error` says it in words.
+   *
+   * @generated from enum value: EXIT_CAUSE_START_FAILED = 7;
+   */
+  START_FAILED = 7,
+
+  /**
+   * The daemon cannot tell why it ended (it lost track of the process).
+   *
+   * @generated from enum value: EXIT_CAUSE_UNKNOWN = 8;
+   */
+  UNKNOWN = 8,
+}
+
+/**
+ * Describes the enum sandbox.v1.ExitCause.
+ */
+export const ExitCauseSchema: GenEnum<ExitCause> = /*@__PURE__*/
+  enumDesc(file_sandbox_v1_sandbox, 3);
+
+/**
+ * StartStage names a step of a command's start.
+ *
+ * @generated from enum sandbox.v1.StartStage
+ */
+export enum StartStage {
+  /**
+   * Not a start failure.
+   *
+   * @generated from enum value: START_STAGE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Entering the working directory as the command's user.
+   *
+   * @generated from enum value: START_STAGE_CWD = 1;
+   */
+  CWD = 1,
+
+  /**
+   * Switching to the command's user: groups, gid, uid, the terminal's owner.
+   *
+   * @generated from enum value: START_STAGE_USER = 2;
+   */
+  USER = 2,
+
+  /**
+   * Executing the program: not found (exit code 127), not executable (126).
+   *
+   * @generated from enum value: START_STAGE_EXEC = 3;
+   */
+  EXEC = 3,
+
+  /**
+   * Joining or creating the command's cgroups.
+   *
+   * @generated from enum value: START_STAGE_CGROUP = 4;
+   */
+  CGROUP = 4,
+
+  /**
+   * Setting the command's limits (tasks, memory, CPU).
+   *
+   * @generated from enum value: START_STAGE_LIMITS = 5;
+   */
+  LIMITS = 5,
+
+  /**
+   * Creating the process itself (pipes, terminal, fork) or preparing its
+   * environment.
+   *
+   * @generated from enum value: START_STAGE_SPAWN = 6;
+   */
+  SPAWN = 6,
+
+  /**
+   * Recording the process group in the state directory: the command was
+   * killed as it started, since a restarted daemon could not account for it.
+   *
+   * @generated from enum value: START_STAGE_STATE = 7;
+   */
+  STATE = 7,
+}
+
+/**
+ * Describes the enum sandbox.v1.StartStage.
+ */
+export const StartStageSchema: GenEnum<StartStage> = /*@__PURE__*/
+  enumDesc(file_sandbox_v1_sandbox, 4);
+
+/**
+ * KillOrigin names what asked the daemon to end a process.
+ *
+ * @generated from enum sandbox.v1.KillOrigin
+ */
+export enum KillOrigin {
+  /**
+   * Not a kill on request.
+   *
+   * @generated from enum value: KILL_ORIGIN_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * KillProcess.
+   *
+   * @generated from enum value: KILL_ORIGIN_KILL_PROCESS = 1;
+   */
+  KILL_PROCESS = 1,
+
+  /**
+   * KillAllProcesses.
+   *
+   * @generated from enum value: KILL_ORIGIN_KILL_ALL = 2;
+   */
+  KILL_ALL = 2,
+
+  /**
+   * The Exec (or execute) call that ran it was cancelled.
+   *
+   * @generated from enum value: KILL_ORIGIN_CANCEL = 3;
+   */
+  CANCEL = 3,
+
+  /**
+   * The connection of the call that ran it was lost.
+   *
+   * @generated from enum value: KILL_ORIGIN_DISCONNECT = 4;
+   */
+  DISCONNECT = 4,
+
+  /**
+   * The deadline of the call that ran it passed.
+   *
+   * @generated from enum value: KILL_ORIGIN_DEADLINE = 5;
+   */
+  DEADLINE = 5,
+
+  /**
+   * A signal sent through SendInput (or the process service's signal).
+   *
+   * @generated from enum value: KILL_ORIGIN_SEND_INPUT = 6;
+   */
+  SEND_INPUT = 6,
+}
+
+/**
+ * Describes the enum sandbox.v1.KillOrigin.
+ */
+export const KillOriginSchema: GenEnum<KillOrigin> = /*@__PURE__*/
+  enumDesc(file_sandbox_v1_sandbox, 5);
 
 /**
  * SandboxService runs commands and manages the processes they start.

@@ -1,4 +1,5 @@
 import { constants as osConstants } from "node:os";
+import type { StartStage } from "../../shared/exit-cause.js";
 import { executable, findNativeFile } from "./native-files.js";
 
 /**
@@ -49,6 +50,32 @@ export function parseHelperStatus(text: string): HelperFailure | undefined {
   const errno = Number(match[2]);
   const code = errnoNames.get(errno) ?? "EUNKNOWN";
   return { stage: match[1], code, message: describeErrno(code) };
+}
+
+/**
+ * The stage of a start a step of the helper belongs to: `cgroup`; `limits` for its task caps
+ * (nproc, trace); `user` for the switch (groups, setgid, setuid, tty); `cwd`; `exec`; `spawn` for
+ * the rest (its usage, its status fd, the command's environment).
+ */
+export function startStageOfHelperStep(step: string): StartStage {
+  switch (step) {
+    case "cgroup":
+      return "cgroup";
+    case "nproc":
+    case "trace":
+      return "limits";
+    case "groups":
+    case "setgid":
+    case "setuid":
+    case "tty":
+      return "user";
+    case "cwd":
+      return "cwd";
+    case "exec":
+      return "exec";
+    default:
+      return "spawn";
+  }
 }
 
 function describeErrno(code: string): string {

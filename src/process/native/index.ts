@@ -4,5 +4,11 @@
  *
  * @module
  */
-export { encodeHelperEnvironment, findExecHelper, type HelperFailure, parseHelperStatus } from "./exec-helper.js";
+export {
+  encodeHelperEnvironment,
+  findExecHelper,
+  type HelperFailure,
+  parseHelperStatus,
+  startStageOfHelperStep,
+} from "./exec-helper.js";
 export { executablePath, loadNativeAddon, type NativeAddon, type NativeSpawned } from "./native.js";

@@ -11,6 +11,7 @@ export {
   type ForkLimit,
   Launcher,
   type LauncherOptions,
+  LaunchError,
   type LaunchPlan,
 } from "./launcher.js";
 export { HelperStartError, spawnPipeChild } from "./pipe-child.js";

@@ -2,6 +2,7 @@ import { accessSync, constants as fsConstants, readdirSync, readFileSync } from 
 import { encodeHelperEnvironment, findExecHelper } from "../native/index.js";
 import { PidsCgroup, ResourceCgroup, type ResourceLimits } from "../cgroups/index.js";
 import type { UserIdentity } from "../user.js";
+import type { StartStage } from "../../shared/exit-cause.js";
 
 /** Default most tasks (processes and threads) one command may have at once. */
 export const defaultMaxTasksPerCommand = 1024;
@@ -93,6 +94,28 @@ export interface LaunchPlan {
   statusFd: boolean;
   /** Releases what the plan holds (the command's cgroup) once the command's group has exited. */
   release(): Promise<void>;
+  /**
+   * Whether the kernel killed a task of the command for memory, read from the command's own memory
+   * cgroup (its `memory.events` oom_kill count, v1's `memory.oom_control`) once its leader has
+   * exited and before {@link release}. Absent, or undefined, where the command has no memory cgroup
+   * of its own: the exit's cause then never says `out_of_memory`.
+   */
+  killedForMemory?(): boolean | undefined;
+}
+
+/** A plan that could not be made: the stage of the start it failed at, and the errno name where there is one. */
+export class LaunchError extends Error {
+  /** The stage of the start that failed. */
+  readonly stage: StartStage;
+  /** The errno name ("EACCES"), or undefined. */
+  readonly code: string | undefined;
+
+  constructor(stage: StartStage, message: string, cause?: unknown) {
+    super(message, { cause });
+    this.name = "LaunchError";
+    this.stage = stage;
+    this.code = (cause as NodeJS.ErrnoException | undefined)?.code;
+  }
 }
 
 /**
@@ -177,8 +200,9 @@ export class Launcher {
   }
 
   /**
-   * Plans the spawn of a command as `identity` (the daemon's own user when undefined). Throws when
-   * the command's cgroup cannot be created, or when a user switch is asked for without the helper.
+   * Plans the spawn of a command as `identity` (the daemon's own user when undefined). Throws a
+   * {@link LaunchError} when the command's cgroup cannot be created (stage `cgroup`), when a user
+   * switch is asked for without the helper (`user`), or when its tasks cannot be capped (`limits`).
    */
   plan(request: LaunchRequest, identity: UserIdentity | undefined): LaunchPlan {
     const daemonUid = process.getuid?.() ?? 0;
@@ -188,11 +212,21 @@ export class Launcher {
     let procsFile: string | undefined;
     if (limit === "cgroup-pids") {
       const cgroup = this.cgroup!;
-      const created = cgroup.create(this.maxTasks);
+      let created: ReturnType<PidsCgroup["create"]>;
+      try {
+        created = cgroup.create(this.maxTasks);
+      } catch (cause) {
+        throw new LaunchError("cgroup", `could not create the command's cgroup: ${(cause as Error).message}`, cause);
+      }
       procsFile = created.procsFile;
       release = () => cgroup.remove(created.directory);
     }
-    this.resources?.ensure();
+    try {
+      this.resources?.ensure();
+    } catch (cause) {
+      void release();
+      throw new LaunchError("cgroup", `could not create the commands' cgroups: ${(cause as Error).message}`, cause);
+    }
     const procsFiles = [...(procsFile !== undefined ? [procsFile] : []), ...(this.resources?.procsFiles ?? [])];
     // The helper costs an exec. A command it has nothing to do for (same user, a root as cwd, no fd
     // inherited) starts without it: a shell command line joins its cgroups itself, first thing.
@@ -231,12 +265,18 @@ export class Launcher {
     }
     if (switching) {
       void release();
-      throw new Error("running commands as another user needs the sandboxd-exec helper, which was not built");
+      throw new LaunchError(
+        "user",
+        "running commands as another user needs the sandboxd-exec helper, which was not built",
+      );
     }
     let argv = [request.file, ...request.args];
     if (limit === "rlimit-nproc" && this.prlimit === undefined) {
       void release();
-      throw new Error("no way to cap this command's tasks: neither the sandboxd-exec helper nor prlimit is here");
+      throw new LaunchError(
+        "limits",
+        "no way to cap this command's tasks: neither the sandboxd-exec helper nor prlimit is here",
+      );
     }
     if (limit === "rlimit-nproc") argv = [this.prlimit!, `--nproc=${this.maxTasks}:${this.maxTasks}`, "--", ...argv];
     if (procsFiles.length > 0 && shellLine && argv[0] === "/bin/sh") {

@@ -3,6 +3,7 @@ import net from "node:net";
 import type { Readable, Writable } from "node:stream";
 import {
   parseHelperStatus,
+  startStageOfHelperStep,
   type HelperFailure,
   executablePath,
   loadNativeAddon,
@@ -10,6 +11,7 @@ import {
   type NativeSpawned,
 } from "../native/index.js";
 import { listenForNativeExits, reapNow, spawnStarting, watchNativeExit } from "./native-exits.js";
+import type { StartStage } from "../../shared/exit-cause.js";
 import {
   outputDrainLimitMs,
   outputQuietMs,
@@ -136,14 +138,17 @@ interface PipeIo {
 export class HelperStartError extends Error {
   /** The errno name, as on Node's own spawn errors. */
   readonly code: string;
-  /** The helper's step that failed. */
+  /** The helper's step that failed ("setuid"). */
   readonly stage: string;
+  /** The stage of the start that step belongs to ("user"). */
+  readonly startStage: StartStage;
 
   constructor(failure: HelperFailure) {
     super(`${failure.stage}: ${failure.message}`);
     this.name = "HelperStartError";
     this.code = failure.code;
     this.stage = failure.stage;
+    this.startStage = startStageOfHelperStep(failure.stage);
   }
 }
 

@@ -18,6 +18,7 @@ import {
   throwIfShuttingDown,
   withConnectErrors,
   type ProcessAudit,
+  callEndReason,
 } from "../rpc/index.js";
 
 /** Dependencies of {@link createProcessService}. */
@@ -79,7 +80,7 @@ export function createProcessService(options: ProcessServiceOptions): ServiceImp
       // A caller gone before it could learn the process id leaves a process nobody can reach by it.
       if (gone.aborted || signal.aborted) {
         started.release();
-        managed.kill("SIGKILL", -1);
+        managed.kill("SIGKILL", -1, callEndReason(context));
         throwIfShuttingDown(signal);
         throw sandboxError("CANCELED", "the call was cancelled");
       }
@@ -117,7 +118,7 @@ export function createProcessService(options: ProcessServiceOptions): ServiceImp
       audit(managed, context);
       context.responseHeader.set(processIdHeader, managed.id);
       // Nobody waits for the answer any more: the command goes too (a deadline has already killed it).
-      const stopping = onAbort(signal, () => managed.kill("SIGTERM", cancelGracePeriodMs));
+      const stopping = onAbort(signal, () => managed.kill("SIGTERM", cancelGracePeriodMs, callEndReason(context)));
       let exit: ProcessExit;
       try {
         exit = await raceSignal(managed.exited, signal);

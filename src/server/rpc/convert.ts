@@ -19,6 +19,7 @@ import type {
 } from "../../process/index.js";
 import { sandboxError } from "./errors.js";
 import { processStatusFromProto, processStatusToProto } from "../../shared/process-status.js";
+import { exitCauseToProto, killOriginToProto, startStageToProto } from "../../shared/exit-cause.js";
 
 /** Converts a manager status to its protobuf enum value. */
 export function toProtoStatus(status: ProcessStatus): ProtoStatus {
@@ -75,6 +76,15 @@ export function toProtoExit(exit: ProcessExit): MessageInitShape<typeof ProcessE
     stdoutBytes: BigInt(exit.stdoutBytes),
     stderrBytes: BigInt(exit.stderrBytes),
     error: exit.error ?? "",
+    cause: exitCauseToProto(exit.cause),
+    causeDetail:
+      exit.killOrigin === undefined && exit.startStage === undefined
+        ? undefined
+        : {
+            killOrigin: exit.killOrigin === undefined ? undefined : killOriginToProto(exit.killOrigin),
+            startStage: exit.startStage === undefined ? undefined : startStageToProto(exit.startStage),
+            errno: exit.errno ?? "",
+          },
   };
 }
 

@@ -56,4 +56,5 @@ export {
   createReflectionServiceV1alpha,
   type ReflectionIndex,
 } from "./reflection.js";
+export { callEndReason } from "./kill-origin.js";
 export { createSandboxService, type SandboxServiceOptions } from "./sandbox-service.js";

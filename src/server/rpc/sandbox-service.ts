@@ -31,6 +31,7 @@ import { clientGoneKey, peerKey } from "./call-context.js";
 import type { ProcessAudit } from "./process-audit.js";
 import { pageSize, PageTokens } from "./page-token.js";
 import { createReadinessHandlers } from "./readiness-handlers.js";
+import { callEndReason } from "./kill-origin.js";
 
 /** Dependencies of {@link createSandboxService}. */
 export interface SandboxServiceOptions {
@@ -71,13 +72,13 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
       // Cancelled while it started (a client that resets its calls at once): it must not run on.
       if (gone.aborted || signal.aborted) {
         started.release();
-        managed.kill("SIGKILL", -1);
+        managed.kill("SIGKILL", -1, callEndReason(context));
         throwIfShuttingDown(signal);
         throw sandboxError("CANCELED", "the call was cancelled");
       }
       const stop = () => {
         started.release();
-        if (managed.exit === undefined) managed.kill("SIGTERM", cancelGracePeriodMs);
+        if (managed.exit === undefined) managed.kill("SIGTERM", cancelGracePeriodMs, callEndReason(context));
       };
       // The generator may be parked on a `yield` whose write never completes (the caller stopped
       // reading and then cancelled), so its `finally` cannot be relied on to run promptly: stop the
@@ -217,7 +218,7 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
     async killProcess(request) {
       const managed = lookup(request.processId);
       const signal = withConnectErrors(() => parseSignal(request.signal));
-      managed.kill(signal, gracePeriod(request.gracePeriodMs));
+      managed.kill(signal, gracePeriod(request.gracePeriodMs), "kill_process");
       return { process: toProtoInfo(managed) };
     },
 

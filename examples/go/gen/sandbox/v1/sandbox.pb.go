@@ -444,6 +444,236 @@ func (OutputStream) EnumDescriptor() ([]byte, []int) {
 	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{2}
 }
 
+// ExitCause says why a process ended.
+type ExitCause int32
+
+const (
+	// Never sent by this daemon (an older one does not set it).
+	ExitCause_EXIT_CAUSE_UNSPECIFIED ExitCause = 0
+	// It exited on its own, with `exit_code` (zero or not).
+	ExitCause_EXIT_CAUSE_EXITED ExitCause = 1
+	// A signal the daemon did not send ended it (`signal`): another process in
+	// the sandbox, or the command itself. A shell command line reports the
+	// signal that ended the program it ran, not the shell's 128+n.
+	ExitCause_EXIT_CAUSE_SIGNALED ExitCause = 2
+	// A client asked for its end: KillProcess, KillAllProcesses, a signal
+	// through SendInput, or an Exec call cancelled, past its deadline or whose
+	// connection was lost. `cause_detail.kill_origin` says which. The process
+	// may have ended by the signal or exited on its own after it (`exit_code`).
+	ExitCause_EXIT_CAUSE_KILLED_ON_REQUEST ExitCause = 3
+	// Its `timeout_ms` expired and the daemon killed it (`timed_out`).
+	ExitCause_EXIT_CAUSE_TIMED_OUT ExitCause = 4
+	// The kernel killed a process of the command because the command's memory
+	// cgroup ran out of memory (its own `memory.events` oom_kill count rose),
+	// and the command did not succeed. Never guessed from a SIGKILL: where the
+	// daemon cannot read that count, the cause is what else it knows.
+	ExitCause_EXIT_CAUSE_OUT_OF_MEMORY ExitCause = 5
+	// The daemon was shutting down and killed it.
+	ExitCause_EXIT_CAUSE_DAEMON_SHUTDOWN ExitCause = 6
+	// It never ran its program (status error), or was stopped as it started:
+	// `cause_detail` names the step and the errno, `error` says it in words.
+	ExitCause_EXIT_CAUSE_START_FAILED ExitCause = 7
+	// The daemon cannot tell why it ended (it lost track of the process).
+	ExitCause_EXIT_CAUSE_UNKNOWN ExitCause = 8
+)
+
+// Enum value maps for ExitCause.
+var (
+	ExitCause_name = map[int32]string{
+		0: "EXIT_CAUSE_UNSPECIFIED",
+		1: "EXIT_CAUSE_EXITED",
+		2: "EXIT_CAUSE_SIGNALED",
+		3: "EXIT_CAUSE_KILLED_ON_REQUEST",
+		4: "EXIT_CAUSE_TIMED_OUT",
+		5: "EXIT_CAUSE_OUT_OF_MEMORY",
+		6: "EXIT_CAUSE_DAEMON_SHUTDOWN",
+		7: "EXIT_CAUSE_START_FAILED",
+		8: "EXIT_CAUSE_UNKNOWN",
+	}
+	ExitCause_value = map[string]int32{
+		"EXIT_CAUSE_UNSPECIFIED":       0,
+		"EXIT_CAUSE_EXITED":            1,
+		"EXIT_CAUSE_SIGNALED":          2,
+		"EXIT_CAUSE_KILLED_ON_REQUEST": 3,
+		"EXIT_CAUSE_TIMED_OUT":         4,
+		"EXIT_CAUSE_OUT_OF_MEMORY":     5,
+		"EXIT_CAUSE_DAEMON_SHUTDOWN":   6,
+		"EXIT_CAUSE_START_FAILED":      7,
+		"EXIT_CAUSE_UNKNOWN":           8,
+	}
+)
+
+func (x ExitCause) Enum() *ExitCause {
+	p := new(ExitCause)
+	*p = x
+	return p
+}
+
+func (x ExitCause) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ExitCause) Descriptor() protoreflect.EnumDescriptor {
+	return file_sandbox_v1_sandbox_proto_enumTypes[3].Descriptor()
+}
+
+func (ExitCause) Type() protoreflect.EnumType {
+	return &file_sandbox_v1_sandbox_proto_enumTypes[3]
+}
+
+func (x ExitCause) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ExitCause.Descriptor instead.
+func (ExitCause) EnumDescriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{3}
+}
+
+// StartStage names a step of a command's start.
+type StartStage int32
+
+const (
+	// Not a start failure.
+	StartStage_START_STAGE_UNSPECIFIED StartStage = 0
+	// Entering the working directory as the command's user.
+	StartStage_START_STAGE_CWD StartStage = 1
+	// Switching to the command's user: groups, gid, uid, the terminal's owner.
+	StartStage_START_STAGE_USER StartStage = 2
+	// Executing the program: not found (exit code 127), not executable (126).
+	StartStage_START_STAGE_EXEC StartStage = 3
+	// Joining or creating the command's cgroups.
+	StartStage_START_STAGE_CGROUP StartStage = 4
+	// Setting the command's limits (tasks, memory, CPU).
+	StartStage_START_STAGE_LIMITS StartStage = 5
+	// Creating the process itself (pipes, terminal, fork) or preparing its
+	// environment.
+	StartStage_START_STAGE_SPAWN StartStage = 6
+	// Recording the process group in the state directory: the command was
+	// killed as it started, since a restarted daemon could not account for it.
+	StartStage_START_STAGE_STATE StartStage = 7
+)
+
+// Enum value maps for StartStage.
+var (
+	StartStage_name = map[int32]string{
+		0: "START_STAGE_UNSPECIFIED",
+		1: "START_STAGE_CWD",
+		2: "START_STAGE_USER",
+		3: "START_STAGE_EXEC",
+		4: "START_STAGE_CGROUP",
+		5: "START_STAGE_LIMITS",
+		6: "START_STAGE_SPAWN",
+		7: "START_STAGE_STATE",
+	}
+	StartStage_value = map[string]int32{
+		"START_STAGE_UNSPECIFIED": 0,
+		"START_STAGE_CWD":         1,
+		"START_STAGE_USER":        2,
+		"START_STAGE_EXEC":        3,
+		"START_STAGE_CGROUP":      4,
+		"START_STAGE_LIMITS":      5,
+		"START_STAGE_SPAWN":       6,
+		"START_STAGE_STATE":       7,
+	}
+)
+
+func (x StartStage) Enum() *StartStage {
+	p := new(StartStage)
+	*p = x
+	return p
+}
+
+func (x StartStage) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (StartStage) Descriptor() protoreflect.EnumDescriptor {
+	return file_sandbox_v1_sandbox_proto_enumTypes[4].Descriptor()
+}
+
+func (StartStage) Type() protoreflect.EnumType {
+	return &file_sandbox_v1_sandbox_proto_enumTypes[4]
+}
+
+func (x StartStage) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use StartStage.Descriptor instead.
+func (StartStage) EnumDescriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{4}
+}
+
+// KillOrigin names what asked the daemon to end a process.
+type KillOrigin int32
+
+const (
+	// Not a kill on request.
+	KillOrigin_KILL_ORIGIN_UNSPECIFIED KillOrigin = 0
+	// KillProcess.
+	KillOrigin_KILL_ORIGIN_KILL_PROCESS KillOrigin = 1
+	// KillAllProcesses.
+	KillOrigin_KILL_ORIGIN_KILL_ALL KillOrigin = 2
+	// The Exec (or execute) call that ran it was cancelled.
+	KillOrigin_KILL_ORIGIN_CANCEL KillOrigin = 3
+	// The connection of the call that ran it was lost.
+	KillOrigin_KILL_ORIGIN_DISCONNECT KillOrigin = 4
+	// The deadline of the call that ran it passed.
+	KillOrigin_KILL_ORIGIN_DEADLINE KillOrigin = 5
+	// A signal sent through SendInput (or the process service's signal).
+	KillOrigin_KILL_ORIGIN_SEND_INPUT KillOrigin = 6
+)
+
+// Enum value maps for KillOrigin.
+var (
+	KillOrigin_name = map[int32]string{
+		0: "KILL_ORIGIN_UNSPECIFIED",
+		1: "KILL_ORIGIN_KILL_PROCESS",
+		2: "KILL_ORIGIN_KILL_ALL",
+		3: "KILL_ORIGIN_CANCEL",
+		4: "KILL_ORIGIN_DISCONNECT",
+		5: "KILL_ORIGIN_DEADLINE",
+		6: "KILL_ORIGIN_SEND_INPUT",
+	}
+	KillOrigin_value = map[string]int32{
+		"KILL_ORIGIN_UNSPECIFIED":  0,
+		"KILL_ORIGIN_KILL_PROCESS": 1,
+		"KILL_ORIGIN_KILL_ALL":     2,
+		"KILL_ORIGIN_CANCEL":       3,
+		"KILL_ORIGIN_DISCONNECT":   4,
+		"KILL_ORIGIN_DEADLINE":     5,
+		"KILL_ORIGIN_SEND_INPUT":   6,
+	}
+)
+
+func (x KillOrigin) Enum() *KillOrigin {
+	p := new(KillOrigin)
+	*p = x
+	return p
+}
+
+func (x KillOrigin) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (KillOrigin) Descriptor() protoreflect.EnumDescriptor {
+	return file_sandbox_v1_sandbox_proto_enumTypes[5].Descriptor()
+}
+
+func (KillOrigin) Type() protoreflect.EnumType {
+	return &file_sandbox_v1_sandbox_proto_enumTypes[5]
+}
+
+func (x KillOrigin) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use KillOrigin.Descriptor instead.
+func (KillOrigin) EnumDescriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{5}
+}
+
 // PtyOptions asks for a pseudo-terminal; stdout and stderr are then merged
 // into the stdout stream, as the kernel gives a PTY one output.
 type PtyOptions struct {
@@ -966,7 +1196,16 @@ type ProcessExited struct {
 	// Total bytes written to stderr: the offset after its last byte.
 	StderrBytes uint64 `protobuf:"varint,10,opt,name=stderr_bytes,json=stderrBytes,proto3" json:"stderr_bytes,omitempty"`
 	// Why it could not start, for status error ("program not found: foo").
-	Error         string `protobuf:"bytes,11,opt,name=error,proto3" json:"error,omitempty"`
+	Error string `protobuf:"bytes,11,opt,name=error,proto3" json:"error,omitempty"`
+	// Why it ended, whatever its status: exited on its own, killed by a signal
+	// from inside the sandbox, on a client's request, at its timeout, by the
+	// kernel for memory, at the daemon's shutdown, or never started.
+	// `status`, `exit_code`, `signal`, `timed_out` and `killed` keep their
+	// meaning beside it.
+	Cause ExitCause `protobuf:"varint,12,opt,name=cause,proto3,enum=sandbox.v1.ExitCause" json:"cause,omitempty"`
+	// What `cause` alone does not say: which request killed it, or which step
+	// of its start failed and with which errno. Absent for the other causes.
+	CauseDetail   *ExitCauseDetail `protobuf:"bytes,13,opt,name=cause_detail,json=causeDetail,proto3" json:"cause_detail,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1078,6 +1317,85 @@ func (x *ProcessExited) GetError() string {
 	return ""
 }
 
+func (x *ProcessExited) GetCause() ExitCause {
+	if x != nil {
+		return x.Cause
+	}
+	return ExitCause_EXIT_CAUSE_UNSPECIFIED
+}
+
+func (x *ProcessExited) GetCauseDetail() *ExitCauseDetail {
+	if x != nil {
+		return x.CauseDetail
+	}
+	return nil
+}
+
+// ExitCauseDetail adds to an ExitCause what the cause alone does not say.
+type ExitCauseDetail struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// For START_FAILED: the step of the start that failed.
+	StartStage StartStage `protobuf:"varint,1,opt,name=start_stage,json=startStage,proto3,enum=sandbox.v1.StartStage" json:"start_stage,omitempty"`
+	// For START_FAILED: the errno name the step failed with ("ENOENT",
+	// "EACCES"); empty when it failed without one.
+	Errno string `protobuf:"bytes,2,opt,name=errno,proto3" json:"errno,omitempty"`
+	// For KILLED_ON_REQUEST: what asked for the kill.
+	KillOrigin    KillOrigin `protobuf:"varint,3,opt,name=kill_origin,json=killOrigin,proto3,enum=sandbox.v1.KillOrigin" json:"kill_origin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExitCauseDetail) Reset() {
+	*x = ExitCauseDetail{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExitCauseDetail) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExitCauseDetail) ProtoMessage() {}
+
+func (x *ExitCauseDetail) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExitCauseDetail.ProtoReflect.Descriptor instead.
+func (*ExitCauseDetail) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ExitCauseDetail) GetStartStage() StartStage {
+	if x != nil {
+		return x.StartStage
+	}
+	return StartStage_START_STAGE_UNSPECIFIED
+}
+
+func (x *ExitCauseDetail) GetErrno() string {
+	if x != nil {
+		return x.Errno
+	}
+	return ""
+}
+
+func (x *ExitCauseDetail) GetKillOrigin() KillOrigin {
+	if x != nil {
+		return x.KillOrigin
+	}
+	return KillOrigin_KILL_ORIGIN_UNSPECIFIED
+}
+
 // ProcessInfo is the record the daemon keeps of a process.
 type ProcessInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1115,7 +1433,7 @@ type ProcessInfo struct {
 
 func (x *ProcessInfo) Reset() {
 	*x = ProcessInfo{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[7]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1127,7 +1445,7 @@ func (x *ProcessInfo) String() string {
 func (*ProcessInfo) ProtoMessage() {}
 
 func (x *ProcessInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[7]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1140,7 +1458,7 @@ func (x *ProcessInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessInfo.ProtoReflect.Descriptor instead.
 func (*ProcessInfo) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{7}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ProcessInfo) GetProcessId() string {
@@ -1252,7 +1570,7 @@ type StartProcessRequest struct {
 
 func (x *StartProcessRequest) Reset() {
 	*x = StartProcessRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[8]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1264,7 +1582,7 @@ func (x *StartProcessRequest) String() string {
 func (*StartProcessRequest) ProtoMessage() {}
 
 func (x *StartProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[8]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1277,7 +1595,7 @@ func (x *StartProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartProcessRequest.ProtoReflect.Descriptor instead.
 func (*StartProcessRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{8}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *StartProcessRequest) GetSpec() *ProcessSpec {
@@ -1298,7 +1616,7 @@ type StartProcessResponse struct {
 
 func (x *StartProcessResponse) Reset() {
 	*x = StartProcessResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[9]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1310,7 +1628,7 @@ func (x *StartProcessResponse) String() string {
 func (*StartProcessResponse) ProtoMessage() {}
 
 func (x *StartProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[9]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1323,7 +1641,7 @@ func (x *StartProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartProcessResponse.ProtoReflect.Descriptor instead.
 func (*StartProcessResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{9}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StartProcessResponse) GetProcess() *ProcessInfo {
@@ -1351,7 +1669,7 @@ type StreamLogsRequest struct {
 
 func (x *StreamLogsRequest) Reset() {
 	*x = StreamLogsRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[10]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1363,7 +1681,7 @@ func (x *StreamLogsRequest) String() string {
 func (*StreamLogsRequest) ProtoMessage() {}
 
 func (x *StreamLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[10]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1376,7 +1694,7 @@ func (x *StreamLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamLogsRequest.ProtoReflect.Descriptor instead.
 func (*StreamLogsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{10}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StreamLogsRequest) GetProcessId() string {
@@ -1426,7 +1744,7 @@ type StreamLogsResponse struct {
 
 func (x *StreamLogsResponse) Reset() {
 	*x = StreamLogsResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[11]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1438,7 +1756,7 @@ func (x *StreamLogsResponse) String() string {
 func (*StreamLogsResponse) ProtoMessage() {}
 
 func (x *StreamLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[11]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1451,7 +1769,7 @@ func (x *StreamLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamLogsResponse.ProtoReflect.Descriptor instead.
 func (*StreamLogsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{11}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StreamLogsResponse) GetEvent() isStreamLogsResponse_Event {
@@ -1558,7 +1876,7 @@ type CaughtUp struct {
 
 func (x *CaughtUp) Reset() {
 	*x = CaughtUp{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[12]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1570,7 +1888,7 @@ func (x *CaughtUp) String() string {
 func (*CaughtUp) ProtoMessage() {}
 
 func (x *CaughtUp) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[12]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1583,7 +1901,7 @@ func (x *CaughtUp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CaughtUp.ProtoReflect.Descriptor instead.
 func (*CaughtUp) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{12}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *CaughtUp) GetStdoutOffset() uint64 {
@@ -1619,7 +1937,7 @@ type SendInputRequest struct {
 
 func (x *SendInputRequest) Reset() {
 	*x = SendInputRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[13]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1631,7 +1949,7 @@ func (x *SendInputRequest) String() string {
 func (*SendInputRequest) ProtoMessage() {}
 
 func (x *SendInputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[13]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1644,7 +1962,7 @@ func (x *SendInputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendInputRequest.ProtoReflect.Descriptor instead.
 func (*SendInputRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{13}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SendInputRequest) GetInput() isSendInputRequest_Input {
@@ -1749,7 +2067,7 @@ type OpenInput struct {
 
 func (x *OpenInput) Reset() {
 	*x = OpenInput{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[14]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1761,7 +2079,7 @@ func (x *OpenInput) String() string {
 func (*OpenInput) ProtoMessage() {}
 
 func (x *OpenInput) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[14]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1774,7 +2092,7 @@ func (x *OpenInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenInput.ProtoReflect.Descriptor instead.
 func (*OpenInput) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{14}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *OpenInput) GetProcessId() string {
@@ -1793,7 +2111,7 @@ type CloseInput struct {
 
 func (x *CloseInput) Reset() {
 	*x = CloseInput{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[15]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1805,7 +2123,7 @@ func (x *CloseInput) String() string {
 func (*CloseInput) ProtoMessage() {}
 
 func (x *CloseInput) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[15]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1818,7 +2136,7 @@ func (x *CloseInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseInput.ProtoReflect.Descriptor instead.
 func (*CloseInput) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{15}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{16}
 }
 
 // SendInputResponse acknowledges one SendInputRequest, in order.
@@ -1834,7 +2152,7 @@ type SendInputResponse struct {
 
 func (x *SendInputResponse) Reset() {
 	*x = SendInputResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[16]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1846,7 +2164,7 @@ func (x *SendInputResponse) String() string {
 func (*SendInputResponse) ProtoMessage() {}
 
 func (x *SendInputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[16]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1859,7 +2177,7 @@ func (x *SendInputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendInputResponse.ProtoReflect.Descriptor instead.
 func (*SendInputResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{16}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SendInputResponse) GetBytesWritten() uint64 {
@@ -1887,7 +2205,7 @@ type GetProcessRequest struct {
 
 func (x *GetProcessRequest) Reset() {
 	*x = GetProcessRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[17]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1899,7 +2217,7 @@ func (x *GetProcessRequest) String() string {
 func (*GetProcessRequest) ProtoMessage() {}
 
 func (x *GetProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[17]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1912,7 +2230,7 @@ func (x *GetProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProcessRequest.ProtoReflect.Descriptor instead.
 func (*GetProcessRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetProcessRequest) GetProcessId() string {
@@ -1933,7 +2251,7 @@ type GetProcessResponse struct {
 
 func (x *GetProcessResponse) Reset() {
 	*x = GetProcessResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[18]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1945,7 +2263,7 @@ func (x *GetProcessResponse) String() string {
 func (*GetProcessResponse) ProtoMessage() {}
 
 func (x *GetProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[18]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1958,7 +2276,7 @@ func (x *GetProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProcessResponse.ProtoReflect.Descriptor instead.
 func (*GetProcessResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetProcessResponse) GetProcess() *ProcessInfo {
@@ -1993,7 +2311,7 @@ type ListProcessesRequest struct {
 
 func (x *ListProcessesRequest) Reset() {
 	*x = ListProcessesRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[19]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2005,7 +2323,7 @@ func (x *ListProcessesRequest) String() string {
 func (*ListProcessesRequest) ProtoMessage() {}
 
 func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[19]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2018,7 +2336,7 @@ func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesRequest.ProtoReflect.Descriptor instead.
 func (*ListProcessesRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{19}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListProcessesRequest) GetSessionId() string {
@@ -2062,7 +2380,7 @@ type ListProcessesResponse struct {
 
 func (x *ListProcessesResponse) Reset() {
 	*x = ListProcessesResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[20]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2074,7 +2392,7 @@ func (x *ListProcessesResponse) String() string {
 func (*ListProcessesResponse) ProtoMessage() {}
 
 func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[20]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2087,7 +2405,7 @@ func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesResponse.ProtoReflect.Descriptor instead.
 func (*ListProcessesResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{20}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListProcessesResponse) GetProcesses() []*ProcessInfo {
@@ -2120,7 +2438,7 @@ type KillProcessRequest struct {
 
 func (x *KillProcessRequest) Reset() {
 	*x = KillProcessRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[21]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2132,7 +2450,7 @@ func (x *KillProcessRequest) String() string {
 func (*KillProcessRequest) ProtoMessage() {}
 
 func (x *KillProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[21]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2145,7 +2463,7 @@ func (x *KillProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillProcessRequest.ProtoReflect.Descriptor instead.
 func (*KillProcessRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{21}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *KillProcessRequest) GetProcessId() string {
@@ -2180,7 +2498,7 @@ type KillProcessResponse struct {
 
 func (x *KillProcessResponse) Reset() {
 	*x = KillProcessResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[22]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2192,7 +2510,7 @@ func (x *KillProcessResponse) String() string {
 func (*KillProcessResponse) ProtoMessage() {}
 
 func (x *KillProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[22]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2205,7 +2523,7 @@ func (x *KillProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillProcessResponse.ProtoReflect.Descriptor instead.
 func (*KillProcessResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *KillProcessResponse) GetProcess() *ProcessInfo {
@@ -2230,7 +2548,7 @@ type KillAllProcessesRequest struct {
 
 func (x *KillAllProcessesRequest) Reset() {
 	*x = KillAllProcessesRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[23]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2242,7 +2560,7 @@ func (x *KillAllProcessesRequest) String() string {
 func (*KillAllProcessesRequest) ProtoMessage() {}
 
 func (x *KillAllProcessesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[23]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2255,7 +2573,7 @@ func (x *KillAllProcessesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillAllProcessesRequest.ProtoReflect.Descriptor instead.
 func (*KillAllProcessesRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *KillAllProcessesRequest) GetSessionId() string {
@@ -2290,7 +2608,7 @@ type KillAllProcessesResponse struct {
 
 func (x *KillAllProcessesResponse) Reset() {
 	*x = KillAllProcessesResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[24]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2302,7 +2620,7 @@ func (x *KillAllProcessesResponse) String() string {
 func (*KillAllProcessesResponse) ProtoMessage() {}
 
 func (x *KillAllProcessesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[24]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2315,7 +2633,7 @@ func (x *KillAllProcessesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillAllProcessesResponse.ProtoReflect.Descriptor instead.
 func (*KillAllProcessesResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *KillAllProcessesResponse) GetKilledCount() uint32 {
@@ -2339,7 +2657,7 @@ type CleanupProcessesRequest struct {
 
 func (x *CleanupProcessesRequest) Reset() {
 	*x = CleanupProcessesRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[25]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2351,7 +2669,7 @@ func (x *CleanupProcessesRequest) String() string {
 func (*CleanupProcessesRequest) ProtoMessage() {}
 
 func (x *CleanupProcessesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[25]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2364,7 +2682,7 @@ func (x *CleanupProcessesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CleanupProcessesRequest.ProtoReflect.Descriptor instead.
 func (*CleanupProcessesRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CleanupProcessesRequest) GetSessionId() string {
@@ -2392,7 +2710,7 @@ type CleanupProcessesResponse struct {
 
 func (x *CleanupProcessesResponse) Reset() {
 	*x = CleanupProcessesResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[26]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2404,7 +2722,7 @@ func (x *CleanupProcessesResponse) String() string {
 func (*CleanupProcessesResponse) ProtoMessage() {}
 
 func (x *CleanupProcessesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[26]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2417,7 +2735,7 @@ func (x *CleanupProcessesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CleanupProcessesResponse.ProtoReflect.Descriptor instead.
 func (*CleanupProcessesResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CleanupProcessesResponse) GetRemovedCount() uint32 {
@@ -2438,7 +2756,7 @@ type GetProcessLogsRequest struct {
 
 func (x *GetProcessLogsRequest) Reset() {
 	*x = GetProcessLogsRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[27]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2450,7 +2768,7 @@ func (x *GetProcessLogsRequest) String() string {
 func (*GetProcessLogsRequest) ProtoMessage() {}
 
 func (x *GetProcessLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[27]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2463,7 +2781,7 @@ func (x *GetProcessLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProcessLogsRequest.ProtoReflect.Descriptor instead.
 func (*GetProcessLogsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *GetProcessLogsRequest) GetProcessId() string {
@@ -2494,7 +2812,7 @@ type GetProcessLogsResponse struct {
 
 func (x *GetProcessLogsResponse) Reset() {
 	*x = GetProcessLogsResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[28]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2506,7 +2824,7 @@ func (x *GetProcessLogsResponse) String() string {
 func (*GetProcessLogsResponse) ProtoMessage() {}
 
 func (x *GetProcessLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[28]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2519,7 +2837,7 @@ func (x *GetProcessLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProcessLogsResponse.ProtoReflect.Descriptor instead.
 func (*GetProcessLogsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetProcessLogsResponse) GetProcessId() string {
@@ -2581,7 +2899,7 @@ type HttpProbe struct {
 
 func (x *HttpProbe) Reset() {
 	*x = HttpProbe{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[29]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2593,7 +2911,7 @@ func (x *HttpProbe) String() string {
 func (*HttpProbe) ProtoMessage() {}
 
 func (x *HttpProbe) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[29]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2606,7 +2924,7 @@ func (x *HttpProbe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HttpProbe.ProtoReflect.Descriptor instead.
 func (*HttpProbe) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *HttpProbe) GetPath() string {
@@ -2655,7 +2973,7 @@ type WaitForPortRequest struct {
 
 func (x *WaitForPortRequest) Reset() {
 	*x = WaitForPortRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[30]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2667,7 +2985,7 @@ func (x *WaitForPortRequest) String() string {
 func (*WaitForPortRequest) ProtoMessage() {}
 
 func (x *WaitForPortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[30]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2680,7 +2998,7 @@ func (x *WaitForPortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitForPortRequest.ProtoReflect.Descriptor instead.
 func (*WaitForPortRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WaitForPortRequest) GetPort() uint32 {
@@ -2742,7 +3060,7 @@ type WaitForPortResponse struct {
 
 func (x *WaitForPortResponse) Reset() {
 	*x = WaitForPortResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2754,7 +3072,7 @@ func (x *WaitForPortResponse) String() string {
 func (*WaitForPortResponse) ProtoMessage() {}
 
 func (x *WaitForPortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2767,7 +3085,7 @@ func (x *WaitForPortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitForPortResponse.ProtoReflect.Descriptor instead.
 func (*WaitForPortResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WaitForPortResponse) GetAddress() string {
@@ -2825,7 +3143,7 @@ type WaitForLogRequest struct {
 
 func (x *WaitForLogRequest) Reset() {
 	*x = WaitForLogRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2837,7 +3155,7 @@ func (x *WaitForLogRequest) String() string {
 func (*WaitForLogRequest) ProtoMessage() {}
 
 func (x *WaitForLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2850,7 +3168,7 @@ func (x *WaitForLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitForLogRequest.ProtoReflect.Descriptor instead.
 func (*WaitForLogRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WaitForLogRequest) GetProcessId() string {
@@ -2906,7 +3224,7 @@ type MatchGroup struct {
 
 func (x *MatchGroup) Reset() {
 	*x = MatchGroup{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2918,7 +3236,7 @@ func (x *MatchGroup) String() string {
 func (*MatchGroup) ProtoMessage() {}
 
 func (x *MatchGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2931,7 +3249,7 @@ func (x *MatchGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MatchGroup.ProtoReflect.Descriptor instead.
 func (*MatchGroup) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *MatchGroup) GetText() string {
@@ -2964,7 +3282,7 @@ type WaitForLogResponse struct {
 
 func (x *WaitForLogResponse) Reset() {
 	*x = WaitForLogResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2976,7 +3294,7 @@ func (x *WaitForLogResponse) String() string {
 func (*WaitForLogResponse) ProtoMessage() {}
 
 func (x *WaitForLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2989,7 +3307,7 @@ func (x *WaitForLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitForLogResponse.ProtoReflect.Descriptor instead.
 func (*WaitForLogResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WaitForLogResponse) GetStream() OutputStream {
@@ -3054,7 +3372,7 @@ type WaitForExitRequest struct {
 
 func (x *WaitForExitRequest) Reset() {
 	*x = WaitForExitRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3066,7 +3384,7 @@ func (x *WaitForExitRequest) String() string {
 func (*WaitForExitRequest) ProtoMessage() {}
 
 func (x *WaitForExitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3079,7 +3397,7 @@ func (x *WaitForExitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitForExitRequest.ProtoReflect.Descriptor instead.
 func (*WaitForExitRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *WaitForExitRequest) GetProcessId() string {
@@ -3109,7 +3427,7 @@ type WaitForExitResponse struct {
 
 func (x *WaitForExitResponse) Reset() {
 	*x = WaitForExitResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3121,7 +3439,7 @@ func (x *WaitForExitResponse) String() string {
 func (*WaitForExitResponse) ProtoMessage() {}
 
 func (x *WaitForExitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3134,7 +3452,7 @@ func (x *WaitForExitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitForExitResponse.ProtoReflect.Descriptor instead.
 func (*WaitForExitResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *WaitForExitResponse) GetExited() *ProcessExited {
@@ -3162,7 +3480,7 @@ type ListPortsRequest struct {
 
 func (x *ListPortsRequest) Reset() {
 	*x = ListPortsRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3174,7 +3492,7 @@ func (x *ListPortsRequest) String() string {
 func (*ListPortsRequest) ProtoMessage() {}
 
 func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3187,7 +3505,7 @@ func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPortsRequest.ProtoReflect.Descriptor instead.
 func (*ListPortsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ListPortsRequest) GetProcessId() string {
@@ -3208,7 +3526,7 @@ type ListPortsResponse struct {
 
 func (x *ListPortsResponse) Reset() {
 	*x = ListPortsResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3220,7 +3538,7 @@ func (x *ListPortsResponse) String() string {
 func (*ListPortsResponse) ProtoMessage() {}
 
 func (x *ListPortsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3233,7 +3551,7 @@ func (x *ListPortsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPortsResponse.ProtoReflect.Descriptor instead.
 func (*ListPortsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ListPortsResponse) GetPorts() []*ListeningPort {
@@ -3266,7 +3584,7 @@ type ListeningPort struct {
 
 func (x *ListeningPort) Reset() {
 	*x = ListeningPort{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3278,7 +3596,7 @@ func (x *ListeningPort) String() string {
 func (*ListeningPort) ProtoMessage() {}
 
 func (x *ListeningPort) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3291,7 +3609,7 @@ func (x *ListeningPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListeningPort.ProtoReflect.Descriptor instead.
 func (*ListeningPort) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListeningPort) GetPort() uint32 {
@@ -3383,7 +3701,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\tOutputGap\x120\n" +
 	"\x06stream\x18\x01 \x01(\x0e2\x18.sandbox.v1.OutputStreamR\x06stream\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12!\n" +
-	"\fmissed_bytes\x18\x03 \x01(\x04R\vmissedBytes\"\xc4\x03\n" +
+	"\fmissed_bytes\x18\x03 \x01(\x04R\vmissedBytes\"\xb1\x04\n" +
 	"\rProcessExited\x121\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x19.sandbox.v1.ProcessStatusR\x06status\x12 \n" +
 	"\texit_code\x18\x02 \x01(\x05H\x00R\bexitCode\x88\x01\x01\x12\x16\n" +
@@ -3397,9 +3715,17 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\fstdout_bytes\x18\t \x01(\x04R\vstdoutBytes\x12!\n" +
 	"\fstderr_bytes\x18\n" +
 	" \x01(\x04R\vstderrBytes\x12\x14\n" +
-	"\x05error\x18\v \x01(\tR\x05errorB\f\n" +
+	"\x05error\x18\v \x01(\tR\x05error\x12+\n" +
+	"\x05cause\x18\f \x01(\x0e2\x15.sandbox.v1.ExitCauseR\x05cause\x12>\n" +
+	"\fcause_detail\x18\r \x01(\v2\x1b.sandbox.v1.ExitCauseDetailR\vcauseDetailB\f\n" +
 	"\n" +
-	"_exit_code\"\xcb\x03\n" +
+	"_exit_code\"\x99\x01\n" +
+	"\x0fExitCauseDetail\x127\n" +
+	"\vstart_stage\x18\x01 \x01(\x0e2\x16.sandbox.v1.StartStageR\n" +
+	"startStage\x12\x14\n" +
+	"\x05errno\x18\x02 \x01(\tR\x05errno\x127\n" +
+	"\vkill_origin\x18\x03 \x01(\x0e2\x16.sandbox.v1.KillOriginR\n" +
+	"killOrigin\"\xcb\x03\n" +
 	"\vProcessInfo\x12\x1d\n" +
 	"\n" +
 	"process_id\x18\x01 \x01(\tR\tprocessId\x12\x10\n" +
@@ -3625,7 +3951,36 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\fOutputStream\x12\x1d\n" +
 	"\x19OUTPUT_STREAM_UNSPECIFIED\x10\x00\x12\x18\n" +
 	"\x14OUTPUT_STREAM_STDOUT\x10\x01\x12\x18\n" +
-	"\x14OUTPUT_STREAM_STDERR\x10\x022\xfe\b\n" +
+	"\x14OUTPUT_STREAM_STDERR\x10\x02*\x86\x02\n" +
+	"\tExitCause\x12\x1a\n" +
+	"\x16EXIT_CAUSE_UNSPECIFIED\x10\x00\x12\x15\n" +
+	"\x11EXIT_CAUSE_EXITED\x10\x01\x12\x17\n" +
+	"\x13EXIT_CAUSE_SIGNALED\x10\x02\x12 \n" +
+	"\x1cEXIT_CAUSE_KILLED_ON_REQUEST\x10\x03\x12\x18\n" +
+	"\x14EXIT_CAUSE_TIMED_OUT\x10\x04\x12\x1c\n" +
+	"\x18EXIT_CAUSE_OUT_OF_MEMORY\x10\x05\x12\x1e\n" +
+	"\x1aEXIT_CAUSE_DAEMON_SHUTDOWN\x10\x06\x12\x1b\n" +
+	"\x17EXIT_CAUSE_START_FAILED\x10\a\x12\x16\n" +
+	"\x12EXIT_CAUSE_UNKNOWN\x10\b*\xc8\x01\n" +
+	"\n" +
+	"StartStage\x12\x1b\n" +
+	"\x17START_STAGE_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fSTART_STAGE_CWD\x10\x01\x12\x14\n" +
+	"\x10START_STAGE_USER\x10\x02\x12\x14\n" +
+	"\x10START_STAGE_EXEC\x10\x03\x12\x16\n" +
+	"\x12START_STAGE_CGROUP\x10\x04\x12\x16\n" +
+	"\x12START_STAGE_LIMITS\x10\x05\x12\x15\n" +
+	"\x11START_STAGE_SPAWN\x10\x06\x12\x15\n" +
+	"\x11START_STAGE_STATE\x10\a*\xcb\x01\n" +
+	"\n" +
+	"KillOrigin\x12\x1b\n" +
+	"\x17KILL_ORIGIN_UNSPECIFIED\x10\x00\x12\x1c\n" +
+	"\x18KILL_ORIGIN_KILL_PROCESS\x10\x01\x12\x18\n" +
+	"\x14KILL_ORIGIN_KILL_ALL\x10\x02\x12\x16\n" +
+	"\x12KILL_ORIGIN_CANCEL\x10\x03\x12\x1a\n" +
+	"\x16KILL_ORIGIN_DISCONNECT\x10\x04\x12\x18\n" +
+	"\x14KILL_ORIGIN_DEADLINE\x10\x05\x12\x1a\n" +
+	"\x16KILL_ORIGIN_SEND_INPUT\x10\x062\xfe\b\n" +
 	"\x0eSandboxService\x12;\n" +
 	"\x04Exec\x12\x17.sandbox.v1.ExecRequest\x1a\x18.sandbox.v1.ExecResponse0\x01\x12Q\n" +
 	"\fStartProcess\x12\x1f.sandbox.v1.StartProcessRequest\x1a .sandbox.v1.StartProcessResponse\x12M\n" +
@@ -3660,130 +4015,138 @@ func file_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 	return file_sandbox_v1_sandbox_proto_rawDescData
 }
 
-var file_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
 var file_sandbox_v1_sandbox_proto_goTypes = []any{
 	(ErrorReason)(0),                 // 0: sandbox.v1.ErrorReason
 	(ProcessStatus)(0),               // 1: sandbox.v1.ProcessStatus
 	(OutputStream)(0),                // 2: sandbox.v1.OutputStream
-	(*PtyOptions)(nil),               // 3: sandbox.v1.PtyOptions
-	(*ProcessSpec)(nil),              // 4: sandbox.v1.ProcessSpec
-	(*ExecRequest)(nil),              // 5: sandbox.v1.ExecRequest
-	(*ExecResponse)(nil),             // 6: sandbox.v1.ExecResponse
-	(*OutputChunk)(nil),              // 7: sandbox.v1.OutputChunk
-	(*OutputGap)(nil),                // 8: sandbox.v1.OutputGap
-	(*ProcessExited)(nil),            // 9: sandbox.v1.ProcessExited
-	(*ProcessInfo)(nil),              // 10: sandbox.v1.ProcessInfo
-	(*StartProcessRequest)(nil),      // 11: sandbox.v1.StartProcessRequest
-	(*StartProcessResponse)(nil),     // 12: sandbox.v1.StartProcessResponse
-	(*StreamLogsRequest)(nil),        // 13: sandbox.v1.StreamLogsRequest
-	(*StreamLogsResponse)(nil),       // 14: sandbox.v1.StreamLogsResponse
-	(*CaughtUp)(nil),                 // 15: sandbox.v1.CaughtUp
-	(*SendInputRequest)(nil),         // 16: sandbox.v1.SendInputRequest
-	(*OpenInput)(nil),                // 17: sandbox.v1.OpenInput
-	(*CloseInput)(nil),               // 18: sandbox.v1.CloseInput
-	(*SendInputResponse)(nil),        // 19: sandbox.v1.SendInputResponse
-	(*GetProcessRequest)(nil),        // 20: sandbox.v1.GetProcessRequest
-	(*GetProcessResponse)(nil),       // 21: sandbox.v1.GetProcessResponse
-	(*ListProcessesRequest)(nil),     // 22: sandbox.v1.ListProcessesRequest
-	(*ListProcessesResponse)(nil),    // 23: sandbox.v1.ListProcessesResponse
-	(*KillProcessRequest)(nil),       // 24: sandbox.v1.KillProcessRequest
-	(*KillProcessResponse)(nil),      // 25: sandbox.v1.KillProcessResponse
-	(*KillAllProcessesRequest)(nil),  // 26: sandbox.v1.KillAllProcessesRequest
-	(*KillAllProcessesResponse)(nil), // 27: sandbox.v1.KillAllProcessesResponse
-	(*CleanupProcessesRequest)(nil),  // 28: sandbox.v1.CleanupProcessesRequest
-	(*CleanupProcessesResponse)(nil), // 29: sandbox.v1.CleanupProcessesResponse
-	(*GetProcessLogsRequest)(nil),    // 30: sandbox.v1.GetProcessLogsRequest
-	(*GetProcessLogsResponse)(nil),   // 31: sandbox.v1.GetProcessLogsResponse
-	(*HttpProbe)(nil),                // 32: sandbox.v1.HttpProbe
-	(*WaitForPortRequest)(nil),       // 33: sandbox.v1.WaitForPortRequest
-	(*WaitForPortResponse)(nil),      // 34: sandbox.v1.WaitForPortResponse
-	(*WaitForLogRequest)(nil),        // 35: sandbox.v1.WaitForLogRequest
-	(*MatchGroup)(nil),               // 36: sandbox.v1.MatchGroup
-	(*WaitForLogResponse)(nil),       // 37: sandbox.v1.WaitForLogResponse
-	(*WaitForExitRequest)(nil),       // 38: sandbox.v1.WaitForExitRequest
-	(*WaitForExitResponse)(nil),      // 39: sandbox.v1.WaitForExitResponse
-	(*ListPortsRequest)(nil),         // 40: sandbox.v1.ListPortsRequest
-	(*ListPortsResponse)(nil),        // 41: sandbox.v1.ListPortsResponse
-	(*ListeningPort)(nil),            // 42: sandbox.v1.ListeningPort
-	nil,                              // 43: sandbox.v1.ProcessSpec.EnvEntry
-	nil,                              // 44: sandbox.v1.WaitForLogResponse.NamedGroupsEntry
-	(*timestamppb.Timestamp)(nil),    // 45: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 46: google.protobuf.Duration
+	(ExitCause)(0),                   // 3: sandbox.v1.ExitCause
+	(StartStage)(0),                  // 4: sandbox.v1.StartStage
+	(KillOrigin)(0),                  // 5: sandbox.v1.KillOrigin
+	(*PtyOptions)(nil),               // 6: sandbox.v1.PtyOptions
+	(*ProcessSpec)(nil),              // 7: sandbox.v1.ProcessSpec
+	(*ExecRequest)(nil),              // 8: sandbox.v1.ExecRequest
+	(*ExecResponse)(nil),             // 9: sandbox.v1.ExecResponse
+	(*OutputChunk)(nil),              // 10: sandbox.v1.OutputChunk
+	(*OutputGap)(nil),                // 11: sandbox.v1.OutputGap
+	(*ProcessExited)(nil),            // 12: sandbox.v1.ProcessExited
+	(*ExitCauseDetail)(nil),          // 13: sandbox.v1.ExitCauseDetail
+	(*ProcessInfo)(nil),              // 14: sandbox.v1.ProcessInfo
+	(*StartProcessRequest)(nil),      // 15: sandbox.v1.StartProcessRequest
+	(*StartProcessResponse)(nil),     // 16: sandbox.v1.StartProcessResponse
+	(*StreamLogsRequest)(nil),        // 17: sandbox.v1.StreamLogsRequest
+	(*StreamLogsResponse)(nil),       // 18: sandbox.v1.StreamLogsResponse
+	(*CaughtUp)(nil),                 // 19: sandbox.v1.CaughtUp
+	(*SendInputRequest)(nil),         // 20: sandbox.v1.SendInputRequest
+	(*OpenInput)(nil),                // 21: sandbox.v1.OpenInput
+	(*CloseInput)(nil),               // 22: sandbox.v1.CloseInput
+	(*SendInputResponse)(nil),        // 23: sandbox.v1.SendInputResponse
+	(*GetProcessRequest)(nil),        // 24: sandbox.v1.GetProcessRequest
+	(*GetProcessResponse)(nil),       // 25: sandbox.v1.GetProcessResponse
+	(*ListProcessesRequest)(nil),     // 26: sandbox.v1.ListProcessesRequest
+	(*ListProcessesResponse)(nil),    // 27: sandbox.v1.ListProcessesResponse
+	(*KillProcessRequest)(nil),       // 28: sandbox.v1.KillProcessRequest
+	(*KillProcessResponse)(nil),      // 29: sandbox.v1.KillProcessResponse
+	(*KillAllProcessesRequest)(nil),  // 30: sandbox.v1.KillAllProcessesRequest
+	(*KillAllProcessesResponse)(nil), // 31: sandbox.v1.KillAllProcessesResponse
+	(*CleanupProcessesRequest)(nil),  // 32: sandbox.v1.CleanupProcessesRequest
+	(*CleanupProcessesResponse)(nil), // 33: sandbox.v1.CleanupProcessesResponse
+	(*GetProcessLogsRequest)(nil),    // 34: sandbox.v1.GetProcessLogsRequest
+	(*GetProcessLogsResponse)(nil),   // 35: sandbox.v1.GetProcessLogsResponse
+	(*HttpProbe)(nil),                // 36: sandbox.v1.HttpProbe
+	(*WaitForPortRequest)(nil),       // 37: sandbox.v1.WaitForPortRequest
+	(*WaitForPortResponse)(nil),      // 38: sandbox.v1.WaitForPortResponse
+	(*WaitForLogRequest)(nil),        // 39: sandbox.v1.WaitForLogRequest
+	(*MatchGroup)(nil),               // 40: sandbox.v1.MatchGroup
+	(*WaitForLogResponse)(nil),       // 41: sandbox.v1.WaitForLogResponse
+	(*WaitForExitRequest)(nil),       // 42: sandbox.v1.WaitForExitRequest
+	(*WaitForExitResponse)(nil),      // 43: sandbox.v1.WaitForExitResponse
+	(*ListPortsRequest)(nil),         // 44: sandbox.v1.ListPortsRequest
+	(*ListPortsResponse)(nil),        // 45: sandbox.v1.ListPortsResponse
+	(*ListeningPort)(nil),            // 46: sandbox.v1.ListeningPort
+	nil,                              // 47: sandbox.v1.ProcessSpec.EnvEntry
+	nil,                              // 48: sandbox.v1.WaitForLogResponse.NamedGroupsEntry
+	(*timestamppb.Timestamp)(nil),    // 49: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 50: google.protobuf.Duration
 }
 var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
-	43, // 0: sandbox.v1.ProcessSpec.env:type_name -> sandbox.v1.ProcessSpec.EnvEntry
-	3,  // 1: sandbox.v1.ProcessSpec.pty:type_name -> sandbox.v1.PtyOptions
-	4,  // 2: sandbox.v1.ExecRequest.spec:type_name -> sandbox.v1.ProcessSpec
-	10, // 3: sandbox.v1.ExecResponse.started:type_name -> sandbox.v1.ProcessInfo
-	7,  // 4: sandbox.v1.ExecResponse.output:type_name -> sandbox.v1.OutputChunk
-	9,  // 5: sandbox.v1.ExecResponse.exited:type_name -> sandbox.v1.ProcessExited
+	47, // 0: sandbox.v1.ProcessSpec.env:type_name -> sandbox.v1.ProcessSpec.EnvEntry
+	6,  // 1: sandbox.v1.ProcessSpec.pty:type_name -> sandbox.v1.PtyOptions
+	7,  // 2: sandbox.v1.ExecRequest.spec:type_name -> sandbox.v1.ProcessSpec
+	14, // 3: sandbox.v1.ExecResponse.started:type_name -> sandbox.v1.ProcessInfo
+	10, // 4: sandbox.v1.ExecResponse.output:type_name -> sandbox.v1.OutputChunk
+	12, // 5: sandbox.v1.ExecResponse.exited:type_name -> sandbox.v1.ProcessExited
 	2,  // 6: sandbox.v1.OutputChunk.stream:type_name -> sandbox.v1.OutputStream
 	2,  // 7: sandbox.v1.OutputGap.stream:type_name -> sandbox.v1.OutputStream
 	1,  // 8: sandbox.v1.ProcessExited.status:type_name -> sandbox.v1.ProcessStatus
-	45, // 9: sandbox.v1.ProcessExited.start_time:type_name -> google.protobuf.Timestamp
-	45, // 10: sandbox.v1.ProcessExited.end_time:type_name -> google.protobuf.Timestamp
-	46, // 11: sandbox.v1.ProcessExited.duration:type_name -> google.protobuf.Duration
-	1,  // 12: sandbox.v1.ProcessInfo.status:type_name -> sandbox.v1.ProcessStatus
-	45, // 13: sandbox.v1.ProcessInfo.start_time:type_name -> google.protobuf.Timestamp
-	9,  // 14: sandbox.v1.ProcessInfo.exit:type_name -> sandbox.v1.ProcessExited
-	4,  // 15: sandbox.v1.StartProcessRequest.spec:type_name -> sandbox.v1.ProcessSpec
-	10, // 16: sandbox.v1.StartProcessResponse.process:type_name -> sandbox.v1.ProcessInfo
-	10, // 17: sandbox.v1.StreamLogsResponse.process:type_name -> sandbox.v1.ProcessInfo
-	7,  // 18: sandbox.v1.StreamLogsResponse.output:type_name -> sandbox.v1.OutputChunk
-	8,  // 19: sandbox.v1.StreamLogsResponse.gap:type_name -> sandbox.v1.OutputGap
-	9,  // 20: sandbox.v1.StreamLogsResponse.exited:type_name -> sandbox.v1.ProcessExited
-	15, // 21: sandbox.v1.StreamLogsResponse.caught_up:type_name -> sandbox.v1.CaughtUp
-	17, // 22: sandbox.v1.SendInputRequest.open:type_name -> sandbox.v1.OpenInput
-	18, // 23: sandbox.v1.SendInputRequest.close:type_name -> sandbox.v1.CloseInput
-	3,  // 24: sandbox.v1.SendInputRequest.resize:type_name -> sandbox.v1.PtyOptions
-	10, // 25: sandbox.v1.GetProcessResponse.process:type_name -> sandbox.v1.ProcessInfo
-	1,  // 26: sandbox.v1.ListProcessesRequest.statuses:type_name -> sandbox.v1.ProcessStatus
-	10, // 27: sandbox.v1.ListProcessesResponse.processes:type_name -> sandbox.v1.ProcessInfo
-	10, // 28: sandbox.v1.KillProcessResponse.process:type_name -> sandbox.v1.ProcessInfo
-	10, // 29: sandbox.v1.GetProcessLogsResponse.process:type_name -> sandbox.v1.ProcessInfo
-	32, // 30: sandbox.v1.WaitForPortRequest.http:type_name -> sandbox.v1.HttpProbe
-	46, // 31: sandbox.v1.WaitForPortResponse.waited:type_name -> google.protobuf.Duration
-	2,  // 32: sandbox.v1.WaitForLogRequest.stream:type_name -> sandbox.v1.OutputStream
-	2,  // 33: sandbox.v1.WaitForLogResponse.stream:type_name -> sandbox.v1.OutputStream
-	36, // 34: sandbox.v1.WaitForLogResponse.groups:type_name -> sandbox.v1.MatchGroup
-	44, // 35: sandbox.v1.WaitForLogResponse.named_groups:type_name -> sandbox.v1.WaitForLogResponse.NamedGroupsEntry
-	9,  // 36: sandbox.v1.WaitForExitResponse.exited:type_name -> sandbox.v1.ProcessExited
-	10, // 37: sandbox.v1.WaitForExitResponse.process:type_name -> sandbox.v1.ProcessInfo
-	42, // 38: sandbox.v1.ListPortsResponse.ports:type_name -> sandbox.v1.ListeningPort
-	5,  // 39: sandbox.v1.SandboxService.Exec:input_type -> sandbox.v1.ExecRequest
-	11, // 40: sandbox.v1.SandboxService.StartProcess:input_type -> sandbox.v1.StartProcessRequest
-	13, // 41: sandbox.v1.SandboxService.StreamLogs:input_type -> sandbox.v1.StreamLogsRequest
-	16, // 42: sandbox.v1.SandboxService.SendInput:input_type -> sandbox.v1.SendInputRequest
-	20, // 43: sandbox.v1.SandboxService.GetProcess:input_type -> sandbox.v1.GetProcessRequest
-	22, // 44: sandbox.v1.SandboxService.ListProcesses:input_type -> sandbox.v1.ListProcessesRequest
-	24, // 45: sandbox.v1.SandboxService.KillProcess:input_type -> sandbox.v1.KillProcessRequest
-	26, // 46: sandbox.v1.SandboxService.KillAllProcesses:input_type -> sandbox.v1.KillAllProcessesRequest
-	28, // 47: sandbox.v1.SandboxService.CleanupProcesses:input_type -> sandbox.v1.CleanupProcessesRequest
-	30, // 48: sandbox.v1.SandboxService.GetProcessLogs:input_type -> sandbox.v1.GetProcessLogsRequest
-	33, // 49: sandbox.v1.SandboxService.WaitForPort:input_type -> sandbox.v1.WaitForPortRequest
-	35, // 50: sandbox.v1.SandboxService.WaitForLog:input_type -> sandbox.v1.WaitForLogRequest
-	38, // 51: sandbox.v1.SandboxService.WaitForExit:input_type -> sandbox.v1.WaitForExitRequest
-	40, // 52: sandbox.v1.SandboxService.ListPorts:input_type -> sandbox.v1.ListPortsRequest
-	6,  // 53: sandbox.v1.SandboxService.Exec:output_type -> sandbox.v1.ExecResponse
-	12, // 54: sandbox.v1.SandboxService.StartProcess:output_type -> sandbox.v1.StartProcessResponse
-	14, // 55: sandbox.v1.SandboxService.StreamLogs:output_type -> sandbox.v1.StreamLogsResponse
-	19, // 56: sandbox.v1.SandboxService.SendInput:output_type -> sandbox.v1.SendInputResponse
-	21, // 57: sandbox.v1.SandboxService.GetProcess:output_type -> sandbox.v1.GetProcessResponse
-	23, // 58: sandbox.v1.SandboxService.ListProcesses:output_type -> sandbox.v1.ListProcessesResponse
-	25, // 59: sandbox.v1.SandboxService.KillProcess:output_type -> sandbox.v1.KillProcessResponse
-	27, // 60: sandbox.v1.SandboxService.KillAllProcesses:output_type -> sandbox.v1.KillAllProcessesResponse
-	29, // 61: sandbox.v1.SandboxService.CleanupProcesses:output_type -> sandbox.v1.CleanupProcessesResponse
-	31, // 62: sandbox.v1.SandboxService.GetProcessLogs:output_type -> sandbox.v1.GetProcessLogsResponse
-	34, // 63: sandbox.v1.SandboxService.WaitForPort:output_type -> sandbox.v1.WaitForPortResponse
-	37, // 64: sandbox.v1.SandboxService.WaitForLog:output_type -> sandbox.v1.WaitForLogResponse
-	39, // 65: sandbox.v1.SandboxService.WaitForExit:output_type -> sandbox.v1.WaitForExitResponse
-	41, // 66: sandbox.v1.SandboxService.ListPorts:output_type -> sandbox.v1.ListPortsResponse
-	53, // [53:67] is the sub-list for method output_type
-	39, // [39:53] is the sub-list for method input_type
-	39, // [39:39] is the sub-list for extension type_name
-	39, // [39:39] is the sub-list for extension extendee
-	0,  // [0:39] is the sub-list for field type_name
+	49, // 9: sandbox.v1.ProcessExited.start_time:type_name -> google.protobuf.Timestamp
+	49, // 10: sandbox.v1.ProcessExited.end_time:type_name -> google.protobuf.Timestamp
+	50, // 11: sandbox.v1.ProcessExited.duration:type_name -> google.protobuf.Duration
+	3,  // 12: sandbox.v1.ProcessExited.cause:type_name -> sandbox.v1.ExitCause
+	13, // 13: sandbox.v1.ProcessExited.cause_detail:type_name -> sandbox.v1.ExitCauseDetail
+	4,  // 14: sandbox.v1.ExitCauseDetail.start_stage:type_name -> sandbox.v1.StartStage
+	5,  // 15: sandbox.v1.ExitCauseDetail.kill_origin:type_name -> sandbox.v1.KillOrigin
+	1,  // 16: sandbox.v1.ProcessInfo.status:type_name -> sandbox.v1.ProcessStatus
+	49, // 17: sandbox.v1.ProcessInfo.start_time:type_name -> google.protobuf.Timestamp
+	12, // 18: sandbox.v1.ProcessInfo.exit:type_name -> sandbox.v1.ProcessExited
+	7,  // 19: sandbox.v1.StartProcessRequest.spec:type_name -> sandbox.v1.ProcessSpec
+	14, // 20: sandbox.v1.StartProcessResponse.process:type_name -> sandbox.v1.ProcessInfo
+	14, // 21: sandbox.v1.StreamLogsResponse.process:type_name -> sandbox.v1.ProcessInfo
+	10, // 22: sandbox.v1.StreamLogsResponse.output:type_name -> sandbox.v1.OutputChunk
+	11, // 23: sandbox.v1.StreamLogsResponse.gap:type_name -> sandbox.v1.OutputGap
+	12, // 24: sandbox.v1.StreamLogsResponse.exited:type_name -> sandbox.v1.ProcessExited
+	19, // 25: sandbox.v1.StreamLogsResponse.caught_up:type_name -> sandbox.v1.CaughtUp
+	21, // 26: sandbox.v1.SendInputRequest.open:type_name -> sandbox.v1.OpenInput
+	22, // 27: sandbox.v1.SendInputRequest.close:type_name -> sandbox.v1.CloseInput
+	6,  // 28: sandbox.v1.SendInputRequest.resize:type_name -> sandbox.v1.PtyOptions
+	14, // 29: sandbox.v1.GetProcessResponse.process:type_name -> sandbox.v1.ProcessInfo
+	1,  // 30: sandbox.v1.ListProcessesRequest.statuses:type_name -> sandbox.v1.ProcessStatus
+	14, // 31: sandbox.v1.ListProcessesResponse.processes:type_name -> sandbox.v1.ProcessInfo
+	14, // 32: sandbox.v1.KillProcessResponse.process:type_name -> sandbox.v1.ProcessInfo
+	14, // 33: sandbox.v1.GetProcessLogsResponse.process:type_name -> sandbox.v1.ProcessInfo
+	36, // 34: sandbox.v1.WaitForPortRequest.http:type_name -> sandbox.v1.HttpProbe
+	50, // 35: sandbox.v1.WaitForPortResponse.waited:type_name -> google.protobuf.Duration
+	2,  // 36: sandbox.v1.WaitForLogRequest.stream:type_name -> sandbox.v1.OutputStream
+	2,  // 37: sandbox.v1.WaitForLogResponse.stream:type_name -> sandbox.v1.OutputStream
+	40, // 38: sandbox.v1.WaitForLogResponse.groups:type_name -> sandbox.v1.MatchGroup
+	48, // 39: sandbox.v1.WaitForLogResponse.named_groups:type_name -> sandbox.v1.WaitForLogResponse.NamedGroupsEntry
+	12, // 40: sandbox.v1.WaitForExitResponse.exited:type_name -> sandbox.v1.ProcessExited
+	14, // 41: sandbox.v1.WaitForExitResponse.process:type_name -> sandbox.v1.ProcessInfo
+	46, // 42: sandbox.v1.ListPortsResponse.ports:type_name -> sandbox.v1.ListeningPort
+	8,  // 43: sandbox.v1.SandboxService.Exec:input_type -> sandbox.v1.ExecRequest
+	15, // 44: sandbox.v1.SandboxService.StartProcess:input_type -> sandbox.v1.StartProcessRequest
+	17, // 45: sandbox.v1.SandboxService.StreamLogs:input_type -> sandbox.v1.StreamLogsRequest
+	20, // 46: sandbox.v1.SandboxService.SendInput:input_type -> sandbox.v1.SendInputRequest
+	24, // 47: sandbox.v1.SandboxService.GetProcess:input_type -> sandbox.v1.GetProcessRequest
+	26, // 48: sandbox.v1.SandboxService.ListProcesses:input_type -> sandbox.v1.ListProcessesRequest
+	28, // 49: sandbox.v1.SandboxService.KillProcess:input_type -> sandbox.v1.KillProcessRequest
+	30, // 50: sandbox.v1.SandboxService.KillAllProcesses:input_type -> sandbox.v1.KillAllProcessesRequest
+	32, // 51: sandbox.v1.SandboxService.CleanupProcesses:input_type -> sandbox.v1.CleanupProcessesRequest
+	34, // 52: sandbox.v1.SandboxService.GetProcessLogs:input_type -> sandbox.v1.GetProcessLogsRequest
+	37, // 53: sandbox.v1.SandboxService.WaitForPort:input_type -> sandbox.v1.WaitForPortRequest
+	39, // 54: sandbox.v1.SandboxService.WaitForLog:input_type -> sandbox.v1.WaitForLogRequest
+	42, // 55: sandbox.v1.SandboxService.WaitForExit:input_type -> sandbox.v1.WaitForExitRequest
+	44, // 56: sandbox.v1.SandboxService.ListPorts:input_type -> sandbox.v1.ListPortsRequest
+	9,  // 57: sandbox.v1.SandboxService.Exec:output_type -> sandbox.v1.ExecResponse
+	16, // 58: sandbox.v1.SandboxService.StartProcess:output_type -> sandbox.v1.StartProcessResponse
+	18, // 59: sandbox.v1.SandboxService.StreamLogs:output_type -> sandbox.v1.StreamLogsResponse
+	23, // 60: sandbox.v1.SandboxService.SendInput:output_type -> sandbox.v1.SendInputResponse
+	25, // 61: sandbox.v1.SandboxService.GetProcess:output_type -> sandbox.v1.GetProcessResponse
+	27, // 62: sandbox.v1.SandboxService.ListProcesses:output_type -> sandbox.v1.ListProcessesResponse
+	29, // 63: sandbox.v1.SandboxService.KillProcess:output_type -> sandbox.v1.KillProcessResponse
+	31, // 64: sandbox.v1.SandboxService.KillAllProcesses:output_type -> sandbox.v1.KillAllProcessesResponse
+	33, // 65: sandbox.v1.SandboxService.CleanupProcesses:output_type -> sandbox.v1.CleanupProcessesResponse
+	35, // 66: sandbox.v1.SandboxService.GetProcessLogs:output_type -> sandbox.v1.GetProcessLogsResponse
+	38, // 67: sandbox.v1.SandboxService.WaitForPort:output_type -> sandbox.v1.WaitForPortResponse
+	41, // 68: sandbox.v1.SandboxService.WaitForLog:output_type -> sandbox.v1.WaitForLogResponse
+	43, // 69: sandbox.v1.SandboxService.WaitForExit:output_type -> sandbox.v1.WaitForExitResponse
+	45, // 70: sandbox.v1.SandboxService.ListPorts:output_type -> sandbox.v1.ListPortsResponse
+	57, // [57:71] is the sub-list for method output_type
+	43, // [43:57] is the sub-list for method input_type
+	43, // [43:43] is the sub-list for extension type_name
+	43, // [43:43] is the sub-list for extension extendee
+	0,  // [0:43] is the sub-list for field type_name
 }
 
 func init() { file_sandbox_v1_sandbox_proto_init() }
@@ -3798,28 +4161,28 @@ func file_sandbox_v1_sandbox_proto_init() {
 		(*ExecResponse_Exited)(nil),
 	}
 	file_sandbox_v1_sandbox_proto_msgTypes[6].OneofWrappers = []any{}
-	file_sandbox_v1_sandbox_proto_msgTypes[11].OneofWrappers = []any{
+	file_sandbox_v1_sandbox_proto_msgTypes[12].OneofWrappers = []any{
 		(*StreamLogsResponse_Process)(nil),
 		(*StreamLogsResponse_Output)(nil),
 		(*StreamLogsResponse_Gap)(nil),
 		(*StreamLogsResponse_Exited)(nil),
 		(*StreamLogsResponse_CaughtUp)(nil),
 	}
-	file_sandbox_v1_sandbox_proto_msgTypes[13].OneofWrappers = []any{
+	file_sandbox_v1_sandbox_proto_msgTypes[14].OneofWrappers = []any{
 		(*SendInputRequest_Open)(nil),
 		(*SendInputRequest_Data)(nil),
 		(*SendInputRequest_Close)(nil),
 		(*SendInputRequest_Resize)(nil),
 		(*SendInputRequest_Signal)(nil),
 	}
-	file_sandbox_v1_sandbox_proto_msgTypes[33].OneofWrappers = []any{}
+	file_sandbox_v1_sandbox_proto_msgTypes[34].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandbox_v1_sandbox_proto_rawDesc), len(file_sandbox_v1_sandbox_proto_rawDesc)),
-			NumEnums:      3,
-			NumMessages:   42,
+			NumEnums:      6,
+			NumMessages:   43,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -72,6 +72,39 @@ class OutputStream(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     OUTPUT_STREAM_UNSPECIFIED: _ClassVar[OutputStream]
     OUTPUT_STREAM_STDOUT: _ClassVar[OutputStream]
     OUTPUT_STREAM_STDERR: _ClassVar[OutputStream]
+
+class ExitCause(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    EXIT_CAUSE_UNSPECIFIED: _ClassVar[ExitCause]
+    EXIT_CAUSE_EXITED: _ClassVar[ExitCause]
+    EXIT_CAUSE_SIGNALED: _ClassVar[ExitCause]
+    EXIT_CAUSE_KILLED_ON_REQUEST: _ClassVar[ExitCause]
+    EXIT_CAUSE_TIMED_OUT: _ClassVar[ExitCause]
+    EXIT_CAUSE_OUT_OF_MEMORY: _ClassVar[ExitCause]
+    EXIT_CAUSE_DAEMON_SHUTDOWN: _ClassVar[ExitCause]
+    EXIT_CAUSE_START_FAILED: _ClassVar[ExitCause]
+    EXIT_CAUSE_UNKNOWN: _ClassVar[ExitCause]
+
+class StartStage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    START_STAGE_UNSPECIFIED: _ClassVar[StartStage]
+    START_STAGE_CWD: _ClassVar[StartStage]
+    START_STAGE_USER: _ClassVar[StartStage]
+    START_STAGE_EXEC: _ClassVar[StartStage]
+    START_STAGE_CGROUP: _ClassVar[StartStage]
+    START_STAGE_LIMITS: _ClassVar[StartStage]
+    START_STAGE_SPAWN: _ClassVar[StartStage]
+    START_STAGE_STATE: _ClassVar[StartStage]
+
+class KillOrigin(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    KILL_ORIGIN_UNSPECIFIED: _ClassVar[KillOrigin]
+    KILL_ORIGIN_KILL_PROCESS: _ClassVar[KillOrigin]
+    KILL_ORIGIN_KILL_ALL: _ClassVar[KillOrigin]
+    KILL_ORIGIN_CANCEL: _ClassVar[KillOrigin]
+    KILL_ORIGIN_DISCONNECT: _ClassVar[KillOrigin]
+    KILL_ORIGIN_DEADLINE: _ClassVar[KillOrigin]
+    KILL_ORIGIN_SEND_INPUT: _ClassVar[KillOrigin]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 ERROR_REASON_PROCESS_NOT_FOUND: ErrorReason
 ERROR_REASON_PROCESS_ALREADY_EXISTS: ErrorReason
@@ -125,6 +158,30 @@ PROCESS_STATUS_ERROR: ProcessStatus
 OUTPUT_STREAM_UNSPECIFIED: OutputStream
 OUTPUT_STREAM_STDOUT: OutputStream
 OUTPUT_STREAM_STDERR: OutputStream
+EXIT_CAUSE_UNSPECIFIED: ExitCause
+EXIT_CAUSE_EXITED: ExitCause
+EXIT_CAUSE_SIGNALED: ExitCause
+EXIT_CAUSE_KILLED_ON_REQUEST: ExitCause
+EXIT_CAUSE_TIMED_OUT: ExitCause
+EXIT_CAUSE_OUT_OF_MEMORY: ExitCause
+EXIT_CAUSE_DAEMON_SHUTDOWN: ExitCause
+EXIT_CAUSE_START_FAILED: ExitCause
+EXIT_CAUSE_UNKNOWN: ExitCause
+START_STAGE_UNSPECIFIED: StartStage
+START_STAGE_CWD: StartStage
+START_STAGE_USER: StartStage
+START_STAGE_EXEC: StartStage
+START_STAGE_CGROUP: StartStage
+START_STAGE_LIMITS: StartStage
+START_STAGE_SPAWN: StartStage
+START_STAGE_STATE: StartStage
+KILL_ORIGIN_UNSPECIFIED: KillOrigin
+KILL_ORIGIN_KILL_PROCESS: KillOrigin
+KILL_ORIGIN_KILL_ALL: KillOrigin
+KILL_ORIGIN_CANCEL: KillOrigin
+KILL_ORIGIN_DISCONNECT: KillOrigin
+KILL_ORIGIN_DEADLINE: KillOrigin
+KILL_ORIGIN_SEND_INPUT: KillOrigin
 
 class PtyOptions(_message.Message):
     __slots__ = ("cols", "rows", "term")
@@ -208,7 +265,7 @@ class OutputGap(_message.Message):
     def __init__(self, stream: _Optional[_Union[OutputStream, str]] = ..., offset: _Optional[int] = ..., missed_bytes: _Optional[int] = ...) -> None: ...
 
 class ProcessExited(_message.Message):
-    __slots__ = ("status", "exit_code", "signal", "timed_out", "killed", "start_time", "end_time", "duration", "stdout_bytes", "stderr_bytes", "error")
+    __slots__ = ("status", "exit_code", "signal", "timed_out", "killed", "start_time", "end_time", "duration", "stdout_bytes", "stderr_bytes", "error", "cause", "cause_detail")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     SIGNAL_FIELD_NUMBER: _ClassVar[int]
@@ -220,6 +277,8 @@ class ProcessExited(_message.Message):
     STDOUT_BYTES_FIELD_NUMBER: _ClassVar[int]
     STDERR_BYTES_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_DETAIL_FIELD_NUMBER: _ClassVar[int]
     status: ProcessStatus
     exit_code: int
     signal: str
@@ -231,7 +290,19 @@ class ProcessExited(_message.Message):
     stdout_bytes: int
     stderr_bytes: int
     error: str
-    def __init__(self, status: _Optional[_Union[ProcessStatus, str]] = ..., exit_code: _Optional[int] = ..., signal: _Optional[str] = ..., timed_out: _Optional[bool] = ..., killed: _Optional[bool] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stdout_bytes: _Optional[int] = ..., stderr_bytes: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+    cause: ExitCause
+    cause_detail: ExitCauseDetail
+    def __init__(self, status: _Optional[_Union[ProcessStatus, str]] = ..., exit_code: _Optional[int] = ..., signal: _Optional[str] = ..., timed_out: _Optional[bool] = ..., killed: _Optional[bool] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stdout_bytes: _Optional[int] = ..., stderr_bytes: _Optional[int] = ..., error: _Optional[str] = ..., cause: _Optional[_Union[ExitCause, str]] = ..., cause_detail: _Optional[_Union[ExitCauseDetail, _Mapping]] = ...) -> None: ...
+
+class ExitCauseDetail(_message.Message):
+    __slots__ = ("start_stage", "errno", "kill_origin")
+    START_STAGE_FIELD_NUMBER: _ClassVar[int]
+    ERRNO_FIELD_NUMBER: _ClassVar[int]
+    KILL_ORIGIN_FIELD_NUMBER: _ClassVar[int]
+    start_stage: StartStage
+    errno: str
+    kill_origin: KillOrigin
+    def __init__(self, start_stage: _Optional[_Union[StartStage, str]] = ..., errno: _Optional[str] = ..., kill_origin: _Optional[_Union[KillOrigin, str]] = ...) -> None: ...
 
 class ProcessInfo(_message.Message):
     __slots__ = ("process_id", "pid", "command", "args", "status", "session_id", "cwd", "pty", "stdin", "start_time", "exit", "stdout_bytes", "stderr_bytes", "auto_cleanup")
