@@ -37,7 +37,7 @@ describe("the README's From a terminal section, as written", () => {
   const blocks = sectionBlocks();
 
   it("has the exec, stdin and timeout, and background process examples, each promising output", () => {
-    expect(blocks).toHaveLength(3);
+    expect(blocks).toHaveLength(4);
     const all = blocks.join("\n");
     for (const command of [
       "sandbox exec --",
@@ -49,6 +49,10 @@ describe("the README's From a terminal section, as written", () => {
       "sandbox ps -o json",
       "sandbox kill -s",
       "sandbox attach",
+      "sandbox wait log",
+      "sandbox wait port",
+      "sandbox wait exit",
+      "sandbox ports",
     ]) {
       expect(all).toContain(command);
     }

@@ -31,9 +31,9 @@ afterAll(async () => {
 });
 
 describe("the README's Client section", () => {
-  it("has the four examples: exec, streaming, a background process with reconnect, stdin", () => {
+  it("has the five examples: exec, streaming, a background process with reconnect, stdin, readiness", () => {
     const code = clientSnippets().join("\n");
-    expect(clientSnippets()).toHaveLength(4);
+    expect(clientSnippets()).toHaveLength(5);
     for (const call of [
       "sandbox.exec(",
       "sandbox.execStream(",
@@ -41,6 +41,10 @@ describe("the README's Client section", () => {
       ".reconnect()",
       ".sendInput(",
       "stdin:",
+      ".waitForLog(",
+      ".waitForPort(",
+      ".waitForExit(",
+      "sandbox.listPorts(",
     ]) {
       expect(code).toContain(call);
     }

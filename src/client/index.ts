@@ -44,10 +44,21 @@ export {
   OutputLostError,
   ProcessAlreadyExistsError,
   ProcessNotFoundError,
+  ProcessExitedBeforeReadyError,
   ProcessNotRunningError,
+  ProcessReadyTimeoutError,
   SandboxError,
   StdinNotOpenError,
   toSandboxError,
+} from "./core/index.js";
+export type {
+  ListeningPort,
+  ListPortsOptions,
+  PortReady,
+  WaitForExitOptions,
+  WaitForLogOptions,
+  WaitForLogResult,
+  WaitForPortOptions,
 } from "./core/index.js";
 export type { SandboxErrorOptions, SandboxErrorReason } from "./core/index.js";
 export { backoffDelay, classifyFailure, defaultReconnectSettings } from "./core/index.js";

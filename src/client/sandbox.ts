@@ -19,6 +19,11 @@ import {
   createSandboxConnection,
   type SandboxConnection,
   type SandboxConnectionOptions,
+  type ListeningPort,
+  type ListPortsOptions,
+  type PortReady,
+  type WaitForPortOptions,
+  readiness,
 } from "./core/index.js";
 import {
   type CommandHandle,
@@ -454,6 +459,26 @@ export class Sandbox implements AsyncDisposable {
    */
   async *streamProcessLogs(processId: string, options?: { signal?: AbortSignal }): AsyncGenerator<LogEvent> {
     yield* processes.streamProcessLogs(this.running(), processId, options);
+  }
+
+  /**
+   * Waits until `port` answers inside the sandbox, checked by the daemon from there: by default an
+   * HTTP GET of `/` with a status from 200 to 399, `mode: "tcp"` a connection (options as a
+   * process handle's `waitForPort`, the Cloudflare Sandbox SDK's). With `processId` the wait is tied
+   * to that process, whose exit ends it at once with a ProcessExitedBeforeReadyError. Rejects with a
+   * ProcessReadyTimeoutError (its last output lines, what the last try found) on `timeout`.
+   */
+  waitForPort(port: number, options?: WaitForPortOptions & { processId?: string }): Promise<PortReady> {
+    return this.guard((context) => readiness.waitForPort(context.client, port, options));
+  }
+
+  /**
+   * Lists the TCP ports listening inside the sandbox, lowest first, each with the pid and program
+   * holding it and, when it is one of the sandbox's processes or started by one, that process's id:
+   * so the port a dev server actually took is found. `processId` lists that process's ports only.
+   */
+  listPorts(options?: ListPortsOptions): Promise<ListeningPort[]> {
+    return this.guard((context) => readiness.listPorts(context.client, options));
   }
 
   private createContext(connection: SandboxConnection, client: Client<typeof SandboxService>): ProcessesContext {

@@ -7,9 +7,11 @@ import { createKillCommand } from "./commands/kill.js";
 import { createLogsCommand } from "./commands/logs.js";
 import { createCompletionCommand } from "./commands/completion.js";
 import { createLsCommand } from "./commands/ls.js";
+import { createPortsCommand } from "./commands/ports.js";
 import { createPsCommand } from "./commands/ps.js";
 import { createRmCommand } from "./commands/rm.js";
 import { createStartCommand } from "./commands/start.js";
+import { createWaitCommand } from "./commands/wait.js";
 import { addConnectionOptions, connectionOptionKeys, defaultUrl } from "./connection.js";
 import { CliError, exitCodes, failureExitCode } from "./exit-codes.js";
 import { failureLine } from "./failure.js";
@@ -56,12 +58,20 @@ export function createProgram(finish: (code: number) => void): Command {
     createAttachCommand,
     createCpCommand,
     createLsCommand,
+    createWaitCommand,
+    createPortsCommand,
   ]) {
     program.addCommand(create(finish));
   }
   program.addCommand(createCompletionCommand(finish, () => program));
-  for (const command of [program, ...program.commands]) {
-    const name = command === program ? undefined : command.name();
+  // Every command, subcommands of subcommands (`wait port`) included, named by its path from the program.
+  const everyCommand = (command: Command): Command[] => [command, ...command.commands.flatMap(everyCommand)];
+  const pathOf = (command: Command): string =>
+    command.parent === null || command.parent === program
+      ? command.name()
+      : `${pathOf(command.parent)} ${command.name()}`;
+  for (const command of everyCommand(program)) {
+    const name = command === program ? undefined : pathOf(command);
     command
       .helpOption("-h, --help", "show this help")
       .configureOutput({ outputError: () => {} })

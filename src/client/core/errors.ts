@@ -1,5 +1,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
+import { ProcessExitedSchema } from "../../../gen/sandbox/v1/sandbox_pb.js";
 import { errorInfoOf, type ErrorReasonName } from "../../shared/error-reasons.js";
+import { exitFromProto, type ProcessExit } from "./process-record.js";
 
 /**
  * SandboxErrorReason names why the daemon refused a call: the `reason` of the `google.rpc.ErrorInfo`
@@ -183,6 +185,77 @@ export class ExecutionTimeoutError extends SandboxError {
 }
 
 /**
+ * ProcessReadyTimeoutError says a readiness wait (`waitForPort`, `waitForLog`, `waitForExit`) reached
+ * its `timeout` first (reason WAIT_TIMED_OUT), as the Cloudflare Sandbox SDK names it; the process
+ * runs on. It carries what the daemon reports: the process's last output lines and, for a port,
+ * what the last try found.
+ */
+export class ProcessReadyTimeoutError extends SandboxError {
+  /** The process the wait was tied to; empty for a port wait of none. */
+  readonly processId: string;
+  /** The time limit, in milliseconds. */
+  readonly timeout: number;
+  /** What was waited for (`"port 3000"`, `"log /ready/"`, `"exit"`). */
+  readonly condition: string;
+  /** The last lines of the process's stdout (at most 1 KiB); empty when none. */
+  readonly lastStdout: string;
+  /** The last lines of its stderr (at most 1 KiB); empty when none. */
+  readonly lastStderr: string;
+  /** For a port, what the last try found at each address (`"127.0.0.1:3000: connection refused"`). */
+  readonly lastProbe: string;
+
+  /** Creates the error from the daemon's message and metadata; code `PROCESS_READY_TIMEOUT`. */
+  constructor(message: string, metadata: Readonly<Record<string, string>>, options: SandboxErrorOptions = {}) {
+    super(message, "PROCESS_READY_TIMEOUT", { reason: "WAIT_TIMED_OUT", metadata, ...options });
+    this.name = "ProcessReadyTimeoutError";
+    this.processId = metadata.process_id ?? "";
+    this.timeout = Number(metadata.timeout_ms ?? 0);
+    this.condition = metadata.waiting_for ?? "";
+    this.lastStdout = metadata.last_stdout ?? "";
+    this.lastStderr = metadata.last_stderr ?? "";
+    this.lastProbe = metadata.last_probe ?? "";
+  }
+}
+
+/**
+ * ProcessExitedBeforeReadyError says the process a readiness wait was tied to exited (or never
+ * started) before the condition was met (reason PROCESS_EXITED, code FAILED_PRECONDITION), as the
+ * Cloudflare Sandbox SDK names it; the wait failed as soon as the exit was known. It carries the
+ * exit record and the process's last output lines.
+ */
+export class ProcessExitedBeforeReadyError extends SandboxError {
+  /** The process. */
+  readonly processId: string;
+  /** What was waited for (`"port 3000"`, `"log /ready/"`). */
+  readonly condition: string;
+  /** How the process ended, as the daemon recorded it; undefined if the daemon sent no record. */
+  readonly exit?: ProcessExit;
+  /** The exit code (128 + the signal's number after a signal), as in {@link ProcessExit.exitCode}. */
+  readonly exitCode?: number;
+  /** The last lines of the process's stdout (at most 1 KiB); empty when none. */
+  readonly lastStdout: string;
+  /** The last lines of its stderr (at most 1 KiB); empty when none. */
+  readonly lastStderr: string;
+
+  /** Creates the error from the daemon's message, metadata and exit record; code `PROCESS_EXITED_BEFORE_READY`. */
+  constructor(
+    message: string,
+    metadata: Readonly<Record<string, string>>,
+    exit: ProcessExit | undefined,
+    options: SandboxErrorOptions = {},
+  ) {
+    super(message, "PROCESS_EXITED_BEFORE_READY", { reason: "PROCESS_EXITED", metadata, ...options });
+    this.name = "ProcessExitedBeforeReadyError";
+    this.processId = metadata.process_id ?? "";
+    this.condition = metadata.waiting_for ?? "";
+    this.exit = exit;
+    this.exitCode = exit?.exitCode ?? (metadata.exit_code === undefined ? undefined : Number(metadata.exit_code));
+    this.lastStdout = metadata.last_stdout ?? "";
+    this.lastStderr = metadata.last_stderr ?? "";
+  }
+}
+
+/**
  * OutputLostError says output of a background process was dropped by the daemon before this client
  * read it (the daemon retains a bounded amount per process; a reader that is too slow or away too
  * long sees a gap). The handle's offsets have been moved past the gap, so `handle.reconnect()`
@@ -214,7 +287,8 @@ export class OutputLostError extends SandboxError {
  * PROCESS_NOT_FOUND becomes {@link ProcessNotFoundError}, PROCESS_ALREADY_EXISTS
  * {@link ProcessAlreadyExistsError}, LIMIT_EXCEEDED {@link LimitExceededError}, PROCESS_NOT_RUNNING
  * {@link ProcessNotRunningError}, STDIN_NOT_OPEN {@link StdinNotOpenError}, PATH_NOT_FOUND
- * {@link FileNotFoundError}, PATH_ALREADY_EXISTS {@link FileExistsError}, a passed deadline
+ * {@link FileNotFoundError}, PATH_ALREADY_EXISTS {@link FileExistsError}, WAIT_TIMED_OUT
+ * {@link ProcessReadyTimeoutError}, PROCESS_EXITED {@link ProcessExitedBeforeReadyError}, a passed deadline
  * {@link ExecutionTimeoutError} (with `timeoutMs` when the caller knows it), and anything else a
  * SandboxError named after its code with the reason and metadata as they came. The message is
  * the daemon's and is never read. SandboxErrors pass through unchanged; the original is the `cause`.
@@ -246,6 +320,12 @@ export function toSandboxError(error: unknown, context: { timeoutMs?: number } =
       return new FileNotFoundError(message, metadata.path ?? "", options);
     case "PATH_ALREADY_EXISTS":
       return new FileExistsError(message, metadata.path ?? "", options);
+    case "WAIT_TIMED_OUT":
+      return new ProcessReadyTimeoutError(message, metadata, options);
+    case "PROCESS_EXITED": {
+      const [exited] = connectError.findDetails(ProcessExitedSchema);
+      return new ProcessExitedBeforeReadyError(message, metadata, exited && exitFromProto(exited), options);
+    }
   }
   if (connectError.code === Code.DeadlineExceeded) return new ExecutionTimeoutError(context.timeoutMs ?? 0, options);
   return new SandboxError(message, isUnreachable(connectError) ? "UNAVAILABLE" : codeName(connectError.code), options);

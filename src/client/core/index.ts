@@ -35,7 +35,9 @@ export {
   OutputLostError,
   ProcessAlreadyExistsError,
   ProcessNotFoundError,
+  ProcessExitedBeforeReadyError,
   ProcessNotRunningError,
+  ProcessReadyTimeoutError,
   SandboxError,
   type SandboxErrorOptions,
   type SandboxErrorReason,
@@ -54,6 +56,17 @@ export {
   type WaitOptions,
 } from "./process-handle.js";
 export { commandLine, exitCodeOf, type ProcessDetails, type ProcessExit } from "./process-record.js";
+export type {
+  ListeningPort,
+  ListPortsOptions,
+  PortReady,
+  WaitForExitOptions,
+  WaitForLogOptions,
+  WaitForLogResult,
+  WaitForPortOptions,
+} from "./readiness.js";
+/** The readiness calls (waits and the port listing) over the generated client, as handles and the sandbox use them. */
+export * as readiness from "./readiness.js";
 export {
   backoffDelay,
   classifyFailure,

@@ -16,6 +16,14 @@ import { StreamDecoder, type OutputChunk, type OutputOffsets, type OutputStreamN
 import { detailsFromProto, exitFromProto, type ProcessDetails, type ProcessExit } from "./process-record.js";
 import type { ProcessStatus } from "../../shared/process-status.js";
 import type { RetainedOutput } from "./retained-output.js";
+import * as readiness from "./readiness.js";
+import type {
+  PortReady,
+  WaitForExitOptions,
+  WaitForLogOptions,
+  WaitForLogResult,
+  WaitForPortOptions,
+} from "./readiness.js";
 
 /** What a handle needs from the sandbox that made it. */
 export interface CommandContext {
@@ -398,6 +406,48 @@ export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
   async getLogs(): Promise<{ stdout: string; stderr: string }> {
     await this.record.started;
     return readProcessLogs(this.context, this.id, this.options.encoding);
+  }
+
+  /**
+   * Waits until `port` answers inside the sandbox, as the Cloudflare Sandbox SDK's
+   * `process.waitForPort(port, options)`: by default an HTTP GET of `path` (`/`) answered with a
+   * `status` from 200 to 399, `mode: "tcp"` a connection; checked by the daemon from inside the
+   * sandbox. Fails at once with a ProcessExitedBeforeReadyError (the exit, the last output lines)
+   * when this process exits first, with a ProcessReadyTimeoutError on `timeout` (milliseconds).
+   * `signal` stops the wait, and the daemon's probing.
+   */
+  async waitForPort(port: number, options: WaitForPortOptions = {}): Promise<PortReady> {
+    await this.record.started;
+    return readiness.waitForPort(this.context.client, port, { ...options, processId: this.id });
+  }
+
+  /**
+   * Waits until a line of this process's output matches `pattern` (a string as it is, or a RegExp
+   * without the `i`/`u` flags) and resolves with the line and, for a RegExp, its match, as the
+   * Cloudflare Sandbox SDK's `process.waitForLog(pattern, timeout)` (a number is the timeout in
+   * milliseconds). A line printed before the call counts: the daemon searches what it retains
+   * first. Fails with a ProcessExitedBeforeReadyError once the output ends without a match, with a
+   * ProcessReadyTimeoutError on `timeout`.
+   */
+  async waitForLog(pattern: string | RegExp, options: WaitForLogOptions | number = {}): Promise<WaitForLogResult> {
+    await this.record.started;
+    const bounds = typeof options === "number" ? { timeout: options } : options;
+    return readiness.waitForLog(this.context.client, this.id, pattern, bounds);
+  }
+
+  /**
+   * Waits until this process exits and resolves with how it ended (its `exitCode`, as the
+   * Cloudflare Sandbox SDK's `process.waitForExit(timeout)`; a number is the timeout in
+   * milliseconds): one call, without following the output. Rejects with a ProcessReadyTimeoutError
+   * on `timeout`, the process running on.
+   */
+  async waitForExit(options: WaitForExitOptions | number = {}): Promise<ProcessExit> {
+    await this.record.started;
+    const bounds = typeof options === "number" ? { timeout: options } : options;
+    const { exit, details } = await readiness.waitForExit(this.context.client, this.id, bounds);
+    if (details !== undefined) this.record.adopt(details);
+    else this.record.exited(exit);
+    return exit;
   }
 
   /** Detaches (see {@link detach}); for `await using`. */
