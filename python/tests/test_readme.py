@@ -30,8 +30,21 @@ def promised_lines(code: str) -> list[str]:
 
 def test_the_section_has_the_examples() -> None:
     code = "\n".join(python_blocks())
-    assert len(python_blocks()) == 5
-    for call in ("sandboxd.connect(", ".exec(", ".exec_stream(", ".start_process(", ".reconnect()", ".send_input(", "stdin=", "AsyncSandbox("):
+    assert len(python_blocks()) == 6
+    for call in (
+        "sandboxd.connect(",
+        ".exec(",
+        ".exec_stream(",
+        ".start_process(",
+        ".reconnect()",
+        ".send_input(",
+        "stdin=",
+        "AsyncSandbox(",
+        ".wait_for_log(",
+        ".wait_for_port(",
+        ".wait_for_exit(",
+        ".list_ports(",
+    ):
         assert call in code
 
 

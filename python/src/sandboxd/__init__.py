@@ -21,6 +21,7 @@ from ._files_sync import Files, FileWatch
 from ._gen.sandbox.v1 import files_pb2 as files_v1
 from ._gen.sandbox.v1 import sandbox_pb2 as v1
 from ._handle import DEFAULT_MAX_RETAINED_BYTES, AsyncCommandHandle
+from ._readiness import ListeningPort, LogMatch, PortReady
 from ._reconnect import ReconnectPolicy
 from ._sync import CommandHandle, Processes, Sandbox, connect, connect_async
 from ._transport import DEFAULT_URL, TOKEN_VARIABLE, URL_VARIABLE, Keepalive, Tls
@@ -47,8 +48,10 @@ from .errors import (
     PathOutsideWorkspaceError,
     PermissionDeniedError,
     ProcessAlreadyExistsError,
+    ProcessExitedBeforeReadyError,
     ProcessNotFoundError,
     ProcessNotRunningError,
+    ProcessReadyTimeoutError,
     PtyNotOpenError,
     ReadLimitError,
     ResourceExhaustedError,
@@ -107,6 +110,8 @@ __all__ = [
     "IsDirectoryError",
     "Keepalive",
     "LimitExceededError",
+    "ListeningPort",
+    "LogMatch",
     "NotDirectoryError",
     "OffsetOutOfRangeError",
     "Output",
@@ -118,13 +123,16 @@ __all__ = [
     "PathNotFoundError",
     "PathOutsideWorkspaceError",
     "PermissionDeniedError",
+    "PortReady",
     "ProcessAlreadyExistsError",
     "ProcessExit",
+    "ProcessExitedBeforeReadyError",
     "ProcessInfo",
     "ProcessLogs",
     "ProcessNotFoundError",
     "ProcessNotRunningError",
     "ProcessOptions",
+    "ProcessReadyTimeoutError",
     "ProcessStatus",
     "Processes",
     "PtyNotOpenError",

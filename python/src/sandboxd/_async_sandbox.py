@@ -18,7 +18,9 @@ import grpc.aio
 
 from ._gen.sandbox.v1 import sandbox_pb2 as pb
 from ._files import AsyncFiles
+from . import _readiness as readiness
 from ._handle import AsyncCommandHandle, HandleContext, fetch_logs, grace_ms, signal_name
+from ._readiness import ListeningPort, PortMode, PortReady
 from ._reconnect import ReconnectPolicy
 from ._transport import (
     DEFAULT_MAX_MESSAGE_BYTES,
@@ -296,6 +298,39 @@ class AsyncSandbox:
         return self._track(handle)
 
     # Internals shared with AsyncProcesses.
+
+    async def wait_for_port(
+        self,
+        port: int,
+        *,
+        process_id: str | None = None,
+        timeout: float | None = None,
+        mode: PortMode = "http",
+        path: str = "/",
+        status: int | tuple[int, int] = (200, 399),
+        host: str | None = None,
+        interval: float | None = None,
+    ) -> PortReady:
+        """Waits until ``port`` answers inside the sandbox, checked by the daemon from there (HTTP 200-399 on ``path``
+        by default, ``mode="tcp"`` a connection; see AsyncCommandHandle.wait_for_port). With ``process_id`` the wait
+        is tied to that process: its exit raises :class:`~sandboxd.ProcessExitedBeforeReadyError` at once."""
+        return await readiness.wait_for_port(
+            self._running_rpc(),
+            port,
+            process_id=process_id,
+            timeout=timeout,
+            mode=mode,
+            path=path,
+            status=status,
+            host=host,
+            interval=interval,
+        )
+
+    async def list_ports(self, *, process_id: str | None = None) -> list[ListeningPort]:
+        """The TCP ports listening inside the sandbox, lowest first, each with the pid and program holding it and,
+        when it is one of the sandbox's processes or started by one, that process's id: so the port a dev server
+        actually took is found. ``process_id`` lists that process's ports only."""
+        return await readiness.list_ports(self._running_rpc(), process_id=process_id)
 
     async def _exec_handle(
         self, command: Command, options: ExecOptions, max_retained_bytes: float, *, iterated: bool = False

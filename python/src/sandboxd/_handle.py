@@ -7,11 +7,12 @@ import asyncio
 import contextlib
 import dataclasses
 import math
+import re
 import signal as signals
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Self
+from typing import Literal, Self
 
 import grpc
 import grpc.aio
@@ -20,7 +21,9 @@ from ._gen.sandbox.v1 import sandbox_pb2 as pb
 from ._chunk_queue import ChunkQueue
 from ._command_output import CommandOutput
 from ._command_stream import CommandStream, Failed, Finished, Following
+from . import _readiness as readiness
 from ._input import InputStream
+from ._readiness import LogMatch, PortMode, PortReady
 from ._reconnect import ReconnectPolicy
 from ._sources import (
     CaughtUpEvent,
@@ -337,6 +340,75 @@ class AsyncCommandHandle:
         """The output the daemon still retains for this process (a snapshot, GetProcessLogs)."""
         await self._started
         return await fetch_logs(self._context, self.process_id, self._encoding)
+
+    # Readiness: the Cloudflare Sandbox SDK's waitForPort, waitForLog and waitForExit, snake_case, in seconds.
+
+    async def wait_for_port(
+        self,
+        port: int,
+        *,
+        timeout: float | None = None,
+        mode: PortMode = "http",
+        path: str = "/",
+        status: int | tuple[int, int] = (200, 399),
+        host: str | None = None,
+        interval: float | None = None,
+    ) -> PortReady:
+        """Waits until ``port`` answers inside the sandbox, checked by the daemon from there: by default an HTTP GET
+        of ``path`` answered with a ``status`` (one, or a ``(low, high)`` range; 200-399), ``mode="tcp"`` a
+        connection, on 127.0.0.1 or ::1 (or ``host``), every ``interval`` seconds (0.1).
+
+        Raises :class:`~sandboxd.ProcessExitedBeforeReadyError` (its ``exit``, ``last_stderr``...) as soon as this
+        process exits first, :class:`~sandboxd.ProcessReadyTimeoutError` after ``timeout`` seconds (none by
+        default). Cancelling the call stops the daemon's probing."""
+        await self._started
+        return await readiness.wait_for_port(
+            self._context.rpc,
+            port,
+            process_id=self.process_id,
+            timeout=timeout,
+            mode=mode,
+            path=path,
+            status=status,
+            host=host,
+            interval=interval,
+        )
+
+    async def wait_for_log(
+        self,
+        pattern: str | re.Pattern[str],
+        *,
+        timeout: float | None = None,
+        stream: StreamName | Literal["both"] = "both",
+        stdout_offset: int = 0,
+        stderr_offset: int = 0,
+    ) -> LogMatch:
+        """Waits until a line of this process's output matches ``pattern`` (a regular expression, matched line by
+        line in linear time: no backreferences, lookaround or flags) and returns it with its groups and byte offset.
+        A line printed before the call counts: the daemon searches what it retains first (from the offsets).
+
+        Raises :class:`~sandboxd.ProcessExitedBeforeReadyError` once the output ends without a match,
+        :class:`~sandboxd.ProcessReadyTimeoutError` after ``timeout`` seconds."""
+        await self._started
+        return await readiness.wait_for_log(
+            self._context.rpc,
+            self.process_id,
+            pattern,
+            timeout=timeout,
+            stream=stream,
+            stdout_offset=stdout_offset,
+            stderr_offset=stderr_offset,
+        )
+
+    async def wait_for_exit(self, *, timeout: float | None = None) -> ProcessExit:
+        """Waits until this process exits and returns how it ended, in one call (without following the output).
+        Raises :class:`~sandboxd.ProcessReadyTimeoutError` after ``timeout`` seconds; the process runs on."""
+        await self._started
+        exit, info = await readiness.wait_for_exit(self._context.rpc, self.process_id, timeout=timeout)
+        if info is not None:
+            self._adopt(info)
+        self._exit = self._exit or exit
+        return exit
 
     async def __aenter__(self) -> Self:
         return self

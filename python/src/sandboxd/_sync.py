@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from types import TracebackType
-from typing import Any, Self, Unpack
+from typing import Any, Literal, Self, Unpack
 
 from ._async_sandbox import AsyncSandbox, SandboxOptions
 from ._files_sync import Files
 from ._handle import AsyncCommandHandle
 from ._portal import Portal
+from ._readiness import ListeningPort, LogMatch, PortMode, PortReady
 
 from .lifecycle import SandboxStatus
 from .options import Command, ExecOptions, ProcessOptions, check_options
-from .output import InputAck, OutputChunk
+from .output import InputAck, OutputChunk, StreamName
 from .records import CommandResult, ExecEvent, ProcessExit, ProcessInfo, ProcessLogs, ProcessStatus
 
 
@@ -147,6 +149,47 @@ class CommandHandle:
     def logs(self) -> ProcessLogs:
         """The output the daemon still retains for this process (a snapshot)."""
         return self._portal.call(self._handle.logs)
+
+    def wait_for_port(
+        self,
+        port: int,
+        *,
+        timeout: float | None = None,
+        mode: PortMode = "http",
+        path: str = "/",
+        status: int | tuple[int, int] = (200, 399),
+        host: str | None = None,
+        interval: float | None = None,
+    ) -> PortReady:
+        """Waits until ``port`` answers inside the sandbox (HTTP 200-399 on ``path`` by default, ``mode="tcp"`` a
+        connection); fails at once when this process exits first (see AsyncCommandHandle.wait_for_port)."""
+        return self._portal.call(
+            self._handle.wait_for_port, port, timeout=timeout, mode=mode, path=path, status=status, host=host, interval=interval
+        )
+
+    def wait_for_log(
+        self,
+        pattern: str | re.Pattern[str],
+        *,
+        timeout: float | None = None,
+        stream: StreamName | Literal["both"] = "both",
+        stdout_offset: int = 0,
+        stderr_offset: int = 0,
+    ) -> LogMatch:
+        """Waits until a line of this process's output matches ``pattern``, a line printed before the call included
+        (see AsyncCommandHandle.wait_for_log)."""
+        return self._portal.call(
+            self._handle.wait_for_log,
+            pattern,
+            timeout=timeout,
+            stream=stream,
+            stdout_offset=stdout_offset,
+            stderr_offset=stderr_offset,
+        )
+
+    def wait_for_exit(self, *, timeout: float | None = None) -> ProcessExit:
+        """Waits until this process exits and returns how it ended (see AsyncCommandHandle.wait_for_exit)."""
+        return self._portal.call(self._handle.wait_for_exit, timeout=timeout)
 
     def __enter__(self) -> Self:
         return self
@@ -296,6 +339,36 @@ class Sandbox:
         # A Ctrl-C that lands just as the process has started must not leave it running with no handle anywhere.
         started = self._portal.call_owned(self._async.start_process, _kill_unclaimed, command, **options)
         return CommandHandle(started, self._portal)
+
+    def wait_for_port(
+        self,
+        port: int,
+        *,
+        process_id: str | None = None,
+        timeout: float | None = None,
+        mode: PortMode = "http",
+        path: str = "/",
+        status: int | tuple[int, int] = (200, 399),
+        host: str | None = None,
+        interval: float | None = None,
+    ) -> PortReady:
+        """Waits until ``port`` answers inside the sandbox, tied to ``process_id`` when given; see
+        AsyncSandbox.wait_for_port."""
+        return self._portal.call(
+            self._async.wait_for_port,
+            port,
+            process_id=process_id,
+            timeout=timeout,
+            mode=mode,
+            path=path,
+            status=status,
+            host=host,
+            interval=interval,
+        )
+
+    def list_ports(self, *, process_id: str | None = None) -> list[ListeningPort]:
+        """The TCP ports listening inside the sandbox with the process holding each; see AsyncSandbox.list_ports."""
+        return self._portal.call(self._async.list_ports, process_id=process_id)
 
 
 async def _kill_unclaimed(handle: AsyncCommandHandle) -> None:

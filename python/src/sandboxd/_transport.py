@@ -214,7 +214,7 @@ def create_channel(url: str, *, keepalive: Keepalive, tls: Tls | None, max_messa
 
 
 class SandboxRpc:
-    """SandboxRpc is sandbox.v1's ten methods on one channel, each sending the same call metadata (the token).
+    """SandboxRpc is sandbox.v1's fourteen methods on one channel, each sending the same call metadata (the token).
 
     The methods are declared here with their messages rather than taken from grpcio-tools' service stub, which has
     no types.
@@ -257,6 +257,18 @@ class SandboxRpc:
         )
         self.get_process_logs = c.unary_unary(
             _SERVICE + "GetProcessLogs", _serializer(pb.GetProcessLogsRequest), pb.GetProcessLogsResponse.FromString
+        )
+        self.wait_for_port = c.unary_unary(
+            _SERVICE + "WaitForPort", _serializer(pb.WaitForPortRequest), pb.WaitForPortResponse.FromString
+        )
+        self.wait_for_log = c.unary_unary(
+            _SERVICE + "WaitForLog", _serializer(pb.WaitForLogRequest), pb.WaitForLogResponse.FromString
+        )
+        self.wait_for_exit = c.unary_unary(
+            _SERVICE + "WaitForExit", _serializer(pb.WaitForExitRequest), pb.WaitForExitResponse.FromString
+        )
+        self.list_ports = c.unary_unary(
+            _SERVICE + "ListPorts", _serializer(pb.ListPortsRequest), pb.ListPortsResponse.FromString
         )
         #: The file service's methods on the same channel.
         self.files = FileRpc(channel)

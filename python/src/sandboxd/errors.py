@@ -15,6 +15,9 @@ import grpc
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
+from ._gen.sandbox.v1 import sandbox_pb2 as pb
+from .records import ProcessExit
+
 #: The ErrorInfo domain of sandboxd's reasons.
 ERROR_DOMAIN = "sandbox.v1"
 
@@ -247,6 +250,50 @@ class ExecutionTimeoutError(SandboxError, TimeoutError):
         self.timeout = timeout
 
 
+class ProcessReadyTimeoutError(ExecutionTimeoutError):
+    """A readiness wait (``wait_for_port``, ``wait_for_log``, ``wait_for_exit``) reached its ``timeout`` first
+    (``WAIT_TIMED_OUT``), as the Cloudflare Sandbox SDK names it; the process runs on. Code ``PROCESS_READY_TIMEOUT``.
+
+    It carries what the daemon reported: the process's last output lines and, for a port, what the last try found.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        metadata: Mapping[str, str],
+        status_code: grpc.StatusCode | None = None,
+    ) -> None:
+        timeout = int(metadata.get("timeout_ms", "0")) / 1000
+        super().__init__(timeout, message, reason="WAIT_TIMED_OUT", metadata=metadata, status_code=status_code)
+        self.code = "PROCESS_READY_TIMEOUT"
+
+    @property
+    def process_id(self) -> str | None:
+        """The process the wait was tied to; None for a port wait of none."""
+        return self.metadata.get("process_id")
+
+    @property
+    def condition(self) -> str:
+        """What was waited for (``"port 3000"``, ``"log /ready/"``, ``"exit"``)."""
+        return self.metadata.get("waiting_for", "")
+
+    @property
+    def last_stdout(self) -> str:
+        """The last lines of the process's stdout (at most 1 KiB); empty when none."""
+        return self.metadata.get("last_stdout", "")
+
+    @property
+    def last_stderr(self) -> str:
+        """The last lines of its stderr (at most 1 KiB); empty when none."""
+        return self.metadata.get("last_stderr", "")
+
+    @property
+    def last_probe(self) -> str:
+        """For a port, what the last try found at each address (``"127.0.0.1:3000: connection refused"``)."""
+        return self.metadata.get("last_probe", "")
+
+
 class OutputLostError(SandboxError):
     """Output of a background process was dropped by the daemon before this client read it.
 
@@ -351,6 +398,44 @@ class FileChangedError(SandboxError):
     default_code = "FILE_CHANGED"
 
 
+class ProcessExitedBeforeReadyError(FailedPreconditionError):
+    """The process a readiness wait was tied to exited (or never started) before the condition was met
+    (``PROCESS_EXITED``, gRPC FAILED_PRECONDITION), as the Cloudflare Sandbox SDK names it; the wait failed as soon as
+    the exit was known. ``exit`` is the daemon's exit record; the last output lines are in ``last_stdout`` and
+    ``last_stderr``."""
+
+    #: How the process ended, as the daemon recorded it (None if it sent no record); set by ``from_rpc_error``.
+    exit: ProcessExit | None = None
+
+    @property
+    def process_id(self) -> str | None:
+        """The process."""
+        return self.metadata.get("process_id")
+
+    @property
+    def condition(self) -> str:
+        """What was waited for (``"port 3000"``, ``"log /ready/"``)."""
+        return self.metadata.get("waiting_for", "")
+
+    @property
+    def exit_code(self) -> int | None:
+        """The exit code (128 + the signal's number after a signal), as in ``ProcessExit.exit_code``."""
+        if self.exit is not None:
+            return self.exit.exit_code
+        text = self.metadata.get("exit_code")
+        return int(text) if text is not None else None
+
+    @property
+    def last_stdout(self) -> str:
+        """The last lines of the process's stdout (at most 1 KiB); empty when none."""
+        return self.metadata.get("last_stdout", "")
+
+    @property
+    def last_stderr(self) -> str:
+        """The last lines of its stderr (at most 1 KiB); empty when none."""
+        return self.metadata.get("last_stderr", "")
+
+
 class ReadLimitError(SandboxError):
     """The daemon stopped a read of a file without a size (a device, a /proc file) at its
     ``--max-unsized-read-bytes`` before the end; ask for a ``length`` to read such a file on purpose. Code
@@ -453,6 +538,12 @@ def from_rpc_error(
     if process_id is not None:
         metadata.setdefault("process_id", process_id)
     cls: type[SandboxError]
+    if reason == "WAIT_TIMED_OUT":
+        return ProcessReadyTimeoutError(message, metadata=metadata, status_code=status_code)
+    if reason == "PROCESS_EXITED":
+        exited = ProcessExitedBeforeReadyError(message, code=status_code.name, reason=reason, metadata=metadata, status_code=status_code)
+        exited.exit = _exit_record(error)
+        return exited
     if status_code == grpc.StatusCode.DEADLINE_EXCEEDED:
         return ExecutionTimeoutError(timeout, message, reason=reason, metadata=metadata, status_code=status_code)
     if reason is not None and reason in _BY_REASON:
@@ -463,3 +554,16 @@ def from_rpc_error(
         cls = _BY_CODE.get(status_code, SandboxError)
     return cls(message, code=status_code.name, reason=reason, metadata=metadata, status_code=status_code)
 
+
+
+def _exit_record(error: grpc.RpcError) -> ProcessExit | None:
+    """The ``sandbox.v1.ProcessExited`` detail of a failed wait, as a ProcessExit, or None."""
+    try:
+        status = rpc_status.from_call(cast(grpc.Call, error))
+    except ValueError:
+        status = _raw_status(error)
+    for detail in status.details if status is not None else ():
+        exited = pb.ProcessExited()
+        if detail.Unpack(exited):
+            return ProcessExit.from_proto(exited)
+    return None
