@@ -392,7 +392,8 @@ describe("every reason in the proto, from a real call against a real server (cod
   );
 
   it("covers every reason of the proto a client can receive (CANCELED reaches no client; INTERNAL, DEADLINE_EXCEEDED and SPAWN_FAILED have no safe trigger)", () => {
-    // The reasons above, plus STATE_NOT_RECORDED in security-ledger.test.ts.
+    // The reasons above, plus STATE_NOT_RECORDED in security-ledger.test.ts and RETENTION_ABOVE_LIMIT in
+    // output-head-tail.test.ts.
     const tested = [
       "PROCESS_NOT_FOUND",
       "PROCESS_ALREADY_EXISTS",
@@ -412,6 +413,7 @@ describe("every reason in the proto, from a real call against a real server (cod
       "STATE_NOT_RECORDED",
       "SERVICE_NOT_FOUND",
       "PROTOCOL_ERROR",
+      "RETENTION_ABOVE_LIMIT",
     ];
     const untested = ["CANCELED", "INTERNAL", "DEADLINE_EXCEEDED", "SPAWN_FAILED"];
     // The file service's reasons, each triggered in test/files-errors.test.ts.

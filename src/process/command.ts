@@ -1,6 +1,7 @@
 import { identityEnvironment } from "./environment.js";
 import type { ProcessDescription } from "./managed-process.js";
 import type { UserIdentity } from "./user.js";
+import type { RetentionRequest } from "./retention.js";
 import { defaultPtyCols, defaultPtyRows, planStdin, type StdinPlan } from "../shared/limits.js";
 import { findProgramProblem } from "./program-lookup.js";
 import { execSimpleCommand } from "./shell-line.js";
@@ -36,6 +37,8 @@ export interface ProcessSpec {
   autoCleanup?: boolean;
   /** Run as root; refused unless the manager allows it. */
   sudo?: boolean;
+  /** How much of the output the record retains; the manager's defaults for what is unset. */
+  retention?: RetentionRequest;
 }
 
 /** What {@link resolveCommand} takes besides the spec: what the manager decided or knows. */

@@ -42,6 +42,13 @@ export {
 export { parseSignal, signalName, type SignalName } from "./signals.js";
 export { Workspace, workspaceProblemFor } from "./workspace.js";
 export type { ProcessSpec } from "./command.js";
+export {
+  defaultOutputHeadBytes,
+  resolveRetention,
+  type OutputRetention,
+  type RetentionLimits,
+  type RetentionRequest,
+} from "./retention.js";
 export { GroupLedger, processStartTime, type ReapReport } from "./housekeeping/index.js";
 export {
   defaultMaxTasksPerCommand,

@@ -5,11 +5,13 @@ import type { SpawnedChild } from "./spawn/index.js";
 import {
   MemoryBudget,
   OutputBuffer,
+  type OutputGap,
   type OutputReader,
   type OutputStreamName,
   type StreamOffsets,
 } from "./output/index.js";
 import type { SignalName } from "./signals.js";
+import type { OutputRetention } from "./retention.js";
 import type { ProcessStatus } from "../shared/process-status.js";
 import {
   classifyExit,
@@ -137,8 +139,8 @@ type Life =
 export interface ManagedProcessOptions {
   /** What the process is. */
   description: ProcessDescription;
-  /** Bytes of output retained. */
-  outputCapacityBytes: number;
+  /** How much of its output it retains: the head of each stream and the tail. */
+  retention: OutputRetention;
   /** Its place in the order records were created in (see {@link ManagedProcess.sequence}). */
   sequence: number;
   /**
@@ -164,6 +166,8 @@ export class ManagedProcess {
   readonly startTime = new Date();
   /** Resolves with the exit once the process has exited and all of its output is in. */
   readonly exited: Promise<ProcessExit>;
+  /** How much of its output it retains (see {@link OutputRetention}). */
+  readonly retention: OutputRetention;
 
   /** Retained output of both streams. */
   private readonly output: OutputBuffer;
@@ -191,8 +195,10 @@ export class ManagedProcess {
     this.description = options.description;
     this.sequence = options.sequence;
     this.budget = options.budget ?? new MemoryBudget({ limitBytes: Infinity });
+    this.retention = options.retention;
     this.output = new OutputBuffer({
-      capacityBytes: options.outputCapacityBytes,
+      capacityBytes: options.retention.tailBytes,
+      headBytes: options.retention.headBytes,
       onBackpressure: (paused) => (paused ? this.child?.pauseOutput() : this.child?.resumeOutput()),
       budget: this.budget,
     });
@@ -243,9 +249,17 @@ export class ManagedProcess {
     return this.output.offsets;
   }
 
-  /** Offset of the first output byte still retained, per stream (bytes before it were dropped). */
+  /**
+   * Offset of the first byte of the retained run that ends at the newest, per stream: the tail's
+   * start when a gap lies before it (see {@link snapshotHead}), else the first retained byte.
+   */
   get retainedFrom(): Readonly<StreamOffsets> {
     return this.output.retainedFrom;
+  }
+
+  /** The output dropped so far: at most one gap per stream, between its head and its tail, stdout first. */
+  droppedOutput(): OutputGap[] {
+    return this.output.dropped();
   }
 
   /** Bytes of output retained now, both streams. */
@@ -280,9 +294,14 @@ export class ManagedProcess {
     return this.output.createReader(from);
   }
 
-  /** Copies the retained output of one stream. */
+  /** Copies the retained output of one stream from {@link retainedFrom} to the newest byte. */
   snapshotOutput(stream: OutputStreamName): Uint8Array {
     return this.output.snapshot(stream);
+  }
+
+  /** Copies the head of one stream that a gap separates from {@link snapshotOutput}; empty when none does. */
+  snapshotHead(stream: OutputStreamName): Uint8Array {
+    return this.output.headSnapshot(stream);
   }
 
   /**

@@ -15,6 +15,7 @@ import { defaultKillGracePeriodMs, ManagedProcess, type ProcessStatus } from "./
 import { defaultMemoryBudgetBytes, type MemoryBudget, type OutputReader } from "./output/index.js";
 import { findProgramProblem } from "./program-lookup.js";
 import { RetainedOutputBudget } from "./retained-output-budget.js";
+import { defaultOutputHeadBytes, resolveRetention, type RetentionLimits } from "./retention.js";
 import type { SignalName } from "./signals.js";
 import { validateSessionId, validateSpec } from "./spec-validation.js";
 import { currentUser, rootIdentity, type UserIdentity } from "./user.js";
@@ -71,8 +72,16 @@ export interface ProcessPage {
 export interface ProcessManagerOptions {
   /** Directories commands may run in; the first is the default cwd. Default: the current directory. */
   workspaceRoots?: readonly string[];
-  /** Output bytes retained per process (both streams). Default 8 MiB. */
+  /**
+   * Output bytes retained per process: the head of each stream and the tail together (see
+   * `OutputRetention`), the most a request may ask for. Default 8 MiB.
+   */
   outputCapacityBytes?: number;
+  /**
+   * The head of each stream a process retains when its request names none, in bytes: at most a
+   * quarter of {@link outputCapacityBytes} is used; the tail is the rest. Default 64 KiB.
+   */
+  outputHeadBytes?: number;
   /** Maximum number of live processes; beyond it start is refused. Default 1024. */
   maxProcesses?: number;
   /** How long an exited record with auto-cleanup stays readable, in milliseconds. Default 60 s. */
@@ -136,7 +145,8 @@ export class ProcessManager {
   private readonly processes = new Map<string, ManagedProcess>();
   /** The records of processes that run, by OS pid (see {@link getRunning}). */
   private readonly running = new Map<number, ManagedProcess>();
-  private readonly outputCapacityBytes: number;
+  /** The bounds and defaults of what a record retains of its output. */
+  private readonly retentionLimits: RetentionLimits;
   private readonly maxProcesses: number;
   private readonly lingerMs: number;
   /** Exited records with autoCleanup, removed {@link lingerMs} after their exit. */
@@ -181,7 +191,10 @@ export class ProcessManager {
     this.allowSudo = options.allowSudo ?? false;
     this.log = options.log;
     this.onOutputBytes = options.onOutputBytes;
-    this.outputCapacityBytes = options.outputCapacityBytes ?? defaultOutputCapacityBytes;
+    this.retentionLimits = {
+      maxOutputBytes: options.outputCapacityBytes ?? defaultOutputCapacityBytes,
+      defaultHeadBytes: options.outputHeadBytes ?? defaultOutputHeadBytes,
+    };
     this.maxProcesses = options.maxProcesses ?? defaultMaxProcesses;
     this.lingerMs = options.lingerMs ?? defaultLingerMs;
     this.lingering = new ExpiryQueue(this.lingerMs, (id, sequence) => {
@@ -253,6 +266,7 @@ export class ProcessManager {
   ): Promise<{ process: ManagedProcess } | PinnedProcess> {
     this.checkAdmission(options.signal);
     validateSpec(spec);
+    const retention = resolveRetention(spec.retention, this.retentionLimits);
     this.retained.checkInputFits(spec.stdinData?.length ?? 0);
     const id = spec.processId || randomUUID();
     this.checkRoom(id);
@@ -296,7 +310,7 @@ export class ProcessManager {
     }
     const managed = new ManagedProcess({
       description: command.description,
-      outputCapacityBytes: this.outputCapacityBytes,
+      retention,
       sequence: ++this.lastSequence,
       budget: this.budget,
     });

@@ -156,7 +156,7 @@ export function createDaemonMetrics(source: { manager: ProcessManager; connectio
       this.set(
         source.manager
           .list()
-          .reduce((total, managed) => total + managed.retainedFrom.stdout + managed.retainedFrom.stderr, 0),
+          .reduce((total, managed) => managed.droppedOutput().reduce((sum, gap) => sum + gap.missedBytes, total), 0),
       );
     },
   });

@@ -395,6 +395,7 @@ function managerOptions(options: SandboxServerOptions): ProcessManagerOptions {
   return {
     workspaceRoots: options.workspaceRoots,
     outputCapacityBytes: options.outputCapacityBytes,
+    outputHeadBytes: options.outputHeadBytes,
     maxProcesses: options.maxProcesses,
     maxRetainedBytes: options.maxRetainedBytes,
     lingerMs: options.lingerMs,

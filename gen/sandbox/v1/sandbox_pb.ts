@@ -19,7 +19,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file sandbox/v1/sandbox.proto.
  */
 export const file_sandbox_v1_sandbox: GenFile = /*@__PURE__*/
-  fileDesc("ChhzYW5kYm94L3YxL3NhbmRib3gucHJvdG8SCnNhbmRib3gudjEiNgoKUHR5T3B0aW9ucxIMCgRjb2xzGAEgASgNEgwKBHJvd3MYAiABKA0SDAoEdGVybRgDIAEoCSLSAgoLUHJvY2Vzc1NwZWMSDwoHY29tbWFuZBgBIAEoCRIMCgRhcmdzGAIgAygJEi0KA2VudhgDIAMoCzIgLnNhbmRib3gudjEuUHJvY2Vzc1NwZWMuRW52RW50cnkSCwoDY3dkGAQgASgJEhIKCnRpbWVvdXRfbXMYBSABKAUSEgoKcHJvY2Vzc19pZBgGIAEoCRISCgpzZXNzaW9uX2lkGAcgASgJEiMKA3B0eRgIIAEoCzIWLnNhbmRib3gudjEuUHR5T3B0aW9ucxINCgVzdGRpbhgJIAEoCBISCgpzdGRpbl9kYXRhGAogASgMEhkKDGF1dG9fY2xlYW51cBgLIAEoCEgAiAEBEgwKBHN1ZG8YDCABKAgaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIPCg1fYXV0b19jbGVhbnVwIjQKC0V4ZWNSZXF1ZXN0EiUKBHNwZWMYASABKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NTcGVjIpsBCgxFeGVjUmVzcG9uc2USKgoHc3RhcnRlZBgBIAEoCzIXLnNhbmRib3gudjEuUHJvY2Vzc0luZm9IABIpCgZvdXRwdXQYAiABKAsyFy5zYW5kYm94LnYxLk91dHB1dENodW5rSAASKwoGZXhpdGVkGAMgASgLMhkuc2FuZGJveC52MS5Qcm9jZXNzRXhpdGVkSABCBwoFZXZlbnQiVQoLT3V0cHV0Q2h1bmsSKAoGc3RyZWFtGAEgASgOMhguc2FuZGJveC52MS5PdXRwdXRTdHJlYW0SDgoGb2Zmc2V0GAIgASgEEgwKBGRhdGEYAyABKAwiWwoJT3V0cHV0R2FwEigKBnN0cmVhbRgBIAEoDjIYLnNhbmRib3gudjEuT3V0cHV0U3RyZWFtEg4KBm9mZnNldBgCIAEoBBIUCgxtaXNzZWRfYnl0ZXMYAyABKAQisgMKDVByb2Nlc3NFeGl0ZWQSKQoGc3RhdHVzGAEgASgOMhkuc2FuZGJveC52MS5Qcm9jZXNzU3RhdHVzEhYKCWV4aXRfY29kZRgCIAEoBUgAiAEBEg4KBnNpZ25hbBgDIAEoCRIRCgl0aW1lZF9vdXQYBCABKAgSDgoGa2lsbGVkGAUgASgIEi4KCnN0YXJ0X3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGVuZF90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIrCghkdXJhdGlvbhgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIUCgxzdGRvdXRfYnl0ZXMYCSABKAQSFAoMc3RkZXJyX2J5dGVzGAogASgEEg0KBWVycm9yGAsgASgJEiQKBWNhdXNlGAwgASgOMhUuc2FuZGJveC52MS5FeGl0Q2F1c2USMQoMY2F1c2VfZGV0YWlsGA0gASgLMhsuc2FuZGJveC52MS5FeGl0Q2F1c2VEZXRhaWxCDAoKX2V4aXRfY29kZSJ6Cg9FeGl0Q2F1c2VEZXRhaWwSKwoLc3RhcnRfc3RhZ2UYASABKA4yFi5zYW5kYm94LnYxLlN0YXJ0U3RhZ2USDQoFZXJybm8YAiABKAkSKwoLa2lsbF9vcmlnaW4YAyABKA4yFi5zYW5kYm94LnYxLktpbGxPcmlnaW4i0AIKC1Byb2Nlc3NJbmZvEhIKCnByb2Nlc3NfaWQYASABKAkSCwoDcGlkGAIgASgFEg8KB2NvbW1hbmQYAyABKAkSDAoEYXJncxgEIAMoCRIpCgZzdGF0dXMYBSABKA4yGS5zYW5kYm94LnYxLlByb2Nlc3NTdGF0dXMSEgoKc2Vzc2lvbl9pZBgGIAEoCRILCgNjd2QYByABKAkSCwoDcHR5GAggASgIEg0KBXN0ZGluGAkgASgIEi4KCnN0YXJ0X3RpbWUYCiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEicKBGV4aXQYCyABKAsyGS5zYW5kYm94LnYxLlByb2Nlc3NFeGl0ZWQSFAoMc3Rkb3V0X2J5dGVzGAwgASgEEhQKDHN0ZGVycl9ieXRlcxgNIAEoBBIUCgxhdXRvX2NsZWFudXAYDiABKAgiPAoTU3RhcnRQcm9jZXNzUmVxdWVzdBIlCgRzcGVjGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzU3BlYyJAChRTdGFydFByb2Nlc3NSZXNwb25zZRIoCgdwcm9jZXNzGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzSW5mbyJlChFTdHJlYW1Mb2dzUmVxdWVzdBISCgpwcm9jZXNzX2lkGAEgASgJEhUKDXN0ZG91dF9vZmZzZXQYAiABKAQSFQoNc3RkZXJyX29mZnNldBgDIAEoBBIOCgZmb2xsb3cYBCABKAgi8gEKElN0cmVhbUxvZ3NSZXNwb25zZRIqCgdwcm9jZXNzGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzSW5mb0gAEikKBm91dHB1dBgCIAEoCzIXLnNhbmRib3gudjEuT3V0cHV0Q2h1bmtIABIkCgNnYXAYAyABKAsyFS5zYW5kYm94LnYxLk91dHB1dEdhcEgAEisKBmV4aXRlZBgEIAEoCzIZLnNhbmRib3gudjEuUHJvY2Vzc0V4aXRlZEgAEikKCWNhdWdodF91cBgFIAEoCzIULnNhbmRib3gudjEuQ2F1Z2h0VXBIAEIHCgVldmVudCI4CghDYXVnaHRVcBIVCg1zdGRvdXRfb2Zmc2V0GAEgASgEEhUKDXN0ZGVycl9vZmZzZXQYAiABKAQitwEKEFNlbmRJbnB1dFJlcXVlc3QSJQoEb3BlbhgBIAEoCzIVLnNhbmRib3gudjEuT3BlbklucHV0SAASDgoEZGF0YRgCIAEoDEgAEicKBWNsb3NlGAMgASgLMhYuc2FuZGJveC52MS5DbG9zZUlucHV0SAASKAoGcmVzaXplGAQgASgLMhYuc2FuZGJveC52MS5QdHlPcHRpb25zSAASEAoGc2lnbmFsGAUgASgJSABCBwoFaW5wdXQiHwoJT3BlbklucHV0EhIKCnByb2Nlc3NfaWQYASABKAkiDAoKQ2xvc2VJbnB1dCI6ChFTZW5kSW5wdXRSZXNwb25zZRIVCg1ieXRlc193cml0dGVuGAEgASgEEg4KBmNsb3NlZBgCIAEoCCInChFHZXRQcm9jZXNzUmVxdWVzdBISCgpwcm9jZXNzX2lkGAEgASgJIj4KEkdldFByb2Nlc3NSZXNwb25zZRIoCgdwcm9jZXNzGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzSW5mbyJ+ChRMaXN0UHJvY2Vzc2VzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEisKCHN0YXR1c2VzGAIgAygOMhkuc2FuZGJveC52MS5Qcm9jZXNzU3RhdHVzEhEKCXBhZ2Vfc2l6ZRgDIAEoBRISCgpwYWdlX3Rva2VuGAQgASgJIlwKFUxpc3RQcm9jZXNzZXNSZXNwb25zZRIqCglwcm9jZXNzZXMYASADKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NJbmZvEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJRChJLaWxsUHJvY2Vzc1JlcXVlc3QSEgoKcHJvY2Vzc19pZBgBIAEoCRIOCgZzaWduYWwYAiABKAkSFwoPZ3JhY2VfcGVyaW9kX21zGAMgASgFIj8KE0tpbGxQcm9jZXNzUmVzcG9uc2USKAoHcHJvY2VzcxgBIAEoCzIXLnNhbmRib3gudjEuUHJvY2Vzc0luZm8iVgoXS2lsbEFsbFByb2Nlc3Nlc1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIOCgZzaWduYWwYAiABKAkSFwoPZ3JhY2VfcGVyaW9kX21zGAMgASgFIjAKGEtpbGxBbGxQcm9jZXNzZXNSZXNwb25zZRIUCgxraWxsZWRfY291bnQYASABKA0iQgoXQ2xlYW51cFByb2Nlc3Nlc1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRITCgtwcm9jZXNzX2lkcxgCIAMoCSIxChhDbGVhbnVwUHJvY2Vzc2VzUmVzcG9uc2USFQoNcmVtb3ZlZF9jb3VudBgBIAEoDSIrChVHZXRQcm9jZXNzTG9nc1JlcXVlc3QSEgoKcHJvY2Vzc19pZBgBIAEoCSKkAQoWR2V0UHJvY2Vzc0xvZ3NSZXNwb25zZRISCgpwcm9jZXNzX2lkGAEgASgJEg4KBnN0ZG91dBgCIAEoDBIOCgZzdGRlcnIYAyABKAwSFQoNc3Rkb3V0X29mZnNldBgEIAEoBBIVCg1zdGRlcnJfb2Zmc2V0GAUgASgEEigKB3Byb2Nlc3MYBiABKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NJbmZvIkEKCUh0dHBQcm9iZRIMCgRwYXRoGAEgASgJEhIKCm1pbl9zdGF0dXMYAiABKA0SEgoKbWF4X3N0YXR1cxgDIAEoDSKSAQoSV2FpdEZvclBvcnRSZXF1ZXN0EgwKBHBvcnQYASABKA0SDAoEaG9zdBgCIAEoCRIjCgRodHRwGAMgASgLMhUuc2FuZGJveC52MS5IdHRwUHJvYmUSEgoKcHJvY2Vzc19pZBgEIAEoCRISCgp0aW1lb3V0X21zGAUgASgNEhMKC2ludGVydmFsX21zGAYgASgNIngKE1dhaXRGb3JQb3J0UmVzcG9uc2USDwoHYWRkcmVzcxgBIAEoCRITCgtodHRwX3N0YXR1cxgCIAEoDRIQCghhdHRlbXB0cxgDIAEoDRIpCgZ3YWl0ZWQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ipAEKEVdhaXRGb3JMb2dSZXF1ZXN0EhIKCnByb2Nlc3NfaWQYASABKAkSDwoHcGF0dGVybhgCIAEoCRIoCgZzdHJlYW0YAyABKA4yGC5zYW5kYm94LnYxLk91dHB1dFN0cmVhbRIVCg1zdGRvdXRfb2Zmc2V0GAQgASgEEhUKDXN0ZGVycl9vZmZzZXQYBSABKAQSEgoKdGltZW91dF9tcxgGIAEoDSIoCgpNYXRjaEdyb3VwEhEKBHRleHQYASABKAlIAIgBAUIHCgVfdGV4dCKjAgoSV2FpdEZvckxvZ1Jlc3BvbnNlEigKBnN0cmVhbRgBIAEoDjIYLnNhbmRib3gudjEuT3V0cHV0U3RyZWFtEg4KBm9mZnNldBgCIAEoBBIMCgRsaW5lGAMgASgJEhMKC2xpbmVfb2Zmc2V0GAQgASgEEg0KBW1hdGNoGAUgASgJEiYKBmdyb3VwcxgGIAMoCzIWLnNhbmRib3gudjEuTWF0Y2hHcm91cBJFCgxuYW1lZF9ncm91cHMYByADKAsyLy5zYW5kYm94LnYxLldhaXRGb3JMb2dSZXNwb25zZS5OYW1lZEdyb3Vwc0VudHJ5GjIKEE5hbWVkR3JvdXBzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI8ChJXYWl0Rm9yRXhpdFJlcXVlc3QSEgoKcHJvY2Vzc19pZBgBIAEoCRISCgp0aW1lb3V0X21zGAIgASgNImoKE1dhaXRGb3JFeGl0UmVzcG9uc2USKQoGZXhpdGVkGAEgASgLMhkuc2FuZGJveC52MS5Qcm9jZXNzRXhpdGVkEigKB3Byb2Nlc3MYAiABKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NJbmZvIiYKEExpc3RQb3J0c1JlcXVlc3QSEgoKcHJvY2Vzc19pZBgBIAEoCSI9ChFMaXN0UG9ydHNSZXNwb25zZRIoCgVwb3J0cxgBIAMoCzIZLnNhbmRib3gudjEuTGlzdGVuaW5nUG9ydCJuCg1MaXN0ZW5pbmdQb3J0EgwKBHBvcnQYASABKA0SDwoHYWRkcmVzcxgCIAEoCRIMCgRpcHY2GAMgASgIEgsKA3BpZBgEIAEoBRIPCgdwcm9ncmFtGAUgASgJEhIKCnByb2Nlc3NfaWQYBiABKAkq4AsKC0Vycm9yUmVhc29uEhwKGEVSUk9SX1JFQVNPTl9VTlNQRUNJRklFRBAAEiIKHkVSUk9SX1JFQVNPTl9QUk9DRVNTX05PVF9GT1VORBABEicKI0VSUk9SX1JFQVNPTl9QUk9DRVNTX0FMUkVBRFlfRVhJU1RTEAISHwobRVJST1JfUkVBU09OX0xJTUlUX0VYQ0VFREVEEAMSIQodRVJST1JfUkVBU09OX0lOVkFMSURfQVJHVU1FTlQQBBImCiJFUlJPUl9SRUFTT05fQ1dEX09VVFNJREVfV09SS1NQQUNFEAUSIQodRVJST1JfUkVBU09OX1NVRE9fTk9UX0FMTE9XRUQQBhIkCiBFUlJPUl9SRUFTT05fUFJPQ0VTU19OT1RfUlVOTklORxAHEh8KG0VSUk9SX1JFQVNPTl9TVERJTl9OT1RfT1BFThAIEiAKHEVSUk9SX1JFQVNPTl9VTkFVVEhFTlRJQ0FURUQQCRIeChpFUlJPUl9SRUFTT05fU0hVVFRJTkdfRE9XThAKEh0KGUVSUk9SX1JFQVNPTl9TUEFXTl9GQUlMRUQQCxIeChpFUlJPUl9SRUFTT05fQ1dEX05PVF9GT1VORBAMEiMKH0VSUk9SX1JFQVNPTl9DV0RfTk9UX0FDQ0VTU0lCTEUQDRIdChlFUlJPUl9SRUFTT05fUFRZX05PVF9PUEVOEA4SJAogRVJST1JfUkVBU09OX09GRlNFVF9PVVRfT0ZfUkFOR0UQDxIhCh1FUlJPUl9SRUFTT05fSE9TVF9OT1RfQUxMT1dFRBAQEiMKH0VSUk9SX1JFQVNPTl9TVEFURV9OT1RfUkVDT1JERUQQERIZChVFUlJPUl9SRUFTT05fQ0FOQ0VMRUQQEhIiCh5FUlJPUl9SRUFTT05fU0VSVklDRV9OT1RfRk9VTkQQExIZChVFUlJPUl9SRUFTT05fSU5URVJOQUwQFBIiCh5FUlJPUl9SRUFTT05fREVBRExJTkVfRVhDRUVERUQQFRIfChtFUlJPUl9SRUFTT05fUFJPVE9DT0xfRVJST1IQFhIfChtFUlJPUl9SRUFTT05fUEFUSF9OT1RfRk9VTkQQFxIkCiBFUlJPUl9SRUFTT05fUEFUSF9BTFJFQURZX0VYSVNUUxAYEicKI0VSUk9SX1JFQVNPTl9QQVRIX09VVFNJREVfV09SS1NQQUNFEBkSJAogRVJST1JfUkVBU09OX1BBVEhfTk9UX0FDQ0VTU0lCTEUQGhIfChtFUlJPUl9SRUFTT05fSVNfQV9ESVJFQ1RPUlkQGxIgChxFUlJPUl9SRUFTT05fTk9UX0FfRElSRUNUT1JZEBwSJAogRVJST1JfUkVBU09OX0RJUkVDVE9SWV9OT1RfRU1QVFkQHRIjCh9FUlJPUl9SRUFTT05fTk9UX0FfUkVHVUxBUl9GSUxFEB4SIgoeRVJST1JfUkVBU09OX1NUT1JBR0VfRVhIQVVTVEVEEB8SIQodRVJST1JfUkVBU09OX0NPTlRFTlRfTUlTTUFUQ0gQIBIdChlFUlJPUl9SRUFTT05fQ1JPU1NfREVWSUNFECESHwobRVJST1JfUkVBU09OX1dPUktTUEFDRV9ST09UECISJQohRVJST1JfUkVBU09OX1JFQURfT05MWV9GSUxFU1lTVEVNECMSHQoZRVJST1JfUkVBU09OX1NZTUxJTktfTE9PUBAkEhoKFkVSUk9SX1JFQVNPTl9GSUxFX0JVU1kQJRIpCiVFUlJPUl9SRUFTT05fRklMRV9TRVJWSUNFX1VOQVZBSUxBQkxFECYSHwobRVJST1JfUkVBU09OX1dBSVRfVElNRURfT1VUEC8SHwobRVJST1JfUkVBU09OX1BST0NFU1NfRVhJVEVEEDASIAocRVJST1JfUkVBU09OX1BBVFRFUk5fSU5WQUxJRBAxEiIKHkVSUk9SX1JFQVNPTl9QT1JUU19VTkFWQUlMQUJMRRAyKtYBCg1Qcm9jZXNzU3RhdHVzEh4KGlBST0NFU1NfU1RBVFVTX1VOU1BFQ0lGSUVEEAASGwoXUFJPQ0VTU19TVEFUVVNfU1RBUlRJTkcQARIaChZQUk9DRVNTX1NUQVRVU19SVU5OSU5HEAISHAoYUFJPQ0VTU19TVEFUVVNfQ09NUExFVEVEEAMSGQoVUFJPQ0VTU19TVEFUVVNfRkFJTEVEEAQSGQoVUFJPQ0VTU19TVEFUVVNfS0lMTEVEEAUSGAoUUFJPQ0VTU19TVEFUVVNfRVJST1IQBiphCgxPdXRwdXRTdHJlYW0SHQoZT1VUUFVUX1NUUkVBTV9VTlNQRUNJRklFRBAAEhgKFE9VVFBVVF9TVFJFQU1fU1RET1VUEAESGAoUT1VUUFVUX1NUUkVBTV9TVERFUlIQAiqGAgoJRXhpdENhdXNlEhoKFkVYSVRfQ0FVU0VfVU5TUEVDSUZJRUQQABIVChFFWElUX0NBVVNFX0VYSVRFRBABEhcKE0VYSVRfQ0FVU0VfU0lHTkFMRUQQAhIgChxFWElUX0NBVVNFX0tJTExFRF9PTl9SRVFVRVNUEAMSGAoURVhJVF9DQVVTRV9USU1FRF9PVVQQBBIcChhFWElUX0NBVVNFX09VVF9PRl9NRU1PUlkQBRIeChpFWElUX0NBVVNFX0RBRU1PTl9TSFVURE9XThAGEhsKF0VYSVRfQ0FVU0VfU1RBUlRfRkFJTEVEEAcSFgoSRVhJVF9DQVVTRV9VTktOT1dOEAgqyAEKClN0YXJ0U3RhZ2USGwoXU1RBUlRfU1RBR0VfVU5TUEVDSUZJRUQQABITCg9TVEFSVF9TVEFHRV9DV0QQARIUChBTVEFSVF9TVEFHRV9VU0VSEAISFAoQU1RBUlRfU1RBR0VfRVhFQxADEhYKElNUQVJUX1NUQUdFX0NHUk9VUBAEEhYKElNUQVJUX1NUQUdFX0xJTUlUUxAFEhUKEVNUQVJUX1NUQUdFX1NQQVdOEAYSFQoRU1RBUlRfU1RBR0VfU1RBVEUQByrLAQoKS2lsbE9yaWdpbhIbChdLSUxMX09SSUdJTl9VTlNQRUNJRklFRBAAEhwKGEtJTExfT1JJR0lOX0tJTExfUFJPQ0VTUxABEhgKFEtJTExfT1JJR0lOX0tJTExfQUxMEAISFgoSS0lMTF9PUklHSU5fQ0FOQ0VMEAMSGgoWS0lMTF9PUklHSU5fRElTQ09OTkVDVBAEEhgKFEtJTExfT1JJR0lOX0RFQURMSU5FEAUSGgoWS0lMTF9PUklHSU5fU0VORF9JTlBVVBAGMv4ICg5TYW5kYm94U2VydmljZRI7CgRFeGVjEhcuc2FuZGJveC52MS5FeGVjUmVxdWVzdBoYLnNhbmRib3gudjEuRXhlY1Jlc3BvbnNlMAESUQoMU3RhcnRQcm9jZXNzEh8uc2FuZGJveC52MS5TdGFydFByb2Nlc3NSZXF1ZXN0GiAuc2FuZGJveC52MS5TdGFydFByb2Nlc3NSZXNwb25zZRJNCgpTdHJlYW1Mb2dzEh0uc2FuZGJveC52MS5TdHJlYW1Mb2dzUmVxdWVzdBoeLnNhbmRib3gudjEuU3RyZWFtTG9nc1Jlc3BvbnNlMAESTAoJU2VuZElucHV0Ehwuc2FuZGJveC52MS5TZW5kSW5wdXRSZXF1ZXN0Gh0uc2FuZGJveC52MS5TZW5kSW5wdXRSZXNwb25zZSgBMAESSwoKR2V0UHJvY2VzcxIdLnNhbmRib3gudjEuR2V0UHJvY2Vzc1JlcXVlc3QaHi5zYW5kYm94LnYxLkdldFByb2Nlc3NSZXNwb25zZRJUCg1MaXN0UHJvY2Vzc2VzEiAuc2FuZGJveC52MS5MaXN0UHJvY2Vzc2VzUmVxdWVzdBohLnNhbmRib3gudjEuTGlzdFByb2Nlc3Nlc1Jlc3BvbnNlEk4KC0tpbGxQcm9jZXNzEh4uc2FuZGJveC52MS5LaWxsUHJvY2Vzc1JlcXVlc3QaHy5zYW5kYm94LnYxLktpbGxQcm9jZXNzUmVzcG9uc2USXQoQS2lsbEFsbFByb2Nlc3NlcxIjLnNhbmRib3gudjEuS2lsbEFsbFByb2Nlc3Nlc1JlcXVlc3QaJC5zYW5kYm94LnYxLktpbGxBbGxQcm9jZXNzZXNSZXNwb25zZRJdChBDbGVhbnVwUHJvY2Vzc2VzEiMuc2FuZGJveC52MS5DbGVhbnVwUHJvY2Vzc2VzUmVxdWVzdBokLnNhbmRib3gudjEuQ2xlYW51cFByb2Nlc3Nlc1Jlc3BvbnNlElcKDkdldFByb2Nlc3NMb2dzEiEuc2FuZGJveC52MS5HZXRQcm9jZXNzTG9nc1JlcXVlc3QaIi5zYW5kYm94LnYxLkdldFByb2Nlc3NMb2dzUmVzcG9uc2USTgoLV2FpdEZvclBvcnQSHi5zYW5kYm94LnYxLldhaXRGb3JQb3J0UmVxdWVzdBofLnNhbmRib3gudjEuV2FpdEZvclBvcnRSZXNwb25zZRJLCgpXYWl0Rm9yTG9nEh0uc2FuZGJveC52MS5XYWl0Rm9yTG9nUmVxdWVzdBoeLnNhbmRib3gudjEuV2FpdEZvckxvZ1Jlc3BvbnNlEk4KC1dhaXRGb3JFeGl0Eh4uc2FuZGJveC52MS5XYWl0Rm9yRXhpdFJlcXVlc3QaHy5zYW5kYm94LnYxLldhaXRGb3JFeGl0UmVzcG9uc2USSAoJTGlzdFBvcnRzEhwuc2FuZGJveC52MS5MaXN0UG9ydHNSZXF1ZXN0Gh0uc2FuZGJveC52MS5MaXN0UG9ydHNSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChhzYW5kYm94L3YxL3NhbmRib3gucHJvdG8SCnNhbmRib3gudjEiNgoKUHR5T3B0aW9ucxIMCgRjb2xzGAEgASgNEgwKBHJvd3MYAiABKA0SDAoEdGVybRgDIAEoCSKCAwoLUHJvY2Vzc1NwZWMSDwoHY29tbWFuZBgBIAEoCRIMCgRhcmdzGAIgAygJEi0KA2VudhgDIAMoCzIgLnNhbmRib3gudjEuUHJvY2Vzc1NwZWMuRW52RW50cnkSCwoDY3dkGAQgASgJEhIKCnRpbWVvdXRfbXMYBSABKAUSEgoKcHJvY2Vzc19pZBgGIAEoCRISCgpzZXNzaW9uX2lkGAcgASgJEiMKA3B0eRgIIAEoCzIWLnNhbmRib3gudjEuUHR5T3B0aW9ucxINCgVzdGRpbhgJIAEoCBISCgpzdGRpbl9kYXRhGAogASgMEhkKDGF1dG9fY2xlYW51cBgLIAEoCEgAiAEBEgwKBHN1ZG8YDCABKAgSLgoJcmV0ZW50aW9uGA4gASgLMhsuc2FuZGJveC52MS5PdXRwdXRSZXRlbnRpb24aKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIPCg1fYXV0b19jbGVhbnVwImEKD091dHB1dFJldGVudGlvbhIXCgpoZWFkX2J5dGVzGAEgASgESACIAQESFwoKdGFpbF9ieXRlcxgCIAEoBEgBiAEBQg0KC19oZWFkX2J5dGVzQg0KC190YWlsX2J5dGVzIjQKC0V4ZWNSZXF1ZXN0EiUKBHNwZWMYASABKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NTcGVjIpsBCgxFeGVjUmVzcG9uc2USKgoHc3RhcnRlZBgBIAEoCzIXLnNhbmRib3gudjEuUHJvY2Vzc0luZm9IABIpCgZvdXRwdXQYAiABKAsyFy5zYW5kYm94LnYxLk91dHB1dENodW5rSAASKwoGZXhpdGVkGAMgASgLMhkuc2FuZGJveC52MS5Qcm9jZXNzRXhpdGVkSABCBwoFZXZlbnQiVQoLT3V0cHV0Q2h1bmsSKAoGc3RyZWFtGAEgASgOMhguc2FuZGJveC52MS5PdXRwdXRTdHJlYW0SDgoGb2Zmc2V0GAIgASgEEgwKBGRhdGEYAyABKAwiWwoJT3V0cHV0R2FwEigKBnN0cmVhbRgBIAEoDjIYLnNhbmRib3gudjEuT3V0cHV0U3RyZWFtEg4KBm9mZnNldBgCIAEoBBIUCgxtaXNzZWRfYnl0ZXMYAyABKAQi2gMKDVByb2Nlc3NFeGl0ZWQSKQoGc3RhdHVzGAEgASgOMhkuc2FuZGJveC52MS5Qcm9jZXNzU3RhdHVzEhYKCWV4aXRfY29kZRgCIAEoBUgAiAEBEg4KBnNpZ25hbBgDIAEoCRIRCgl0aW1lZF9vdXQYBCABKAgSDgoGa2lsbGVkGAUgASgIEi4KCnN0YXJ0X3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGVuZF90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIrCghkdXJhdGlvbhgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIUCgxzdGRvdXRfYnl0ZXMYCSABKAQSFAoMc3RkZXJyX2J5dGVzGAogASgEEg0KBWVycm9yGAsgASgJEiQKBWNhdXNlGAwgASgOMhUuc2FuZGJveC52MS5FeGl0Q2F1c2USMQoMY2F1c2VfZGV0YWlsGA0gASgLMhsuc2FuZGJveC52MS5FeGl0Q2F1c2VEZXRhaWwSJgoHZHJvcHBlZBgPIAMoCzIVLnNhbmRib3gudjEuT3V0cHV0R2FwQgwKCl9leGl0X2NvZGUiegoPRXhpdENhdXNlRGV0YWlsEisKC3N0YXJ0X3N0YWdlGAEgASgOMhYuc2FuZGJveC52MS5TdGFydFN0YWdlEg0KBWVycm5vGAIgASgJEisKC2tpbGxfb3JpZ2luGAMgASgOMhYuc2FuZGJveC52MS5LaWxsT3JpZ2luIoADCgtQcm9jZXNzSW5mbxISCgpwcm9jZXNzX2lkGAEgASgJEgsKA3BpZBgCIAEoBRIPCgdjb21tYW5kGAMgASgJEgwKBGFyZ3MYBCADKAkSKQoGc3RhdHVzGAUgASgOMhkuc2FuZGJveC52MS5Qcm9jZXNzU3RhdHVzEhIKCnNlc3Npb25faWQYBiABKAkSCwoDY3dkGAcgASgJEgsKA3B0eRgIIAEoCBINCgVzdGRpbhgJIAEoCBIuCgpzdGFydF90aW1lGAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBInCgRleGl0GAsgASgLMhkuc2FuZGJveC52MS5Qcm9jZXNzRXhpdGVkEhQKDHN0ZG91dF9ieXRlcxgMIAEoBBIUCgxzdGRlcnJfYnl0ZXMYDSABKAQSFAoMYXV0b19jbGVhbnVwGA4gASgIEi4KCXJldGVudGlvbhgQIAEoCzIbLnNhbmRib3gudjEuT3V0cHV0UmV0ZW50aW9uIjwKE1N0YXJ0UHJvY2Vzc1JlcXVlc3QSJQoEc3BlYxgBIAEoCzIXLnNhbmRib3gudjEuUHJvY2Vzc1NwZWMiQAoUU3RhcnRQcm9jZXNzUmVzcG9uc2USKAoHcHJvY2VzcxgBIAEoCzIXLnNhbmRib3gudjEuUHJvY2Vzc0luZm8iZQoRU3RyZWFtTG9nc1JlcXVlc3QSEgoKcHJvY2Vzc19pZBgBIAEoCRIVCg1zdGRvdXRfb2Zmc2V0GAIgASgEEhUKDXN0ZGVycl9vZmZzZXQYAyABKAQSDgoGZm9sbG93GAQgASgIIvIBChJTdHJlYW1Mb2dzUmVzcG9uc2USKgoHcHJvY2VzcxgBIAEoCzIXLnNhbmRib3gudjEuUHJvY2Vzc0luZm9IABIpCgZvdXRwdXQYAiABKAsyFy5zYW5kYm94LnYxLk91dHB1dENodW5rSAASJAoDZ2FwGAMgASgLMhUuc2FuZGJveC52MS5PdXRwdXRHYXBIABIrCgZleGl0ZWQYBCABKAsyGS5zYW5kYm94LnYxLlByb2Nlc3NFeGl0ZWRIABIpCgljYXVnaHRfdXAYBSABKAsyFC5zYW5kYm94LnYxLkNhdWdodFVwSABCBwoFZXZlbnQiOAoIQ2F1Z2h0VXASFQoNc3Rkb3V0X29mZnNldBgBIAEoBBIVCg1zdGRlcnJfb2Zmc2V0GAIgASgEIrcBChBTZW5kSW5wdXRSZXF1ZXN0EiUKBG9wZW4YASABKAsyFS5zYW5kYm94LnYxLk9wZW5JbnB1dEgAEg4KBGRhdGEYAiABKAxIABInCgVjbG9zZRgDIAEoCzIWLnNhbmRib3gudjEuQ2xvc2VJbnB1dEgAEigKBnJlc2l6ZRgEIAEoCzIWLnNhbmRib3gudjEuUHR5T3B0aW9uc0gAEhAKBnNpZ25hbBgFIAEoCUgAQgcKBWlucHV0Ih8KCU9wZW5JbnB1dBISCgpwcm9jZXNzX2lkGAEgASgJIgwKCkNsb3NlSW5wdXQiOgoRU2VuZElucHV0UmVzcG9uc2USFQoNYnl0ZXNfd3JpdHRlbhgBIAEoBBIOCgZjbG9zZWQYAiABKAgiJwoRR2V0UHJvY2Vzc1JlcXVlc3QSEgoKcHJvY2Vzc19pZBgBIAEoCSI+ChJHZXRQcm9jZXNzUmVzcG9uc2USKAoHcHJvY2VzcxgBIAEoCzIXLnNhbmRib3gudjEuUHJvY2Vzc0luZm8ifgoUTGlzdFByb2Nlc3Nlc1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIrCghzdGF0dXNlcxgCIAMoDjIZLnNhbmRib3gudjEuUHJvY2Vzc1N0YXR1cxIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJcChVMaXN0UHJvY2Vzc2VzUmVzcG9uc2USKgoJcHJvY2Vzc2VzGAEgAygLMhcuc2FuZGJveC52MS5Qcm9jZXNzSW5mbxIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiUQoSS2lsbFByb2Nlc3NSZXF1ZXN0EhIKCnByb2Nlc3NfaWQYASABKAkSDgoGc2lnbmFsGAIgASgJEhcKD2dyYWNlX3BlcmlvZF9tcxgDIAEoBSI/ChNLaWxsUHJvY2Vzc1Jlc3BvbnNlEigKB3Byb2Nlc3MYASABKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NJbmZvIlYKF0tpbGxBbGxQcm9jZXNzZXNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSDgoGc2lnbmFsGAIgASgJEhcKD2dyYWNlX3BlcmlvZF9tcxgDIAEoBSIwChhLaWxsQWxsUHJvY2Vzc2VzUmVzcG9uc2USFAoMa2lsbGVkX2NvdW50GAEgASgNIkIKF0NsZWFudXBQcm9jZXNzZXNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEwoLcHJvY2Vzc19pZHMYAiADKAkiMQoYQ2xlYW51cFByb2Nlc3Nlc1Jlc3BvbnNlEhUKDXJlbW92ZWRfY291bnQYASABKA0iKwoVR2V0UHJvY2Vzc0xvZ3NSZXF1ZXN0EhIKCnByb2Nlc3NfaWQYASABKAkizAEKFkdldFByb2Nlc3NMb2dzUmVzcG9uc2USEgoKcHJvY2Vzc19pZBgBIAEoCRIOCgZzdGRvdXQYAiABKAwSDgoGc3RkZXJyGAMgASgMEhUKDXN0ZG91dF9vZmZzZXQYBCABKAQSFQoNc3RkZXJyX29mZnNldBgFIAEoBBIoCgdwcm9jZXNzGAYgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzSW5mbxImCgRoZWFkGAcgASgLMhguc2FuZGJveC52MS5SZXRhaW5lZEhlYWQiVgoMUmV0YWluZWRIZWFkEg4KBnN0ZG91dBgBIAEoDBIOCgZzdGRlcnIYAiABKAwSJgoHZHJvcHBlZBgDIAMoCzIVLnNhbmRib3gudjEuT3V0cHV0R2FwIkEKCUh0dHBQcm9iZRIMCgRwYXRoGAEgASgJEhIKCm1pbl9zdGF0dXMYAiABKA0SEgoKbWF4X3N0YXR1cxgDIAEoDSKSAQoSV2FpdEZvclBvcnRSZXF1ZXN0EgwKBHBvcnQYASABKA0SDAoEaG9zdBgCIAEoCRIjCgRodHRwGAMgASgLMhUuc2FuZGJveC52MS5IdHRwUHJvYmUSEgoKcHJvY2Vzc19pZBgEIAEoCRISCgp0aW1lb3V0X21zGAUgASgNEhMKC2ludGVydmFsX21zGAYgASgNIngKE1dhaXRGb3JQb3J0UmVzcG9uc2USDwoHYWRkcmVzcxgBIAEoCRITCgtodHRwX3N0YXR1cxgCIAEoDRIQCghhdHRlbXB0cxgDIAEoDRIpCgZ3YWl0ZWQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ipAEKEVdhaXRGb3JMb2dSZXF1ZXN0EhIKCnByb2Nlc3NfaWQYASABKAkSDwoHcGF0dGVybhgCIAEoCRIoCgZzdHJlYW0YAyABKA4yGC5zYW5kYm94LnYxLk91dHB1dFN0cmVhbRIVCg1zdGRvdXRfb2Zmc2V0GAQgASgEEhUKDXN0ZGVycl9vZmZzZXQYBSABKAQSEgoKdGltZW91dF9tcxgGIAEoDSIoCgpNYXRjaEdyb3VwEhEKBHRleHQYASABKAlIAIgBAUIHCgVfdGV4dCKjAgoSV2FpdEZvckxvZ1Jlc3BvbnNlEigKBnN0cmVhbRgBIAEoDjIYLnNhbmRib3gudjEuT3V0cHV0U3RyZWFtEg4KBm9mZnNldBgCIAEoBBIMCgRsaW5lGAMgASgJEhMKC2xpbmVfb2Zmc2V0GAQgASgEEg0KBW1hdGNoGAUgASgJEiYKBmdyb3VwcxgGIAMoCzIWLnNhbmRib3gudjEuTWF0Y2hHcm91cBJFCgxuYW1lZF9ncm91cHMYByADKAsyLy5zYW5kYm94LnYxLldhaXRGb3JMb2dSZXNwb25zZS5OYW1lZEdyb3Vwc0VudHJ5GjIKEE5hbWVkR3JvdXBzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI8ChJXYWl0Rm9yRXhpdFJlcXVlc3QSEgoKcHJvY2Vzc19pZBgBIAEoCRISCgp0aW1lb3V0X21zGAIgASgNImoKE1dhaXRGb3JFeGl0UmVzcG9uc2USKQoGZXhpdGVkGAEgASgLMhkuc2FuZGJveC52MS5Qcm9jZXNzRXhpdGVkEigKB3Byb2Nlc3MYAiABKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NJbmZvIiYKEExpc3RQb3J0c1JlcXVlc3QSEgoKcHJvY2Vzc19pZBgBIAEoCSI9ChFMaXN0UG9ydHNSZXNwb25zZRIoCgVwb3J0cxgBIAMoCzIZLnNhbmRib3gudjEuTGlzdGVuaW5nUG9ydCJuCg1MaXN0ZW5pbmdQb3J0EgwKBHBvcnQYASABKA0SDwoHYWRkcmVzcxgCIAEoCRIMCgRpcHY2GAMgASgIEgsKA3BpZBgEIAEoBRIPCgdwcm9ncmFtGAUgASgJEhIKCnByb2Nlc3NfaWQYBiABKAkqiAwKC0Vycm9yUmVhc29uEhwKGEVSUk9SX1JFQVNPTl9VTlNQRUNJRklFRBAAEiIKHkVSUk9SX1JFQVNPTl9QUk9DRVNTX05PVF9GT1VORBABEicKI0VSUk9SX1JFQVNPTl9QUk9DRVNTX0FMUkVBRFlfRVhJU1RTEAISHwobRVJST1JfUkVBU09OX0xJTUlUX0VYQ0VFREVEEAMSIQodRVJST1JfUkVBU09OX0lOVkFMSURfQVJHVU1FTlQQBBImCiJFUlJPUl9SRUFTT05fQ1dEX09VVFNJREVfV09SS1NQQUNFEAUSIQodRVJST1JfUkVBU09OX1NVRE9fTk9UX0FMTE9XRUQQBhIkCiBFUlJPUl9SRUFTT05fUFJPQ0VTU19OT1RfUlVOTklORxAHEh8KG0VSUk9SX1JFQVNPTl9TVERJTl9OT1RfT1BFThAIEiAKHEVSUk9SX1JFQVNPTl9VTkFVVEhFTlRJQ0FURUQQCRIeChpFUlJPUl9SRUFTT05fU0hVVFRJTkdfRE9XThAKEh0KGUVSUk9SX1JFQVNPTl9TUEFXTl9GQUlMRUQQCxIeChpFUlJPUl9SRUFTT05fQ1dEX05PVF9GT1VORBAMEiMKH0VSUk9SX1JFQVNPTl9DV0RfTk9UX0FDQ0VTU0lCTEUQDRIdChlFUlJPUl9SRUFTT05fUFRZX05PVF9PUEVOEA4SJAogRVJST1JfUkVBU09OX09GRlNFVF9PVVRfT0ZfUkFOR0UQDxIhCh1FUlJPUl9SRUFTT05fSE9TVF9OT1RfQUxMT1dFRBAQEiMKH0VSUk9SX1JFQVNPTl9TVEFURV9OT1RfUkVDT1JERUQQERIZChVFUlJPUl9SRUFTT05fQ0FOQ0VMRUQQEhIiCh5FUlJPUl9SRUFTT05fU0VSVklDRV9OT1RfRk9VTkQQExIZChVFUlJPUl9SRUFTT05fSU5URVJOQUwQFBIiCh5FUlJPUl9SRUFTT05fREVBRExJTkVfRVhDRUVERUQQFRIfChtFUlJPUl9SRUFTT05fUFJPVE9DT0xfRVJST1IQFhIfChtFUlJPUl9SRUFTT05fUEFUSF9OT1RfRk9VTkQQFxIkCiBFUlJPUl9SRUFTT05fUEFUSF9BTFJFQURZX0VYSVNUUxAYEicKI0VSUk9SX1JFQVNPTl9QQVRIX09VVFNJREVfV09SS1NQQUNFEBkSJAogRVJST1JfUkVBU09OX1BBVEhfTk9UX0FDQ0VTU0lCTEUQGhIfChtFUlJPUl9SRUFTT05fSVNfQV9ESVJFQ1RPUlkQGxIgChxFUlJPUl9SRUFTT05fTk9UX0FfRElSRUNUT1JZEBwSJAogRVJST1JfUkVBU09OX0RJUkVDVE9SWV9OT1RfRU1QVFkQHRIjCh9FUlJPUl9SRUFTT05fTk9UX0FfUkVHVUxBUl9GSUxFEB4SIgoeRVJST1JfUkVBU09OX1NUT1JBR0VfRVhIQVVTVEVEEB8SIQodRVJST1JfUkVBU09OX0NPTlRFTlRfTUlTTUFUQ0gQIBIdChlFUlJPUl9SRUFTT05fQ1JPU1NfREVWSUNFECESHwobRVJST1JfUkVBU09OX1dPUktTUEFDRV9ST09UECISJQohRVJST1JfUkVBU09OX1JFQURfT05MWV9GSUxFU1lTVEVNECMSHQoZRVJST1JfUkVBU09OX1NZTUxJTktfTE9PUBAkEhoKFkVSUk9SX1JFQVNPTl9GSUxFX0JVU1kQJRIpCiVFUlJPUl9SRUFTT05fRklMRV9TRVJWSUNFX1VOQVZBSUxBQkxFECYSJgoiRVJST1JfUkVBU09OX1JFVEVOVElPTl9BQk9WRV9MSU1JVBAtEh8KG0VSUk9SX1JFQVNPTl9XQUlUX1RJTUVEX09VVBAvEh8KG0VSUk9SX1JFQVNPTl9QUk9DRVNTX0VYSVRFRBAwEiAKHEVSUk9SX1JFQVNPTl9QQVRURVJOX0lOVkFMSUQQMRIiCh5FUlJPUl9SRUFTT05fUE9SVFNfVU5BVkFJTEFCTEUQMirWAQoNUHJvY2Vzc1N0YXR1cxIeChpQUk9DRVNTX1NUQVRVU19VTlNQRUNJRklFRBAAEhsKF1BST0NFU1NfU1RBVFVTX1NUQVJUSU5HEAESGgoWUFJPQ0VTU19TVEFUVVNfUlVOTklORxACEhwKGFBST0NFU1NfU1RBVFVTX0NPTVBMRVRFRBADEhkKFVBST0NFU1NfU1RBVFVTX0ZBSUxFRBAEEhkKFVBST0NFU1NfU1RBVFVTX0tJTExFRBAFEhgKFFBST0NFU1NfU1RBVFVTX0VSUk9SEAYqYQoMT3V0cHV0U3RyZWFtEh0KGU9VVFBVVF9TVFJFQU1fVU5TUEVDSUZJRUQQABIYChRPVVRQVVRfU1RSRUFNX1NURE9VVBABEhgKFE9VVFBVVF9TVFJFQU1fU1RERVJSEAIqhgIKCUV4aXRDYXVzZRIaChZFWElUX0NBVVNFX1VOU1BFQ0lGSUVEEAASFQoRRVhJVF9DQVVTRV9FWElURUQQARIXChNFWElUX0NBVVNFX1NJR05BTEVEEAISIAocRVhJVF9DQVVTRV9LSUxMRURfT05fUkVRVUVTVBADEhgKFEVYSVRfQ0FVU0VfVElNRURfT1VUEAQSHAoYRVhJVF9DQVVTRV9PVVRfT0ZfTUVNT1JZEAUSHgoaRVhJVF9DQVVTRV9EQUVNT05fU0hVVERPV04QBhIbChdFWElUX0NBVVNFX1NUQVJUX0ZBSUxFRBAHEhYKEkVYSVRfQ0FVU0VfVU5LTk9XThAIKsgBCgpTdGFydFN0YWdlEhsKF1NUQVJUX1NUQUdFX1VOU1BFQ0lGSUVEEAASEwoPU1RBUlRfU1RBR0VfQ1dEEAESFAoQU1RBUlRfU1RBR0VfVVNFUhACEhQKEFNUQVJUX1NUQUdFX0VYRUMQAxIWChJTVEFSVF9TVEFHRV9DR1JPVVAQBBIWChJTVEFSVF9TVEFHRV9MSU1JVFMQBRIVChFTVEFSVF9TVEFHRV9TUEFXThAGEhUKEVNUQVJUX1NUQUdFX1NUQVRFEAcqywEKCktpbGxPcmlnaW4SGwoXS0lMTF9PUklHSU5fVU5TUEVDSUZJRUQQABIcChhLSUxMX09SSUdJTl9LSUxMX1BST0NFU1MQARIYChRLSUxMX09SSUdJTl9LSUxMX0FMTBACEhYKEktJTExfT1JJR0lOX0NBTkNFTBADEhoKFktJTExfT1JJR0lOX0RJU0NPTk5FQ1QQBBIYChRLSUxMX09SSUdJTl9ERUFETElORRAFEhoKFktJTExfT1JJR0lOX1NFTkRfSU5QVVQQBjL+CAoOU2FuZGJveFNlcnZpY2USOwoERXhlYxIXLnNhbmRib3gudjEuRXhlY1JlcXVlc3QaGC5zYW5kYm94LnYxLkV4ZWNSZXNwb25zZTABElEKDFN0YXJ0UHJvY2VzcxIfLnNhbmRib3gudjEuU3RhcnRQcm9jZXNzUmVxdWVzdBogLnNhbmRib3gudjEuU3RhcnRQcm9jZXNzUmVzcG9uc2USTQoKU3RyZWFtTG9ncxIdLnNhbmRib3gudjEuU3RyZWFtTG9nc1JlcXVlc3QaHi5zYW5kYm94LnYxLlN0cmVhbUxvZ3NSZXNwb25zZTABEkwKCVNlbmRJbnB1dBIcLnNhbmRib3gudjEuU2VuZElucHV0UmVxdWVzdBodLnNhbmRib3gudjEuU2VuZElucHV0UmVzcG9uc2UoATABEksKCkdldFByb2Nlc3MSHS5zYW5kYm94LnYxLkdldFByb2Nlc3NSZXF1ZXN0Gh4uc2FuZGJveC52MS5HZXRQcm9jZXNzUmVzcG9uc2USVAoNTGlzdFByb2Nlc3NlcxIgLnNhbmRib3gudjEuTGlzdFByb2Nlc3Nlc1JlcXVlc3QaIS5zYW5kYm94LnYxLkxpc3RQcm9jZXNzZXNSZXNwb25zZRJOCgtLaWxsUHJvY2VzcxIeLnNhbmRib3gudjEuS2lsbFByb2Nlc3NSZXF1ZXN0Gh8uc2FuZGJveC52MS5LaWxsUHJvY2Vzc1Jlc3BvbnNlEl0KEEtpbGxBbGxQcm9jZXNzZXMSIy5zYW5kYm94LnYxLktpbGxBbGxQcm9jZXNzZXNSZXF1ZXN0GiQuc2FuZGJveC52MS5LaWxsQWxsUHJvY2Vzc2VzUmVzcG9uc2USXQoQQ2xlYW51cFByb2Nlc3NlcxIjLnNhbmRib3gudjEuQ2xlYW51cFByb2Nlc3Nlc1JlcXVlc3QaJC5zYW5kYm94LnYxLkNsZWFudXBQcm9jZXNzZXNSZXNwb25zZRJXCg5HZXRQcm9jZXNzTG9ncxIhLnNhbmRib3gudjEuR2V0UHJvY2Vzc0xvZ3NSZXF1ZXN0GiIuc2FuZGJveC52MS5HZXRQcm9jZXNzTG9nc1Jlc3BvbnNlEk4KC1dhaXRGb3JQb3J0Eh4uc2FuZGJveC52MS5XYWl0Rm9yUG9ydFJlcXVlc3QaHy5zYW5kYm94LnYxLldhaXRGb3JQb3J0UmVzcG9uc2USSwoKV2FpdEZvckxvZxIdLnNhbmRib3gudjEuV2FpdEZvckxvZ1JlcXVlc3QaHi5zYW5kYm94LnYxLldhaXRGb3JMb2dSZXNwb25zZRJOCgtXYWl0Rm9yRXhpdBIeLnNhbmRib3gudjEuV2FpdEZvckV4aXRSZXF1ZXN0Gh8uc2FuZGJveC52MS5XYWl0Rm9yRXhpdFJlc3BvbnNlEkgKCUxpc3RQb3J0cxIcLnNhbmRib3gudjEuTGlzdFBvcnRzUmVxdWVzdBodLnNhbmRib3gudjEuTGlzdFBvcnRzUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * PtyOptions asks for a pseudo-terminal; stdout and stderr are then merged
@@ -154,6 +154,16 @@ export type ProcessSpec = Message<"sandbox.v1.ProcessSpec"> & {
    * @generated from field: bool sudo = 12;
    */
   sudo: boolean;
+
+  /**
+   * How much of the output the daemon keeps for StreamLogs and
+   * GetProcessLogs: the first bytes of each stream and the last bytes, with
+   * one gap between. Unset: the daemon's defaults. Sizes above the daemon's
+   * `--max-output-bytes` are INVALID_ARGUMENT (reason RETENTION_ABOVE_LIMIT).
+   *
+   * @generated from field: sandbox.v1.OutputRetention retention = 14;
+   */
+  retention?: OutputRetention | undefined;
 };
 
 /**
@@ -162,6 +172,44 @@ export type ProcessSpec = Message<"sandbox.v1.ProcessSpec"> & {
  */
 export const ProcessSpecSchema: GenMessage<ProcessSpec> = /*@__PURE__*/
   messageDesc(file_sandbox_v1_sandbox, 1);
+
+/**
+ * OutputRetention says how much of a process's output the daemon keeps: the
+ * head, the first bytes of each stream, whatever the stream prints after
+ * them; and the tail, the newest bytes of both streams together. What lies
+ * between is dropped, so a stream has at most one gap, between its head and
+ * its tail. The daemon's memory budget may drop more: the tail shrinks from
+ * its start first, and the heads go only once the tail has nothing left to
+ * give (then a stream's gap starts at offset 0).
+ *
+ * @generated from message sandbox.v1.OutputRetention
+ */
+export type OutputRetention = Message<"sandbox.v1.OutputRetention"> & {
+  /**
+   * Bytes kept from the start of each stream, stdout and stderr each. Unset:
+   * the daemon's `--output-head-bytes` (64 KiB; at most a quarter of
+   * `--max-output-bytes`), or less when `tail_bytes` leaves less room.
+   *
+   * @generated from field: optional uint64 head_bytes = 1;
+   */
+  headBytes?: bigint | undefined;
+
+  /**
+   * Bytes kept from the end of the output, both streams together in arrival
+   * order, beyond each stream's head. Unset: what `--max-output-bytes`
+   * leaves after the two heads.
+   *
+   * @generated from field: optional uint64 tail_bytes = 2;
+   */
+  tailBytes?: bigint | undefined;
+};
+
+/**
+ * Describes the message sandbox.v1.OutputRetention.
+ * Use `create(OutputRetentionSchema)` to create a new message.
+ */
+export const OutputRetentionSchema: GenMessage<OutputRetention> = /*@__PURE__*/
+  messageDesc(file_sandbox_v1_sandbox, 2);
 
 /**
  * ExecRequest asks to run a command and stream it to its end.
@@ -182,7 +230,7 @@ export type ExecRequest = Message<"sandbox.v1.ExecRequest"> & {
  * Use `create(ExecRequestSchema)` to create a new message.
  */
 export const ExecRequestSchema: GenMessage<ExecRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 2);
+  messageDesc(file_sandbox_v1_sandbox, 3);
 
 /**
  * ExecResponse is one event of an Exec stream.
@@ -227,7 +275,7 @@ export type ExecResponse = Message<"sandbox.v1.ExecResponse"> & {
  * Use `create(ExecResponseSchema)` to create a new message.
  */
 export const ExecResponseSchema: GenMessage<ExecResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 3);
+  messageDesc(file_sandbox_v1_sandbox, 4);
 
 /**
  * OutputChunk is a run of bytes read from one output stream.
@@ -262,7 +310,7 @@ export type OutputChunk = Message<"sandbox.v1.OutputChunk"> & {
  * Use `create(OutputChunkSchema)` to create a new message.
  */
 export const OutputChunkSchema: GenMessage<OutputChunk> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 4);
+  messageDesc(file_sandbox_v1_sandbox, 5);
 
 /**
  * OutputGap tells a reader that output it asked for is no longer retained.
@@ -298,7 +346,7 @@ export type OutputGap = Message<"sandbox.v1.OutputGap"> & {
  * Use `create(OutputGapSchema)` to create a new message.
  */
 export const OutputGapSchema: GenMessage<OutputGap> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 5);
+  messageDesc(file_sandbox_v1_sandbox, 6);
 
 /**
  * ProcessExited describes how a process ended.
@@ -402,6 +450,18 @@ export type ProcessExited = Message<"sandbox.v1.ProcessExited"> & {
    * @generated from field: sandbox.v1.ExitCauseDetail cause_detail = 13;
    */
   causeDetail?: ExitCauseDetail | undefined;
+
+  /**
+   * Output the daemon dropped, at most one gap per stream (between the head
+   * and the tail it keeps, see OutputRetention), stdout first. In Exec's
+   * `exited` it is what the Exec stream dropped, which is nothing: Exec
+   * pauses a command whose caller reads slowly rather than drop its output.
+   * Elsewhere it is what the record no longer retains when the message is
+   * built: what StreamLogs and GetProcessLogs cannot return.
+   *
+   * @generated from field: repeated sandbox.v1.OutputGap dropped = 15;
+   */
+  dropped: OutputGap[];
 };
 
 /**
@@ -409,7 +469,7 @@ export type ProcessExited = Message<"sandbox.v1.ProcessExited"> & {
  * Use `create(ProcessExitedSchema)` to create a new message.
  */
 export const ProcessExitedSchema: GenMessage<ProcessExited> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 6);
+  messageDesc(file_sandbox_v1_sandbox, 7);
 
 /**
  * ExitCauseDetail adds to an ExitCause what the cause alone does not say.
@@ -445,7 +505,7 @@ export type ExitCauseDetail = Message<"sandbox.v1.ExitCauseDetail"> & {
  * Use `create(ExitCauseDetailSchema)` to create a new message.
  */
 export const ExitCauseDetailSchema: GenMessage<ExitCauseDetail> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 7);
+  messageDesc(file_sandbox_v1_sandbox, 8);
 
 /**
  * ProcessInfo is the record the daemon keeps of a process.
@@ -550,6 +610,14 @@ export type ProcessInfo = Message<"sandbox.v1.ProcessInfo"> & {
    * @generated from field: bool auto_cleanup = 14;
    */
   autoCleanup: boolean;
+
+  /**
+   * The retention in effect, both sizes set: the request's, with the
+   * daemon's defaults for what it left unset.
+   *
+   * @generated from field: sandbox.v1.OutputRetention retention = 16;
+   */
+  retention?: OutputRetention | undefined;
 };
 
 /**
@@ -557,7 +625,7 @@ export type ProcessInfo = Message<"sandbox.v1.ProcessInfo"> & {
  * Use `create(ProcessInfoSchema)` to create a new message.
  */
 export const ProcessInfoSchema: GenMessage<ProcessInfo> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 8);
+  messageDesc(file_sandbox_v1_sandbox, 9);
 
 /**
  * StartProcessRequest asks to start a background process.
@@ -578,7 +646,7 @@ export type StartProcessRequest = Message<"sandbox.v1.StartProcessRequest"> & {
  * Use `create(StartProcessRequestSchema)` to create a new message.
  */
 export const StartProcessRequestSchema: GenMessage<StartProcessRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 9);
+  messageDesc(file_sandbox_v1_sandbox, 10);
 
 /**
  * StartProcessResponse returns the new process's record.
@@ -599,7 +667,7 @@ export type StartProcessResponse = Message<"sandbox.v1.StartProcessResponse"> & 
  * Use `create(StartProcessResponseSchema)` to create a new message.
  */
 export const StartProcessResponseSchema: GenMessage<StartProcessResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 10);
+  messageDesc(file_sandbox_v1_sandbox, 11);
 
 /**
  * StreamLogsRequest asks for a process's output from given offsets.
@@ -642,7 +710,7 @@ export type StreamLogsRequest = Message<"sandbox.v1.StreamLogsRequest"> & {
  * Use `create(StreamLogsRequestSchema)` to create a new message.
  */
 export const StreamLogsRequestSchema: GenMessage<StreamLogsRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 11);
+  messageDesc(file_sandbox_v1_sandbox, 12);
 
 /**
  * StreamLogsResponse is one event of a StreamLogs stream.
@@ -703,7 +771,7 @@ export type StreamLogsResponse = Message<"sandbox.v1.StreamLogsResponse"> & {
  * Use `create(StreamLogsResponseSchema)` to create a new message.
  */
 export const StreamLogsResponseSchema: GenMessage<StreamLogsResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 12);
+  messageDesc(file_sandbox_v1_sandbox, 13);
 
 /**
  * CaughtUp ends a snapshot: all retained output up to these offsets was sent.
@@ -731,7 +799,7 @@ export type CaughtUp = Message<"sandbox.v1.CaughtUp"> & {
  * Use `create(CaughtUpSchema)` to create a new message.
  */
 export const CaughtUpSchema: GenMessage<CaughtUp> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 13);
+  messageDesc(file_sandbox_v1_sandbox, 14);
 
 /**
  * SendInputRequest is one message of a SendInput stream.
@@ -792,7 +860,7 @@ export type SendInputRequest = Message<"sandbox.v1.SendInputRequest"> & {
  * Use `create(SendInputRequestSchema)` to create a new message.
  */
 export const SendInputRequestSchema: GenMessage<SendInputRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 14);
+  messageDesc(file_sandbox_v1_sandbox, 15);
 
 /**
  * OpenInput names the process a SendInput stream feeds.
@@ -813,7 +881,7 @@ export type OpenInput = Message<"sandbox.v1.OpenInput"> & {
  * Use `create(OpenInputSchema)` to create a new message.
  */
 export const OpenInputSchema: GenMessage<OpenInput> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 15);
+  messageDesc(file_sandbox_v1_sandbox, 16);
 
 /**
  * CloseInput asks to close stdin.
@@ -828,7 +896,7 @@ export type CloseInput = Message<"sandbox.v1.CloseInput"> & {
  * Use `create(CloseInputSchema)` to create a new message.
  */
 export const CloseInputSchema: GenMessage<CloseInput> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 16);
+  messageDesc(file_sandbox_v1_sandbox, 17);
 
 /**
  * SendInputResponse acknowledges one SendInputRequest, in order.
@@ -856,7 +924,7 @@ export type SendInputResponse = Message<"sandbox.v1.SendInputResponse"> & {
  * Use `create(SendInputResponseSchema)` to create a new message.
  */
 export const SendInputResponseSchema: GenMessage<SendInputResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 17);
+  messageDesc(file_sandbox_v1_sandbox, 18);
 
 /**
  * GetProcessRequest names a process.
@@ -877,7 +945,7 @@ export type GetProcessRequest = Message<"sandbox.v1.GetProcessRequest"> & {
  * Use `create(GetProcessRequestSchema)` to create a new message.
  */
 export const GetProcessRequestSchema: GenMessage<GetProcessRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 18);
+  messageDesc(file_sandbox_v1_sandbox, 19);
 
 /**
  * GetProcessResponse returns a process record.
@@ -898,7 +966,7 @@ export type GetProcessResponse = Message<"sandbox.v1.GetProcessResponse"> & {
  * Use `create(GetProcessResponseSchema)` to create a new message.
  */
 export const GetProcessResponseSchema: GenMessage<GetProcessResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 19);
+  messageDesc(file_sandbox_v1_sandbox, 20);
 
 /**
  * ListProcessesRequest filters the process list; empty fields match all. The
@@ -948,7 +1016,7 @@ export type ListProcessesRequest = Message<"sandbox.v1.ListProcessesRequest"> & 
  * Use `create(ListProcessesRequestSchema)` to create a new message.
  */
 export const ListProcessesRequestSchema: GenMessage<ListProcessesRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 20);
+  messageDesc(file_sandbox_v1_sandbox, 21);
 
 /**
  * ListProcessesResponse is one page of process records, oldest first.
@@ -976,7 +1044,7 @@ export type ListProcessesResponse = Message<"sandbox.v1.ListProcessesResponse"> 
  * Use `create(ListProcessesResponseSchema)` to create a new message.
  */
 export const ListProcessesResponseSchema: GenMessage<ListProcessesResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 21);
+  messageDesc(file_sandbox_v1_sandbox, 22);
 
 /**
  * KillProcessRequest asks to signal a process group.
@@ -1012,7 +1080,7 @@ export type KillProcessRequest = Message<"sandbox.v1.KillProcessRequest"> & {
  * Use `create(KillProcessRequestSchema)` to create a new message.
  */
 export const KillProcessRequestSchema: GenMessage<KillProcessRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 22);
+  messageDesc(file_sandbox_v1_sandbox, 23);
 
 /**
  * KillProcessResponse returns the record after signalling.
@@ -1033,7 +1101,7 @@ export type KillProcessResponse = Message<"sandbox.v1.KillProcessResponse"> & {
  * Use `create(KillProcessResponseSchema)` to create a new message.
  */
 export const KillProcessResponseSchema: GenMessage<KillProcessResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 23);
+  messageDesc(file_sandbox_v1_sandbox, 24);
 
 /**
  * KillAllProcessesRequest asks to signal every live process.
@@ -1068,7 +1136,7 @@ export type KillAllProcessesRequest = Message<"sandbox.v1.KillAllProcessesReques
  * Use `create(KillAllProcessesRequestSchema)` to create a new message.
  */
 export const KillAllProcessesRequestSchema: GenMessage<KillAllProcessesRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 24);
+  messageDesc(file_sandbox_v1_sandbox, 25);
 
 /**
  * KillAllProcessesResponse counts the processes signalled.
@@ -1089,7 +1157,7 @@ export type KillAllProcessesResponse = Message<"sandbox.v1.KillAllProcessesRespo
  * Use `create(KillAllProcessesResponseSchema)` to create a new message.
  */
 export const KillAllProcessesResponseSchema: GenMessage<KillAllProcessesResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 25);
+  messageDesc(file_sandbox_v1_sandbox, 26);
 
 /**
  * CleanupProcessesRequest asks to remove exited records.
@@ -1118,7 +1186,7 @@ export type CleanupProcessesRequest = Message<"sandbox.v1.CleanupProcessesReques
  * Use `create(CleanupProcessesRequestSchema)` to create a new message.
  */
 export const CleanupProcessesRequestSchema: GenMessage<CleanupProcessesRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 26);
+  messageDesc(file_sandbox_v1_sandbox, 27);
 
 /**
  * CleanupProcessesResponse counts the records removed.
@@ -1139,7 +1207,7 @@ export type CleanupProcessesResponse = Message<"sandbox.v1.CleanupProcessesRespo
  * Use `create(CleanupProcessesResponseSchema)` to create a new message.
  */
 export const CleanupProcessesResponseSchema: GenMessage<CleanupProcessesResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 27);
+  messageDesc(file_sandbox_v1_sandbox, 28);
 
 /**
  * GetProcessLogsRequest names a process.
@@ -1160,10 +1228,13 @@ export type GetProcessLogsRequest = Message<"sandbox.v1.GetProcessLogsRequest"> 
  * Use `create(GetProcessLogsRequestSchema)` to create a new message.
  */
 export const GetProcessLogsRequestSchema: GenMessage<GetProcessLogsRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 28);
+  messageDesc(file_sandbox_v1_sandbox, 29);
 
 /**
- * GetProcessLogsResponse is a snapshot of a process's retained output.
+ * GetProcessLogsResponse is a snapshot of a process's retained output: per
+ * stream, a head from offset 0 (in `head`), a gap, and the tail up to the
+ * newest byte (`stdout`, `stderr`); without a gap all of it is in `stdout`
+ * and `stderr`.
  *
  * @generated from message sandbox.v1.GetProcessLogsResponse
  */
@@ -1176,28 +1247,30 @@ export type GetProcessLogsResponse = Message<"sandbox.v1.GetProcessLogsResponse"
   processId: string;
 
   /**
-   * Retained stdout bytes.
+   * Retained stdout bytes up to the newest: everything retained when no gap
+   * lies within, else the tail after the gap.
    *
    * @generated from field: bytes stdout = 2;
    */
   stdout: Uint8Array;
 
   /**
-   * Retained stderr bytes.
+   * Retained stderr bytes up to the newest, as `stdout`.
    *
    * @generated from field: bytes stderr = 3;
    */
   stderr: Uint8Array;
 
   /**
-   * Offset of the first retained stdout byte (bytes before it were dropped).
+   * Offset of the first byte of `stdout` (bytes before it are in
+   * `head.stdout` or were dropped).
    *
    * @generated from field: uint64 stdout_offset = 4;
    */
   stdoutOffset: bigint;
 
   /**
-   * Offset of the first retained stderr byte.
+   * Offset of the first byte of `stderr`.
    *
    * @generated from field: uint64 stderr_offset = 5;
    */
@@ -1209,6 +1282,13 @@ export type GetProcessLogsResponse = Message<"sandbox.v1.GetProcessLogsResponse"
    * @generated from field: sandbox.v1.ProcessInfo process = 6;
    */
   process?: ProcessInfo | undefined;
+
+  /**
+   * The heads a gap separates from `stdout` and `stderr`, and the gaps.
+   *
+   * @generated from field: sandbox.v1.RetainedHead head = 7;
+   */
+  head?: RetainedHead | undefined;
 };
 
 /**
@@ -1216,7 +1296,45 @@ export type GetProcessLogsResponse = Message<"sandbox.v1.GetProcessLogsResponse"
  * Use `create(GetProcessLogsResponseSchema)` to create a new message.
  */
 export const GetProcessLogsResponseSchema: GenMessage<GetProcessLogsResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 29);
+  messageDesc(file_sandbox_v1_sandbox, 30);
+
+/**
+ * RetainedHead is what a snapshot keeps ahead of a gap: the first bytes of
+ * each stream, and what was dropped after them.
+ *
+ * @generated from message sandbox.v1.RetainedHead
+ */
+export type RetainedHead = Message<"sandbox.v1.RetainedHead"> & {
+  /**
+   * The first stdout bytes, from offset 0, when a gap separates them from
+   * the response's `stdout`; empty when none does (or the head was dropped).
+   *
+   * @generated from field: bytes stdout = 1;
+   */
+  stdout: Uint8Array;
+
+  /**
+   * The first stderr bytes, as `stdout`.
+   *
+   * @generated from field: bytes stderr = 2;
+   */
+  stderr: Uint8Array;
+
+  /**
+   * What was dropped, at most one gap per stream, stdout first: from the end
+   * of the stream's head (0 when it has none) to the response's offset.
+   *
+   * @generated from field: repeated sandbox.v1.OutputGap dropped = 3;
+   */
+  dropped: OutputGap[];
+};
+
+/**
+ * Describes the message sandbox.v1.RetainedHead.
+ * Use `create(RetainedHeadSchema)` to create a new message.
+ */
+export const RetainedHeadSchema: GenMessage<RetainedHead> = /*@__PURE__*/
+  messageDesc(file_sandbox_v1_sandbox, 31);
 
 /**
  * HttpProbe asks WaitForPort for an HTTP check: a GET of `path` that must be
@@ -1253,7 +1371,7 @@ export type HttpProbe = Message<"sandbox.v1.HttpProbe"> & {
  * Use `create(HttpProbeSchema)` to create a new message.
  */
 export const HttpProbeSchema: GenMessage<HttpProbe> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 30);
+  messageDesc(file_sandbox_v1_sandbox, 32);
 
 /**
  * WaitForPortRequest says which port to wait for and how to check it.
@@ -1313,7 +1431,7 @@ export type WaitForPortRequest = Message<"sandbox.v1.WaitForPortRequest"> & {
  * Use `create(WaitForPortRequestSchema)` to create a new message.
  */
 export const WaitForPortRequestSchema: GenMessage<WaitForPortRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 31);
+  messageDesc(file_sandbox_v1_sandbox, 33);
 
 /**
  * WaitForPortResponse says what answered.
@@ -1355,7 +1473,7 @@ export type WaitForPortResponse = Message<"sandbox.v1.WaitForPortResponse"> & {
  * Use `create(WaitForPortResponseSchema)` to create a new message.
  */
 export const WaitForPortResponseSchema: GenMessage<WaitForPortResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 32);
+  messageDesc(file_sandbox_v1_sandbox, 34);
 
 /**
  * WaitForLogRequest says which output to search and for what.
@@ -1417,7 +1535,7 @@ export type WaitForLogRequest = Message<"sandbox.v1.WaitForLogRequest"> & {
  * Use `create(WaitForLogRequestSchema)` to create a new message.
  */
 export const WaitForLogRequestSchema: GenMessage<WaitForLogRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 33);
+  messageDesc(file_sandbox_v1_sandbox, 35);
 
 /**
  * MatchGroup is one capture group of a match.
@@ -1438,7 +1556,7 @@ export type MatchGroup = Message<"sandbox.v1.MatchGroup"> & {
  * Use `create(MatchGroupSchema)` to create a new message.
  */
 export const MatchGroupSchema: GenMessage<MatchGroup> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 34);
+  messageDesc(file_sandbox_v1_sandbox, 36);
 
 /**
  * WaitForLogResponse is the first match.
@@ -1501,7 +1619,7 @@ export type WaitForLogResponse = Message<"sandbox.v1.WaitForLogResponse"> & {
  * Use `create(WaitForLogResponseSchema)` to create a new message.
  */
 export const WaitForLogResponseSchema: GenMessage<WaitForLogResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 35);
+  messageDesc(file_sandbox_v1_sandbox, 37);
 
 /**
  * WaitForExitRequest names the process to wait for.
@@ -1529,7 +1647,7 @@ export type WaitForExitRequest = Message<"sandbox.v1.WaitForExitRequest"> & {
  * Use `create(WaitForExitRequestSchema)` to create a new message.
  */
 export const WaitForExitRequestSchema: GenMessage<WaitForExitRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 36);
+  messageDesc(file_sandbox_v1_sandbox, 38);
 
 /**
  * WaitForExitResponse says how the process ended.
@@ -1557,7 +1675,7 @@ export type WaitForExitResponse = Message<"sandbox.v1.WaitForExitResponse"> & {
  * Use `create(WaitForExitResponseSchema)` to create a new message.
  */
 export const WaitForExitResponseSchema: GenMessage<WaitForExitResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 37);
+  messageDesc(file_sandbox_v1_sandbox, 39);
 
 /**
  * ListPortsRequest filters the listening ports; empty fields match all.
@@ -1578,7 +1696,7 @@ export type ListPortsRequest = Message<"sandbox.v1.ListPortsRequest"> & {
  * Use `create(ListPortsRequestSchema)` to create a new message.
  */
 export const ListPortsRequestSchema: GenMessage<ListPortsRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 38);
+  messageDesc(file_sandbox_v1_sandbox, 40);
 
 /**
  * ListPortsResponse lists listening TCP sockets, by port.
@@ -1599,7 +1717,7 @@ export type ListPortsResponse = Message<"sandbox.v1.ListPortsResponse"> & {
  * Use `create(ListPortsResponseSchema)` to create a new message.
  */
 export const ListPortsResponseSchema: GenMessage<ListPortsResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 39);
+  messageDesc(file_sandbox_v1_sandbox, 41);
 
 /**
  * ListeningPort is one TCP socket in the LISTEN state.
@@ -1657,7 +1775,7 @@ export type ListeningPort = Message<"sandbox.v1.ListeningPort"> & {
  * Use `create(ListeningPortSchema)` to create a new message.
  */
 export const ListeningPortSchema: GenMessage<ListeningPort> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 40);
+  messageDesc(file_sandbox_v1_sandbox, 42);
 
 /**
  * ErrorReason lists why a call of sandbox.v1 fails. Every failure the daemon
@@ -2002,6 +2120,17 @@ export enum ErrorReason {
    * @generated from enum value: ERROR_REASON_FILE_SERVICE_UNAVAILABLE = 38;
    */
   FILE_SERVICE_UNAVAILABLE = 38,
+
+  /**
+   * INVALID_ARGUMENT: a ProcessSpec's `retention` asks to keep more output
+   * than the daemon keeps of one process: two heads and the tail together
+   * above `--max-output-bytes`. Metadata: `field` ("retention",
+   * "retention.head_bytes" or "retention.tail_bytes"), `limit`
+   * ("max-output-bytes"), `value`, the limit.
+   *
+   * @generated from enum value: ERROR_REASON_RETENTION_ABOVE_LIMIT = 45;
+   */
+  RETENTION_ABOVE_LIMIT = 45,
 
   /**
    * DEADLINE_EXCEEDED: a wait (WaitForPort, WaitForLog, WaitForExit) reached

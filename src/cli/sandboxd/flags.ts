@@ -55,8 +55,16 @@ export const daemonFlags: readonly DaemonFlag[] = [
     env: "SANDBOXD_MAX_OUTPUT_BYTES",
     type: "string",
     value: "<n>",
-    help: "output retained per process",
+    help: "output retained per process: the first bytes of each stream (the head) and the last (the tail), the most a request may ask for",
     defaultText: "8 MiB",
+  },
+  {
+    name: "output-head-bytes",
+    env: "SANDBOXD_OUTPUT_HEAD_BYTES",
+    type: "string",
+    value: "<n>",
+    help: "first bytes of each stream a process retains when its request names none (at most a quarter of --max-output-bytes); the tail is the rest",
+    defaultText: "64 KiB",
   },
   {
     name: "max-retained-bytes",

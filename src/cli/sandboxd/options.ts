@@ -57,6 +57,7 @@ export function parseCommandLine(argv: readonly string[], env: NodeJS.ProcessEnv
       port: integer(flags, "port", defaultPort, 0, 65535),
       workspaceRoots: workspace?.length ? workspace : [process.cwd()],
       outputCapacityBytes: integer(flags, "max-output-bytes", undefined, 1024),
+      outputHeadBytes: integer(flags, "output-head-bytes", undefined, 0),
       maxProcesses: integer(flags, "max-processes", undefined, 1),
       maxRetainedBytes: integer(flags, "max-retained-bytes", undefined, 1024 * 1024),
       lingerMs: integer(flags, "linger-ms", undefined, 0),

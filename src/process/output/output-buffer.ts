@@ -35,10 +35,17 @@ export interface StreamOffsets {
 /** Options for {@link OutputBuffer}. */
 export interface OutputBufferOptions {
   /**
-   * Bytes retained (both streams together) before the oldest output is dropped. A pinned
-   * reader (see {@link OutputBuffer.createReader}) turns dropping into backpressure instead.
+   * The tail: bytes retained (both streams together, in arrival order, beyond each stream's head)
+   * before the oldest of them are dropped. A pinned reader (see {@link OutputBuffer.createReader})
+   * turns dropping into backpressure instead.
    */
   capacityBytes: number;
+  /**
+   * The head: the first bytes of each stream, kept whatever the stream prints after them, so a
+   * stream's retained output is its head and its tail with at most one gap between them. Default 0
+   * (only the tail is kept).
+   */
+  headBytes?: number;
   /**
    * Called with `true` when a pinned reader has `capacityBytes` unread and the producer should
    * pause, and with `false` when it has caught up to half of that and the producer may resume.
@@ -71,6 +78,8 @@ interface StoredChunk {
   stream: OutputStreamName;
   offset: number;
   data: Uint8Array;
+  /** Arrival order across both streams and both regions; never repeats. */
+  sequence: number;
 }
 
 /** Chunks smaller than this are merged with the next write of the same stream. */
@@ -81,32 +90,49 @@ const maxChunkBytes = 64 * 1024;
 const chunkOverheadBytes = 64;
 /** What a dropped chunk holds until its slot is compacted away. */
 const droppedData = new Uint8Array(0);
+/** A pinned reader's producer never pauses with less than this unread, whatever a small tail says. */
+const minPauseBytes = 4096;
+const streams = ["stdout", "stderr"] as const;
 
 /**
  * OutputBuffer retains a process's output, both streams interleaved in arrival order, with
  * absolute per-stream byte offsets and a bound on memory.
  *
- * When the retained bytes exceed the capacity, the oldest chunks are dropped; a reader that asks
- * for dropped output gets an {@link OutputGap} saying exactly how much it missed. Readers pull at
- * their own pace, so a stalled reader never slows the producer or other readers. A pinned reader
- * (the caller of Exec) is the exception: its unread output is never dropped, and the producer is
- * asked to pause instead.
+ * What it keeps of each stream is a head and a tail: the first {@link OutputBufferOptions.headBytes}
+ * bytes of the stream, and its newest bytes within the tail, the last `capacityBytes` of both streams
+ * together. When the tail exceeds its capacity its oldest chunks are dropped, so each stream has at
+ * most one gap, between its head and its tail; a reader that asks for dropped output gets an
+ * {@link OutputGap} saying exactly how much it missed, then the tail. Readers pull at their own pace,
+ * so a stalled reader never slows the producer or other readers. A pinned reader (the caller of
+ * Exec) is the exception: its unread output is never dropped, and the producer is asked to pause
+ * instead.
  *
  * With a shared budget, the retained bytes count against it too: the budget's owner may trim the
- * buffer below its capacity (readers get a gap, as for any dropped output), and a pinned reader's
- * producer pauses early while the budget is exhausted.
+ * buffer below its capacity. A trim shortens the tail from its start and keeps the heads (the end of
+ * the output tells how it ended, its start what was run); only a trim below what the heads alone
+ * hold drops them, whole, and the tail keeps the rest, so a stream still has one gap, from offset 0.
+ * A discard (the output of an exited record nobody reads) drops heads and tail alike. Readers get a gap either way, and a
+ * pinned reader's producer pauses early while the budget is exhausted.
  */
 export class OutputBuffer {
   private readonly capacityBytes: number;
+  private readonly headBytes: number;
   private onBackpressure?: (paused: boolean) => void;
-  /** Retained chunks from index `head` on; the entries before it were dropped and await compaction. */
-  private chunks: StoredChunk[] = [];
-  private head = 0;
-  /** Sequence number of `chunks[head]`; sequence numbers never repeat. */
-  private headSequence = 0;
-  private retained = 0;
+  /** The head chunks still retained, in arrival order: bytes below `headBytes` of their stream. */
+  private headChunks: StoredChunk[] = [];
+  /** The tail chunks from index `tailStart` on; the entries before it were dropped and await compaction. */
+  private tailChunks: StoredChunk[] = [];
+  private tailStart = 0;
+  /** The chunk appended last, which the next write of its stream may grow. */
+  private newest?: StoredChunk;
+  private nextSequence = 0;
+  private headRetained = 0;
+  private tailRetained = 0;
   private readonly written: StreamOffsets = { stdout: 0, stderr: 0 };
-  private readonly firstRetained: StreamOffsets = { stdout: 0, stderr: 0 };
+  /** Offset of the first head byte still retained, per stream (the head's end once it was dropped). */
+  private readonly headFrom: StreamOffsets = { stdout: 0, stderr: 0 };
+  /** Offset after the last tail byte dropped, per stream (0 while none was). */
+  private readonly tailDroppedTo: StreamOffsets = { stdout: 0, stderr: 0 };
   private ended = false;
   private changed?: { promise: Promise<void>; resolve: () => void };
   private pinned?: OutputReader;
@@ -120,6 +146,7 @@ export class OutputBuffer {
   /** Creates an empty buffer. */
   constructor(options: OutputBufferOptions) {
     this.capacityBytes = Math.max(1, options.capacityBytes);
+    this.headBytes = Math.max(0, options.headBytes ?? 0);
     this.onBackpressure = options.onBackpressure;
     this.budget = options.budget;
   }
@@ -129,38 +156,71 @@ export class OutputBuffer {
     return this.written;
   }
 
-  /** Offset of the first byte still retained, per stream. */
+  /**
+   * Offset of the first byte of the retained run that ends at the newest byte, per stream: the
+   * tail's start when a gap lies before it (the head, if kept, is {@link headSnapshot}), else the
+   * first retained byte (0 while nothing was dropped). {@link snapshot} copies the run.
+   */
   get retainedFrom(): Readonly<StreamOffsets> {
-    return this.firstRetained;
+    return { stdout: this.runFrom("stdout"), stderr: this.runFrom("stderr") };
   }
 
-  /** Bytes retained now, both streams, with the bookkeeping charged per chunk. */
+  /** Bytes retained now, both streams, heads and tail, with the bookkeeping charged per chunk. */
   get retainedBytes(): number {
-    return this.retained;
+    return this.headRetained + this.tailRetained;
   }
 
   /**
-   * Drops every retained byte a pinned reader has read (all of them without one), oldest first,
-   * as if the capacity were 0: readers that ask for them get an {@link OutputGap}. Returns the
-   * bytes released. Used to keep the output of all processes together within a budget.
+   * What was dropped, per stream at most one gap (between the head and the tail, or from offset 0
+   * once the head went too), stdout first: what a reader from offset 0 would be told it missed.
+   */
+  dropped(): OutputGap[] {
+    const gaps: OutputGap[] = [];
+    for (const stream of streams) {
+      const { headFrom, headTo, tailFrom } = this.regions(stream);
+      const gap = (offset: number, end: number) => {
+        if (end > offset) gaps.push({ kind: "gap", stream, offset, missedBytes: end - offset });
+      };
+      if (tailFrom > headTo && headFrom < headTo) {
+        gap(0, headFrom);
+        gap(headTo, tailFrom);
+      } else if (tailFrom > headTo) {
+        gap(0, tailFrom);
+      } else {
+        gap(0, headFrom);
+      }
+    }
+    return gaps;
+  }
+
+  /**
+   * Drops every retained byte a pinned reader has read (all of them without one), heads included,
+   * as if the capacity were 0: readers that ask for them get an {@link OutputGap}. Returns the bytes
+   * released. Used to keep the output of all processes together within a budget.
    */
   discardRetained(): number {
-    const before = this.retained;
-    this.dropOldest(0, true);
+    const before = this.retainedBytes;
+    this.dropOldestTail(0, true);
+    this.dropHeads(false);
     this.chargeBudget();
-    return before - this.retained;
+    return before - this.retainedBytes;
   }
 
   /**
-   * Drops the oldest output until at most `bytes` are retained, as the capacity does: what a pinned
-   * reader has not read and the newest chunk stay. Readers that ask for what was dropped get an
-   * {@link OutputGap}. Returns the bytes released. Used by a shared budget to make room.
+   * Drops output until at most `bytes` are retained: the tail's oldest bytes, as the capacity does
+   * (what a pinned reader has not read and the newest chunk stay), down to what the heads leave of
+   * `bytes`; heads that alone hold more than `bytes` go first (but for the newest chunk, which may be
+   * a head's), and the tail keeps the rest. Readers that ask for what was dropped get an {@link OutputGap}. Returns the bytes
+   * released. Used by a shared budget to make room.
    */
   trimTo(bytes: number): number {
-    const before = this.retained;
-    this.dropOldest(Math.max(0, bytes));
+    const before = this.retainedBytes;
+    const target = Math.max(0, bytes);
+    // Heads that alone exceed the target cannot be kept: the end of the output is worth more.
+    if (this.headRetained > target) this.dropHeads(true);
+    this.dropOldestTail(Math.max(0, target - this.headRetained));
     this.chargeBudget();
-    return before - this.retained;
+    return before - this.retainedBytes;
   }
 
   /**
@@ -185,22 +245,16 @@ export class OutputBuffer {
   append(stream: OutputStreamName, data: Uint8Array): void {
     if (this.ended) throw new Error("output buffer already ended");
     if (data.length === 0) return;
-    // Only a retained chunk may grow: a dropped one (after discardRetained) keeps its empty slot.
-    const last = this.chunks.length > this.head ? this.chunks[this.chunks.length - 1] : undefined;
-    if (
-      last !== undefined &&
-      last.stream === stream &&
-      last.data.length < coalesceBelowBytes &&
-      last.data.length + data.length <= maxChunkBytes
-    ) {
-      last.data = Buffer.concat([last.data, data]);
-      this.retained += data.length;
-    } else {
-      this.chunks.push({ stream, offset: this.written[stream], data });
-      this.retained += data.length + chunkOverheadBytes;
+    const headRoom = this.headBytes - this.written[stream];
+    if (headRoom > 0) {
+      // The head's part is copied when the write straddles its end: a view would keep the whole
+      // read buffer alive for as long as the head, and only the head's bytes are counted.
+      const head = headRoom >= data.length ? data : Buffer.from(data.subarray(0, headRoom));
+      this.store(this.headChunks, stream, head);
+      data = data.subarray(head.length);
     }
-    this.written[stream] += data.length;
-    this.dropOldest();
+    if (data.length > 0) this.store(this.tailChunks, stream, data);
+    this.dropOldestTail(this.capacityBytes);
     this.chargeBudget();
     this.updateBackpressure();
     this.notify();
@@ -235,18 +289,30 @@ export class OutputBuffer {
     this.pinned = undefined;
     this.budget?.countPinned(-1);
     this.updateBackpressure();
-    this.dropOldest();
+    this.dropOldestTail(this.capacityBytes);
     this.chargeBudget();
   }
 
-  /** Copies the retained output of one stream. */
+  /** Copies the retained run of one stream that ends at its newest byte (see {@link retainedFrom}). */
   snapshot(stream: OutputStreamName): Uint8Array {
+    const from = this.runFrom(stream);
     const parts: Uint8Array[] = [];
-    for (let index = this.head; index < this.chunks.length; index++) {
-      const chunk = this.chunks[index];
+    for (const chunk of this.headChunks) if (chunk.stream === stream && chunk.offset >= from) parts.push(chunk.data);
+    for (let index = this.tailStart; index < this.tailChunks.length; index++) {
+      const chunk = this.tailChunks[index];
       if (chunk.stream === stream) parts.push(chunk.data);
     }
     return Buffer.concat(parts);
+  }
+
+  /**
+   * Copies the head of one stream that a gap separates from its {@link snapshot}: its first bytes,
+   * from offset 0. Empty when no gap follows the head (the snapshot holds it then) or the head was
+   * dropped too.
+   */
+  headSnapshot(stream: OutputStreamName): Uint8Array {
+    if (this.runFrom(stream) === this.headFrom[stream]) return new Uint8Array(0);
+    return Buffer.concat(this.headChunks.filter((chunk) => chunk.stream === stream).map((chunk) => chunk.data));
   }
 
   /**
@@ -257,29 +323,45 @@ export class OutputBuffer {
    */
   readAt(position: ReaderPosition, maxItems: number, maxBytes = Number.POSITIVE_INFINITY): OutputItem[] {
     const items: OutputItem[] = [];
-    for (const stream of ["stdout", "stderr"] as const) {
-      const from = position.offsets[stream];
-      if (from < this.firstRetained[stream]) {
-        items.push({ kind: "gap", stream, offset: from, missedBytes: this.firstRetained[stream] - from });
-        position.offsets[stream] = this.firstRetained[stream];
+    const offsets = position.offsets;
+    for (const stream of streams) {
+      const next = this.nextRetained(stream, offsets[stream]);
+      if (next > offsets[stream]) {
+        items.push({ kind: "gap", stream, offset: offsets[stream], missedBytes: next - offsets[stream] });
+        offsets[stream] = next;
       }
     }
+    // Both regions in arrival order: merged by sequence from the reader's.
+    const heads = this.headChunks;
+    const tails = this.tailChunks;
+    let headIndex = firstFrom(heads, 0, position.sequence);
+    let tailIndex = firstFrom(tails, this.tailStart, position.sequence);
+    let last: StoredChunk | undefined;
     let bytes = 0;
-    let index = this.head + Math.max(0, position.sequence - this.headSequence);
-    for (; index < this.chunks.length && items.length < maxItems && bytes < maxBytes; index++) {
-      const chunk = this.chunks[index];
-      const from = position.offsets[chunk.stream];
+    while (items.length < maxItems && bytes < maxBytes && (headIndex < heads.length || tailIndex < tails.length)) {
+      const chunk =
+        tailIndex >= tails.length || (headIndex < heads.length && heads[headIndex].sequence < tails[tailIndex].sequence)
+          ? heads[headIndex++]
+          : tails[tailIndex++];
+      last = chunk;
+      const from = offsets[chunk.stream];
       const end = chunk.offset + chunk.data.length;
       if (end <= from) continue;
-      const skip = Math.max(0, from - chunk.offset);
+      if (chunk.offset > from) {
+        // The reader finished this stream's head, and the tail starts later: the gap between comes first.
+        items.push({ kind: "gap", stream: chunk.stream, offset: from, missedBytes: chunk.offset - from });
+        offsets[chunk.stream] = chunk.offset;
+        if (items.length >= maxItems) break;
+      }
+      const skip = Math.max(0, offsets[chunk.stream] - chunk.offset);
       const take = Math.min(chunk.data.length - skip, maxBytes - bytes);
       const data = skip === 0 && take === chunk.data.length ? chunk.data : chunk.data.subarray(skip, skip + take);
       items.push({ kind: "chunk", stream: chunk.stream, offset: chunk.offset + skip, data });
-      position.offsets[chunk.stream] = chunk.offset + skip + take;
+      offsets[chunk.stream] = chunk.offset + skip + take;
       bytes += take;
     }
-    // Stay on the last chunk: it may still grow by coalescing, or have a rest not read yet.
-    position.sequence = this.headSequence + Math.max(0, Math.min(index, this.chunks.length) - 1 - this.head);
+    // Stay on the last chunk looked at: it may still grow by coalescing, or have a rest not read yet.
+    if (last !== undefined) position.sequence = last.sequence;
     return items;
   }
 
@@ -303,9 +385,55 @@ export class OutputBuffer {
    */
   readerAdvanced(reader: OutputReader): void {
     if (reader !== this.pinned) return;
-    this.dropOldest();
+    this.dropOldestTail(this.capacityBytes);
     this.chargeBudget();
     this.updateBackpressure();
+  }
+
+  /** Appends to a region, growing its newest chunk when the last write was a small one of the same stream there. */
+  private store(region: StoredChunk[], stream: OutputStreamName, data: Uint8Array): void {
+    const last = this.newest;
+    if (
+      last !== undefined &&
+      last.stream === stream &&
+      last.data !== droppedData &&
+      region.at(-1) === last &&
+      last.data.length < coalesceBelowBytes &&
+      last.data.length + data.length <= maxChunkBytes
+    ) {
+      last.data = Buffer.concat([last.data, data]);
+      this.addRetained(region, data.length);
+    } else {
+      const chunk = { stream, offset: this.written[stream], data, sequence: this.nextSequence++ };
+      region.push(chunk);
+      this.newest = chunk;
+      this.addRetained(region, data.length + chunkOverheadBytes);
+    }
+    this.written[stream] += data.length;
+  }
+
+  private addRetained(region: StoredChunk[], bytes: number): void {
+    if (region === this.headChunks) this.headRetained += bytes;
+    else this.tailRetained += bytes;
+  }
+
+  /** Where a stream's head ends and its retained tail starts (they meet while nothing lies between). */
+  private regions(stream: OutputStreamName): { headFrom: number; headTo: number; tailFrom: number } {
+    const headTo = Math.min(this.written[stream], this.headBytes);
+    return { headFrom: this.headFrom[stream], headTo, tailFrom: Math.max(this.tailDroppedTo[stream], headTo) };
+  }
+
+  /** The first offset of `stream` at or after `offset` that is retained (or not yet written). */
+  private nextRetained(stream: OutputStreamName, offset: number): number {
+    const { headFrom, headTo, tailFrom } = this.regions(stream);
+    if (offset < headFrom) return headFrom < headTo ? headFrom : tailFrom;
+    if (offset < headTo) return offset;
+    return Math.max(offset, tailFrom);
+  }
+
+  private runFrom(stream: OutputStreamName): number {
+    const { headFrom, headTo, tailFrom } = this.regions(stream);
+    return tailFrom > headTo ? tailFrom : headFrom;
   }
 
   private unreadByPinned(): number {
@@ -314,37 +442,83 @@ export class OutputBuffer {
     return this.written.stdout - consumed.stdout + (this.written.stderr - consumed.stderr);
   }
 
-  private dropOldest(capacityBytes = this.capacityBytes, includingNewest = false): void {
+  /**
+   * Drops the tail's oldest bytes until it holds at most `tailBytes`: whole chunks, then the front of
+   * the oldest left (a view, so the tail keeps its last bytes to the byte, not to the chunk). What a
+   * pinned reader has not read stays, and so does the newest chunk (it may still be coalesced into;
+   * a discard drops it too), at least its last byte.
+   */
+  private dropOldestTail(tailBytes: number, includingNewest = false): void {
     const pinnedAt = this.pinned?.consumedOffsets;
+    const chunks = this.tailChunks;
     let dropCount = 0;
-    // The newest chunk stays while output is appended (it may still be coalesced into); a discard drops it too.
-    const keep = includingNewest ? 0 : 1;
-    while (this.retained > capacityBytes && this.head + dropCount < this.chunks.length - keep) {
-      const chunk = this.chunks[this.head + dropCount];
-      if (pinnedAt !== undefined && chunk.offset + chunk.data.length > pinnedAt[chunk.stream]) break;
-      this.retained -= chunk.data.length + chunkOverheadBytes;
-      this.firstRetained[chunk.stream] = chunk.offset + chunk.data.length;
-      // The slot stays until compaction; its bytes must not.
-      chunk.data = droppedData;
-      dropCount++;
+    while (this.tailRetained > tailBytes && this.tailStart + dropCount < chunks.length) {
+      const index = this.tailStart + dropCount;
+      const chunk = chunks[index];
+      const end = chunk.offset + chunk.data.length;
+      const readTo = Math.min(end, pinnedAt === undefined ? end : pinnedAt[chunk.stream]);
+      const excess = this.tailRetained - tailBytes;
+      const whole = readTo === end && (includingNewest || index < chunks.length - 1);
+      if (whole && excess >= chunk.data.length) {
+        this.tailRetained -= chunk.data.length + chunkOverheadBytes;
+        this.tailDroppedTo[chunk.stream] = end;
+        // The slot stays until compaction; its bytes must not.
+        chunk.data = droppedData;
+        dropCount++;
+        continue;
+      }
+      const cut = Math.min(excess, readTo - chunk.offset, chunk.data.length - 1);
+      if (cut > 0) {
+        chunk.data = chunk.data.subarray(cut);
+        chunk.offset += cut;
+        this.tailRetained -= cut;
+        this.tailDroppedTo[chunk.stream] = chunk.offset;
+      }
+      break;
     }
     if (dropCount === 0) return;
-    this.head += dropCount;
-    this.headSequence += dropCount;
+    this.tailStart += dropCount;
     // Removing the front of a large array is O(n): doing it on every drop made each append of a
     // full buffer cost a copy of all its chunks. Compact only once half the array is dropped.
-    if (this.head >= 1024 && this.head * 2 >= this.chunks.length) {
-      this.chunks = this.chunks.slice(this.head);
-      this.head = 0;
+    if (this.tailStart >= 1024 && this.tailStart * 2 >= this.tailChunks.length) {
+      this.tailChunks = this.tailChunks.slice(this.tailStart);
+      this.tailStart = 0;
+    }
+  }
+
+  /**
+   * Drops the heads, all but what a pinned reader has not read (a prefix of each stream's, so the
+   * rest stays contiguous with the tail, which it has not read either) and, with `keepNewest`, the newest
+   * chunk (a stream's last, so contiguous with nothing after it).
+   */
+  private dropHeads(keepNewest: boolean): void {
+    if (this.headChunks.length === 0) return;
+    const pinnedAt = this.pinned?.consumedOffsets;
+    const kept: StoredChunk[] = [];
+    for (const chunk of this.headChunks) {
+      if (
+        (keepNewest && chunk === this.newest) ||
+        (pinnedAt !== undefined && chunk.offset + chunk.data.length > pinnedAt[chunk.stream])
+      ) {
+        kept.push(chunk);
+      } else {
+        this.headRetained -= chunk.data.length + chunkOverheadBytes;
+        chunk.data = droppedData;
+      }
+    }
+    this.headChunks = kept;
+    for (const stream of streams) {
+      this.headFrom[stream] =
+        kept.find((chunk) => chunk.stream === stream)?.offset ?? Math.min(this.written[stream], this.headBytes);
     }
   }
 
   /** Charges the budget with what changed since the last charge. Its reclaim may trim this buffer meanwhile. */
   private chargeBudget(): void {
-    const delta = this.retained - this.charged;
+    const delta = this.retainedBytes - this.charged;
     if (delta === 0 || this.budget === undefined) return;
     // Recorded first: a trim by the budget's reclaim charges its own release from here.
-    this.charged = this.retained;
+    this.charged = this.retainedBytes;
     this.budget.charge(delta);
   }
 
@@ -354,7 +528,8 @@ export class OutputBuffer {
     // Output a pinned reader has not read cannot be dropped: with the budget exhausted, the producer
     // holds its share of the budget instead of filling its capacity.
     const exhausted = this.budget?.exhausted ?? false;
-    const pauseAt = exhausted ? Math.min(this.capacityBytes, this.budget!.pinnedShareBytes) : this.capacityBytes;
+    const capacity = Math.max(minPauseBytes, this.capacityBytes);
+    const pauseAt = exhausted ? Math.min(capacity, this.budget!.pinnedShareBytes) : capacity;
     if (!this.paused && unread >= pauseAt) {
       this.paused = true;
       this.onBackpressure(true);
@@ -377,6 +552,18 @@ export class OutputBuffer {
     this.changed = undefined;
     changed?.resolve();
   }
+}
+
+/** The index of the first chunk of `chunks` from `start` on whose sequence is at least `sequence`. */
+function firstFrom(chunks: readonly StoredChunk[], start: number, sequence: number): number {
+  let low = start;
+  let high = chunks.length;
+  while (low < high) {
+    const middle = (low + high) >>> 1;
+    if (chunks[middle].sequence < sequence) low = middle + 1;
+    else high = middle;
+  }
+  return low;
 }
 
 /** Where a reader is within an {@link OutputBuffer}. @internal */

@@ -51,15 +51,30 @@ export function fromProtoSpec(spec: ProtoSpec | undefined): ProcessSpec {
     stdinData: spec.stdinData.length > 0 ? spec.stdinData : undefined,
     autoCleanup: spec.autoCleanup,
     sudo: spec.sudo,
+    retention: spec.retention && {
+      headBytes: byteCount(spec.retention.headBytes),
+      tailBytes: byteCount(spec.retention.tailBytes),
+    },
   };
+}
+
+/** A uint64 size as a number; one beyond what a number holds exactly is refused later, as above every limit. */
+function byteCount(value: bigint | undefined): number | undefined {
+  return value === undefined ? undefined : Number(value);
 }
 
 function timestamp(date: Date): Timestamp {
   return timestampFromDate(date);
 }
 
-/** Converts an exit to a ProcessExited message. */
-export function toProtoExit(exit: ProcessExit): MessageInitShape<typeof ProcessExitedSchema> {
+/**
+ * Converts an exit to a ProcessExited message; `dropped` is the output the record (or, for Exec's
+ * `exited`, the stream) no longer has.
+ */
+export function toProtoExit(
+  exit: ProcessExit,
+  dropped: readonly OutputGap[],
+): MessageInitShape<typeof ProcessExitedSchema> {
   const seconds = Math.floor(exit.durationMs / 1000);
   return {
     status: toProtoStatus(exit.status),
@@ -85,6 +100,7 @@ export function toProtoExit(exit: ProcessExit): MessageInitShape<typeof ProcessE
             startStage: exit.startStage === undefined ? undefined : startStageToProto(exit.startStage),
             errno: exit.errno ?? "",
           },
+    dropped: dropped.map(toProtoGap),
   };
 }
 
@@ -102,10 +118,14 @@ export function toProtoInfo(managed: ManagedProcess): MessageInitShape<typeof Pr
     pty: description.pty,
     stdin: !managed.isInputClosed,
     startTime: timestamp(managed.startTime),
-    exit: exit && toProtoExit(exit),
+    exit: exit && toProtoExit(exit, managed.droppedOutput()),
     stdoutBytes: BigInt(managed.outputOffsets.stdout),
     stderrBytes: BigInt(managed.outputOffsets.stderr),
     autoCleanup: description.autoCleanup,
+    retention: {
+      headBytes: BigInt(managed.retention.headBytes),
+      tailBytes: BigInt(managed.retention.tailBytes),
+    },
   };
 }
 

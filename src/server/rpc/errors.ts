@@ -56,6 +56,7 @@ const codeByReason = {
   PROCESS_EXITED: Code.FailedPrecondition,
   PATTERN_INVALID: Code.InvalidArgument,
   PORTS_UNAVAILABLE: Code.FailedPrecondition,
+  RETENTION_ABOVE_LIMIT: Code.InvalidArgument,
 } as const satisfies Record<ErrorReasonName, Code>;
 
 /** The status code a reason is sent with. */

@@ -93,7 +93,7 @@ export function createReadinessHandlers(options: {
       const exit = await waiting(context, managed, () =>
         waitForExit(managed, { timeoutMs: request.timeoutMs, signal: context.signal }),
       );
-      return { exited: toProtoExit(exit), process: toProtoInfo(managed) };
+      return { exited: toProtoExit(exit, managed.droppedOutput()), process: toProtoInfo(managed) };
     },
 
     async listPorts(request) {
@@ -126,7 +126,7 @@ async function waiting<T>(
     }
     const failure = toConnectError(error);
     if (error instanceof ProcessError && error.reason === "PROCESS_EXITED" && managed?.exit !== undefined)
-      failure.details.push({ desc: ProcessExitedSchema, value: toProtoExit(managed.exit) });
+      failure.details.push({ desc: ProcessExitedSchema, value: toProtoExit(managed.exit, managed.droppedOutput()) });
     throw failure;
   }
 }

@@ -94,7 +94,8 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
         if (signal.aborted) return;
         // The output has ended, so the exit is known: this settles at once.
         const exit = await managed.exited;
-        yield { event: { case: "exited", value: toProtoExit(exit) } } satisfies ExecEvent;
+        // The pinned reader never lags beyond what is retained: this stream dropped nothing.
+        yield { event: { case: "exited", value: toProtoExit(exit, []) } } satisfies ExecEvent;
         // The caller has every byte and the exit: the record stays, its output is not worth keeping.
         started.delivered();
       } finally {
@@ -129,7 +130,7 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
       if (managed.outputEnded) {
         // The output has ended, so the exit is known: this settles at once.
         const exit = await managed.exited;
-        yield { event: { case: "exited", value: toProtoExit(exit) } } satisfies LogsEvent;
+        yield { event: { case: "exited", value: toProtoExit(exit, managed.droppedOutput()) } } satisfies LogsEvent;
       } else {
         const { stdout, stderr } = reader.consumedOffsets;
         yield {
@@ -247,6 +248,11 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
         stdoutOffset: BigInt(managed.retainedFrom.stdout),
         stderrOffset: BigInt(managed.retainedFrom.stderr),
         process: toProtoInfo(managed),
+        head: {
+          stdout: managed.snapshotHead("stdout"),
+          stderr: managed.snapshotHead("stderr"),
+          dropped: managed.droppedOutput().map(toProtoGap),
+        },
       };
     },
 

@@ -177,6 +177,12 @@ const (
 	// Watch, and any call under `--user`, need its native addon, which was not
 	// built or not loaded. Metadata: `path`.
 	ErrorReason_ERROR_REASON_FILE_SERVICE_UNAVAILABLE ErrorReason = 38
+	// INVALID_ARGUMENT: a ProcessSpec's `retention` asks to keep more output
+	// than the daemon keeps of one process: two heads and the tail together
+	// above `--max-output-bytes`. Metadata: `field` ("retention",
+	// "retention.head_bytes" or "retention.tail_bytes"), `limit`
+	// ("max-output-bytes"), `value`, the limit.
+	ErrorReason_ERROR_REASON_RETENTION_ABOVE_LIMIT ErrorReason = 45
 	// DEADLINE_EXCEEDED: a wait (WaitForPort, WaitForLog, WaitForExit) reached
 	// its `timeout_ms` first; the process runs on. Metadata: `timeout_ms`,
 	// `waiting_for` ("port 3000", "log /ready/", "exit"), and for a wait tied to
@@ -243,6 +249,7 @@ var (
 		36: "ERROR_REASON_SYMLINK_LOOP",
 		37: "ERROR_REASON_FILE_BUSY",
 		38: "ERROR_REASON_FILE_SERVICE_UNAVAILABLE",
+		45: "ERROR_REASON_RETENTION_ABOVE_LIMIT",
 		47: "ERROR_REASON_WAIT_TIMED_OUT",
 		48: "ERROR_REASON_PROCESS_EXITED",
 		49: "ERROR_REASON_PATTERN_INVALID",
@@ -288,6 +295,7 @@ var (
 		"ERROR_REASON_SYMLINK_LOOP":             36,
 		"ERROR_REASON_FILE_BUSY":                37,
 		"ERROR_REASON_FILE_SERVICE_UNAVAILABLE": 38,
+		"ERROR_REASON_RETENTION_ABOVE_LIMIT":    45,
 		"ERROR_REASON_WAIT_TIMED_OUT":           47,
 		"ERROR_REASON_PROCESS_EXITED":           48,
 		"ERROR_REASON_PATTERN_INVALID":          49,
@@ -773,7 +781,12 @@ type ProcessSpec struct {
 	// linger time has passed. Defaults to true.
 	AutoCleanup *bool `protobuf:"varint,11,opt,name=auto_cleanup,json=autoCleanup,proto3,oneof" json:"auto_cleanup,omitempty"`
 	// Run as root. Refused with PERMISSION_DENIED unless the daemon allows it.
-	Sudo          bool `protobuf:"varint,12,opt,name=sudo,proto3" json:"sudo,omitempty"`
+	Sudo bool `protobuf:"varint,12,opt,name=sudo,proto3" json:"sudo,omitempty"`
+	// How much of the output the daemon keeps for StreamLogs and
+	// GetProcessLogs: the first bytes of each stream and the last bytes, with
+	// one gap between. Unset: the daemon's defaults. Sizes above the daemon's
+	// `--max-output-bytes` are INVALID_ARGUMENT (reason RETENTION_ABOVE_LIMIT).
+	Retention     *OutputRetention `protobuf:"bytes,14,opt,name=retention,proto3" json:"retention,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -892,6 +905,78 @@ func (x *ProcessSpec) GetSudo() bool {
 	return false
 }
 
+func (x *ProcessSpec) GetRetention() *OutputRetention {
+	if x != nil {
+		return x.Retention
+	}
+	return nil
+}
+
+// OutputRetention says how much of a process's output the daemon keeps: the
+// head, the first bytes of each stream, whatever the stream prints after
+// them; and the tail, the newest bytes of both streams together. What lies
+// between is dropped, so a stream has at most one gap, between its head and
+// its tail. The daemon's memory budget may drop more: the tail shrinks from
+// its start first, and the heads go only once the tail has nothing left to
+// give (then a stream's gap starts at offset 0).
+type OutputRetention struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Bytes kept from the start of each stream, stdout and stderr each. Unset:
+	// the daemon's `--output-head-bytes` (64 KiB; at most a quarter of
+	// `--max-output-bytes`), or less when `tail_bytes` leaves less room.
+	HeadBytes *uint64 `protobuf:"varint,1,opt,name=head_bytes,json=headBytes,proto3,oneof" json:"head_bytes,omitempty"`
+	// Bytes kept from the end of the output, both streams together in arrival
+	// order, beyond each stream's head. Unset: what `--max-output-bytes`
+	// leaves after the two heads.
+	TailBytes     *uint64 `protobuf:"varint,2,opt,name=tail_bytes,json=tailBytes,proto3,oneof" json:"tail_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OutputRetention) Reset() {
+	*x = OutputRetention{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OutputRetention) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OutputRetention) ProtoMessage() {}
+
+func (x *OutputRetention) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OutputRetention.ProtoReflect.Descriptor instead.
+func (*OutputRetention) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *OutputRetention) GetHeadBytes() uint64 {
+	if x != nil && x.HeadBytes != nil {
+		return *x.HeadBytes
+	}
+	return 0
+}
+
+func (x *OutputRetention) GetTailBytes() uint64 {
+	if x != nil && x.TailBytes != nil {
+		return *x.TailBytes
+	}
+	return 0
+}
+
 // ExecRequest asks to run a command and stream it to its end.
 type ExecRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -903,7 +988,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[2]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -915,7 +1000,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[2]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -928,7 +1013,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{2}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ExecRequest) GetSpec() *ProcessSpec {
@@ -955,7 +1040,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[3]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -967,7 +1052,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[3]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -980,7 +1065,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{3}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ExecResponse) GetEvent() isExecResponse_Event {
@@ -1057,7 +1142,7 @@ type OutputChunk struct {
 
 func (x *OutputChunk) Reset() {
 	*x = OutputChunk{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[4]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1069,7 +1154,7 @@ func (x *OutputChunk) String() string {
 func (*OutputChunk) ProtoMessage() {}
 
 func (x *OutputChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[4]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1082,7 +1167,7 @@ func (x *OutputChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputChunk.ProtoReflect.Descriptor instead.
 func (*OutputChunk) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{4}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *OutputChunk) GetStream() OutputStream {
@@ -1122,7 +1207,7 @@ type OutputGap struct {
 
 func (x *OutputGap) Reset() {
 	*x = OutputGap{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[5]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1134,7 +1219,7 @@ func (x *OutputGap) String() string {
 func (*OutputGap) ProtoMessage() {}
 
 func (x *OutputGap) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[5]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1147,7 +1232,7 @@ func (x *OutputGap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputGap.ProtoReflect.Descriptor instead.
 func (*OutputGap) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{5}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *OutputGap) GetStream() OutputStream {
@@ -1205,14 +1290,21 @@ type ProcessExited struct {
 	Cause ExitCause `protobuf:"varint,12,opt,name=cause,proto3,enum=sandbox.v1.ExitCause" json:"cause,omitempty"`
 	// What `cause` alone does not say: which request killed it, or which step
 	// of its start failed and with which errno. Absent for the other causes.
-	CauseDetail   *ExitCauseDetail `protobuf:"bytes,13,opt,name=cause_detail,json=causeDetail,proto3" json:"cause_detail,omitempty"`
+	CauseDetail *ExitCauseDetail `protobuf:"bytes,13,opt,name=cause_detail,json=causeDetail,proto3" json:"cause_detail,omitempty"`
+	// Output the daemon dropped, at most one gap per stream (between the head
+	// and the tail it keeps, see OutputRetention), stdout first. In Exec's
+	// `exited` it is what the Exec stream dropped, which is nothing: Exec
+	// pauses a command whose caller reads slowly rather than drop its output.
+	// Elsewhere it is what the record no longer retains when the message is
+	// built: what StreamLogs and GetProcessLogs cannot return.
+	Dropped       []*OutputGap `protobuf:"bytes,15,rep,name=dropped,proto3" json:"dropped,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ProcessExited) Reset() {
 	*x = ProcessExited{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[6]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1224,7 +1316,7 @@ func (x *ProcessExited) String() string {
 func (*ProcessExited) ProtoMessage() {}
 
 func (x *ProcessExited) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[6]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1237,7 +1329,7 @@ func (x *ProcessExited) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessExited.ProtoReflect.Descriptor instead.
 func (*ProcessExited) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{6}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ProcessExited) GetStatus() ProcessStatus {
@@ -1331,6 +1423,13 @@ func (x *ProcessExited) GetCauseDetail() *ExitCauseDetail {
 	return nil
 }
 
+func (x *ProcessExited) GetDropped() []*OutputGap {
+	if x != nil {
+		return x.Dropped
+	}
+	return nil
+}
+
 // ExitCauseDetail adds to an ExitCause what the cause alone does not say.
 type ExitCauseDetail struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1347,7 +1446,7 @@ type ExitCauseDetail struct {
 
 func (x *ExitCauseDetail) Reset() {
 	*x = ExitCauseDetail{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[7]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1359,7 +1458,7 @@ func (x *ExitCauseDetail) String() string {
 func (*ExitCauseDetail) ProtoMessage() {}
 
 func (x *ExitCauseDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[7]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1372,7 +1471,7 @@ func (x *ExitCauseDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExitCauseDetail.ProtoReflect.Descriptor instead.
 func (*ExitCauseDetail) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{7}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ExitCauseDetail) GetStartStage() StartStage {
@@ -1426,14 +1525,17 @@ type ProcessInfo struct {
 	// Bytes written to stderr so far.
 	StderrBytes uint64 `protobuf:"varint,13,opt,name=stderr_bytes,json=stderrBytes,proto3" json:"stderr_bytes,omitempty"`
 	// Whether the record is removed automatically after exit.
-	AutoCleanup   bool `protobuf:"varint,14,opt,name=auto_cleanup,json=autoCleanup,proto3" json:"auto_cleanup,omitempty"`
+	AutoCleanup bool `protobuf:"varint,14,opt,name=auto_cleanup,json=autoCleanup,proto3" json:"auto_cleanup,omitempty"`
+	// The retention in effect, both sizes set: the request's, with the
+	// daemon's defaults for what it left unset.
+	Retention     *OutputRetention `protobuf:"bytes,16,opt,name=retention,proto3" json:"retention,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ProcessInfo) Reset() {
 	*x = ProcessInfo{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[8]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1445,7 +1547,7 @@ func (x *ProcessInfo) String() string {
 func (*ProcessInfo) ProtoMessage() {}
 
 func (x *ProcessInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[8]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1458,7 +1560,7 @@ func (x *ProcessInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessInfo.ProtoReflect.Descriptor instead.
 func (*ProcessInfo) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{8}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ProcessInfo) GetProcessId() string {
@@ -1559,6 +1661,13 @@ func (x *ProcessInfo) GetAutoCleanup() bool {
 	return false
 }
 
+func (x *ProcessInfo) GetRetention() *OutputRetention {
+	if x != nil {
+		return x.Retention
+	}
+	return nil
+}
+
 // StartProcessRequest asks to start a background process.
 type StartProcessRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1570,7 +1679,7 @@ type StartProcessRequest struct {
 
 func (x *StartProcessRequest) Reset() {
 	*x = StartProcessRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[9]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1582,7 +1691,7 @@ func (x *StartProcessRequest) String() string {
 func (*StartProcessRequest) ProtoMessage() {}
 
 func (x *StartProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[9]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1595,7 +1704,7 @@ func (x *StartProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartProcessRequest.ProtoReflect.Descriptor instead.
 func (*StartProcessRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{9}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *StartProcessRequest) GetSpec() *ProcessSpec {
@@ -1616,7 +1725,7 @@ type StartProcessResponse struct {
 
 func (x *StartProcessResponse) Reset() {
 	*x = StartProcessResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[10]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1628,7 +1737,7 @@ func (x *StartProcessResponse) String() string {
 func (*StartProcessResponse) ProtoMessage() {}
 
 func (x *StartProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[10]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1641,7 +1750,7 @@ func (x *StartProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartProcessResponse.ProtoReflect.Descriptor instead.
 func (*StartProcessResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{10}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *StartProcessResponse) GetProcess() *ProcessInfo {
@@ -1669,7 +1778,7 @@ type StreamLogsRequest struct {
 
 func (x *StreamLogsRequest) Reset() {
 	*x = StreamLogsRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[11]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1681,7 +1790,7 @@ func (x *StreamLogsRequest) String() string {
 func (*StreamLogsRequest) ProtoMessage() {}
 
 func (x *StreamLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[11]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1694,7 +1803,7 @@ func (x *StreamLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamLogsRequest.ProtoReflect.Descriptor instead.
 func (*StreamLogsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{11}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StreamLogsRequest) GetProcessId() string {
@@ -1744,7 +1853,7 @@ type StreamLogsResponse struct {
 
 func (x *StreamLogsResponse) Reset() {
 	*x = StreamLogsResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[12]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1756,7 +1865,7 @@ func (x *StreamLogsResponse) String() string {
 func (*StreamLogsResponse) ProtoMessage() {}
 
 func (x *StreamLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[12]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1769,7 +1878,7 @@ func (x *StreamLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamLogsResponse.ProtoReflect.Descriptor instead.
 func (*StreamLogsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{12}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StreamLogsResponse) GetEvent() isStreamLogsResponse_Event {
@@ -1876,7 +1985,7 @@ type CaughtUp struct {
 
 func (x *CaughtUp) Reset() {
 	*x = CaughtUp{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[13]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1888,7 +1997,7 @@ func (x *CaughtUp) String() string {
 func (*CaughtUp) ProtoMessage() {}
 
 func (x *CaughtUp) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[13]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1901,7 +2010,7 @@ func (x *CaughtUp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CaughtUp.ProtoReflect.Descriptor instead.
 func (*CaughtUp) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{13}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CaughtUp) GetStdoutOffset() uint64 {
@@ -1937,7 +2046,7 @@ type SendInputRequest struct {
 
 func (x *SendInputRequest) Reset() {
 	*x = SendInputRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[14]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1949,7 +2058,7 @@ func (x *SendInputRequest) String() string {
 func (*SendInputRequest) ProtoMessage() {}
 
 func (x *SendInputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[14]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1962,7 +2071,7 @@ func (x *SendInputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendInputRequest.ProtoReflect.Descriptor instead.
 func (*SendInputRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{14}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *SendInputRequest) GetInput() isSendInputRequest_Input {
@@ -2067,7 +2176,7 @@ type OpenInput struct {
 
 func (x *OpenInput) Reset() {
 	*x = OpenInput{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[15]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2079,7 +2188,7 @@ func (x *OpenInput) String() string {
 func (*OpenInput) ProtoMessage() {}
 
 func (x *OpenInput) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[15]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2092,7 +2201,7 @@ func (x *OpenInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenInput.ProtoReflect.Descriptor instead.
 func (*OpenInput) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{15}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *OpenInput) GetProcessId() string {
@@ -2111,7 +2220,7 @@ type CloseInput struct {
 
 func (x *CloseInput) Reset() {
 	*x = CloseInput{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[16]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2123,7 +2232,7 @@ func (x *CloseInput) String() string {
 func (*CloseInput) ProtoMessage() {}
 
 func (x *CloseInput) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[16]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2136,7 +2245,7 @@ func (x *CloseInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseInput.ProtoReflect.Descriptor instead.
 func (*CloseInput) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{16}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
 }
 
 // SendInputResponse acknowledges one SendInputRequest, in order.
@@ -2152,7 +2261,7 @@ type SendInputResponse struct {
 
 func (x *SendInputResponse) Reset() {
 	*x = SendInputResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[17]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2164,7 +2273,7 @@ func (x *SendInputResponse) String() string {
 func (*SendInputResponse) ProtoMessage() {}
 
 func (x *SendInputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[17]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2177,7 +2286,7 @@ func (x *SendInputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendInputResponse.ProtoReflect.Descriptor instead.
 func (*SendInputResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SendInputResponse) GetBytesWritten() uint64 {
@@ -2205,7 +2314,7 @@ type GetProcessRequest struct {
 
 func (x *GetProcessRequest) Reset() {
 	*x = GetProcessRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[18]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2217,7 +2326,7 @@ func (x *GetProcessRequest) String() string {
 func (*GetProcessRequest) ProtoMessage() {}
 
 func (x *GetProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[18]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2230,7 +2339,7 @@ func (x *GetProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProcessRequest.ProtoReflect.Descriptor instead.
 func (*GetProcessRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetProcessRequest) GetProcessId() string {
@@ -2251,7 +2360,7 @@ type GetProcessResponse struct {
 
 func (x *GetProcessResponse) Reset() {
 	*x = GetProcessResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[19]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2263,7 +2372,7 @@ func (x *GetProcessResponse) String() string {
 func (*GetProcessResponse) ProtoMessage() {}
 
 func (x *GetProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[19]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2276,7 +2385,7 @@ func (x *GetProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProcessResponse.ProtoReflect.Descriptor instead.
 func (*GetProcessResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{19}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetProcessResponse) GetProcess() *ProcessInfo {
@@ -2311,7 +2420,7 @@ type ListProcessesRequest struct {
 
 func (x *ListProcessesRequest) Reset() {
 	*x = ListProcessesRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[20]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2323,7 +2432,7 @@ func (x *ListProcessesRequest) String() string {
 func (*ListProcessesRequest) ProtoMessage() {}
 
 func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[20]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2336,7 +2445,7 @@ func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesRequest.ProtoReflect.Descriptor instead.
 func (*ListProcessesRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{20}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListProcessesRequest) GetSessionId() string {
@@ -2380,7 +2489,7 @@ type ListProcessesResponse struct {
 
 func (x *ListProcessesResponse) Reset() {
 	*x = ListProcessesResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[21]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2392,7 +2501,7 @@ func (x *ListProcessesResponse) String() string {
 func (*ListProcessesResponse) ProtoMessage() {}
 
 func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[21]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2405,7 +2514,7 @@ func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesResponse.ProtoReflect.Descriptor instead.
 func (*ListProcessesResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{21}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListProcessesResponse) GetProcesses() []*ProcessInfo {
@@ -2438,7 +2547,7 @@ type KillProcessRequest struct {
 
 func (x *KillProcessRequest) Reset() {
 	*x = KillProcessRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[22]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2450,7 +2559,7 @@ func (x *KillProcessRequest) String() string {
 func (*KillProcessRequest) ProtoMessage() {}
 
 func (x *KillProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[22]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2463,7 +2572,7 @@ func (x *KillProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillProcessRequest.ProtoReflect.Descriptor instead.
 func (*KillProcessRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *KillProcessRequest) GetProcessId() string {
@@ -2498,7 +2607,7 @@ type KillProcessResponse struct {
 
 func (x *KillProcessResponse) Reset() {
 	*x = KillProcessResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[23]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2510,7 +2619,7 @@ func (x *KillProcessResponse) String() string {
 func (*KillProcessResponse) ProtoMessage() {}
 
 func (x *KillProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[23]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2523,7 +2632,7 @@ func (x *KillProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillProcessResponse.ProtoReflect.Descriptor instead.
 func (*KillProcessResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *KillProcessResponse) GetProcess() *ProcessInfo {
@@ -2548,7 +2657,7 @@ type KillAllProcessesRequest struct {
 
 func (x *KillAllProcessesRequest) Reset() {
 	*x = KillAllProcessesRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[24]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2560,7 +2669,7 @@ func (x *KillAllProcessesRequest) String() string {
 func (*KillAllProcessesRequest) ProtoMessage() {}
 
 func (x *KillAllProcessesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[24]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2573,7 +2682,7 @@ func (x *KillAllProcessesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillAllProcessesRequest.ProtoReflect.Descriptor instead.
 func (*KillAllProcessesRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *KillAllProcessesRequest) GetSessionId() string {
@@ -2608,7 +2717,7 @@ type KillAllProcessesResponse struct {
 
 func (x *KillAllProcessesResponse) Reset() {
 	*x = KillAllProcessesResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[25]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2620,7 +2729,7 @@ func (x *KillAllProcessesResponse) String() string {
 func (*KillAllProcessesResponse) ProtoMessage() {}
 
 func (x *KillAllProcessesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[25]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2633,7 +2742,7 @@ func (x *KillAllProcessesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillAllProcessesResponse.ProtoReflect.Descriptor instead.
 func (*KillAllProcessesResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *KillAllProcessesResponse) GetKilledCount() uint32 {
@@ -2657,7 +2766,7 @@ type CleanupProcessesRequest struct {
 
 func (x *CleanupProcessesRequest) Reset() {
 	*x = CleanupProcessesRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[26]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2669,7 +2778,7 @@ func (x *CleanupProcessesRequest) String() string {
 func (*CleanupProcessesRequest) ProtoMessage() {}
 
 func (x *CleanupProcessesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[26]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2682,7 +2791,7 @@ func (x *CleanupProcessesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CleanupProcessesRequest.ProtoReflect.Descriptor instead.
 func (*CleanupProcessesRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CleanupProcessesRequest) GetSessionId() string {
@@ -2710,7 +2819,7 @@ type CleanupProcessesResponse struct {
 
 func (x *CleanupProcessesResponse) Reset() {
 	*x = CleanupProcessesResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[27]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2722,7 +2831,7 @@ func (x *CleanupProcessesResponse) String() string {
 func (*CleanupProcessesResponse) ProtoMessage() {}
 
 func (x *CleanupProcessesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[27]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2735,7 +2844,7 @@ func (x *CleanupProcessesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CleanupProcessesResponse.ProtoReflect.Descriptor instead.
 func (*CleanupProcessesResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CleanupProcessesResponse) GetRemovedCount() uint32 {
@@ -2756,7 +2865,7 @@ type GetProcessLogsRequest struct {
 
 func (x *GetProcessLogsRequest) Reset() {
 	*x = GetProcessLogsRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[28]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2768,7 +2877,7 @@ func (x *GetProcessLogsRequest) String() string {
 func (*GetProcessLogsRequest) ProtoMessage() {}
 
 func (x *GetProcessLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[28]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2781,7 +2890,7 @@ func (x *GetProcessLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProcessLogsRequest.ProtoReflect.Descriptor instead.
 func (*GetProcessLogsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *GetProcessLogsRequest) GetProcessId() string {
@@ -2791,28 +2900,35 @@ func (x *GetProcessLogsRequest) GetProcessId() string {
 	return ""
 }
 
-// GetProcessLogsResponse is a snapshot of a process's retained output.
+// GetProcessLogsResponse is a snapshot of a process's retained output: per
+// stream, a head from offset 0 (in `head`), a gap, and the tail up to the
+// newest byte (`stdout`, `stderr`); without a gap all of it is in `stdout`
+// and `stderr`.
 type GetProcessLogsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The process id.
 	ProcessId string `protobuf:"bytes,1,opt,name=process_id,json=processId,proto3" json:"process_id,omitempty"`
-	// Retained stdout bytes.
+	// Retained stdout bytes up to the newest: everything retained when no gap
+	// lies within, else the tail after the gap.
 	Stdout []byte `protobuf:"bytes,2,opt,name=stdout,proto3" json:"stdout,omitempty"`
-	// Retained stderr bytes.
+	// Retained stderr bytes up to the newest, as `stdout`.
 	Stderr []byte `protobuf:"bytes,3,opt,name=stderr,proto3" json:"stderr,omitempty"`
-	// Offset of the first retained stdout byte (bytes before it were dropped).
+	// Offset of the first byte of `stdout` (bytes before it are in
+	// `head.stdout` or were dropped).
 	StdoutOffset uint64 `protobuf:"varint,4,opt,name=stdout_offset,json=stdoutOffset,proto3" json:"stdout_offset,omitempty"`
-	// Offset of the first retained stderr byte.
+	// Offset of the first byte of `stderr`.
 	StderrOffset uint64 `protobuf:"varint,5,opt,name=stderr_offset,json=stderrOffset,proto3" json:"stderr_offset,omitempty"`
 	// The record.
-	Process       *ProcessInfo `protobuf:"bytes,6,opt,name=process,proto3" json:"process,omitempty"`
+	Process *ProcessInfo `protobuf:"bytes,6,opt,name=process,proto3" json:"process,omitempty"`
+	// The heads a gap separates from `stdout` and `stderr`, and the gaps.
+	Head          *RetainedHead `protobuf:"bytes,7,opt,name=head,proto3" json:"head,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetProcessLogsResponse) Reset() {
 	*x = GetProcessLogsResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[29]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2824,7 +2940,7 @@ func (x *GetProcessLogsResponse) String() string {
 func (*GetProcessLogsResponse) ProtoMessage() {}
 
 func (x *GetProcessLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[29]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2837,7 +2953,7 @@ func (x *GetProcessLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProcessLogsResponse.ProtoReflect.Descriptor instead.
 func (*GetProcessLogsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetProcessLogsResponse) GetProcessId() string {
@@ -2882,6 +2998,80 @@ func (x *GetProcessLogsResponse) GetProcess() *ProcessInfo {
 	return nil
 }
 
+func (x *GetProcessLogsResponse) GetHead() *RetainedHead {
+	if x != nil {
+		return x.Head
+	}
+	return nil
+}
+
+// RetainedHead is what a snapshot keeps ahead of a gap: the first bytes of
+// each stream, and what was dropped after them.
+type RetainedHead struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The first stdout bytes, from offset 0, when a gap separates them from
+	// the response's `stdout`; empty when none does (or the head was dropped).
+	Stdout []byte `protobuf:"bytes,1,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	// The first stderr bytes, as `stdout`.
+	Stderr []byte `protobuf:"bytes,2,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	// What was dropped, at most one gap per stream, stdout first: from the end
+	// of the stream's head (0 when it has none) to the response's offset.
+	Dropped       []*OutputGap `protobuf:"bytes,3,rep,name=dropped,proto3" json:"dropped,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RetainedHead) Reset() {
+	*x = RetainedHead{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RetainedHead) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RetainedHead) ProtoMessage() {}
+
+func (x *RetainedHead) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RetainedHead.ProtoReflect.Descriptor instead.
+func (*RetainedHead) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *RetainedHead) GetStdout() []byte {
+	if x != nil {
+		return x.Stdout
+	}
+	return nil
+}
+
+func (x *RetainedHead) GetStderr() []byte {
+	if x != nil {
+		return x.Stderr
+	}
+	return nil
+}
+
+func (x *RetainedHead) GetDropped() []*OutputGap {
+	if x != nil {
+		return x.Dropped
+	}
+	return nil
+}
+
 // HttpProbe asks WaitForPort for an HTTP check: a GET of `path` that must be
 // answered with a status from `min_status` to `max_status`.
 type HttpProbe struct {
@@ -2899,7 +3089,7 @@ type HttpProbe struct {
 
 func (x *HttpProbe) Reset() {
 	*x = HttpProbe{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[30]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2911,7 +3101,7 @@ func (x *HttpProbe) String() string {
 func (*HttpProbe) ProtoMessage() {}
 
 func (x *HttpProbe) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[30]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2924,7 +3114,7 @@ func (x *HttpProbe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HttpProbe.ProtoReflect.Descriptor instead.
 func (*HttpProbe) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *HttpProbe) GetPath() string {
@@ -2973,7 +3163,7 @@ type WaitForPortRequest struct {
 
 func (x *WaitForPortRequest) Reset() {
 	*x = WaitForPortRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2985,7 +3175,7 @@ func (x *WaitForPortRequest) String() string {
 func (*WaitForPortRequest) ProtoMessage() {}
 
 func (x *WaitForPortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2998,7 +3188,7 @@ func (x *WaitForPortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitForPortRequest.ProtoReflect.Descriptor instead.
 func (*WaitForPortRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WaitForPortRequest) GetPort() uint32 {
@@ -3060,7 +3250,7 @@ type WaitForPortResponse struct {
 
 func (x *WaitForPortResponse) Reset() {
 	*x = WaitForPortResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3072,7 +3262,7 @@ func (x *WaitForPortResponse) String() string {
 func (*WaitForPortResponse) ProtoMessage() {}
 
 func (x *WaitForPortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3085,7 +3275,7 @@ func (x *WaitForPortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitForPortResponse.ProtoReflect.Descriptor instead.
 func (*WaitForPortResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WaitForPortResponse) GetAddress() string {
@@ -3143,7 +3333,7 @@ type WaitForLogRequest struct {
 
 func (x *WaitForLogRequest) Reset() {
 	*x = WaitForLogRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3155,7 +3345,7 @@ func (x *WaitForLogRequest) String() string {
 func (*WaitForLogRequest) ProtoMessage() {}
 
 func (x *WaitForLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3168,7 +3358,7 @@ func (x *WaitForLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitForLogRequest.ProtoReflect.Descriptor instead.
 func (*WaitForLogRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WaitForLogRequest) GetProcessId() string {
@@ -3224,7 +3414,7 @@ type MatchGroup struct {
 
 func (x *MatchGroup) Reset() {
 	*x = MatchGroup{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3236,7 +3426,7 @@ func (x *MatchGroup) String() string {
 func (*MatchGroup) ProtoMessage() {}
 
 func (x *MatchGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3249,7 +3439,7 @@ func (x *MatchGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MatchGroup.ProtoReflect.Descriptor instead.
 func (*MatchGroup) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *MatchGroup) GetText() string {
@@ -3282,7 +3472,7 @@ type WaitForLogResponse struct {
 
 func (x *WaitForLogResponse) Reset() {
 	*x = WaitForLogResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3294,7 +3484,7 @@ func (x *WaitForLogResponse) String() string {
 func (*WaitForLogResponse) ProtoMessage() {}
 
 func (x *WaitForLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3307,7 +3497,7 @@ func (x *WaitForLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitForLogResponse.ProtoReflect.Descriptor instead.
 func (*WaitForLogResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *WaitForLogResponse) GetStream() OutputStream {
@@ -3372,7 +3562,7 @@ type WaitForExitRequest struct {
 
 func (x *WaitForExitRequest) Reset() {
 	*x = WaitForExitRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3384,7 +3574,7 @@ func (x *WaitForExitRequest) String() string {
 func (*WaitForExitRequest) ProtoMessage() {}
 
 func (x *WaitForExitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3397,7 +3587,7 @@ func (x *WaitForExitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitForExitRequest.ProtoReflect.Descriptor instead.
 func (*WaitForExitRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *WaitForExitRequest) GetProcessId() string {
@@ -3427,7 +3617,7 @@ type WaitForExitResponse struct {
 
 func (x *WaitForExitResponse) Reset() {
 	*x = WaitForExitResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3439,7 +3629,7 @@ func (x *WaitForExitResponse) String() string {
 func (*WaitForExitResponse) ProtoMessage() {}
 
 func (x *WaitForExitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3452,7 +3642,7 @@ func (x *WaitForExitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitForExitResponse.ProtoReflect.Descriptor instead.
 func (*WaitForExitResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *WaitForExitResponse) GetExited() *ProcessExited {
@@ -3480,7 +3670,7 @@ type ListPortsRequest struct {
 
 func (x *ListPortsRequest) Reset() {
 	*x = ListPortsRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3492,7 +3682,7 @@ func (x *ListPortsRequest) String() string {
 func (*ListPortsRequest) ProtoMessage() {}
 
 func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3505,7 +3695,7 @@ func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPortsRequest.ProtoReflect.Descriptor instead.
 func (*ListPortsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListPortsRequest) GetProcessId() string {
@@ -3526,7 +3716,7 @@ type ListPortsResponse struct {
 
 func (x *ListPortsResponse) Reset() {
 	*x = ListPortsResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3538,7 +3728,7 @@ func (x *ListPortsResponse) String() string {
 func (*ListPortsResponse) ProtoMessage() {}
 
 func (x *ListPortsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3551,7 +3741,7 @@ func (x *ListPortsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPortsResponse.ProtoReflect.Descriptor instead.
 func (*ListPortsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListPortsResponse) GetPorts() []*ListeningPort {
@@ -3584,7 +3774,7 @@ type ListeningPort struct {
 
 func (x *ListeningPort) Reset() {
 	*x = ListeningPort{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3596,7 +3786,7 @@ func (x *ListeningPort) String() string {
 func (*ListeningPort) ProtoMessage() {}
 
 func (x *ListeningPort) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3609,7 +3799,7 @@ func (x *ListeningPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListeningPort.ProtoReflect.Descriptor instead.
 func (*ListeningPort) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListeningPort) GetPort() uint32 {
@@ -3664,7 +3854,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"PtyOptions\x12\x12\n" +
 	"\x04cols\x18\x01 \x01(\rR\x04cols\x12\x12\n" +
 	"\x04rows\x18\x02 \x01(\rR\x04rows\x12\x12\n" +
-	"\x04term\x18\x03 \x01(\tR\x04term\"\xc2\x03\n" +
+	"\x04term\x18\x03 \x01(\tR\x04term\"\xfd\x03\n" +
 	"\vProcessSpec\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\tR\acommand\x12\x12\n" +
 	"\x04args\x18\x02 \x03(\tR\x04args\x122\n" +
@@ -3682,11 +3872,19 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"stdin_data\x18\n" +
 	" \x01(\fR\tstdinData\x12&\n" +
 	"\fauto_cleanup\x18\v \x01(\bH\x00R\vautoCleanup\x88\x01\x01\x12\x12\n" +
-	"\x04sudo\x18\f \x01(\bR\x04sudo\x1a6\n" +
+	"\x04sudo\x18\f \x01(\bR\x04sudo\x129\n" +
+	"\tretention\x18\x0e \x01(\v2\x1b.sandbox.v1.OutputRetentionR\tretention\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x0f\n" +
-	"\r_auto_cleanup\":\n" +
+	"\r_auto_cleanup\"w\n" +
+	"\x0fOutputRetention\x12\"\n" +
+	"\n" +
+	"head_bytes\x18\x01 \x01(\x04H\x00R\theadBytes\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"tail_bytes\x18\x02 \x01(\x04H\x01R\ttailBytes\x88\x01\x01B\r\n" +
+	"\v_head_bytesB\r\n" +
+	"\v_tail_bytes\":\n" +
 	"\vExecRequest\x12+\n" +
 	"\x04spec\x18\x01 \x01(\v2\x17.sandbox.v1.ProcessSpecR\x04spec\"\xb4\x01\n" +
 	"\fExecResponse\x123\n" +
@@ -3701,7 +3899,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\tOutputGap\x120\n" +
 	"\x06stream\x18\x01 \x01(\x0e2\x18.sandbox.v1.OutputStreamR\x06stream\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12!\n" +
-	"\fmissed_bytes\x18\x03 \x01(\x04R\vmissedBytes\"\xb1\x04\n" +
+	"\fmissed_bytes\x18\x03 \x01(\x04R\vmissedBytes\"\xe2\x04\n" +
 	"\rProcessExited\x121\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x19.sandbox.v1.ProcessStatusR\x06status\x12 \n" +
 	"\texit_code\x18\x02 \x01(\x05H\x00R\bexitCode\x88\x01\x01\x12\x16\n" +
@@ -3717,7 +3915,8 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	" \x01(\x04R\vstderrBytes\x12\x14\n" +
 	"\x05error\x18\v \x01(\tR\x05error\x12+\n" +
 	"\x05cause\x18\f \x01(\x0e2\x15.sandbox.v1.ExitCauseR\x05cause\x12>\n" +
-	"\fcause_detail\x18\r \x01(\v2\x1b.sandbox.v1.ExitCauseDetailR\vcauseDetailB\f\n" +
+	"\fcause_detail\x18\r \x01(\v2\x1b.sandbox.v1.ExitCauseDetailR\vcauseDetail\x12/\n" +
+	"\adropped\x18\x0f \x03(\v2\x15.sandbox.v1.OutputGapR\adroppedB\f\n" +
 	"\n" +
 	"_exit_code\"\x99\x01\n" +
 	"\x0fExitCauseDetail\x127\n" +
@@ -3725,7 +3924,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"startStage\x12\x14\n" +
 	"\x05errno\x18\x02 \x01(\tR\x05errno\x127\n" +
 	"\vkill_origin\x18\x03 \x01(\x0e2\x16.sandbox.v1.KillOriginR\n" +
-	"killOrigin\"\xcb\x03\n" +
+	"killOrigin\"\x86\x04\n" +
 	"\vProcessInfo\x12\x1d\n" +
 	"\n" +
 	"process_id\x18\x01 \x01(\tR\tprocessId\x12\x10\n" +
@@ -3744,7 +3943,8 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x04exit\x18\v \x01(\v2\x19.sandbox.v1.ProcessExitedR\x04exit\x12!\n" +
 	"\fstdout_bytes\x18\f \x01(\x04R\vstdoutBytes\x12!\n" +
 	"\fstderr_bytes\x18\r \x01(\x04R\vstderrBytes\x12!\n" +
-	"\fauto_cleanup\x18\x0e \x01(\bR\vautoCleanup\"B\n" +
+	"\fauto_cleanup\x18\x0e \x01(\bR\vautoCleanup\x129\n" +
+	"\tretention\x18\x10 \x01(\v2\x1b.sandbox.v1.OutputRetentionR\tretention\"B\n" +
 	"\x13StartProcessRequest\x12+\n" +
 	"\x04spec\x18\x01 \x01(\v2\x17.sandbox.v1.ProcessSpecR\x04spec\"I\n" +
 	"\x14StartProcessResponse\x121\n" +
@@ -3818,7 +4018,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\rremoved_count\x18\x01 \x01(\rR\fremovedCount\"6\n" +
 	"\x15GetProcessLogsRequest\x12\x1d\n" +
 	"\n" +
-	"process_id\x18\x01 \x01(\tR\tprocessId\"\xe4\x01\n" +
+	"process_id\x18\x01 \x01(\tR\tprocessId\"\x92\x02\n" +
 	"\x16GetProcessLogsResponse\x12\x1d\n" +
 	"\n" +
 	"process_id\x18\x01 \x01(\tR\tprocessId\x12\x16\n" +
@@ -3826,7 +4026,12 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x06stderr\x18\x03 \x01(\fR\x06stderr\x12#\n" +
 	"\rstdout_offset\x18\x04 \x01(\x04R\fstdoutOffset\x12#\n" +
 	"\rstderr_offset\x18\x05 \x01(\x04R\fstderrOffset\x121\n" +
-	"\aprocess\x18\x06 \x01(\v2\x17.sandbox.v1.ProcessInfoR\aprocess\"]\n" +
+	"\aprocess\x18\x06 \x01(\v2\x17.sandbox.v1.ProcessInfoR\aprocess\x12,\n" +
+	"\x04head\x18\a \x01(\v2\x18.sandbox.v1.RetainedHeadR\x04head\"o\n" +
+	"\fRetainedHead\x12\x16\n" +
+	"\x06stdout\x18\x01 \x01(\fR\x06stdout\x12\x16\n" +
+	"\x06stderr\x18\x02 \x01(\fR\x06stderr\x12/\n" +
+	"\adropped\x18\x03 \x03(\v2\x15.sandbox.v1.OutputGapR\adropped\"]\n" +
 	"\tHttpProbe\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1d\n" +
 	"\n" +
@@ -3894,7 +4099,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x03pid\x18\x04 \x01(\x05R\x03pid\x12\x18\n" +
 	"\aprogram\x18\x05 \x01(\tR\aprogram\x12\x1d\n" +
 	"\n" +
-	"process_id\x18\x06 \x01(\tR\tprocessId*\xe0\v\n" +
+	"process_id\x18\x06 \x01(\tR\tprocessId*\x88\f\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\"\n" +
 	"\x1eERROR_REASON_PROCESS_NOT_FOUND\x10\x01\x12'\n" +
@@ -3935,7 +4140,8 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"!ERROR_REASON_READ_ONLY_FILESYSTEM\x10#\x12\x1d\n" +
 	"\x19ERROR_REASON_SYMLINK_LOOP\x10$\x12\x1a\n" +
 	"\x16ERROR_REASON_FILE_BUSY\x10%\x12)\n" +
-	"%ERROR_REASON_FILE_SERVICE_UNAVAILABLE\x10&\x12\x1f\n" +
+	"%ERROR_REASON_FILE_SERVICE_UNAVAILABLE\x10&\x12&\n" +
+	"\"ERROR_REASON_RETENTION_ABOVE_LIMIT\x10-\x12\x1f\n" +
 	"\x1bERROR_REASON_WAIT_TIMED_OUT\x10/\x12\x1f\n" +
 	"\x1bERROR_REASON_PROCESS_EXITED\x100\x12 \n" +
 	"\x1cERROR_REASON_PATTERN_INVALID\x101\x12\"\n" +
@@ -4016,7 +4222,7 @@ func file_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 43)
+var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
 var file_sandbox_v1_sandbox_proto_goTypes = []any{
 	(ErrorReason)(0),                 // 0: sandbox.v1.ErrorReason
 	(ProcessStatus)(0),               // 1: sandbox.v1.ProcessStatus
@@ -4026,127 +4232,134 @@ var file_sandbox_v1_sandbox_proto_goTypes = []any{
 	(KillOrigin)(0),                  // 5: sandbox.v1.KillOrigin
 	(*PtyOptions)(nil),               // 6: sandbox.v1.PtyOptions
 	(*ProcessSpec)(nil),              // 7: sandbox.v1.ProcessSpec
-	(*ExecRequest)(nil),              // 8: sandbox.v1.ExecRequest
-	(*ExecResponse)(nil),             // 9: sandbox.v1.ExecResponse
-	(*OutputChunk)(nil),              // 10: sandbox.v1.OutputChunk
-	(*OutputGap)(nil),                // 11: sandbox.v1.OutputGap
-	(*ProcessExited)(nil),            // 12: sandbox.v1.ProcessExited
-	(*ExitCauseDetail)(nil),          // 13: sandbox.v1.ExitCauseDetail
-	(*ProcessInfo)(nil),              // 14: sandbox.v1.ProcessInfo
-	(*StartProcessRequest)(nil),      // 15: sandbox.v1.StartProcessRequest
-	(*StartProcessResponse)(nil),     // 16: sandbox.v1.StartProcessResponse
-	(*StreamLogsRequest)(nil),        // 17: sandbox.v1.StreamLogsRequest
-	(*StreamLogsResponse)(nil),       // 18: sandbox.v1.StreamLogsResponse
-	(*CaughtUp)(nil),                 // 19: sandbox.v1.CaughtUp
-	(*SendInputRequest)(nil),         // 20: sandbox.v1.SendInputRequest
-	(*OpenInput)(nil),                // 21: sandbox.v1.OpenInput
-	(*CloseInput)(nil),               // 22: sandbox.v1.CloseInput
-	(*SendInputResponse)(nil),        // 23: sandbox.v1.SendInputResponse
-	(*GetProcessRequest)(nil),        // 24: sandbox.v1.GetProcessRequest
-	(*GetProcessResponse)(nil),       // 25: sandbox.v1.GetProcessResponse
-	(*ListProcessesRequest)(nil),     // 26: sandbox.v1.ListProcessesRequest
-	(*ListProcessesResponse)(nil),    // 27: sandbox.v1.ListProcessesResponse
-	(*KillProcessRequest)(nil),       // 28: sandbox.v1.KillProcessRequest
-	(*KillProcessResponse)(nil),      // 29: sandbox.v1.KillProcessResponse
-	(*KillAllProcessesRequest)(nil),  // 30: sandbox.v1.KillAllProcessesRequest
-	(*KillAllProcessesResponse)(nil), // 31: sandbox.v1.KillAllProcessesResponse
-	(*CleanupProcessesRequest)(nil),  // 32: sandbox.v1.CleanupProcessesRequest
-	(*CleanupProcessesResponse)(nil), // 33: sandbox.v1.CleanupProcessesResponse
-	(*GetProcessLogsRequest)(nil),    // 34: sandbox.v1.GetProcessLogsRequest
-	(*GetProcessLogsResponse)(nil),   // 35: sandbox.v1.GetProcessLogsResponse
-	(*HttpProbe)(nil),                // 36: sandbox.v1.HttpProbe
-	(*WaitForPortRequest)(nil),       // 37: sandbox.v1.WaitForPortRequest
-	(*WaitForPortResponse)(nil),      // 38: sandbox.v1.WaitForPortResponse
-	(*WaitForLogRequest)(nil),        // 39: sandbox.v1.WaitForLogRequest
-	(*MatchGroup)(nil),               // 40: sandbox.v1.MatchGroup
-	(*WaitForLogResponse)(nil),       // 41: sandbox.v1.WaitForLogResponse
-	(*WaitForExitRequest)(nil),       // 42: sandbox.v1.WaitForExitRequest
-	(*WaitForExitResponse)(nil),      // 43: sandbox.v1.WaitForExitResponse
-	(*ListPortsRequest)(nil),         // 44: sandbox.v1.ListPortsRequest
-	(*ListPortsResponse)(nil),        // 45: sandbox.v1.ListPortsResponse
-	(*ListeningPort)(nil),            // 46: sandbox.v1.ListeningPort
-	nil,                              // 47: sandbox.v1.ProcessSpec.EnvEntry
-	nil,                              // 48: sandbox.v1.WaitForLogResponse.NamedGroupsEntry
-	(*timestamppb.Timestamp)(nil),    // 49: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 50: google.protobuf.Duration
+	(*OutputRetention)(nil),          // 8: sandbox.v1.OutputRetention
+	(*ExecRequest)(nil),              // 9: sandbox.v1.ExecRequest
+	(*ExecResponse)(nil),             // 10: sandbox.v1.ExecResponse
+	(*OutputChunk)(nil),              // 11: sandbox.v1.OutputChunk
+	(*OutputGap)(nil),                // 12: sandbox.v1.OutputGap
+	(*ProcessExited)(nil),            // 13: sandbox.v1.ProcessExited
+	(*ExitCauseDetail)(nil),          // 14: sandbox.v1.ExitCauseDetail
+	(*ProcessInfo)(nil),              // 15: sandbox.v1.ProcessInfo
+	(*StartProcessRequest)(nil),      // 16: sandbox.v1.StartProcessRequest
+	(*StartProcessResponse)(nil),     // 17: sandbox.v1.StartProcessResponse
+	(*StreamLogsRequest)(nil),        // 18: sandbox.v1.StreamLogsRequest
+	(*StreamLogsResponse)(nil),       // 19: sandbox.v1.StreamLogsResponse
+	(*CaughtUp)(nil),                 // 20: sandbox.v1.CaughtUp
+	(*SendInputRequest)(nil),         // 21: sandbox.v1.SendInputRequest
+	(*OpenInput)(nil),                // 22: sandbox.v1.OpenInput
+	(*CloseInput)(nil),               // 23: sandbox.v1.CloseInput
+	(*SendInputResponse)(nil),        // 24: sandbox.v1.SendInputResponse
+	(*GetProcessRequest)(nil),        // 25: sandbox.v1.GetProcessRequest
+	(*GetProcessResponse)(nil),       // 26: sandbox.v1.GetProcessResponse
+	(*ListProcessesRequest)(nil),     // 27: sandbox.v1.ListProcessesRequest
+	(*ListProcessesResponse)(nil),    // 28: sandbox.v1.ListProcessesResponse
+	(*KillProcessRequest)(nil),       // 29: sandbox.v1.KillProcessRequest
+	(*KillProcessResponse)(nil),      // 30: sandbox.v1.KillProcessResponse
+	(*KillAllProcessesRequest)(nil),  // 31: sandbox.v1.KillAllProcessesRequest
+	(*KillAllProcessesResponse)(nil), // 32: sandbox.v1.KillAllProcessesResponse
+	(*CleanupProcessesRequest)(nil),  // 33: sandbox.v1.CleanupProcessesRequest
+	(*CleanupProcessesResponse)(nil), // 34: sandbox.v1.CleanupProcessesResponse
+	(*GetProcessLogsRequest)(nil),    // 35: sandbox.v1.GetProcessLogsRequest
+	(*GetProcessLogsResponse)(nil),   // 36: sandbox.v1.GetProcessLogsResponse
+	(*RetainedHead)(nil),             // 37: sandbox.v1.RetainedHead
+	(*HttpProbe)(nil),                // 38: sandbox.v1.HttpProbe
+	(*WaitForPortRequest)(nil),       // 39: sandbox.v1.WaitForPortRequest
+	(*WaitForPortResponse)(nil),      // 40: sandbox.v1.WaitForPortResponse
+	(*WaitForLogRequest)(nil),        // 41: sandbox.v1.WaitForLogRequest
+	(*MatchGroup)(nil),               // 42: sandbox.v1.MatchGroup
+	(*WaitForLogResponse)(nil),       // 43: sandbox.v1.WaitForLogResponse
+	(*WaitForExitRequest)(nil),       // 44: sandbox.v1.WaitForExitRequest
+	(*WaitForExitResponse)(nil),      // 45: sandbox.v1.WaitForExitResponse
+	(*ListPortsRequest)(nil),         // 46: sandbox.v1.ListPortsRequest
+	(*ListPortsResponse)(nil),        // 47: sandbox.v1.ListPortsResponse
+	(*ListeningPort)(nil),            // 48: sandbox.v1.ListeningPort
+	nil,                              // 49: sandbox.v1.ProcessSpec.EnvEntry
+	nil,                              // 50: sandbox.v1.WaitForLogResponse.NamedGroupsEntry
+	(*timestamppb.Timestamp)(nil),    // 51: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 52: google.protobuf.Duration
 }
 var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
-	47, // 0: sandbox.v1.ProcessSpec.env:type_name -> sandbox.v1.ProcessSpec.EnvEntry
+	49, // 0: sandbox.v1.ProcessSpec.env:type_name -> sandbox.v1.ProcessSpec.EnvEntry
 	6,  // 1: sandbox.v1.ProcessSpec.pty:type_name -> sandbox.v1.PtyOptions
-	7,  // 2: sandbox.v1.ExecRequest.spec:type_name -> sandbox.v1.ProcessSpec
-	14, // 3: sandbox.v1.ExecResponse.started:type_name -> sandbox.v1.ProcessInfo
-	10, // 4: sandbox.v1.ExecResponse.output:type_name -> sandbox.v1.OutputChunk
-	12, // 5: sandbox.v1.ExecResponse.exited:type_name -> sandbox.v1.ProcessExited
-	2,  // 6: sandbox.v1.OutputChunk.stream:type_name -> sandbox.v1.OutputStream
-	2,  // 7: sandbox.v1.OutputGap.stream:type_name -> sandbox.v1.OutputStream
-	1,  // 8: sandbox.v1.ProcessExited.status:type_name -> sandbox.v1.ProcessStatus
-	49, // 9: sandbox.v1.ProcessExited.start_time:type_name -> google.protobuf.Timestamp
-	49, // 10: sandbox.v1.ProcessExited.end_time:type_name -> google.protobuf.Timestamp
-	50, // 11: sandbox.v1.ProcessExited.duration:type_name -> google.protobuf.Duration
-	3,  // 12: sandbox.v1.ProcessExited.cause:type_name -> sandbox.v1.ExitCause
-	13, // 13: sandbox.v1.ProcessExited.cause_detail:type_name -> sandbox.v1.ExitCauseDetail
-	4,  // 14: sandbox.v1.ExitCauseDetail.start_stage:type_name -> sandbox.v1.StartStage
-	5,  // 15: sandbox.v1.ExitCauseDetail.kill_origin:type_name -> sandbox.v1.KillOrigin
-	1,  // 16: sandbox.v1.ProcessInfo.status:type_name -> sandbox.v1.ProcessStatus
-	49, // 17: sandbox.v1.ProcessInfo.start_time:type_name -> google.protobuf.Timestamp
-	12, // 18: sandbox.v1.ProcessInfo.exit:type_name -> sandbox.v1.ProcessExited
-	7,  // 19: sandbox.v1.StartProcessRequest.spec:type_name -> sandbox.v1.ProcessSpec
-	14, // 20: sandbox.v1.StartProcessResponse.process:type_name -> sandbox.v1.ProcessInfo
-	14, // 21: sandbox.v1.StreamLogsResponse.process:type_name -> sandbox.v1.ProcessInfo
-	10, // 22: sandbox.v1.StreamLogsResponse.output:type_name -> sandbox.v1.OutputChunk
-	11, // 23: sandbox.v1.StreamLogsResponse.gap:type_name -> sandbox.v1.OutputGap
-	12, // 24: sandbox.v1.StreamLogsResponse.exited:type_name -> sandbox.v1.ProcessExited
-	19, // 25: sandbox.v1.StreamLogsResponse.caught_up:type_name -> sandbox.v1.CaughtUp
-	21, // 26: sandbox.v1.SendInputRequest.open:type_name -> sandbox.v1.OpenInput
-	22, // 27: sandbox.v1.SendInputRequest.close:type_name -> sandbox.v1.CloseInput
-	6,  // 28: sandbox.v1.SendInputRequest.resize:type_name -> sandbox.v1.PtyOptions
-	14, // 29: sandbox.v1.GetProcessResponse.process:type_name -> sandbox.v1.ProcessInfo
-	1,  // 30: sandbox.v1.ListProcessesRequest.statuses:type_name -> sandbox.v1.ProcessStatus
-	14, // 31: sandbox.v1.ListProcessesResponse.processes:type_name -> sandbox.v1.ProcessInfo
-	14, // 32: sandbox.v1.KillProcessResponse.process:type_name -> sandbox.v1.ProcessInfo
-	14, // 33: sandbox.v1.GetProcessLogsResponse.process:type_name -> sandbox.v1.ProcessInfo
-	36, // 34: sandbox.v1.WaitForPortRequest.http:type_name -> sandbox.v1.HttpProbe
-	50, // 35: sandbox.v1.WaitForPortResponse.waited:type_name -> google.protobuf.Duration
-	2,  // 36: sandbox.v1.WaitForLogRequest.stream:type_name -> sandbox.v1.OutputStream
-	2,  // 37: sandbox.v1.WaitForLogResponse.stream:type_name -> sandbox.v1.OutputStream
-	40, // 38: sandbox.v1.WaitForLogResponse.groups:type_name -> sandbox.v1.MatchGroup
-	48, // 39: sandbox.v1.WaitForLogResponse.named_groups:type_name -> sandbox.v1.WaitForLogResponse.NamedGroupsEntry
-	12, // 40: sandbox.v1.WaitForExitResponse.exited:type_name -> sandbox.v1.ProcessExited
-	14, // 41: sandbox.v1.WaitForExitResponse.process:type_name -> sandbox.v1.ProcessInfo
-	46, // 42: sandbox.v1.ListPortsResponse.ports:type_name -> sandbox.v1.ListeningPort
-	8,  // 43: sandbox.v1.SandboxService.Exec:input_type -> sandbox.v1.ExecRequest
-	15, // 44: sandbox.v1.SandboxService.StartProcess:input_type -> sandbox.v1.StartProcessRequest
-	17, // 45: sandbox.v1.SandboxService.StreamLogs:input_type -> sandbox.v1.StreamLogsRequest
-	20, // 46: sandbox.v1.SandboxService.SendInput:input_type -> sandbox.v1.SendInputRequest
-	24, // 47: sandbox.v1.SandboxService.GetProcess:input_type -> sandbox.v1.GetProcessRequest
-	26, // 48: sandbox.v1.SandboxService.ListProcesses:input_type -> sandbox.v1.ListProcessesRequest
-	28, // 49: sandbox.v1.SandboxService.KillProcess:input_type -> sandbox.v1.KillProcessRequest
-	30, // 50: sandbox.v1.SandboxService.KillAllProcesses:input_type -> sandbox.v1.KillAllProcessesRequest
-	32, // 51: sandbox.v1.SandboxService.CleanupProcesses:input_type -> sandbox.v1.CleanupProcessesRequest
-	34, // 52: sandbox.v1.SandboxService.GetProcessLogs:input_type -> sandbox.v1.GetProcessLogsRequest
-	37, // 53: sandbox.v1.SandboxService.WaitForPort:input_type -> sandbox.v1.WaitForPortRequest
-	39, // 54: sandbox.v1.SandboxService.WaitForLog:input_type -> sandbox.v1.WaitForLogRequest
-	42, // 55: sandbox.v1.SandboxService.WaitForExit:input_type -> sandbox.v1.WaitForExitRequest
-	44, // 56: sandbox.v1.SandboxService.ListPorts:input_type -> sandbox.v1.ListPortsRequest
-	9,  // 57: sandbox.v1.SandboxService.Exec:output_type -> sandbox.v1.ExecResponse
-	16, // 58: sandbox.v1.SandboxService.StartProcess:output_type -> sandbox.v1.StartProcessResponse
-	18, // 59: sandbox.v1.SandboxService.StreamLogs:output_type -> sandbox.v1.StreamLogsResponse
-	23, // 60: sandbox.v1.SandboxService.SendInput:output_type -> sandbox.v1.SendInputResponse
-	25, // 61: sandbox.v1.SandboxService.GetProcess:output_type -> sandbox.v1.GetProcessResponse
-	27, // 62: sandbox.v1.SandboxService.ListProcesses:output_type -> sandbox.v1.ListProcessesResponse
-	29, // 63: sandbox.v1.SandboxService.KillProcess:output_type -> sandbox.v1.KillProcessResponse
-	31, // 64: sandbox.v1.SandboxService.KillAllProcesses:output_type -> sandbox.v1.KillAllProcessesResponse
-	33, // 65: sandbox.v1.SandboxService.CleanupProcesses:output_type -> sandbox.v1.CleanupProcessesResponse
-	35, // 66: sandbox.v1.SandboxService.GetProcessLogs:output_type -> sandbox.v1.GetProcessLogsResponse
-	38, // 67: sandbox.v1.SandboxService.WaitForPort:output_type -> sandbox.v1.WaitForPortResponse
-	41, // 68: sandbox.v1.SandboxService.WaitForLog:output_type -> sandbox.v1.WaitForLogResponse
-	43, // 69: sandbox.v1.SandboxService.WaitForExit:output_type -> sandbox.v1.WaitForExitResponse
-	45, // 70: sandbox.v1.SandboxService.ListPorts:output_type -> sandbox.v1.ListPortsResponse
-	57, // [57:71] is the sub-list for method output_type
-	43, // [43:57] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	8,  // 2: sandbox.v1.ProcessSpec.retention:type_name -> sandbox.v1.OutputRetention
+	7,  // 3: sandbox.v1.ExecRequest.spec:type_name -> sandbox.v1.ProcessSpec
+	15, // 4: sandbox.v1.ExecResponse.started:type_name -> sandbox.v1.ProcessInfo
+	11, // 5: sandbox.v1.ExecResponse.output:type_name -> sandbox.v1.OutputChunk
+	13, // 6: sandbox.v1.ExecResponse.exited:type_name -> sandbox.v1.ProcessExited
+	2,  // 7: sandbox.v1.OutputChunk.stream:type_name -> sandbox.v1.OutputStream
+	2,  // 8: sandbox.v1.OutputGap.stream:type_name -> sandbox.v1.OutputStream
+	1,  // 9: sandbox.v1.ProcessExited.status:type_name -> sandbox.v1.ProcessStatus
+	51, // 10: sandbox.v1.ProcessExited.start_time:type_name -> google.protobuf.Timestamp
+	51, // 11: sandbox.v1.ProcessExited.end_time:type_name -> google.protobuf.Timestamp
+	52, // 12: sandbox.v1.ProcessExited.duration:type_name -> google.protobuf.Duration
+	3,  // 13: sandbox.v1.ProcessExited.cause:type_name -> sandbox.v1.ExitCause
+	14, // 14: sandbox.v1.ProcessExited.cause_detail:type_name -> sandbox.v1.ExitCauseDetail
+	12, // 15: sandbox.v1.ProcessExited.dropped:type_name -> sandbox.v1.OutputGap
+	4,  // 16: sandbox.v1.ExitCauseDetail.start_stage:type_name -> sandbox.v1.StartStage
+	5,  // 17: sandbox.v1.ExitCauseDetail.kill_origin:type_name -> sandbox.v1.KillOrigin
+	1,  // 18: sandbox.v1.ProcessInfo.status:type_name -> sandbox.v1.ProcessStatus
+	51, // 19: sandbox.v1.ProcessInfo.start_time:type_name -> google.protobuf.Timestamp
+	13, // 20: sandbox.v1.ProcessInfo.exit:type_name -> sandbox.v1.ProcessExited
+	8,  // 21: sandbox.v1.ProcessInfo.retention:type_name -> sandbox.v1.OutputRetention
+	7,  // 22: sandbox.v1.StartProcessRequest.spec:type_name -> sandbox.v1.ProcessSpec
+	15, // 23: sandbox.v1.StartProcessResponse.process:type_name -> sandbox.v1.ProcessInfo
+	15, // 24: sandbox.v1.StreamLogsResponse.process:type_name -> sandbox.v1.ProcessInfo
+	11, // 25: sandbox.v1.StreamLogsResponse.output:type_name -> sandbox.v1.OutputChunk
+	12, // 26: sandbox.v1.StreamLogsResponse.gap:type_name -> sandbox.v1.OutputGap
+	13, // 27: sandbox.v1.StreamLogsResponse.exited:type_name -> sandbox.v1.ProcessExited
+	20, // 28: sandbox.v1.StreamLogsResponse.caught_up:type_name -> sandbox.v1.CaughtUp
+	22, // 29: sandbox.v1.SendInputRequest.open:type_name -> sandbox.v1.OpenInput
+	23, // 30: sandbox.v1.SendInputRequest.close:type_name -> sandbox.v1.CloseInput
+	6,  // 31: sandbox.v1.SendInputRequest.resize:type_name -> sandbox.v1.PtyOptions
+	15, // 32: sandbox.v1.GetProcessResponse.process:type_name -> sandbox.v1.ProcessInfo
+	1,  // 33: sandbox.v1.ListProcessesRequest.statuses:type_name -> sandbox.v1.ProcessStatus
+	15, // 34: sandbox.v1.ListProcessesResponse.processes:type_name -> sandbox.v1.ProcessInfo
+	15, // 35: sandbox.v1.KillProcessResponse.process:type_name -> sandbox.v1.ProcessInfo
+	15, // 36: sandbox.v1.GetProcessLogsResponse.process:type_name -> sandbox.v1.ProcessInfo
+	37, // 37: sandbox.v1.GetProcessLogsResponse.head:type_name -> sandbox.v1.RetainedHead
+	12, // 38: sandbox.v1.RetainedHead.dropped:type_name -> sandbox.v1.OutputGap
+	38, // 39: sandbox.v1.WaitForPortRequest.http:type_name -> sandbox.v1.HttpProbe
+	52, // 40: sandbox.v1.WaitForPortResponse.waited:type_name -> google.protobuf.Duration
+	2,  // 41: sandbox.v1.WaitForLogRequest.stream:type_name -> sandbox.v1.OutputStream
+	2,  // 42: sandbox.v1.WaitForLogResponse.stream:type_name -> sandbox.v1.OutputStream
+	42, // 43: sandbox.v1.WaitForLogResponse.groups:type_name -> sandbox.v1.MatchGroup
+	50, // 44: sandbox.v1.WaitForLogResponse.named_groups:type_name -> sandbox.v1.WaitForLogResponse.NamedGroupsEntry
+	13, // 45: sandbox.v1.WaitForExitResponse.exited:type_name -> sandbox.v1.ProcessExited
+	15, // 46: sandbox.v1.WaitForExitResponse.process:type_name -> sandbox.v1.ProcessInfo
+	48, // 47: sandbox.v1.ListPortsResponse.ports:type_name -> sandbox.v1.ListeningPort
+	9,  // 48: sandbox.v1.SandboxService.Exec:input_type -> sandbox.v1.ExecRequest
+	16, // 49: sandbox.v1.SandboxService.StartProcess:input_type -> sandbox.v1.StartProcessRequest
+	18, // 50: sandbox.v1.SandboxService.StreamLogs:input_type -> sandbox.v1.StreamLogsRequest
+	21, // 51: sandbox.v1.SandboxService.SendInput:input_type -> sandbox.v1.SendInputRequest
+	25, // 52: sandbox.v1.SandboxService.GetProcess:input_type -> sandbox.v1.GetProcessRequest
+	27, // 53: sandbox.v1.SandboxService.ListProcesses:input_type -> sandbox.v1.ListProcessesRequest
+	29, // 54: sandbox.v1.SandboxService.KillProcess:input_type -> sandbox.v1.KillProcessRequest
+	31, // 55: sandbox.v1.SandboxService.KillAllProcesses:input_type -> sandbox.v1.KillAllProcessesRequest
+	33, // 56: sandbox.v1.SandboxService.CleanupProcesses:input_type -> sandbox.v1.CleanupProcessesRequest
+	35, // 57: sandbox.v1.SandboxService.GetProcessLogs:input_type -> sandbox.v1.GetProcessLogsRequest
+	39, // 58: sandbox.v1.SandboxService.WaitForPort:input_type -> sandbox.v1.WaitForPortRequest
+	41, // 59: sandbox.v1.SandboxService.WaitForLog:input_type -> sandbox.v1.WaitForLogRequest
+	44, // 60: sandbox.v1.SandboxService.WaitForExit:input_type -> sandbox.v1.WaitForExitRequest
+	46, // 61: sandbox.v1.SandboxService.ListPorts:input_type -> sandbox.v1.ListPortsRequest
+	10, // 62: sandbox.v1.SandboxService.Exec:output_type -> sandbox.v1.ExecResponse
+	17, // 63: sandbox.v1.SandboxService.StartProcess:output_type -> sandbox.v1.StartProcessResponse
+	19, // 64: sandbox.v1.SandboxService.StreamLogs:output_type -> sandbox.v1.StreamLogsResponse
+	24, // 65: sandbox.v1.SandboxService.SendInput:output_type -> sandbox.v1.SendInputResponse
+	26, // 66: sandbox.v1.SandboxService.GetProcess:output_type -> sandbox.v1.GetProcessResponse
+	28, // 67: sandbox.v1.SandboxService.ListProcesses:output_type -> sandbox.v1.ListProcessesResponse
+	30, // 68: sandbox.v1.SandboxService.KillProcess:output_type -> sandbox.v1.KillProcessResponse
+	32, // 69: sandbox.v1.SandboxService.KillAllProcesses:output_type -> sandbox.v1.KillAllProcessesResponse
+	34, // 70: sandbox.v1.SandboxService.CleanupProcesses:output_type -> sandbox.v1.CleanupProcessesResponse
+	36, // 71: sandbox.v1.SandboxService.GetProcessLogs:output_type -> sandbox.v1.GetProcessLogsResponse
+	40, // 72: sandbox.v1.SandboxService.WaitForPort:output_type -> sandbox.v1.WaitForPortResponse
+	43, // 73: sandbox.v1.SandboxService.WaitForLog:output_type -> sandbox.v1.WaitForLogResponse
+	45, // 74: sandbox.v1.SandboxService.WaitForExit:output_type -> sandbox.v1.WaitForExitResponse
+	47, // 75: sandbox.v1.SandboxService.ListPorts:output_type -> sandbox.v1.ListPortsResponse
+	62, // [62:76] is the sub-list for method output_type
+	48, // [48:62] is the sub-list for method input_type
+	48, // [48:48] is the sub-list for extension type_name
+	48, // [48:48] is the sub-list for extension extendee
+	0,  // [0:48] is the sub-list for field type_name
 }
 
 func init() { file_sandbox_v1_sandbox_proto_init() }
@@ -4155,34 +4368,35 @@ func file_sandbox_v1_sandbox_proto_init() {
 		return
 	}
 	file_sandbox_v1_sandbox_proto_msgTypes[1].OneofWrappers = []any{}
-	file_sandbox_v1_sandbox_proto_msgTypes[3].OneofWrappers = []any{
+	file_sandbox_v1_sandbox_proto_msgTypes[2].OneofWrappers = []any{}
+	file_sandbox_v1_sandbox_proto_msgTypes[4].OneofWrappers = []any{
 		(*ExecResponse_Started)(nil),
 		(*ExecResponse_Output)(nil),
 		(*ExecResponse_Exited)(nil),
 	}
-	file_sandbox_v1_sandbox_proto_msgTypes[6].OneofWrappers = []any{}
-	file_sandbox_v1_sandbox_proto_msgTypes[12].OneofWrappers = []any{
+	file_sandbox_v1_sandbox_proto_msgTypes[7].OneofWrappers = []any{}
+	file_sandbox_v1_sandbox_proto_msgTypes[13].OneofWrappers = []any{
 		(*StreamLogsResponse_Process)(nil),
 		(*StreamLogsResponse_Output)(nil),
 		(*StreamLogsResponse_Gap)(nil),
 		(*StreamLogsResponse_Exited)(nil),
 		(*StreamLogsResponse_CaughtUp)(nil),
 	}
-	file_sandbox_v1_sandbox_proto_msgTypes[14].OneofWrappers = []any{
+	file_sandbox_v1_sandbox_proto_msgTypes[15].OneofWrappers = []any{
 		(*SendInputRequest_Open)(nil),
 		(*SendInputRequest_Data)(nil),
 		(*SendInputRequest_Close)(nil),
 		(*SendInputRequest_Resize)(nil),
 		(*SendInputRequest_Signal)(nil),
 	}
-	file_sandbox_v1_sandbox_proto_msgTypes[34].OneofWrappers = []any{}
+	file_sandbox_v1_sandbox_proto_msgTypes[36].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandbox_v1_sandbox_proto_rawDesc), len(file_sandbox_v1_sandbox_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   43,
+			NumMessages:   45,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -52,6 +52,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_SYMLINK_LOOP: _ClassVar[ErrorReason]
     ERROR_REASON_FILE_BUSY: _ClassVar[ErrorReason]
     ERROR_REASON_FILE_SERVICE_UNAVAILABLE: _ClassVar[ErrorReason]
+    ERROR_REASON_RETENTION_ABOVE_LIMIT: _ClassVar[ErrorReason]
     ERROR_REASON_WAIT_TIMED_OUT: _ClassVar[ErrorReason]
     ERROR_REASON_PROCESS_EXITED: _ClassVar[ErrorReason]
     ERROR_REASON_PATTERN_INVALID: _ClassVar[ErrorReason]
@@ -144,6 +145,7 @@ ERROR_REASON_READ_ONLY_FILESYSTEM: ErrorReason
 ERROR_REASON_SYMLINK_LOOP: ErrorReason
 ERROR_REASON_FILE_BUSY: ErrorReason
 ERROR_REASON_FILE_SERVICE_UNAVAILABLE: ErrorReason
+ERROR_REASON_RETENTION_ABOVE_LIMIT: ErrorReason
 ERROR_REASON_WAIT_TIMED_OUT: ErrorReason
 ERROR_REASON_PROCESS_EXITED: ErrorReason
 ERROR_REASON_PATTERN_INVALID: ErrorReason
@@ -194,7 +196,7 @@ class PtyOptions(_message.Message):
     def __init__(self, cols: _Optional[int] = ..., rows: _Optional[int] = ..., term: _Optional[str] = ...) -> None: ...
 
 class ProcessSpec(_message.Message):
-    __slots__ = ("command", "args", "env", "cwd", "timeout_ms", "process_id", "session_id", "pty", "stdin", "stdin_data", "auto_cleanup", "sudo")
+    __slots__ = ("command", "args", "env", "cwd", "timeout_ms", "process_id", "session_id", "pty", "stdin", "stdin_data", "auto_cleanup", "sudo", "retention")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -214,6 +216,7 @@ class ProcessSpec(_message.Message):
     STDIN_DATA_FIELD_NUMBER: _ClassVar[int]
     AUTO_CLEANUP_FIELD_NUMBER: _ClassVar[int]
     SUDO_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_FIELD_NUMBER: _ClassVar[int]
     command: str
     args: _containers.RepeatedScalarFieldContainer[str]
     env: _containers.ScalarMap[str, str]
@@ -226,7 +229,16 @@ class ProcessSpec(_message.Message):
     stdin_data: bytes
     auto_cleanup: bool
     sudo: bool
-    def __init__(self, command: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cwd: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., process_id: _Optional[str] = ..., session_id: _Optional[str] = ..., pty: _Optional[_Union[PtyOptions, _Mapping]] = ..., stdin: _Optional[bool] = ..., stdin_data: _Optional[bytes] = ..., auto_cleanup: _Optional[bool] = ..., sudo: _Optional[bool] = ...) -> None: ...
+    retention: OutputRetention
+    def __init__(self, command: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cwd: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., process_id: _Optional[str] = ..., session_id: _Optional[str] = ..., pty: _Optional[_Union[PtyOptions, _Mapping]] = ..., stdin: _Optional[bool] = ..., stdin_data: _Optional[bytes] = ..., auto_cleanup: _Optional[bool] = ..., sudo: _Optional[bool] = ..., retention: _Optional[_Union[OutputRetention, _Mapping]] = ...) -> None: ...
+
+class OutputRetention(_message.Message):
+    __slots__ = ("head_bytes", "tail_bytes")
+    HEAD_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TAIL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    head_bytes: int
+    tail_bytes: int
+    def __init__(self, head_bytes: _Optional[int] = ..., tail_bytes: _Optional[int] = ...) -> None: ...
 
 class ExecRequest(_message.Message):
     __slots__ = ("spec",)
@@ -265,7 +277,7 @@ class OutputGap(_message.Message):
     def __init__(self, stream: _Optional[_Union[OutputStream, str]] = ..., offset: _Optional[int] = ..., missed_bytes: _Optional[int] = ...) -> None: ...
 
 class ProcessExited(_message.Message):
-    __slots__ = ("status", "exit_code", "signal", "timed_out", "killed", "start_time", "end_time", "duration", "stdout_bytes", "stderr_bytes", "error", "cause", "cause_detail")
+    __slots__ = ("status", "exit_code", "signal", "timed_out", "killed", "start_time", "end_time", "duration", "stdout_bytes", "stderr_bytes", "error", "cause", "cause_detail", "dropped")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     SIGNAL_FIELD_NUMBER: _ClassVar[int]
@@ -279,6 +291,7 @@ class ProcessExited(_message.Message):
     ERROR_FIELD_NUMBER: _ClassVar[int]
     CAUSE_FIELD_NUMBER: _ClassVar[int]
     CAUSE_DETAIL_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
     status: ProcessStatus
     exit_code: int
     signal: str
@@ -292,7 +305,8 @@ class ProcessExited(_message.Message):
     error: str
     cause: ExitCause
     cause_detail: ExitCauseDetail
-    def __init__(self, status: _Optional[_Union[ProcessStatus, str]] = ..., exit_code: _Optional[int] = ..., signal: _Optional[str] = ..., timed_out: _Optional[bool] = ..., killed: _Optional[bool] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stdout_bytes: _Optional[int] = ..., stderr_bytes: _Optional[int] = ..., error: _Optional[str] = ..., cause: _Optional[_Union[ExitCause, str]] = ..., cause_detail: _Optional[_Union[ExitCauseDetail, _Mapping]] = ...) -> None: ...
+    dropped: _containers.RepeatedCompositeFieldContainer[OutputGap]
+    def __init__(self, status: _Optional[_Union[ProcessStatus, str]] = ..., exit_code: _Optional[int] = ..., signal: _Optional[str] = ..., timed_out: _Optional[bool] = ..., killed: _Optional[bool] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stdout_bytes: _Optional[int] = ..., stderr_bytes: _Optional[int] = ..., error: _Optional[str] = ..., cause: _Optional[_Union[ExitCause, str]] = ..., cause_detail: _Optional[_Union[ExitCauseDetail, _Mapping]] = ..., dropped: _Optional[_Iterable[_Union[OutputGap, _Mapping]]] = ...) -> None: ...
 
 class ExitCauseDetail(_message.Message):
     __slots__ = ("start_stage", "errno", "kill_origin")
@@ -305,7 +319,7 @@ class ExitCauseDetail(_message.Message):
     def __init__(self, start_stage: _Optional[_Union[StartStage, str]] = ..., errno: _Optional[str] = ..., kill_origin: _Optional[_Union[KillOrigin, str]] = ...) -> None: ...
 
 class ProcessInfo(_message.Message):
-    __slots__ = ("process_id", "pid", "command", "args", "status", "session_id", "cwd", "pty", "stdin", "start_time", "exit", "stdout_bytes", "stderr_bytes", "auto_cleanup")
+    __slots__ = ("process_id", "pid", "command", "args", "status", "session_id", "cwd", "pty", "stdin", "start_time", "exit", "stdout_bytes", "stderr_bytes", "auto_cleanup", "retention")
     PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     COMMAND_FIELD_NUMBER: _ClassVar[int]
@@ -320,6 +334,7 @@ class ProcessInfo(_message.Message):
     STDOUT_BYTES_FIELD_NUMBER: _ClassVar[int]
     STDERR_BYTES_FIELD_NUMBER: _ClassVar[int]
     AUTO_CLEANUP_FIELD_NUMBER: _ClassVar[int]
+    RETENTION_FIELD_NUMBER: _ClassVar[int]
     process_id: str
     pid: int
     command: str
@@ -334,7 +349,8 @@ class ProcessInfo(_message.Message):
     stdout_bytes: int
     stderr_bytes: int
     auto_cleanup: bool
-    def __init__(self, process_id: _Optional[str] = ..., pid: _Optional[int] = ..., command: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., status: _Optional[_Union[ProcessStatus, str]] = ..., session_id: _Optional[str] = ..., cwd: _Optional[str] = ..., pty: _Optional[bool] = ..., stdin: _Optional[bool] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., exit: _Optional[_Union[ProcessExited, _Mapping]] = ..., stdout_bytes: _Optional[int] = ..., stderr_bytes: _Optional[int] = ..., auto_cleanup: _Optional[bool] = ...) -> None: ...
+    retention: OutputRetention
+    def __init__(self, process_id: _Optional[str] = ..., pid: _Optional[int] = ..., command: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., status: _Optional[_Union[ProcessStatus, str]] = ..., session_id: _Optional[str] = ..., cwd: _Optional[str] = ..., pty: _Optional[bool] = ..., stdin: _Optional[bool] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., exit: _Optional[_Union[ProcessExited, _Mapping]] = ..., stdout_bytes: _Optional[int] = ..., stderr_bytes: _Optional[int] = ..., auto_cleanup: _Optional[bool] = ..., retention: _Optional[_Union[OutputRetention, _Mapping]] = ...) -> None: ...
 
 class StartProcessRequest(_message.Message):
     __slots__ = ("spec",)
@@ -499,20 +515,32 @@ class GetProcessLogsRequest(_message.Message):
     def __init__(self, process_id: _Optional[str] = ...) -> None: ...
 
 class GetProcessLogsResponse(_message.Message):
-    __slots__ = ("process_id", "stdout", "stderr", "stdout_offset", "stderr_offset", "process")
+    __slots__ = ("process_id", "stdout", "stderr", "stdout_offset", "stderr_offset", "process", "head")
     PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
     STDOUT_FIELD_NUMBER: _ClassVar[int]
     STDERR_FIELD_NUMBER: _ClassVar[int]
     STDOUT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     STDERR_OFFSET_FIELD_NUMBER: _ClassVar[int]
     PROCESS_FIELD_NUMBER: _ClassVar[int]
+    HEAD_FIELD_NUMBER: _ClassVar[int]
     process_id: str
     stdout: bytes
     stderr: bytes
     stdout_offset: int
     stderr_offset: int
     process: ProcessInfo
-    def __init__(self, process_id: _Optional[str] = ..., stdout: _Optional[bytes] = ..., stderr: _Optional[bytes] = ..., stdout_offset: _Optional[int] = ..., stderr_offset: _Optional[int] = ..., process: _Optional[_Union[ProcessInfo, _Mapping]] = ...) -> None: ...
+    head: RetainedHead
+    def __init__(self, process_id: _Optional[str] = ..., stdout: _Optional[bytes] = ..., stderr: _Optional[bytes] = ..., stdout_offset: _Optional[int] = ..., stderr_offset: _Optional[int] = ..., process: _Optional[_Union[ProcessInfo, _Mapping]] = ..., head: _Optional[_Union[RetainedHead, _Mapping]] = ...) -> None: ...
+
+class RetainedHead(_message.Message):
+    __slots__ = ("stdout", "stderr", "dropped")
+    STDOUT_FIELD_NUMBER: _ClassVar[int]
+    STDERR_FIELD_NUMBER: _ClassVar[int]
+    DROPPED_FIELD_NUMBER: _ClassVar[int]
+    stdout: bytes
+    stderr: bytes
+    dropped: _containers.RepeatedCompositeFieldContainer[OutputGap]
+    def __init__(self, stdout: _Optional[bytes] = ..., stderr: _Optional[bytes] = ..., dropped: _Optional[_Iterable[_Union[OutputGap, _Mapping]]] = ...) -> None: ...
 
 class HttpProbe(_message.Message):
     __slots__ = ("path", "min_status", "max_status")
