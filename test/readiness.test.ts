@@ -281,6 +281,49 @@ describe("WaitForLog", () => {
   });
 });
 
+describe("a cancelled wait", () => {
+  it("ends on the daemon too: WaitForLog and WaitForExit answer CANCELED there as soon as the client goes", async () => {
+    const processId = await start(`echo waiting; sleep ${sleepMarker(60)}`, "cancelled-waits");
+    const endedOnDaemon = async (procedure: string) => {
+      const metrics = await (await fetch(`${t.server.url}/metrics`)).text();
+      const line = new RegExp(
+        `^sandboxd_calls_total\\{procedure="sandbox\\.v1\\.SandboxService/${procedure}",code="canceled"\\} 1$`,
+        "m",
+      );
+      return line.test(metrics);
+    };
+    try {
+      for (const [procedure, call] of [
+        ["WaitForLog", (signal: AbortSignal) => t.client.waitForLog({ processId, pattern: "never" }, { signal })],
+        ["WaitForExit", (signal: AbortSignal) => t.client.waitForExit({ processId }, { signal })],
+      ] as const) {
+        const controller = new AbortController();
+        const waiting = rpcError(call(controller.signal));
+        // Neither ends by itself: no timeout, and the process runs for a minute.
+        await holdsFor(async () => !(await endedOnDaemon(procedure)), { forMs: 300, what: `${procedure} waiting` });
+        controller.abort();
+        expect(Code[(await waiting).code]).toBe("Canceled");
+        await waitFor(() => endedOnDaemon(procedure), { what: `${procedure} to end on the daemon` });
+      }
+    } finally {
+      await t.client.killProcess({ processId, signal: "SIGKILL" });
+    }
+  });
+});
+
+describe("a terminal's output", () => {
+  it("is matched and reported as lines, without the carriage returns a PTY adds", async () => {
+    const { process } = await t.client.startProcess({
+      spec: { command: "echo 'ready on tty'; echo 'still here'; sleep 0.3; exit 9", processId: "tty-lines", pty: {} },
+    });
+    expect((await t.client.waitForLog({ processId: process!.processId, pattern: "^ready on (\\w+)$" })).line).toBe(
+      "ready on tty",
+    );
+    const error = await rpcError(t.client.waitForLog({ processId: "tty-lines", pattern: "never", timeoutMs: 60_000 }));
+    expect(errorInfos(error)[0]?.metadata).toMatchObject({ last_stdout: "ready on tty\nstill here", exit_code: "9" });
+  });
+});
+
 describe("WaitForExit", () => {
   it("returns the exit record, and times out with the last lines while the process runs on", async () => {
     const processId = await start("echo working; sleep 1; exit 7", "exit-seven");

@@ -230,7 +230,8 @@ function tailText(bytes: Uint8Array): string {
       break;
     }
   }
-  return new TextDecoder().decode(bytes.subarray(start, end));
+  // A terminal ends its lines with \r\n: the lines, not the terminal's line discipline.
+  return new TextDecoder().decode(bytes.subarray(start, end)).replace(/\r+(?=\n|$)/g, "");
 }
 
 function checkTimeout(timeoutMs: number): void {
