@@ -106,10 +106,12 @@ async function probeUntilReady(
   started: number,
 ): Promise<PortReady> {
   let attempts = 0;
-  let lastProbe = "";
+  // What the last finished try at each address found, in the order of `hosts`: a try the time limit cut short
+  // leaves the one before it.
+  const lastFound = new Map<string, string>();
+  const lastProbe = () => [...lastFound.values()].join("; ");
   for (;;) {
     if (wait.process?.exit !== undefined) throw exitedFirst(wait.process, waitingFor);
-    const found: string[] = [];
     for (const host of hosts) {
       attempts++;
       const remaining = bounded.remainingMs();
@@ -123,14 +125,13 @@ async function probeUntilReady(
         };
       }
       if (bounded.signal.aborted) break;
-      found.push(`${result.address}: ${result.problem}`);
+      lastFound.set(host, `${result.address}: ${result.problem}`);
     }
-    if (found.length > 0) lastProbe = found.join("; ");
-    bounded.throwIfEnded(waitingFor, wait.process, { last_probe: lastProbe });
+    bounded.throwIfEnded(waitingFor, wait.process, { last_probe: lastProbe() });
     // The next try waits for the interval, the exit, the time limit or the caller, whichever comes first.
     const pause = abortableDelay(intervalMs, bounded.signal).catch(() => {});
     await (wait.process === undefined ? pause : Promise.race([pause, wait.process.exited]));
-    bounded.throwIfEnded(waitingFor, wait.process, { last_probe: lastProbe });
+    bounded.throwIfEnded(waitingFor, wait.process, { last_probe: lastProbe() });
   }
 }
 
