@@ -311,6 +311,29 @@ describe("a cancelled wait", () => {
   });
 });
 
+describe("output kept as a head and a tail", () => {
+  it("is searched across the gap between them: a line of the head and one of the tail are found, none made of both", async () => {
+    const { process } = await t.client.startProcess({
+      spec: {
+        command:
+          "echo 'build started'; seq 1 100000; printf 'half a '; seq 1 100000 | tr -d '\\n'; echo; echo 'build failed at step 7'",
+        processId: "head-and-tail",
+        retention: { headBytes: 4096n, tailBytes: 16_384n },
+      },
+    });
+    const processId = process!.processId;
+    await t.client.waitForExit({ processId, timeoutMs: 30_000 });
+    const retained = await t.client.getProcessLogs({ processId });
+    expect(retained.stdoutOffset).toBeGreaterThan(4096n);
+    expect((await t.client.waitForLog({ processId, pattern: "^build (started)$" })).lineOffset).toBe(0n);
+    const failed = await t.client.waitForLog({ processId, pattern: "failed at step (\\d+)" });
+    expect(failed.groups.map((group) => group.text)).toEqual(["7"]);
+    // "half a " went with the gap: what follows it in the tail is no line starting with it.
+    const error = await rpcError(t.client.waitForLog({ processId, pattern: "^half a 1" }));
+    expect(errorInfos(error)[0]).toMatchObject({ reason: "PROCESS_EXITED" });
+  });
+});
+
 describe("a terminal's output", () => {
   it("is matched and reported as lines, without the carriage returns a PTY adds", async () => {
     const { process } = await t.client.startProcess({
