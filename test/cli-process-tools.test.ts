@@ -221,6 +221,10 @@ describe("sandbox completion", { timeout: 240_000 }, () => {
       expect((await complete("sandbox lo")).stdout).toBe("logs\n");
       expect((await complete("sandbox ps --q")).stdout).toBe("--quiet\n");
       expect((await complete("sandbox kill complete-")).stdout).toBe("complete-me\n");
+      expect((await complete("sandbox wa")).stdout).toBe("wait\n");
+      expect((await complete("sandbox wait l")).stdout).toBe("log\n");
+      expect((await complete("sandbox wait port 80 --pa")).stdout).toBe("--path\n");
+      expect((await complete("sandbox wait exit complete-")).stdout).toBe("complete-me\n");
       expect((await cli(["completion", "zsh"])).stdout.toString()).toContain("bashcompinit");
     } finally {
       await cli(["kill", "-s", "KILL", "complete-me"]);

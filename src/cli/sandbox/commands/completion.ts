@@ -26,34 +26,67 @@ export function createCompletionCommand(finish: (code: number) => void, program:
 /** The words to complete after each command: its flags, and whether it takes process ids. */
 function commandWords(program: Command): Map<string, { flags: string[]; ids: boolean }> {
   const words = new Map<string, { flags: string[]; ids: boolean }>();
-  for (const command of program.commands) {
+  // A command with subcommands (`wait`) is completed by its subcommands' names; each of those by its own words.
+  const add = (command: Command, name: string) => {
+    if (command.commands.length > 0) {
+      for (const sub of command.commands) add(sub, `${name} ${sub.name()}`);
+      return;
+    }
     const flags = command.options.flatMap((option) =>
       [option.short, option.long].filter((flag): flag is string => flag !== undefined),
     );
     const ids = command.registeredArguments.some((argument) => argument.name() === "id");
-    words.set(command.name(), { flags: [...flags, "--help"], ids });
-  }
+    words.set(name, { flags: [...flags, "--help"], ids });
+  };
+  for (const command of program.commands) add(command, command.name());
   return words;
+}
+
+/** The subcommands' names of each command that has some (`wait`: port, log, exit). */
+function subcommandWords(program: Command): Map<string, string[]> {
+  return new Map(
+    program.commands
+      .filter((command) => command.commands.length > 0)
+      .map((command) => [command.name(), command.commands.map((sub) => sub.name())]),
+  );
 }
 
 /**
  * A bash completion function for `sandbox` (zsh loads it through bashcompinit): command names
- * first, then the command's flags after a `-`, and for commands taking ids the ids of `sandbox ps -aq`.
+ * first (then a subcommand's name after `wait`), then the command's flags after a `-`, and for
+ * commands taking ids the ids of `sandbox ps -aq`.
  */
 export function completionScript(program: Command, shell: "bash" | "zsh"): string {
   const words = commandWords(program);
+  const subcommands = subcommandWords(program);
+  const topLevel = [...new Set([...words.keys()].map((name) => name.split(" ")[0]))];
   const cases = [...words]
-    .map(([name, { flags, ids }]) => `    ${name}) flags=${shellWord(flags.join(" "))}; ids=${ids ? 1 : 0} ;;`)
+    .map(
+      ([name, { flags, ids }]) => `    ${shellWord(name)}) flags=${shellWord(flags.join(" "))}; ids=${ids ? 1 : 0} ;;`,
+    )
+    .join("\n");
+  const subCases = [...subcommands]
+    .map(([name, subs]) => `    ${name}) subs=${shellWord(subs.join(" "))} ;;`)
     .join("\n");
   const script = `# sandbox completion for ${shell}: source <(sandbox completion ${shell})
 _sandbox() {
-  local current=\${COMP_WORDS[COMP_CWORD]} command="" flags="" ids=0 word
+  local current=\${COMP_WORDS[COMP_CWORD]} command="" sub="" flags="" ids=0 subs="" word
   for word in "\${COMP_WORDS[@]:1:COMP_CWORD-1}"; do
-    case "$word" in -*) ;; *) command=$word; break ;; esac
+    case "$word" in -*) ;; *) if [ -z "$command" ]; then command=$word; elif [ -z "$sub" ]; then sub=$word; fi ;; esac
   done
   if [ -z "$command" ]; then
-    COMPREPLY=($(compgen -W ${shellWord([...words.keys(), "--help", "--version"].join(" "))} -- "$current"))
+    COMPREPLY=($(compgen -W ${shellWord([...topLevel, "--help", "--version"].join(" "))} -- "$current"))
     return
+  fi
+  case "$command" in
+${subCases}
+  esac
+  if [ -n "$subs" ]; then
+    if [ -z "$sub" ]; then
+      COMPREPLY=($(compgen -W "$subs" -- "$current"))
+      return
+    fi
+    command="$command $sub"
   fi
   case "$command" in
 ${cases}
