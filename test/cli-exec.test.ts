@@ -86,10 +86,11 @@ describe("sandbox exec without a terminal", () => {
 
   it("kills the command after --timeout: exit 137 and a line saying why", async () => {
     const started = Date.now();
-    const result = await exec(["--timeout", "1s", "--", "sleep", "30"]);
+    const result = await exec(["--timeout", "1s", "--", "sleep", "600"]);
     expect(result.code).toBe(137);
     expectOneLine(result.stderr, /ran past --timeout/);
-    expect(Date.now() - started).toBeLessThan(15_000);
+    // Killed, not waited for: far sooner than the command's own end, however busy the machine.
+    expect(Date.now() - started).toBeLessThan(120_000);
   });
 
   it("rejects a malformed --timeout as a usage error, exit 125", async () => {
