@@ -1,4 +1,5 @@
-import { readdirSync, readFileSync, readlinkSync } from "node:fs";
+import { readFileSync } from "node:fs";
+import { readdir, readlink } from "node:fs/promises";
 import { ProcessError } from "../errors.js";
 
 /** A TCP socket in the LISTEN state, as the kernel's socket tables show it. */
@@ -108,40 +109,47 @@ function readQuietly(path: string): string | undefined {
   }
 }
 
+/** How many processes' fd tables are read at once. */
+const fdScanConcurrency = 8;
+
 /**
  * The processes holding each of `inodes`, by inode, lowest pid first: every fd of every process the
  * daemon may look into (its own user's, or all as root) that links to `socket:[inode]`. Processes it
- * may not look into are skipped.
+ * may not look into are skipped. Read asynchronously, a few processes at a time: a machine's fd
+ * tables are thousands of links, which read synchronously held the daemon's loop for 50-170 ms.
  */
-function socketHolders(inodes: ReadonlySet<number>, proc: string): Map<number, number[]> {
+async function socketHolders(inodes: ReadonlySet<number>, proc: string): Promise<Map<number, number[]>> {
   const holders = new Map<number, number[]>();
   if (inodes.size === 0) return holders;
-  const pids = readdirSync(proc)
-    .filter((entry) => /^\d+$/.test(entry))
-    .map(Number)
-    .sort((a, b) => a - b);
-  for (const pid of pids) {
-    let fds: string[];
-    try {
-      fds = readdirSync(`${proc}/${pid}/fd`);
-    } catch {
-      continue;
-    }
-    for (const fd of fds) {
-      let target: string;
+  const pids = (await readdir(proc)).filter((entry) => /^\d+$/.test(entry)).map(Number);
+  let next = 0;
+  const scan = async () => {
+    while (next < pids.length) {
+      const pid = pids[next++]!;
+      let fds: string[];
       try {
-        target = readlinkSync(`${proc}/${pid}/fd/${fd}`);
+        fds = await readdir(`${proc}/${pid}/fd`);
       } catch {
         continue;
       }
-      if (!target.startsWith("socket:[")) continue;
-      const inode = Number(target.slice(8, -1));
-      if (!inodes.has(inode)) continue;
-      const list = holders.get(inode) ?? [];
-      if (list.at(-1) !== pid) list.push(pid);
-      holders.set(inode, list);
+      for (const fd of fds) {
+        let target: string;
+        try {
+          target = await readlink(`${proc}/${pid}/fd/${fd}`);
+        } catch {
+          continue;
+        }
+        if (!target.startsWith("socket:[")) continue;
+        const inode = Number(target.slice(8, -1));
+        if (!inodes.has(inode)) continue;
+        const list = holders.get(inode) ?? [];
+        if (!list.includes(pid)) list.push(pid);
+        holders.set(inode, list);
+      }
     }
-  }
+  };
+  await Promise.all(Array.from({ length: fdScanConcurrency }, scan));
+  for (const list of holders.values()) list.sort((a, b) => a - b);
   return holders;
 }
 
@@ -190,9 +198,12 @@ export function createTreeLookup(
  * socket, that process's program name, and the id of the daemon's process whose tree it belongs to
  * (see {@link createTreeLookup}). Throws a ProcessError PORTS_UNAVAILABLE without /proc/net.
  */
-export function listListeningPorts(leaders: ReadonlyMap<number, string>, proc = "/proc"): ListeningPort[] {
+export async function listListeningPorts(
+  leaders: ReadonlyMap<number, string>,
+  proc = "/proc",
+): Promise<ListeningPort[]> {
   const sockets = readListeningSockets(proc);
-  const holders = socketHolders(new Set(sockets.map((socket) => socket.inode)), proc);
+  const holders = await socketHolders(new Set(sockets.map((socket) => socket.inode)), proc);
   const treeOf = createTreeLookup(leaders, proc);
   return sockets.map(({ inode, ...socket }) => {
     const pids = holders.get(inode) ?? [];

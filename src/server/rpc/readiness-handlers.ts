@@ -101,7 +101,9 @@ export function createReadinessHandlers(options: {
       for (const managed of manager.list({ statuses: ["running"] }))
         if (managed.pid > 0) leaders.set(managed.pid, managed.id);
       const only = request.processId === "" ? undefined : lookup(request.processId).id;
-      const ports = await runQuietly(() => listListeningPorts(leaders));
+      const ports = await listListeningPorts(leaders).catch((error: unknown) => {
+        throw toConnectError(error);
+      });
       return { ports: ports.filter((port) => only === undefined || port.processId === only) };
     },
   };
@@ -128,15 +130,6 @@ async function waiting<T>(
     if (error instanceof ProcessError && error.reason === "PROCESS_EXITED" && managed?.exit !== undefined)
       failure.details.push({ desc: ProcessExitedSchema, value: toProtoExit(managed.exit, managed.droppedOutput()) });
     throw failure;
-  }
-}
-
-/** Runs `operation` (synchronous /proc reads), turning its ProcessErrors into ConnectErrors. */
-async function runQuietly<T>(operation: () => T): Promise<T> {
-  try {
-    return operation();
-  } catch (error) {
-    throw toConnectError(error);
   }
 }
 
