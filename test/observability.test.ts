@@ -74,6 +74,9 @@ describe("a daemon's logs and metrics, read from a real run", () => {
       /^sandboxd_call_duration_seconds_count\{procedure="sandbox\.v1\.SandboxService\/StartProcess"\} 1$/m,
     );
     expect(metrics).toMatch(/^sandboxd_process_starts_total\{result="spawned"\} 2$/m);
+    // Both exited before the scrape (Exec's exit came with its stream, the other was waited for); every cause is there.
+    expect(metrics).toMatch(/^sandboxd_process_exits_total\{cause="exited"\} 2$/m);
+    expect(metrics).toMatch(/^sandboxd_process_exits_total\{cause="out_of_memory"\} 0$/m);
     expect(metrics).toMatch(/^sandboxd_output_bytes_total\{stream="stdout"\} 22$/m);
     expect(metrics).toMatch(/^sandboxd_auth_failures_total 1$/m);
     expect(metrics).toMatch(/^sandboxd_processes\{status="(failed|completed)"\} \d+$/m);
@@ -99,7 +102,7 @@ describe("a daemon's logs and metrics, read from a real run", () => {
     expect(startLine.command).toBeUndefined();
     expect(
       logged.find((line) => line.msg === "process exited" && line.processId === result.started.processId),
-    ).toMatchObject({ status: "failed", exitCode: 3 });
+    ).toMatchObject({ status: "failed", exitCode: 3, cause: "exited" });
     expect(logged.some((line) => line.level === "warn" && String(line.msg).startsWith("call refused"))).toBe(true);
     expect(stderr).not.toContain(token);
     expect(stderr).not.toContain("env-value-never-logged");

@@ -1,6 +1,7 @@
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import pino, { type Logger } from "pino";
 import { sandboxdVersion } from "../shared/version.js";
+import { exitCauses } from "../shared/exit-cause.js";
 import { createPrettyStream } from "./pretty-stream.js";
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 import { memoryReclaims, type ProcessDescription, type ProcessExit, type ProcessManager } from "../process/index.js";
@@ -64,6 +65,8 @@ export interface DaemonMetrics {
   readonly calls: Counter<"procedure" | "code">;
   readonly callSeconds: Histogram<"procedure">;
   readonly starts: Counter<"result">;
+  /** Processes that ended, by their exit cause (every cause present from the start, at 0). */
+  readonly exits: Counter<"cause">;
   readonly outputBytes: Counter<"stream">;
   readonly authFailures: Counter;
   readonly connectionsTurnedAway: Counter<"how">;
@@ -71,7 +74,7 @@ export interface DaemonMetrics {
 
 /**
  * Creates the metrics: calls by procedure and code with latency histograms, process starts by
- * result, output bytes per stream, auth failures, gauges read at scrape time (processes by status,
+ * result, process exits by cause, output bytes per stream, auth failures, gauges read at scrape time (processes by status,
  * output retained and dropped, connections), and Node's own process metrics.
  */
 export function createDaemonMetrics(source: { manager: ProcessManager; connections(): number }): DaemonMetrics {
@@ -96,6 +99,13 @@ export function createDaemonMetrics(source: { manager: ProcessManager; connectio
     labelNames: ["result"],
     registers: [registry],
   });
+  const exits = new Counter({
+    name: "sandboxd_process_exits_total",
+    help: "Processes that ended, by cause: exited, signaled, killed_on_request, timed_out, out_of_memory, daemon_shutdown, start_failed, unknown.",
+    labelNames: ["cause"],
+    registers: [registry],
+  });
+  for (const cause of exitCauses) exits.inc({ cause }, 0);
   const outputBytes = new Counter({
     name: "sandboxd_output_bytes_total",
     help: "Output bytes read from commands, per stream.",
@@ -179,7 +189,7 @@ export function createDaemonMetrics(source: { manager: ProcessManager; connectio
       this.set(source.connections());
     },
   });
-  return { registry, calls, callSeconds, starts, outputBytes, authFailures, connectionsTurnedAway };
+  return { registry, calls, callSeconds, starts, exits, outputBytes, authFailures, connectionsTurnedAway };
 }
 
 /**
@@ -226,8 +236,8 @@ export interface ProcessAuditOptions {
 
 /**
  * Creates the process audit: a line when a process starts (who asked: peer and certificate subject;
- * what ran: program name, cwd, user, pid) and one when it ends (status, code, signal, duration),
- * counting starts in the metrics. Environment values never; command lines only with `logCommands`.
+ * what ran: program name, cwd, user, pid) and one when it ends (status, code, signal, cause with its
+ * kill origin or start stage and errno, duration), counting starts and exits by cause in the metrics. Environment values never; command lines only with `logCommands`.
  */
 export function createProcessAudit(
   logger: Logger,
@@ -259,8 +269,12 @@ export function createProcessAudit(
           exitCode: exit.exitCode,
           signal: exit.signal,
           timedOut: exit.timedOut,
+          cause: exit.cause,
+          ...(exit.killOrigin === undefined ? {} : { killOrigin: exit.killOrigin }),
+          ...(exit.startStage === undefined ? {} : { startStage: exit.startStage, errno: exit.errno }),
           durationMs: Math.round(exit.durationMs),
         };
+        metrics.exits.inc({ cause: exit.cause });
         if (exit.status === "error") logger.warn({ ...line, error: exit.error }, "process failed to start");
         else logger.info(line, "process exited");
       });

@@ -362,8 +362,9 @@ export type ProcessExited = Message<"sandbox.v1.ProcessExited"> & {
   status: ProcessStatus;
 
   /**
-   * Exit code when it exited normally; absent when ended by a signal. 127
-   * when the program was not found, as a shell reports it.
+   * Exit code when it exited normally; absent when ended by a signal, or
+   * when the daemon does not know how it ended (cause UNKNOWN). 127 when the
+   * program was not found, as a shell reports it.
    *
    * @generated from field: optional int32 exit_code = 2;
    */

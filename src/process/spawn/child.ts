@@ -1,6 +1,9 @@
 import type { OutputStreamName } from "../output/index.js";
 
-/** How a child's leader process ended: an exit code, or the signal that killed it. */
+/**
+ * How a child's leader process ended: an exit code, or the signal that killed it. Both are null when
+ * it is not known (something else reaped the leader).
+ */
 export interface ChildExit {
   /** Exit code, or null when ended by a signal. */
   code: number | null;

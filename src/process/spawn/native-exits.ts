@@ -56,7 +56,8 @@ export function reapNow(pid: number): boolean {
   try {
     result = addon!.reap(pid);
   } catch {
-    result = { code: null, signal: 9 };
+    // ECHILD: somebody else reaped it; how it ended is not known (the exit's cause says unknown).
+    result = { code: null, signal: null };
   }
   if (result === undefined) return false;
   waiting.delete(pid);
@@ -149,8 +150,8 @@ function askEachWaiting(): void {
     try {
       result = addon!.reap(pid);
     } catch {
-      // ECHILD: somebody else reaped it; nothing more will be known.
-      result = { code: null, signal: 9 };
+      // ECHILD: somebody else reaped it; nothing more will be known (the exit's cause says unknown).
+      result = { code: null, signal: null };
     }
     if (result === undefined) continue;
     waiting.delete(pid);

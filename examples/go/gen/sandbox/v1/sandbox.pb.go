@@ -1261,8 +1261,9 @@ type ProcessExited struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Final status: completed, failed, killed or error.
 	Status ProcessStatus `protobuf:"varint,1,opt,name=status,proto3,enum=sandbox.v1.ProcessStatus" json:"status,omitempty"`
-	// Exit code when it exited normally; absent when ended by a signal. 127
-	// when the program was not found, as a shell reports it.
+	// Exit code when it exited normally; absent when ended by a signal, or
+	// when the daemon does not know how it ended (cause UNKNOWN). 127 when the
+	// program was not found, as a shell reports it.
 	ExitCode *int32 `protobuf:"varint,2,opt,name=exit_code,json=exitCode,proto3,oneof" json:"exit_code,omitempty"`
 	// Name of the signal that ended it ("SIGKILL"), empty when it exited.
 	Signal string `protobuf:"bytes,3,opt,name=signal,proto3" json:"signal,omitempty"`
