@@ -437,8 +437,10 @@ describe("every reason in the proto, from a real call against a real server (cod
     ];
     // The readiness reasons, each triggered in test/readiness.test.ts (PORTS_UNAVAILABLE without /proc/net).
     const readiness = ["WAIT_TIMED_OUT", "PROCESS_EXITED", "PATTERN_INVALID", "PORTS_UNAVAILABLE"];
+    // Per-command limits, each triggered in test/cgroup-limits.test.ts.
+    const limits = ["LIMIT_ABOVE_CAP", "LIMIT_NOT_ENFORCEABLE"];
     const names = Object.keys(ErrorReason).filter((name) => Number.isNaN(Number(name)) && name !== "UNSPECIFIED");
-    expect([...tested, ...untested, ...files, ...readiness].sort()).toEqual(names.sort());
+    expect([...tested, ...untested, ...files, ...readiness, ...limits].sort()).toEqual(names.sort());
   });
 });
 

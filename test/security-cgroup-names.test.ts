@@ -23,15 +23,17 @@ const inInitialPidNamespace = readlinkSync("/proc/self/ns/pid") === "pid:[402653
 
 describe("a daemon's cgroup names", () => {
   it("are created, never adopted: a name that is there already is skipped", () => {
-    // Runs first in this file: this process has made none of its names yet, so the next is the 0th.
+    // Runs first in this file: this process has made only the probe's names yet (one per hierarchy,
+    // fewer than 8), so every name up to the 9th is taken and the next free one is the 10th.
     const parent = mkdtempSync(path.join(tmpdir(), "sandboxd-names-"));
     try {
-      for (let n = 0; n < 3; n++) {
+      for (let n = 0; n < 10; n++) {
         mkdirSync(path.join(parent, daemonCgroupName(n)));
         writeFileSync(path.join(parent, daemonCgroupName(n), "someone-else"), "");
       }
-      expect(createDaemonCgroup(parent)).toBe(path.join(parent, daemonCgroupName(3)));
-      for (let n = 0; n < 3; n++) expect(existsSync(path.join(parent, daemonCgroupName(n), "someone-else"))).toBe(true);
+      expect(createDaemonCgroup(parent)).toBe(path.join(parent, daemonCgroupName(10)));
+      for (let n = 0; n < 10; n++)
+        expect(existsSync(path.join(parent, daemonCgroupName(n), "someone-else"))).toBe(true);
     } finally {
       rmSync(parent, { recursive: true, force: true });
     }

@@ -2,7 +2,13 @@ import { identityEnvironment } from "./environment.js";
 import type { ProcessDescription } from "./managed-process.js";
 import type { UserIdentity } from "./user.js";
 import type { RetentionRequest } from "./retention.js";
-import { defaultPtyCols, defaultPtyRows, planStdin, type StdinPlan } from "../shared/limits.js";
+import {
+  type CommandLimitsRequest,
+  defaultPtyCols,
+  defaultPtyRows,
+  planStdin,
+  type StdinPlan,
+} from "../shared/limits.js";
 import { findProgramProblem } from "./program-lookup.js";
 import { execSimpleCommand } from "./shell-line.js";
 
@@ -39,6 +45,8 @@ export interface ProcessSpec {
   sudo?: boolean;
   /** How much of the output the record retains; the manager's defaults for what is unset. */
   retention?: RetentionRequest;
+  /** Its own resource limits, within the daemon's caps; unset fields take the daemon's defaults. */
+  limits?: CommandLimitsRequest;
 }
 
 /** What {@link resolveCommand} takes besides the spec: what the manager decided or knows. */

@@ -37,6 +37,7 @@ export {
   ProcessManager,
   type ProcessFilter,
   type ProcessManagerOptions,
+  type CommandLimitPolicy,
   type StartOptions,
 } from "./process-manager.js";
 export { parseSignal, signalName, type SignalName } from "./signals.js";
@@ -61,7 +62,14 @@ export {
 export { PidsCgroup } from "./cgroups/index.js";
 export { groupsOf, resolveUser, rootIdentity, type UserIdentity } from "./user.js";
 export * from "../shared/limits.js";
-export { defaultCommandsMemoryBytes, ResourceCgroup, type ResourceLimits } from "./cgroups/index.js";
+export {
+  type CgroupCapabilities,
+  type CommandLimits,
+  defaultCommandsMemoryBytes,
+  ResourceCgroup,
+  type ResourceLimits,
+  type ResourceUsage,
+} from "./cgroups/index.js";
 export { loadNativeAddon, type NativeAddon } from "./native/index.js";
 export { orphansReapedSoFar, reapOrphans, type OrphanReaping } from "./spawn/index.js";
 export {

@@ -2,6 +2,7 @@ import { raceSignal } from "../shared/abort.js";
 import { ProcessError } from "./errors.js";
 import { maxPendingInputBytes, ptySizeProblem } from "../shared/limits.js";
 import type { SpawnedChild } from "./spawn/index.js";
+import type { ResourceUsage } from "./cgroups/index.js";
 import {
   MemoryBudget,
   OutputBuffer,
@@ -63,11 +64,17 @@ export interface ProcessExit {
   readonly startStage?: StartStage;
   /** For cause `start_failed`: the errno name the step failed with, when it had one. */
   readonly errno?: string;
+  /**
+   * What its whole process tree used, read from its own cgroups as it ended; undefined where it has
+   * none (no writable cgroups here, or it never started). A figure left out is unknown.
+   */
+  readonly usage?: ResourceUsage;
 }
 
 /**
- * What only the command's surroundings know about its end, asked once its leader has exited and
- * before its record says how it ended (its cgroups are still there then).
+ * What only the command's surroundings know about it: asked about its end once its leader has
+ * exited and before its record says how it ended (its cgroups are still there then), and, while it
+ * runs, for what it uses and to kill its whole tree.
  */
 export interface ExitProbe {
   /**
@@ -75,6 +82,13 @@ export interface ExitProbe {
    * own memory cgroup rose. Undefined where that cannot be told; never a guess from SIGKILL.
    */
   killedForMemory?(): boolean | undefined;
+  /**
+   * What the command's whole process tree has used so far, from its own cgroups (`live` also reads
+   * the memory in use now); undefined where it has none.
+   */
+  readUsage?(live?: boolean): ResourceUsage | undefined;
+  /** Kills every process of the command's tree at once (double-forked ones included), where it has cgroups of its own. */
+  killTree?(): void;
 }
 
 /** The fixed facts about a process, known when it is created. */
@@ -366,6 +380,21 @@ export class ManagedProcess {
     const child = await spawn((stream, data) => this.output.append(stream, data));
     this.attach(child, probe);
     return child;
+  }
+
+  /**
+   * What the process's tree has used so far, read now from its cgroups (memory in use included);
+   * its exit's usage once it has ended; undefined where it has no cgroups of its own.
+   */
+  readUsage(): ResourceUsage | undefined {
+    const life = this.life;
+    if (life.t === "exited") return life.exit.usage;
+    if (life.t === "starting") return undefined;
+    try {
+      return life.probe?.readUsage?.(true);
+    } catch {
+      return undefined;
+    }
   }
 
   /** Takes ownership of a spawned child: status running, timeout armed, exit awaited. */
@@ -668,10 +697,15 @@ export class ManagedProcess {
     return this.life.child.hasExited?.() ?? false;
   }
 
-  /** Signals the group of a running child; nothing once its leader is gone. */
+  /**
+   * Signals the group of a running child; nothing once its leader is gone. SIGKILL also goes to
+   * every process of its tree through its cgroups, where it has its own: those that left the group
+   * (`setsid`, double-forked daemons) included.
+   */
   private signalGroup(signal: SignalName): void {
     if (this.life.t !== "running" || this.leaderGone()) return;
     killGroup(this.life.child.pid, signal);
+    if (signal === "SIGKILL") this.life.probe?.killTree?.();
   }
 
   private finish(end: Pick<ProcessExit, "status" | "exitCode" | "signal" | "error">): void {
@@ -686,13 +720,17 @@ export class ManagedProcess {
     const ran = life.t !== "starting";
     const killReason = ran ? life.killReason : undefined;
     const timedOut = ran && life.timedOut;
+    // Read before the cgroups go (they are removed once the record has exited); the kernel's count of
+    // kills for memory comes with the usage where there is one, in the same read.
+    const usage = ran ? readUsageQuietly(life.probe) : undefined;
     const classified = classifyExit({
       leader: ran ? { code: end.exitCode, signal: end.signal } : undefined,
       startFailure: this.startFailure,
       timedOut,
       killReason,
       inputSignals: this.inputSignals,
-      killedForMemory: ran ? readKilledForMemory(life.probe) : undefined,
+      killedForMemory:
+        usage?.oomKills !== undefined ? usage.oomKills > 0 : ran ? readKilledForMemory(life.probe) : undefined,
     });
     // Built field by field, never spread: V8 gave each record spread from `end` a hidden class of its own
     // (about 400 bytes a record that lingers).
@@ -713,6 +751,7 @@ export class ManagedProcess {
     if (classified.killOrigin !== undefined) exit.killOrigin = classified.killOrigin;
     if (classified.startStage !== undefined) exit.startStage = classified.startStage;
     if (classified.errno !== undefined) exit.errno = classified.errno;
+    if (usage !== undefined) exit.usage = usage;
     // The child's streams, closures and buffers are not needed for a record that only reports now.
     this.life = { t: "exited", exit, pid: life.t === "starting" ? 0 : life.child.pid };
     this.resolveExited(exit);
@@ -720,6 +759,15 @@ export class ManagedProcess {
     this.resolveExited = settled;
     // Writers waiting for room look again, and find the process gone.
     this.budget.wake();
+  }
+}
+
+/** Asks a probe what the command used; a probe that fails cannot tell. */
+function readUsageQuietly(probe: ExitProbe | undefined): ResourceUsage | undefined {
+  try {
+    return probe?.readUsage?.();
+  } catch {
+    return undefined;
   }
 }
 

@@ -18,6 +18,9 @@ import { RetainedOutputBudget } from "./retained-output-budget.js";
 import { defaultOutputHeadBytes, resolveRetention, type RetentionLimits } from "./retention.js";
 import type { SignalName } from "./signals.js";
 import { validateSessionId, validateSpec } from "./spec-validation.js";
+import { availableParallelism } from "node:os";
+import type { CommandLimits } from "./cgroups/index.js";
+import { type CommandLimitCaps, commandLimitsProblem, type CommandLimitsRequest } from "../shared/limits.js";
 import { currentUser, rootIdentity, type UserIdentity } from "./user.js";
 import { Workspace } from "./workspace.js";
 
@@ -119,6 +122,22 @@ export interface ProcessManagerOptions {
   onOutputBytes?: (stream: "stdout" | "stderr", bytes: number) => void;
   /** Where the manager reports what an operator must know (a state directory that cannot record). Default: nothing. */
   log?: (message: string) => void;
+  /** Every command's own default limits and the caps of what one may ask for (see {@link CommandLimitPolicy}). */
+  commandLimits?: CommandLimitPolicy;
+}
+
+/**
+ * The daemon's rules for one command's own limits (`ProcessSpec.limits`): defaults for a command
+ * that asks for none, and caps on what one may ask for. Tasks are capped by the launcher's
+ * `maxTasksPerCommand`, which is also their default.
+ */
+export interface CommandLimitPolicy {
+  /** Memory limit of a command that asks for none, in bytes; undefined or 0 for none of its own (the commands' total still applies). */
+  defaultMemoryBytes?: number;
+  /** Most memory one command may ask for, in bytes. Default: the commands' total (the launcher's), else no cap. */
+  maxMemoryBytes?: number;
+  /** Most CPU one command may ask for, in thousandths of one CPU. Default: every CPU of the machine. */
+  maxCpuMillis?: number;
 }
 
 /** Default output retained per process. */
@@ -172,6 +191,9 @@ export class ProcessManager {
   private readonly log?: (message: string) => void;
   private readonly onOutputBytes?: (stream: "stdout" | "stderr", bytes: number) => void;
   private daemonUser?: UserIdentity;
+  /** The caps on one command's own limits (see {@link CommandLimitPolicy}). */
+  readonly limitCaps: CommandLimitCaps;
+  private readonly defaultMemoryBytes?: number;
 
   /**
    * Use {@link createProcessManager}, which resolves the workspace roots. Only the fields of
@@ -203,6 +225,16 @@ export class ProcessManager {
     });
     this.baseEnvironment = options.baseEnvironment ?? createBaseEnvironment();
     this.launcher = options.launcher ?? Launcher.create();
+    const policy = options.commandLimits ?? {};
+    const maxTasks = this.launcher.maxTasksPerCommand;
+    this.limitCaps = {
+      memoryBytes: policy.maxMemoryBytes || this.launcher.resources?.applied.memoryBytes,
+      cpuMillis: policy.maxCpuMillis || availableParallelism() * 1000,
+      maxTasks: maxTasks > 0 ? maxTasks : undefined,
+    };
+    const defaultMemory = policy.defaultMemoryBytes || undefined;
+    if (defaultMemory !== undefined && this.launcher.resources?.capabilities.memoryLimit)
+      this.defaultMemoryBytes = Math.min(defaultMemory, this.limitCaps.memoryBytes ?? defaultMemory);
     if (options.stateDirectory !== undefined) this.ledger = new GroupLedger(options.stateDirectory);
     const runAs = options.runAs;
     if (runAs !== undefined && runAs.uid !== process.getuid?.() && !this.launcher.canSwitchUser) {
@@ -267,6 +299,7 @@ export class ProcessManager {
     this.checkAdmission(options.signal);
     validateSpec(spec);
     const retention = resolveRetention(spec.retention, this.retentionLimits);
+    const limits = this.resolveLimits(spec.limits ?? {});
     this.retained.checkInputFits(spec.stdinData?.length ?? 0);
     const id = spec.processId || randomUUID();
     this.checkRoom(id);
@@ -335,6 +368,7 @@ export class ProcessManager {
           cwd,
           pty: command.pty !== undefined,
           cwdIsRoot: this.workspace.roots.includes(cwd),
+          limits,
         },
         command.identity,
       );
@@ -409,6 +443,47 @@ export class ProcessManager {
         .catch(() => {});
     }
     return started;
+  }
+
+  /**
+   * A command's own limits with the daemon's defaults applied, or a ProcessError: INVALID_ARGUMENT
+   * for a value out of bounds, LIMIT_ABOVE_CAP above a cap (naming it), LIMIT_NOT_ENFORCEABLE for a
+   * limit this machine's cgroups cannot hold (never ignored in silence).
+   */
+  private resolveLimits(requested: CommandLimitsRequest): CommandLimits {
+    const problem = commandLimitsProblem(requested, this.limitCaps);
+    if (problem !== undefined) {
+      if (problem.cap === undefined)
+        throw new ProcessError(problem.message, "INVALID_ARGUMENT", { metadata: { field: problem.field } });
+      throw new ProcessError(problem.message, "LIMIT_ABOVE_CAP", {
+        metadata: {
+          field: problem.field,
+          cap: problem.cap.name,
+          max: String(problem.cap.max),
+          value: String(problem.cap.value),
+        },
+      });
+    }
+    const capabilities = this.launcher.resources?.capabilities;
+    const unenforceable = (field: string, controller: string) =>
+      new ProcessError(
+        `${field} cannot be enforced here: the daemon has no writable ${controller} cgroup for commands`,
+        "LIMIT_NOT_ENFORCEABLE",
+        { metadata: { field, controller } },
+      );
+    if (requested.memoryBytes !== undefined && !capabilities?.memoryLimit)
+      throw unenforceable("limits.memory_bytes", "memory");
+    if (requested.cpuMillis !== undefined && !capabilities?.cpuLimit) throw unenforceable("limits.cpu_millis", "cpu");
+    if (requested.cpuWeight !== undefined && !capabilities?.cpuLimit) throw unenforceable("limits.cpu_weight", "cpu");
+    if (requested.maxTasks !== undefined && this.launcher.forkLimit() === "none")
+      throw unenforceable("limits.max_tasks", "pids");
+    const limits: CommandLimits = {};
+    const memoryBytes = requested.memoryBytes ?? this.defaultMemoryBytes;
+    if (memoryBytes !== undefined) limits.memoryBytes = memoryBytes;
+    if (requested.cpuMillis !== undefined) limits.cpuMillis = requested.cpuMillis;
+    if (requested.cpuWeight !== undefined) limits.cpuWeight = requested.cpuWeight;
+    if (requested.maxTasks !== undefined) limits.maxTasks = requested.maxTasks;
+    return limits;
   }
 
   /** The name of the user a command runs as: root with sudo, the `runAs` user, or the daemon's own. */

@@ -405,6 +405,7 @@ function managerOptions(options: SandboxServerOptions): ProcessManagerOptions {
     launcher: options.launcher,
     stateDirectory: options.stateDirectory,
     log: options.log,
+    commandLimits: options.commandLimits,
   };
 }
 

@@ -93,3 +93,83 @@ export function stdinDataProblem(bytes: number): string | undefined {
   if (bytes <= maxPendingInputBytes) return undefined;
   return `stdin_data is larger than the ${maxPendingInputBytes} bytes a process may have pending on stdin`;
 }
+
+/** A command's own resource limits as a request gives them (the `limits` of a spec); undefined fields take the daemon's defaults. */
+export interface CommandLimitsRequest {
+  /** Most memory of its tree, in bytes. */
+  memoryBytes?: number;
+  /** CPU quota in thousandths of one CPU. */
+  cpuMillis?: number;
+  /** CPU weight against other commands, 1 to 10000 (100 the default). */
+  cpuWeight?: number;
+  /** Most tasks of its tree at once. */
+  maxTasks?: number;
+}
+
+/** The daemon's caps on one command's limits; an undefined cap is no cap. */
+export interface CommandLimitCaps {
+  /** Most memory a command may ask for, in bytes (`--max-command-memory-bytes`). */
+  memoryBytes?: number;
+  /** Most CPU a command may ask for, in thousandths of one CPU (`--max-command-cpus` x 1000). */
+  cpuMillis?: number;
+  /** Most tasks a command may ask for (`--max-tasks`). */
+  maxTasks?: number;
+}
+
+/** Least memory limit a command may ask for: 1 MiB (less would not start a shell). */
+export const minCommandMemoryBytes = 1024 * 1024;
+/** Least CPU quota a command may ask for, in thousandths of one CPU: the kernel's 1 ms per 100 ms period. */
+export const minCommandCpuMillis = 10;
+/** Largest CPU weight (cgroup v2's). */
+export const maxCpuWeight = 10_000;
+
+/**
+ * Why a command's limits cannot be used, or undefined when they can: `field` names the spec field
+ * (`limits.memory_bytes`), and `cap` the daemon flag whose value it exceeds (undefined for a value
+ * below the least allowed or not a whole number).
+ */
+export function commandLimitsProblem(
+  limits: CommandLimitsRequest,
+  caps: CommandLimitCaps,
+): { field: string; message: string; cap?: { name: string; max: number; value: number } } | undefined {
+  const check = (
+    field: string,
+    value: number | undefined,
+    least: number,
+    most: number | undefined,
+    capName: string | undefined,
+    unit: string,
+  ) => {
+    if (value === undefined) return undefined;
+    if (!Number.isSafeInteger(value) || value < least)
+      return { field, message: `${field} must be a whole number of at least ${least} ${unit}, got ${value}` };
+    if (most !== undefined && value > most) {
+      const message =
+        capName === undefined
+          ? `${field} must be at most ${most} ${unit}, got ${value}`
+          : `${field} of ${value} ${unit} is above the daemon's cap of ${most} (${capName})`;
+      return { field, message, ...(capName === undefined ? {} : { cap: { name: capName, max: most, value } }) };
+    }
+    return undefined;
+  };
+  return (
+    check(
+      "limits.memory_bytes",
+      limits.memoryBytes,
+      minCommandMemoryBytes,
+      caps.memoryBytes,
+      "max-command-memory-bytes",
+      "bytes",
+    ) ??
+    check(
+      "limits.cpu_millis",
+      limits.cpuMillis,
+      minCommandCpuMillis,
+      caps.cpuMillis,
+      "max-command-cpus",
+      "thousandths of a CPU",
+    ) ??
+    check("limits.cpu_weight", limits.cpuWeight, 1, maxCpuWeight, undefined, "") ??
+    check("limits.max_tasks", limits.maxTasks, 1, caps.maxTasks, "max-tasks", "tasks")
+  );
+}

@@ -19,7 +19,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file sandbox/v1/sandbox.proto.
  */
 export const file_sandbox_v1_sandbox: GenFile = /*@__PURE__*/
-  fileDesc("ChhzYW5kYm94L3YxL3NhbmRib3gucHJvdG8SCnNhbmRib3gudjEiNgoKUHR5T3B0aW9ucxIMCgRjb2xzGAEgASgNEgwKBHJvd3MYAiABKA0SDAoEdGVybRgDIAEoCSKCAwoLUHJvY2Vzc1NwZWMSDwoHY29tbWFuZBgBIAEoCRIMCgRhcmdzGAIgAygJEi0KA2VudhgDIAMoCzIgLnNhbmRib3gudjEuUHJvY2Vzc1NwZWMuRW52RW50cnkSCwoDY3dkGAQgASgJEhIKCnRpbWVvdXRfbXMYBSABKAUSEgoKcHJvY2Vzc19pZBgGIAEoCRISCgpzZXNzaW9uX2lkGAcgASgJEiMKA3B0eRgIIAEoCzIWLnNhbmRib3gudjEuUHR5T3B0aW9ucxINCgVzdGRpbhgJIAEoCBISCgpzdGRpbl9kYXRhGAogASgMEhkKDGF1dG9fY2xlYW51cBgLIAEoCEgAiAEBEgwKBHN1ZG8YDCABKAgSLgoJcmV0ZW50aW9uGA4gASgLMhsuc2FuZGJveC52MS5PdXRwdXRSZXRlbnRpb24aKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIPCg1fYXV0b19jbGVhbnVwImEKD091dHB1dFJldGVudGlvbhIXCgpoZWFkX2J5dGVzGAEgASgESACIAQESFwoKdGFpbF9ieXRlcxgCIAEoBEgBiAEBQg0KC19oZWFkX2J5dGVzQg0KC190YWlsX2J5dGVzIjQKC0V4ZWNSZXF1ZXN0EiUKBHNwZWMYASABKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NTcGVjIpsBCgxFeGVjUmVzcG9uc2USKgoHc3RhcnRlZBgBIAEoCzIXLnNhbmRib3gudjEuUHJvY2Vzc0luZm9IABIpCgZvdXRwdXQYAiABKAsyFy5zYW5kYm94LnYxLk91dHB1dENodW5rSAASKwoGZXhpdGVkGAMgASgLMhkuc2FuZGJveC52MS5Qcm9jZXNzRXhpdGVkSABCBwoFZXZlbnQiVQoLT3V0cHV0Q2h1bmsSKAoGc3RyZWFtGAEgASgOMhguc2FuZGJveC52MS5PdXRwdXRTdHJlYW0SDgoGb2Zmc2V0GAIgASgEEgwKBGRhdGEYAyABKAwiWwoJT3V0cHV0R2FwEigKBnN0cmVhbRgBIAEoDjIYLnNhbmRib3gudjEuT3V0cHV0U3RyZWFtEg4KBm9mZnNldBgCIAEoBBIUCgxtaXNzZWRfYnl0ZXMYAyABKAQi2gMKDVByb2Nlc3NFeGl0ZWQSKQoGc3RhdHVzGAEgASgOMhkuc2FuZGJveC52MS5Qcm9jZXNzU3RhdHVzEhYKCWV4aXRfY29kZRgCIAEoBUgAiAEBEg4KBnNpZ25hbBgDIAEoCRIRCgl0aW1lZF9vdXQYBCABKAgSDgoGa2lsbGVkGAUgASgIEi4KCnN0YXJ0X3RpbWUYBiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEiwKCGVuZF90aW1lGAcgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIrCghkdXJhdGlvbhgIIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIUCgxzdGRvdXRfYnl0ZXMYCSABKAQSFAoMc3RkZXJyX2J5dGVzGAogASgEEg0KBWVycm9yGAsgASgJEiQKBWNhdXNlGAwgASgOMhUuc2FuZGJveC52MS5FeGl0Q2F1c2USMQoMY2F1c2VfZGV0YWlsGA0gASgLMhsuc2FuZGJveC52MS5FeGl0Q2F1c2VEZXRhaWwSJgoHZHJvcHBlZBgPIAMoCzIVLnNhbmRib3gudjEuT3V0cHV0R2FwQgwKCl9leGl0X2NvZGUiegoPRXhpdENhdXNlRGV0YWlsEisKC3N0YXJ0X3N0YWdlGAEgASgOMhYuc2FuZGJveC52MS5TdGFydFN0YWdlEg0KBWVycm5vGAIgASgJEisKC2tpbGxfb3JpZ2luGAMgASgOMhYuc2FuZGJveC52MS5LaWxsT3JpZ2luIoADCgtQcm9jZXNzSW5mbxISCgpwcm9jZXNzX2lkGAEgASgJEgsKA3BpZBgCIAEoBRIPCgdjb21tYW5kGAMgASgJEgwKBGFyZ3MYBCADKAkSKQoGc3RhdHVzGAUgASgOMhkuc2FuZGJveC52MS5Qcm9jZXNzU3RhdHVzEhIKCnNlc3Npb25faWQYBiABKAkSCwoDY3dkGAcgASgJEgsKA3B0eRgIIAEoCBINCgVzdGRpbhgJIAEoCBIuCgpzdGFydF90aW1lGAogASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBInCgRleGl0GAsgASgLMhkuc2FuZGJveC52MS5Qcm9jZXNzRXhpdGVkEhQKDHN0ZG91dF9ieXRlcxgMIAEoBBIUCgxzdGRlcnJfYnl0ZXMYDSABKAQSFAoMYXV0b19jbGVhbnVwGA4gASgIEi4KCXJldGVudGlvbhgQIAEoCzIbLnNhbmRib3gudjEuT3V0cHV0UmV0ZW50aW9uIjwKE1N0YXJ0UHJvY2Vzc1JlcXVlc3QSJQoEc3BlYxgBIAEoCzIXLnNhbmRib3gudjEuUHJvY2Vzc1NwZWMiQAoUU3RhcnRQcm9jZXNzUmVzcG9uc2USKAoHcHJvY2VzcxgBIAEoCzIXLnNhbmRib3gudjEuUHJvY2Vzc0luZm8iZQoRU3RyZWFtTG9nc1JlcXVlc3QSEgoKcHJvY2Vzc19pZBgBIAEoCRIVCg1zdGRvdXRfb2Zmc2V0GAIgASgEEhUKDXN0ZGVycl9vZmZzZXQYAyABKAQSDgoGZm9sbG93GAQgASgIIvIBChJTdHJlYW1Mb2dzUmVzcG9uc2USKgoHcHJvY2VzcxgBIAEoCzIXLnNhbmRib3gudjEuUHJvY2Vzc0luZm9IABIpCgZvdXRwdXQYAiABKAsyFy5zYW5kYm94LnYxLk91dHB1dENodW5rSAASJAoDZ2FwGAMgASgLMhUuc2FuZGJveC52MS5PdXRwdXRHYXBIABIrCgZleGl0ZWQYBCABKAsyGS5zYW5kYm94LnYxLlByb2Nlc3NFeGl0ZWRIABIpCgljYXVnaHRfdXAYBSABKAsyFC5zYW5kYm94LnYxLkNhdWdodFVwSABCBwoFZXZlbnQiOAoIQ2F1Z2h0VXASFQoNc3Rkb3V0X29mZnNldBgBIAEoBBIVCg1zdGRlcnJfb2Zmc2V0GAIgASgEIrcBChBTZW5kSW5wdXRSZXF1ZXN0EiUKBG9wZW4YASABKAsyFS5zYW5kYm94LnYxLk9wZW5JbnB1dEgAEg4KBGRhdGEYAiABKAxIABInCgVjbG9zZRgDIAEoCzIWLnNhbmRib3gudjEuQ2xvc2VJbnB1dEgAEigKBnJlc2l6ZRgEIAEoCzIWLnNhbmRib3gudjEuUHR5T3B0aW9uc0gAEhAKBnNpZ25hbBgFIAEoCUgAQgcKBWlucHV0Ih8KCU9wZW5JbnB1dBISCgpwcm9jZXNzX2lkGAEgASgJIgwKCkNsb3NlSW5wdXQiOgoRU2VuZElucHV0UmVzcG9uc2USFQoNYnl0ZXNfd3JpdHRlbhgBIAEoBBIOCgZjbG9zZWQYAiABKAgiJwoRR2V0UHJvY2Vzc1JlcXVlc3QSEgoKcHJvY2Vzc19pZBgBIAEoCSI+ChJHZXRQcm9jZXNzUmVzcG9uc2USKAoHcHJvY2VzcxgBIAEoCzIXLnNhbmRib3gudjEuUHJvY2Vzc0luZm8ifgoUTGlzdFByb2Nlc3Nlc1JlcXVlc3QSEgoKc2Vzc2lvbl9pZBgBIAEoCRIrCghzdGF0dXNlcxgCIAMoDjIZLnNhbmRib3gudjEuUHJvY2Vzc1N0YXR1cxIRCglwYWdlX3NpemUYAyABKAUSEgoKcGFnZV90b2tlbhgEIAEoCSJcChVMaXN0UHJvY2Vzc2VzUmVzcG9uc2USKgoJcHJvY2Vzc2VzGAEgAygLMhcuc2FuZGJveC52MS5Qcm9jZXNzSW5mbxIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiUQoSS2lsbFByb2Nlc3NSZXF1ZXN0EhIKCnByb2Nlc3NfaWQYASABKAkSDgoGc2lnbmFsGAIgASgJEhcKD2dyYWNlX3BlcmlvZF9tcxgDIAEoBSI/ChNLaWxsUHJvY2Vzc1Jlc3BvbnNlEigKB3Byb2Nlc3MYASABKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NJbmZvIlYKF0tpbGxBbGxQcm9jZXNzZXNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSDgoGc2lnbmFsGAIgASgJEhcKD2dyYWNlX3BlcmlvZF9tcxgDIAEoBSIwChhLaWxsQWxsUHJvY2Vzc2VzUmVzcG9uc2USFAoMa2lsbGVkX2NvdW50GAEgASgNIkIKF0NsZWFudXBQcm9jZXNzZXNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSEwoLcHJvY2Vzc19pZHMYAiADKAkiMQoYQ2xlYW51cFByb2Nlc3Nlc1Jlc3BvbnNlEhUKDXJlbW92ZWRfY291bnQYASABKA0iKwoVR2V0UHJvY2Vzc0xvZ3NSZXF1ZXN0EhIKCnByb2Nlc3NfaWQYASABKAkizAEKFkdldFByb2Nlc3NMb2dzUmVzcG9uc2USEgoKcHJvY2Vzc19pZBgBIAEoCRIOCgZzdGRvdXQYAiABKAwSDgoGc3RkZXJyGAMgASgMEhUKDXN0ZG91dF9vZmZzZXQYBCABKAQSFQoNc3RkZXJyX29mZnNldBgFIAEoBBIoCgdwcm9jZXNzGAYgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzSW5mbxImCgRoZWFkGAcgASgLMhguc2FuZGJveC52MS5SZXRhaW5lZEhlYWQiVgoMUmV0YWluZWRIZWFkEg4KBnN0ZG91dBgBIAEoDBIOCgZzdGRlcnIYAiABKAwSJgoHZHJvcHBlZBgDIAMoCzIVLnNhbmRib3gudjEuT3V0cHV0R2FwIkEKCUh0dHBQcm9iZRIMCgRwYXRoGAEgASgJEhIKCm1pbl9zdGF0dXMYAiABKA0SEgoKbWF4X3N0YXR1cxgDIAEoDSKSAQoSV2FpdEZvclBvcnRSZXF1ZXN0EgwKBHBvcnQYASABKA0SDAoEaG9zdBgCIAEoCRIjCgRodHRwGAMgASgLMhUuc2FuZGJveC52MS5IdHRwUHJvYmUSEgoKcHJvY2Vzc19pZBgEIAEoCRISCgp0aW1lb3V0X21zGAUgASgNEhMKC2ludGVydmFsX21zGAYgASgNIngKE1dhaXRGb3JQb3J0UmVzcG9uc2USDwoHYWRkcmVzcxgBIAEoCRITCgtodHRwX3N0YXR1cxgCIAEoDRIQCghhdHRlbXB0cxgDIAEoDRIpCgZ3YWl0ZWQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24ipAEKEVdhaXRGb3JMb2dSZXF1ZXN0EhIKCnByb2Nlc3NfaWQYASABKAkSDwoHcGF0dGVybhgCIAEoCRIoCgZzdHJlYW0YAyABKA4yGC5zYW5kYm94LnYxLk91dHB1dFN0cmVhbRIVCg1zdGRvdXRfb2Zmc2V0GAQgASgEEhUKDXN0ZGVycl9vZmZzZXQYBSABKAQSEgoKdGltZW91dF9tcxgGIAEoDSIoCgpNYXRjaEdyb3VwEhEKBHRleHQYASABKAlIAIgBAUIHCgVfdGV4dCKjAgoSV2FpdEZvckxvZ1Jlc3BvbnNlEigKBnN0cmVhbRgBIAEoDjIYLnNhbmRib3gudjEuT3V0cHV0U3RyZWFtEg4KBm9mZnNldBgCIAEoBBIMCgRsaW5lGAMgASgJEhMKC2xpbmVfb2Zmc2V0GAQgASgEEg0KBW1hdGNoGAUgASgJEiYKBmdyb3VwcxgGIAMoCzIWLnNhbmRib3gudjEuTWF0Y2hHcm91cBJFCgxuYW1lZF9ncm91cHMYByADKAsyLy5zYW5kYm94LnYxLldhaXRGb3JMb2dSZXNwb25zZS5OYW1lZEdyb3Vwc0VudHJ5GjIKEE5hbWVkR3JvdXBzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASI8ChJXYWl0Rm9yRXhpdFJlcXVlc3QSEgoKcHJvY2Vzc19pZBgBIAEoCRISCgp0aW1lb3V0X21zGAIgASgNImoKE1dhaXRGb3JFeGl0UmVzcG9uc2USKQoGZXhpdGVkGAEgASgLMhkuc2FuZGJveC52MS5Qcm9jZXNzRXhpdGVkEigKB3Byb2Nlc3MYAiABKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NJbmZvIiYKEExpc3RQb3J0c1JlcXVlc3QSEgoKcHJvY2Vzc19pZBgBIAEoCSI9ChFMaXN0UG9ydHNSZXNwb25zZRIoCgVwb3J0cxgBIAMoCzIZLnNhbmRib3gudjEuTGlzdGVuaW5nUG9ydCJuCg1MaXN0ZW5pbmdQb3J0EgwKBHBvcnQYASABKA0SDwoHYWRkcmVzcxgCIAEoCRIMCgRpcHY2GAMgASgIEgsKA3BpZBgEIAEoBRIPCgdwcm9ncmFtGAUgASgJEhIKCnByb2Nlc3NfaWQYBiABKAkqiAwKC0Vycm9yUmVhc29uEhwKGEVSUk9SX1JFQVNPTl9VTlNQRUNJRklFRBAAEiIKHkVSUk9SX1JFQVNPTl9QUk9DRVNTX05PVF9GT1VORBABEicKI0VSUk9SX1JFQVNPTl9QUk9DRVNTX0FMUkVBRFlfRVhJU1RTEAISHwobRVJST1JfUkVBU09OX0xJTUlUX0VYQ0VFREVEEAMSIQodRVJST1JfUkVBU09OX0lOVkFMSURfQVJHVU1FTlQQBBImCiJFUlJPUl9SRUFTT05fQ1dEX09VVFNJREVfV09SS1NQQUNFEAUSIQodRVJST1JfUkVBU09OX1NVRE9fTk9UX0FMTE9XRUQQBhIkCiBFUlJPUl9SRUFTT05fUFJPQ0VTU19OT1RfUlVOTklORxAHEh8KG0VSUk9SX1JFQVNPTl9TVERJTl9OT1RfT1BFThAIEiAKHEVSUk9SX1JFQVNPTl9VTkFVVEhFTlRJQ0FURUQQCRIeChpFUlJPUl9SRUFTT05fU0hVVFRJTkdfRE9XThAKEh0KGUVSUk9SX1JFQVNPTl9TUEFXTl9GQUlMRUQQCxIeChpFUlJPUl9SRUFTT05fQ1dEX05PVF9GT1VORBAMEiMKH0VSUk9SX1JFQVNPTl9DV0RfTk9UX0FDQ0VTU0lCTEUQDRIdChlFUlJPUl9SRUFTT05fUFRZX05PVF9PUEVOEA4SJAogRVJST1JfUkVBU09OX09GRlNFVF9PVVRfT0ZfUkFOR0UQDxIhCh1FUlJPUl9SRUFTT05fSE9TVF9OT1RfQUxMT1dFRBAQEiMKH0VSUk9SX1JFQVNPTl9TVEFURV9OT1RfUkVDT1JERUQQERIZChVFUlJPUl9SRUFTT05fQ0FOQ0VMRUQQEhIiCh5FUlJPUl9SRUFTT05fU0VSVklDRV9OT1RfRk9VTkQQExIZChVFUlJPUl9SRUFTT05fSU5URVJOQUwQFBIiCh5FUlJPUl9SRUFTT05fREVBRExJTkVfRVhDRUVERUQQFRIfChtFUlJPUl9SRUFTT05fUFJPVE9DT0xfRVJST1IQFhIfChtFUlJPUl9SRUFTT05fUEFUSF9OT1RfRk9VTkQQFxIkCiBFUlJPUl9SRUFTT05fUEFUSF9BTFJFQURZX0VYSVNUUxAYEicKI0VSUk9SX1JFQVNPTl9QQVRIX09VVFNJREVfV09SS1NQQUNFEBkSJAogRVJST1JfUkVBU09OX1BBVEhfTk9UX0FDQ0VTU0lCTEUQGhIfChtFUlJPUl9SRUFTT05fSVNfQV9ESVJFQ1RPUlkQGxIgChxFUlJPUl9SRUFTT05fTk9UX0FfRElSRUNUT1JZEBwSJAogRVJST1JfUkVBU09OX0RJUkVDVE9SWV9OT1RfRU1QVFkQHRIjCh9FUlJPUl9SRUFTT05fTk9UX0FfUkVHVUxBUl9GSUxFEB4SIgoeRVJST1JfUkVBU09OX1NUT1JBR0VfRVhIQVVTVEVEEB8SIQodRVJST1JfUkVBU09OX0NPTlRFTlRfTUlTTUFUQ0gQIBIdChlFUlJPUl9SRUFTT05fQ1JPU1NfREVWSUNFECESHwobRVJST1JfUkVBU09OX1dPUktTUEFDRV9ST09UECISJQohRVJST1JfUkVBU09OX1JFQURfT05MWV9GSUxFU1lTVEVNECMSHQoZRVJST1JfUkVBU09OX1NZTUxJTktfTE9PUBAkEhoKFkVSUk9SX1JFQVNPTl9GSUxFX0JVU1kQJRIpCiVFUlJPUl9SRUFTT05fRklMRV9TRVJWSUNFX1VOQVZBSUxBQkxFECYSJgoiRVJST1JfUkVBU09OX1JFVEVOVElPTl9BQk9WRV9MSU1JVBAtEh8KG0VSUk9SX1JFQVNPTl9XQUlUX1RJTUVEX09VVBAvEh8KG0VSUk9SX1JFQVNPTl9QUk9DRVNTX0VYSVRFRBAwEiAKHEVSUk9SX1JFQVNPTl9QQVRURVJOX0lOVkFMSUQQMRIiCh5FUlJPUl9SRUFTT05fUE9SVFNfVU5BVkFJTEFCTEUQMirWAQoNUHJvY2Vzc1N0YXR1cxIeChpQUk9DRVNTX1NUQVRVU19VTlNQRUNJRklFRBAAEhsKF1BST0NFU1NfU1RBVFVTX1NUQVJUSU5HEAESGgoWUFJPQ0VTU19TVEFUVVNfUlVOTklORxACEhwKGFBST0NFU1NfU1RBVFVTX0NPTVBMRVRFRBADEhkKFVBST0NFU1NfU1RBVFVTX0ZBSUxFRBAEEhkKFVBST0NFU1NfU1RBVFVTX0tJTExFRBAFEhgKFFBST0NFU1NfU1RBVFVTX0VSUk9SEAYqYQoMT3V0cHV0U3RyZWFtEh0KGU9VVFBVVF9TVFJFQU1fVU5TUEVDSUZJRUQQABIYChRPVVRQVVRfU1RSRUFNX1NURE9VVBABEhgKFE9VVFBVVF9TVFJFQU1fU1RERVJSEAIqhgIKCUV4aXRDYXVzZRIaChZFWElUX0NBVVNFX1VOU1BFQ0lGSUVEEAASFQoRRVhJVF9DQVVTRV9FWElURUQQARIXChNFWElUX0NBVVNFX1NJR05BTEVEEAISIAocRVhJVF9DQVVTRV9LSUxMRURfT05fUkVRVUVTVBADEhgKFEVYSVRfQ0FVU0VfVElNRURfT1VUEAQSHAoYRVhJVF9DQVVTRV9PVVRfT0ZfTUVNT1JZEAUSHgoaRVhJVF9DQVVTRV9EQUVNT05fU0hVVERPV04QBhIbChdFWElUX0NBVVNFX1NUQVJUX0ZBSUxFRBAHEhYKEkVYSVRfQ0FVU0VfVU5LTk9XThAIKsgBCgpTdGFydFN0YWdlEhsKF1NUQVJUX1NUQUdFX1VOU1BFQ0lGSUVEEAASEwoPU1RBUlRfU1RBR0VfQ1dEEAESFAoQU1RBUlRfU1RBR0VfVVNFUhACEhQKEFNUQVJUX1NUQUdFX0VYRUMQAxIWChJTVEFSVF9TVEFHRV9DR1JPVVAQBBIWChJTVEFSVF9TVEFHRV9MSU1JVFMQBRIVChFTVEFSVF9TVEFHRV9TUEFXThAGEhUKEVNUQVJUX1NUQUdFX1NUQVRFEAcqywEKCktpbGxPcmlnaW4SGwoXS0lMTF9PUklHSU5fVU5TUEVDSUZJRUQQABIcChhLSUxMX09SSUdJTl9LSUxMX1BST0NFU1MQARIYChRLSUxMX09SSUdJTl9LSUxMX0FMTBACEhYKEktJTExfT1JJR0lOX0NBTkNFTBADEhoKFktJTExfT1JJR0lOX0RJU0NPTk5FQ1QQBBIYChRLSUxMX09SSUdJTl9ERUFETElORRAFEhoKFktJTExfT1JJR0lOX1NFTkRfSU5QVVQQBjL+CAoOU2FuZGJveFNlcnZpY2USOwoERXhlYxIXLnNhbmRib3gudjEuRXhlY1JlcXVlc3QaGC5zYW5kYm94LnYxLkV4ZWNSZXNwb25zZTABElEKDFN0YXJ0UHJvY2VzcxIfLnNhbmRib3gudjEuU3RhcnRQcm9jZXNzUmVxdWVzdBogLnNhbmRib3gudjEuU3RhcnRQcm9jZXNzUmVzcG9uc2USTQoKU3RyZWFtTG9ncxIdLnNhbmRib3gudjEuU3RyZWFtTG9nc1JlcXVlc3QaHi5zYW5kYm94LnYxLlN0cmVhbUxvZ3NSZXNwb25zZTABEkwKCVNlbmRJbnB1dBIcLnNhbmRib3gudjEuU2VuZElucHV0UmVxdWVzdBodLnNhbmRib3gudjEuU2VuZElucHV0UmVzcG9uc2UoATABEksKCkdldFByb2Nlc3MSHS5zYW5kYm94LnYxLkdldFByb2Nlc3NSZXF1ZXN0Gh4uc2FuZGJveC52MS5HZXRQcm9jZXNzUmVzcG9uc2USVAoNTGlzdFByb2Nlc3NlcxIgLnNhbmRib3gudjEuTGlzdFByb2Nlc3Nlc1JlcXVlc3QaIS5zYW5kYm94LnYxLkxpc3RQcm9jZXNzZXNSZXNwb25zZRJOCgtLaWxsUHJvY2VzcxIeLnNhbmRib3gudjEuS2lsbFByb2Nlc3NSZXF1ZXN0Gh8uc2FuZGJveC52MS5LaWxsUHJvY2Vzc1Jlc3BvbnNlEl0KEEtpbGxBbGxQcm9jZXNzZXMSIy5zYW5kYm94LnYxLktpbGxBbGxQcm9jZXNzZXNSZXF1ZXN0GiQuc2FuZGJveC52MS5LaWxsQWxsUHJvY2Vzc2VzUmVzcG9uc2USXQoQQ2xlYW51cFByb2Nlc3NlcxIjLnNhbmRib3gudjEuQ2xlYW51cFByb2Nlc3Nlc1JlcXVlc3QaJC5zYW5kYm94LnYxLkNsZWFudXBQcm9jZXNzZXNSZXNwb25zZRJXCg5HZXRQcm9jZXNzTG9ncxIhLnNhbmRib3gudjEuR2V0UHJvY2Vzc0xvZ3NSZXF1ZXN0GiIuc2FuZGJveC52MS5HZXRQcm9jZXNzTG9nc1Jlc3BvbnNlEk4KC1dhaXRGb3JQb3J0Eh4uc2FuZGJveC52MS5XYWl0Rm9yUG9ydFJlcXVlc3QaHy5zYW5kYm94LnYxLldhaXRGb3JQb3J0UmVzcG9uc2USSwoKV2FpdEZvckxvZxIdLnNhbmRib3gudjEuV2FpdEZvckxvZ1JlcXVlc3QaHi5zYW5kYm94LnYxLldhaXRGb3JMb2dSZXNwb25zZRJOCgtXYWl0Rm9yRXhpdBIeLnNhbmRib3gudjEuV2FpdEZvckV4aXRSZXF1ZXN0Gh8uc2FuZGJveC52MS5XYWl0Rm9yRXhpdFJlc3BvbnNlEkgKCUxpc3RQb3J0cxIcLnNhbmRib3gudjEuTGlzdFBvcnRzUmVxdWVzdBodLnNhbmRib3gudjEuTGlzdFBvcnRzUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChhzYW5kYm94L3YxL3NhbmRib3gucHJvdG8SCnNhbmRib3gudjEiNgoKUHR5T3B0aW9ucxIMCgRjb2xzGAEgASgNEgwKBHJvd3MYAiABKA0SDAoEdGVybRgDIAEoCSKuAwoLUHJvY2Vzc1NwZWMSDwoHY29tbWFuZBgBIAEoCRIMCgRhcmdzGAIgAygJEi0KA2VudhgDIAMoCzIgLnNhbmRib3gudjEuUHJvY2Vzc1NwZWMuRW52RW50cnkSCwoDY3dkGAQgASgJEhIKCnRpbWVvdXRfbXMYBSABKAUSEgoKcHJvY2Vzc19pZBgGIAEoCRISCgpzZXNzaW9uX2lkGAcgASgJEiMKA3B0eRgIIAEoCzIWLnNhbmRib3gudjEuUHR5T3B0aW9ucxINCgVzdGRpbhgJIAEoCBISCgpzdGRpbl9kYXRhGAogASgMEhkKDGF1dG9fY2xlYW51cBgLIAEoCEgAiAEBEgwKBHN1ZG8YDCABKAgSKgoGbGltaXRzGA0gASgLMhouc2FuZGJveC52MS5SZXNvdXJjZUxpbWl0cxIuCglyZXRlbnRpb24YDiABKAsyGy5zYW5kYm94LnYxLk91dHB1dFJldGVudGlvbhoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQg8KDV9hdXRvX2NsZWFudXAiYQoPT3V0cHV0UmV0ZW50aW9uEhcKCmhlYWRfYnl0ZXMYASABKARIAIgBARIXCgp0YWlsX2J5dGVzGAIgASgESAGIAQFCDQoLX2hlYWRfYnl0ZXNCDQoLX3RhaWxfYnl0ZXMisgEKDlJlc291cmNlTGltaXRzEhkKDG1lbW9yeV9ieXRlcxgBIAEoBEgAiAEBEhcKCmNwdV9taWxsaXMYAiABKA1IAYgBARIXCgpjcHVfd2VpZ2h0GAMgASgNSAKIAQESFgoJbWF4X3Rhc2tzGAQgASgNSAOIAQFCDwoNX21lbW9yeV9ieXRlc0INCgtfY3B1X21pbGxpc0INCgtfY3B1X3dlaWdodEIMCgpfbWF4X3Rhc2tzIt0CCg1SZXNvdXJjZVVzYWdlEhgKC2NwdV91c2VyX3VzGAEgASgESACIAQESGgoNY3B1X3N5c3RlbV91cxgCIAEoBEgBiAEBEh4KEW1lbW9yeV9wZWFrX2J5dGVzGAMgASgESAKIAQESIQoUbWVtb3J5X2N1cnJlbnRfYnl0ZXMYBCABKARIA4gBARIaCg1pb19yZWFkX2J5dGVzGAUgASgESASIAQESGwoOaW9fd3JpdGVfYnl0ZXMYBiABKARIBYgBARIWCglvb21fa2lsbHMYByABKA1IBogBAUIOCgxfY3B1X3VzZXJfdXNCEAoOX2NwdV9zeXN0ZW1fdXNCFAoSX21lbW9yeV9wZWFrX2J5dGVzQhcKFV9tZW1vcnlfY3VycmVudF9ieXRlc0IQCg5faW9fcmVhZF9ieXRlc0IRCg9faW9fd3JpdGVfYnl0ZXNCDAoKX29vbV9raWxscyI0CgtFeGVjUmVxdWVzdBIlCgRzcGVjGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzU3BlYyKbAQoMRXhlY1Jlc3BvbnNlEioKB3N0YXJ0ZWQYASABKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NJbmZvSAASKQoGb3V0cHV0GAIgASgLMhcuc2FuZGJveC52MS5PdXRwdXRDaHVua0gAEisKBmV4aXRlZBgDIAEoCzIZLnNhbmRib3gudjEuUHJvY2Vzc0V4aXRlZEgAQgcKBWV2ZW50IlUKC091dHB1dENodW5rEigKBnN0cmVhbRgBIAEoDjIYLnNhbmRib3gudjEuT3V0cHV0U3RyZWFtEg4KBm9mZnNldBgCIAEoBBIMCgRkYXRhGAMgASgMIlsKCU91dHB1dEdhcBIoCgZzdHJlYW0YASABKA4yGC5zYW5kYm94LnYxLk91dHB1dFN0cmVhbRIOCgZvZmZzZXQYAiABKAQSFAoMbWlzc2VkX2J5dGVzGAMgASgEIoQECg1Qcm9jZXNzRXhpdGVkEikKBnN0YXR1cxgBIAEoDjIZLnNhbmRib3gudjEuUHJvY2Vzc1N0YXR1cxIWCglleGl0X2NvZGUYAiABKAVIAIgBARIOCgZzaWduYWwYAyABKAkSEQoJdGltZWRfb3V0GAQgASgIEg4KBmtpbGxlZBgFIAEoCBIuCgpzdGFydF90aW1lGAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIsCghlbmRfdGltZRgHIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASKwoIZHVyYXRpb24YCCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SFAoMc3Rkb3V0X2J5dGVzGAkgASgEEhQKDHN0ZGVycl9ieXRlcxgKIAEoBBINCgVlcnJvchgLIAEoCRIkCgVjYXVzZRgMIAEoDjIVLnNhbmRib3gudjEuRXhpdENhdXNlEjEKDGNhdXNlX2RldGFpbBgNIAEoCzIbLnNhbmRib3gudjEuRXhpdENhdXNlRGV0YWlsEigKBXVzYWdlGA4gASgLMhkuc2FuZGJveC52MS5SZXNvdXJjZVVzYWdlEiYKB2Ryb3BwZWQYDyADKAsyFS5zYW5kYm94LnYxLk91dHB1dEdhcEIMCgpfZXhpdF9jb2RlInoKD0V4aXRDYXVzZURldGFpbBIrCgtzdGFydF9zdGFnZRgBIAEoDjIWLnNhbmRib3gudjEuU3RhcnRTdGFnZRINCgVlcnJubxgCIAEoCRIrCgtraWxsX29yaWdpbhgDIAEoDjIWLnNhbmRib3gudjEuS2lsbE9yaWdpbiKqAwoLUHJvY2Vzc0luZm8SEgoKcHJvY2Vzc19pZBgBIAEoCRILCgNwaWQYAiABKAUSDwoHY29tbWFuZBgDIAEoCRIMCgRhcmdzGAQgAygJEikKBnN0YXR1cxgFIAEoDjIZLnNhbmRib3gudjEuUHJvY2Vzc1N0YXR1cxISCgpzZXNzaW9uX2lkGAYgASgJEgsKA2N3ZBgHIAEoCRILCgNwdHkYCCABKAgSDQoFc3RkaW4YCSABKAgSLgoKc3RhcnRfdGltZRgKIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASJwoEZXhpdBgLIAEoCzIZLnNhbmRib3gudjEuUHJvY2Vzc0V4aXRlZBIUCgxzdGRvdXRfYnl0ZXMYDCABKAQSFAoMc3RkZXJyX2J5dGVzGA0gASgEEhQKDGF1dG9fY2xlYW51cBgOIAEoCBIoCgV1c2FnZRgPIAEoCzIZLnNhbmRib3gudjEuUmVzb3VyY2VVc2FnZRIuCglyZXRlbnRpb24YECABKAsyGy5zYW5kYm94LnYxLk91dHB1dFJldGVudGlvbiI8ChNTdGFydFByb2Nlc3NSZXF1ZXN0EiUKBHNwZWMYASABKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NTcGVjIkAKFFN0YXJ0UHJvY2Vzc1Jlc3BvbnNlEigKB3Byb2Nlc3MYASABKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NJbmZvImUKEVN0cmVhbUxvZ3NSZXF1ZXN0EhIKCnByb2Nlc3NfaWQYASABKAkSFQoNc3Rkb3V0X29mZnNldBgCIAEoBBIVCg1zdGRlcnJfb2Zmc2V0GAMgASgEEg4KBmZvbGxvdxgEIAEoCCLyAQoSU3RyZWFtTG9nc1Jlc3BvbnNlEioKB3Byb2Nlc3MYASABKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NJbmZvSAASKQoGb3V0cHV0GAIgASgLMhcuc2FuZGJveC52MS5PdXRwdXRDaHVua0gAEiQKA2dhcBgDIAEoCzIVLnNhbmRib3gudjEuT3V0cHV0R2FwSAASKwoGZXhpdGVkGAQgASgLMhkuc2FuZGJveC52MS5Qcm9jZXNzRXhpdGVkSAASKQoJY2F1Z2h0X3VwGAUgASgLMhQuc2FuZGJveC52MS5DYXVnaHRVcEgAQgcKBWV2ZW50IjgKCENhdWdodFVwEhUKDXN0ZG91dF9vZmZzZXQYASABKAQSFQoNc3RkZXJyX29mZnNldBgCIAEoBCK3AQoQU2VuZElucHV0UmVxdWVzdBIlCgRvcGVuGAEgASgLMhUuc2FuZGJveC52MS5PcGVuSW5wdXRIABIOCgRkYXRhGAIgASgMSAASJwoFY2xvc2UYAyABKAsyFi5zYW5kYm94LnYxLkNsb3NlSW5wdXRIABIoCgZyZXNpemUYBCABKAsyFi5zYW5kYm94LnYxLlB0eU9wdGlvbnNIABIQCgZzaWduYWwYBSABKAlIAEIHCgVpbnB1dCIfCglPcGVuSW5wdXQSEgoKcHJvY2Vzc19pZBgBIAEoCSIMCgpDbG9zZUlucHV0IjoKEVNlbmRJbnB1dFJlc3BvbnNlEhUKDWJ5dGVzX3dyaXR0ZW4YASABKAQSDgoGY2xvc2VkGAIgASgIIicKEUdldFByb2Nlc3NSZXF1ZXN0EhIKCnByb2Nlc3NfaWQYASABKAkiPgoSR2V0UHJvY2Vzc1Jlc3BvbnNlEigKB3Byb2Nlc3MYASABKAsyFy5zYW5kYm94LnYxLlByb2Nlc3NJbmZvIn4KFExpc3RQcm9jZXNzZXNSZXF1ZXN0EhIKCnNlc3Npb25faWQYASABKAkSKwoIc3RhdHVzZXMYAiADKA4yGS5zYW5kYm94LnYxLlByb2Nlc3NTdGF0dXMSEQoJcGFnZV9zaXplGAMgASgFEhIKCnBhZ2VfdG9rZW4YBCABKAkiXAoVTGlzdFByb2Nlc3Nlc1Jlc3BvbnNlEioKCXByb2Nlc3NlcxgBIAMoCzIXLnNhbmRib3gudjEuUHJvY2Vzc0luZm8SFwoPbmV4dF9wYWdlX3Rva2VuGAIgASgJIlEKEktpbGxQcm9jZXNzUmVxdWVzdBISCgpwcm9jZXNzX2lkGAEgASgJEg4KBnNpZ25hbBgCIAEoCRIXCg9ncmFjZV9wZXJpb2RfbXMYAyABKAUiPwoTS2lsbFByb2Nlc3NSZXNwb25zZRIoCgdwcm9jZXNzGAEgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzSW5mbyJWChdLaWxsQWxsUHJvY2Vzc2VzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEg4KBnNpZ25hbBgCIAEoCRIXCg9ncmFjZV9wZXJpb2RfbXMYAyABKAUiMAoYS2lsbEFsbFByb2Nlc3Nlc1Jlc3BvbnNlEhQKDGtpbGxlZF9jb3VudBgBIAEoDSJCChdDbGVhbnVwUHJvY2Vzc2VzUmVxdWVzdBISCgpzZXNzaW9uX2lkGAEgASgJEhMKC3Byb2Nlc3NfaWRzGAIgAygJIjEKGENsZWFudXBQcm9jZXNzZXNSZXNwb25zZRIVCg1yZW1vdmVkX2NvdW50GAEgASgNIisKFUdldFByb2Nlc3NMb2dzUmVxdWVzdBISCgpwcm9jZXNzX2lkGAEgASgJIswBChZHZXRQcm9jZXNzTG9nc1Jlc3BvbnNlEhIKCnByb2Nlc3NfaWQYASABKAkSDgoGc3Rkb3V0GAIgASgMEg4KBnN0ZGVychgDIAEoDBIVCg1zdGRvdXRfb2Zmc2V0GAQgASgEEhUKDXN0ZGVycl9vZmZzZXQYBSABKAQSKAoHcHJvY2VzcxgGIAEoCzIXLnNhbmRib3gudjEuUHJvY2Vzc0luZm8SJgoEaGVhZBgHIAEoCzIYLnNhbmRib3gudjEuUmV0YWluZWRIZWFkIlYKDFJldGFpbmVkSGVhZBIOCgZzdGRvdXQYASABKAwSDgoGc3RkZXJyGAIgASgMEiYKB2Ryb3BwZWQYAyADKAsyFS5zYW5kYm94LnYxLk91dHB1dEdhcCJBCglIdHRwUHJvYmUSDAoEcGF0aBgBIAEoCRISCgptaW5fc3RhdHVzGAIgASgNEhIKCm1heF9zdGF0dXMYAyABKA0ikgEKEldhaXRGb3JQb3J0UmVxdWVzdBIMCgRwb3J0GAEgASgNEgwKBGhvc3QYAiABKAkSIwoEaHR0cBgDIAEoCzIVLnNhbmRib3gudjEuSHR0cFByb2JlEhIKCnByb2Nlc3NfaWQYBCABKAkSEgoKdGltZW91dF9tcxgFIAEoDRITCgtpbnRlcnZhbF9tcxgGIAEoDSJ4ChNXYWl0Rm9yUG9ydFJlc3BvbnNlEg8KB2FkZHJlc3MYASABKAkSEwoLaHR0cF9zdGF0dXMYAiABKA0SEAoIYXR0ZW1wdHMYAyABKA0SKQoGd2FpdGVkGAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIqQBChFXYWl0Rm9yTG9nUmVxdWVzdBISCgpwcm9jZXNzX2lkGAEgASgJEg8KB3BhdHRlcm4YAiABKAkSKAoGc3RyZWFtGAMgASgOMhguc2FuZGJveC52MS5PdXRwdXRTdHJlYW0SFQoNc3Rkb3V0X29mZnNldBgEIAEoBBIVCg1zdGRlcnJfb2Zmc2V0GAUgASgEEhIKCnRpbWVvdXRfbXMYBiABKA0iKAoKTWF0Y2hHcm91cBIRCgR0ZXh0GAEgASgJSACIAQFCBwoFX3RleHQiowIKEldhaXRGb3JMb2dSZXNwb25zZRIoCgZzdHJlYW0YASABKA4yGC5zYW5kYm94LnYxLk91dHB1dFN0cmVhbRIOCgZvZmZzZXQYAiABKAQSDAoEbGluZRgDIAEoCRITCgtsaW5lX29mZnNldBgEIAEoBBINCgVtYXRjaBgFIAEoCRImCgZncm91cHMYBiADKAsyFi5zYW5kYm94LnYxLk1hdGNoR3JvdXASRQoMbmFtZWRfZ3JvdXBzGAcgAygLMi8uc2FuZGJveC52MS5XYWl0Rm9yTG9nUmVzcG9uc2UuTmFtZWRHcm91cHNFbnRyeRoyChBOYW1lZEdyb3Vwc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiPAoSV2FpdEZvckV4aXRSZXF1ZXN0EhIKCnByb2Nlc3NfaWQYASABKAkSEgoKdGltZW91dF9tcxgCIAEoDSJqChNXYWl0Rm9yRXhpdFJlc3BvbnNlEikKBmV4aXRlZBgBIAEoCzIZLnNhbmRib3gudjEuUHJvY2Vzc0V4aXRlZBIoCgdwcm9jZXNzGAIgASgLMhcuc2FuZGJveC52MS5Qcm9jZXNzSW5mbyImChBMaXN0UG9ydHNSZXF1ZXN0EhIKCnByb2Nlc3NfaWQYASABKAkiPQoRTGlzdFBvcnRzUmVzcG9uc2USKAoFcG9ydHMYASADKAsyGS5zYW5kYm94LnYxLkxpc3RlbmluZ1BvcnQibgoNTGlzdGVuaW5nUG9ydBIMCgRwb3J0GAEgASgNEg8KB2FkZHJlc3MYAiABKAkSDAoEaXB2NhgDIAEoCBILCgNwaWQYBCABKAUSDwoHcHJvZ3JhbRgFIAEoCRISCgpwcm9jZXNzX2lkGAYgASgJKtIMCgtFcnJvclJlYXNvbhIcChhFUlJPUl9SRUFTT05fVU5TUEVDSUZJRUQQABIiCh5FUlJPUl9SRUFTT05fUFJPQ0VTU19OT1RfRk9VTkQQARInCiNFUlJPUl9SRUFTT05fUFJPQ0VTU19BTFJFQURZX0VYSVNUUxACEh8KG0VSUk9SX1JFQVNPTl9MSU1JVF9FWENFRURFRBADEiEKHUVSUk9SX1JFQVNPTl9JTlZBTElEX0FSR1VNRU5UEAQSJgoiRVJST1JfUkVBU09OX0NXRF9PVVRTSURFX1dPUktTUEFDRRAFEiEKHUVSUk9SX1JFQVNPTl9TVURPX05PVF9BTExPV0VEEAYSJAogRVJST1JfUkVBU09OX1BST0NFU1NfTk9UX1JVTk5JTkcQBxIfChtFUlJPUl9SRUFTT05fU1RESU5fTk9UX09QRU4QCBIgChxFUlJPUl9SRUFTT05fVU5BVVRIRU5USUNBVEVEEAkSHgoaRVJST1JfUkVBU09OX1NIVVRUSU5HX0RPV04QChIdChlFUlJPUl9SRUFTT05fU1BBV05fRkFJTEVEEAsSHgoaRVJST1JfUkVBU09OX0NXRF9OT1RfRk9VTkQQDBIjCh9FUlJPUl9SRUFTT05fQ1dEX05PVF9BQ0NFU1NJQkxFEA0SHQoZRVJST1JfUkVBU09OX1BUWV9OT1RfT1BFThAOEiQKIEVSUk9SX1JFQVNPTl9PRkZTRVRfT1VUX09GX1JBTkdFEA8SIQodRVJST1JfUkVBU09OX0hPU1RfTk9UX0FMTE9XRUQQEBIjCh9FUlJPUl9SRUFTT05fU1RBVEVfTk9UX1JFQ09SREVEEBESGQoVRVJST1JfUkVBU09OX0NBTkNFTEVEEBISIgoeRVJST1JfUkVBU09OX1NFUlZJQ0VfTk9UX0ZPVU5EEBMSGQoVRVJST1JfUkVBU09OX0lOVEVSTkFMEBQSIgoeRVJST1JfUkVBU09OX0RFQURMSU5FX0VYQ0VFREVEEBUSHwobRVJST1JfUkVBU09OX1BST1RPQ09MX0VSUk9SEBYSHwobRVJST1JfUkVBU09OX1BBVEhfTk9UX0ZPVU5EEBcSJAogRVJST1JfUkVBU09OX1BBVEhfQUxSRUFEWV9FWElTVFMQGBInCiNFUlJPUl9SRUFTT05fUEFUSF9PVVRTSURFX1dPUktTUEFDRRAZEiQKIEVSUk9SX1JFQVNPTl9QQVRIX05PVF9BQ0NFU1NJQkxFEBoSHwobRVJST1JfUkVBU09OX0lTX0FfRElSRUNUT1JZEBsSIAocRVJST1JfUkVBU09OX05PVF9BX0RJUkVDVE9SWRAcEiQKIEVSUk9SX1JFQVNPTl9ESVJFQ1RPUllfTk9UX0VNUFRZEB0SIwofRVJST1JfUkVBU09OX05PVF9BX1JFR1VMQVJfRklMRRAeEiIKHkVSUk9SX1JFQVNPTl9TVE9SQUdFX0VYSEFVU1RFRBAfEiEKHUVSUk9SX1JFQVNPTl9DT05URU5UX01JU01BVENIECASHQoZRVJST1JfUkVBU09OX0NST1NTX0RFVklDRRAhEh8KG0VSUk9SX1JFQVNPTl9XT1JLU1BBQ0VfUk9PVBAiEiUKIUVSUk9SX1JFQVNPTl9SRUFEX09OTFlfRklMRVNZU1RFTRAjEh0KGUVSUk9SX1JFQVNPTl9TWU1MSU5LX0xPT1AQJBIaChZFUlJPUl9SRUFTT05fRklMRV9CVVNZECUSKQolRVJST1JfUkVBU09OX0ZJTEVfU0VSVklDRV9VTkFWQUlMQUJMRRAmEiAKHEVSUk9SX1JFQVNPTl9MSU1JVF9BQk9WRV9DQVAQJxImCiJFUlJPUl9SRUFTT05fTElNSVRfTk9UX0VORk9SQ0VBQkxFECgSJgoiRVJST1JfUkVBU09OX1JFVEVOVElPTl9BQk9WRV9MSU1JVBAtEh8KG0VSUk9SX1JFQVNPTl9XQUlUX1RJTUVEX09VVBAvEh8KG0VSUk9SX1JFQVNPTl9QUk9DRVNTX0VYSVRFRBAwEiAKHEVSUk9SX1JFQVNPTl9QQVRURVJOX0lOVkFMSUQQMRIiCh5FUlJPUl9SRUFTT05fUE9SVFNfVU5BVkFJTEFCTEUQMirWAQoNUHJvY2Vzc1N0YXR1cxIeChpQUk9DRVNTX1NUQVRVU19VTlNQRUNJRklFRBAAEhsKF1BST0NFU1NfU1RBVFVTX1NUQVJUSU5HEAESGgoWUFJPQ0VTU19TVEFUVVNfUlVOTklORxACEhwKGFBST0NFU1NfU1RBVFVTX0NPTVBMRVRFRBADEhkKFVBST0NFU1NfU1RBVFVTX0ZBSUxFRBAEEhkKFVBST0NFU1NfU1RBVFVTX0tJTExFRBAFEhgKFFBST0NFU1NfU1RBVFVTX0VSUk9SEAYqYQoMT3V0cHV0U3RyZWFtEh0KGU9VVFBVVF9TVFJFQU1fVU5TUEVDSUZJRUQQABIYChRPVVRQVVRfU1RSRUFNX1NURE9VVBABEhgKFE9VVFBVVF9TVFJFQU1fU1RERVJSEAIqhgIKCUV4aXRDYXVzZRIaChZFWElUX0NBVVNFX1VOU1BFQ0lGSUVEEAASFQoRRVhJVF9DQVVTRV9FWElURUQQARIXChNFWElUX0NBVVNFX1NJR05BTEVEEAISIAocRVhJVF9DQVVTRV9LSUxMRURfT05fUkVRVUVTVBADEhgKFEVYSVRfQ0FVU0VfVElNRURfT1VUEAQSHAoYRVhJVF9DQVVTRV9PVVRfT0ZfTUVNT1JZEAUSHgoaRVhJVF9DQVVTRV9EQUVNT05fU0hVVERPV04QBhIbChdFWElUX0NBVVNFX1NUQVJUX0ZBSUxFRBAHEhYKEkVYSVRfQ0FVU0VfVU5LTk9XThAIKsgBCgpTdGFydFN0YWdlEhsKF1NUQVJUX1NUQUdFX1VOU1BFQ0lGSUVEEAASEwoPU1RBUlRfU1RBR0VfQ1dEEAESFAoQU1RBUlRfU1RBR0VfVVNFUhACEhQKEFNUQVJUX1NUQUdFX0VYRUMQAxIWChJTVEFSVF9TVEFHRV9DR1JPVVAQBBIWChJTVEFSVF9TVEFHRV9MSU1JVFMQBRIVChFTVEFSVF9TVEFHRV9TUEFXThAGEhUKEVNUQVJUX1NUQUdFX1NUQVRFEAcqywEKCktpbGxPcmlnaW4SGwoXS0lMTF9PUklHSU5fVU5TUEVDSUZJRUQQABIcChhLSUxMX09SSUdJTl9LSUxMX1BST0NFU1MQARIYChRLSUxMX09SSUdJTl9LSUxMX0FMTBACEhYKEktJTExfT1JJR0lOX0NBTkNFTBADEhoKFktJTExfT1JJR0lOX0RJU0NPTk5FQ1QQBBIYChRLSUxMX09SSUdJTl9ERUFETElORRAFEhoKFktJTExfT1JJR0lOX1NFTkRfSU5QVVQQBjL+CAoOU2FuZGJveFNlcnZpY2USOwoERXhlYxIXLnNhbmRib3gudjEuRXhlY1JlcXVlc3QaGC5zYW5kYm94LnYxLkV4ZWNSZXNwb25zZTABElEKDFN0YXJ0UHJvY2VzcxIfLnNhbmRib3gudjEuU3RhcnRQcm9jZXNzUmVxdWVzdBogLnNhbmRib3gudjEuU3RhcnRQcm9jZXNzUmVzcG9uc2USTQoKU3RyZWFtTG9ncxIdLnNhbmRib3gudjEuU3RyZWFtTG9nc1JlcXVlc3QaHi5zYW5kYm94LnYxLlN0cmVhbUxvZ3NSZXNwb25zZTABEkwKCVNlbmRJbnB1dBIcLnNhbmRib3gudjEuU2VuZElucHV0UmVxdWVzdBodLnNhbmRib3gudjEuU2VuZElucHV0UmVzcG9uc2UoATABEksKCkdldFByb2Nlc3MSHS5zYW5kYm94LnYxLkdldFByb2Nlc3NSZXF1ZXN0Gh4uc2FuZGJveC52MS5HZXRQcm9jZXNzUmVzcG9uc2USVAoNTGlzdFByb2Nlc3NlcxIgLnNhbmRib3gudjEuTGlzdFByb2Nlc3Nlc1JlcXVlc3QaIS5zYW5kYm94LnYxLkxpc3RQcm9jZXNzZXNSZXNwb25zZRJOCgtLaWxsUHJvY2VzcxIeLnNhbmRib3gudjEuS2lsbFByb2Nlc3NSZXF1ZXN0Gh8uc2FuZGJveC52MS5LaWxsUHJvY2Vzc1Jlc3BvbnNlEl0KEEtpbGxBbGxQcm9jZXNzZXMSIy5zYW5kYm94LnYxLktpbGxBbGxQcm9jZXNzZXNSZXF1ZXN0GiQuc2FuZGJveC52MS5LaWxsQWxsUHJvY2Vzc2VzUmVzcG9uc2USXQoQQ2xlYW51cFByb2Nlc3NlcxIjLnNhbmRib3gudjEuQ2xlYW51cFByb2Nlc3Nlc1JlcXVlc3QaJC5zYW5kYm94LnYxLkNsZWFudXBQcm9jZXNzZXNSZXNwb25zZRJXCg5HZXRQcm9jZXNzTG9ncxIhLnNhbmRib3gudjEuR2V0UHJvY2Vzc0xvZ3NSZXF1ZXN0GiIuc2FuZGJveC52MS5HZXRQcm9jZXNzTG9nc1Jlc3BvbnNlEk4KC1dhaXRGb3JQb3J0Eh4uc2FuZGJveC52MS5XYWl0Rm9yUG9ydFJlcXVlc3QaHy5zYW5kYm94LnYxLldhaXRGb3JQb3J0UmVzcG9uc2USSwoKV2FpdEZvckxvZxIdLnNhbmRib3gudjEuV2FpdEZvckxvZ1JlcXVlc3QaHi5zYW5kYm94LnYxLldhaXRGb3JMb2dSZXNwb25zZRJOCgtXYWl0Rm9yRXhpdBIeLnNhbmRib3gudjEuV2FpdEZvckV4aXRSZXF1ZXN0Gh8uc2FuZGJveC52MS5XYWl0Rm9yRXhpdFJlc3BvbnNlEkgKCUxpc3RQb3J0cxIcLnNhbmRib3gudjEuTGlzdFBvcnRzUmVxdWVzdBodLnNhbmRib3gudjEuTGlzdFBvcnRzUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * PtyOptions asks for a pseudo-terminal; stdout and stderr are then merged
@@ -156,6 +156,15 @@ export type ProcessSpec = Message<"sandbox.v1.ProcessSpec"> & {
   sudo: boolean;
 
   /**
+   * Resource limits of this command alone, enforced in cgroups of its own
+   * (whole process tree), within the daemon's defaults and caps. Unset
+   * fields take the daemon's defaults.
+   *
+   * @generated from field: sandbox.v1.ResourceLimits limits = 13;
+   */
+  limits?: ResourceLimits | undefined;
+
+  /**
    * How much of the output the daemon keeps for StreamLogs and
    * GetProcessLogs: the first bytes of each stream and the last bytes, with
    * one gap between. Unset: the daemon's defaults. Sizes above the daemon's
@@ -212,6 +221,127 @@ export const OutputRetentionSchema: GenMessage<OutputRetention> = /*@__PURE__*/
   messageDesc(file_sandbox_v1_sandbox, 2);
 
 /**
+ * ResourceLimits bounds what one command (its whole process tree) may use,
+ * in cgroups of its own, so one command cannot push another out. Each field
+ * left unset takes the daemon's default for every command. A value above
+ * the daemon's cap is INVALID_ARGUMENT (reason LIMIT_ABOVE_CAP, naming the
+ * cap); a limit the daemon cannot enforce on this machine (no writable
+ * controller for it) is FAILED_PRECONDITION (LIMIT_NOT_ENFORCEABLE), never
+ * silently ignored.
+ *
+ * @generated from message sandbox.v1.ResourceLimits
+ */
+export type ResourceLimits = Message<"sandbox.v1.ResourceLimits"> & {
+  /**
+   * Most memory its processes may use together, in bytes (page cache they
+   * cause included). Past it the kernel kills one of them and the exit says
+   * the command was killed for memory. At least 1 MiB; at most the daemon's
+   * `--max-command-memory-bytes`.
+   *
+   * @generated from field: optional uint64 memory_bytes = 1;
+   */
+  memoryBytes?: bigint | undefined;
+
+  /**
+   * CPU time it may use, in thousandths of one CPU (500 = half a CPU, 2000 =
+   * two CPUs), as a quota over each 100 ms period: throttled past it, never
+   * killed. At least 10; at most the daemon's `--max-command-cpus` x 1000.
+   *
+   * @generated from field: optional uint32 cpu_millis = 2;
+   */
+  cpuMillis?: number | undefined;
+
+  /**
+   * Its share of the CPU against other commands when they compete, 1 to
+   * 10000 (100 = every command's default): a weight, not a cap.
+   *
+   * @generated from field: optional uint32 cpu_weight = 3;
+   */
+  cpuWeight?: number | undefined;
+
+  /**
+   * Most tasks (processes and threads) at once; a fork past it fails. At
+   * least 1; at most the daemon's `--max-tasks`.
+   *
+   * @generated from field: optional uint32 max_tasks = 4;
+   */
+  maxTasks?: number | undefined;
+};
+
+/**
+ * Describes the message sandbox.v1.ResourceLimits.
+ * Use `create(ResourceLimitsSchema)` to create a new message.
+ */
+export const ResourceLimitsSchema: GenMessage<ResourceLimits> = /*@__PURE__*/
+  messageDesc(file_sandbox_v1_sandbox, 3);
+
+/**
+ * ResourceUsage is what one command's whole process tree used, read from its
+ * own cgroups. A field is absent where this daemon cannot tell (no cgroup of
+ * that kind here, no root): absent means unknown, never zero.
+ *
+ * @generated from message sandbox.v1.ResourceUsage
+ */
+export type ResourceUsage = Message<"sandbox.v1.ResourceUsage"> & {
+  /**
+   * CPU time in user mode, in microseconds.
+   *
+   * @generated from field: optional uint64 cpu_user_us = 1;
+   */
+  cpuUserUs?: bigint | undefined;
+
+  /**
+   * CPU time in the kernel on its behalf, in microseconds.
+   *
+   * @generated from field: optional uint64 cpu_system_us = 2;
+   */
+  cpuSystemUs?: bigint | undefined;
+
+  /**
+   * The most memory it used at once, in bytes (page cache included).
+   *
+   * @generated from field: optional uint64 memory_peak_bytes = 3;
+   */
+  memoryPeakBytes?: bigint | undefined;
+
+  /**
+   * Memory in use now, in bytes; only while it runs.
+   *
+   * @generated from field: optional uint64 memory_current_bytes = 4;
+   */
+  memoryCurrentBytes?: bigint | undefined;
+
+  /**
+   * Bytes read from block devices (not from the page cache).
+   *
+   * @generated from field: optional uint64 io_read_bytes = 5;
+   */
+  ioReadBytes?: bigint | undefined;
+
+  /**
+   * Bytes written to block devices.
+   *
+   * @generated from field: optional uint64 io_write_bytes = 6;
+   */
+  ioWriteBytes?: bigint | undefined;
+
+  /**
+   * How many of its processes the kernel killed for lack of memory (its own
+   * memory limit, or the daemon's cap over all commands).
+   *
+   * @generated from field: optional uint32 oom_kills = 7;
+   */
+  oomKills?: number | undefined;
+};
+
+/**
+ * Describes the message sandbox.v1.ResourceUsage.
+ * Use `create(ResourceUsageSchema)` to create a new message.
+ */
+export const ResourceUsageSchema: GenMessage<ResourceUsage> = /*@__PURE__*/
+  messageDesc(file_sandbox_v1_sandbox, 4);
+
+/**
  * ExecRequest asks to run a command and stream it to its end.
  *
  * @generated from message sandbox.v1.ExecRequest
@@ -230,7 +360,7 @@ export type ExecRequest = Message<"sandbox.v1.ExecRequest"> & {
  * Use `create(ExecRequestSchema)` to create a new message.
  */
 export const ExecRequestSchema: GenMessage<ExecRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 3);
+  messageDesc(file_sandbox_v1_sandbox, 5);
 
 /**
  * ExecResponse is one event of an Exec stream.
@@ -275,7 +405,7 @@ export type ExecResponse = Message<"sandbox.v1.ExecResponse"> & {
  * Use `create(ExecResponseSchema)` to create a new message.
  */
 export const ExecResponseSchema: GenMessage<ExecResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 4);
+  messageDesc(file_sandbox_v1_sandbox, 6);
 
 /**
  * OutputChunk is a run of bytes read from one output stream.
@@ -310,7 +440,7 @@ export type OutputChunk = Message<"sandbox.v1.OutputChunk"> & {
  * Use `create(OutputChunkSchema)` to create a new message.
  */
 export const OutputChunkSchema: GenMessage<OutputChunk> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 5);
+  messageDesc(file_sandbox_v1_sandbox, 7);
 
 /**
  * OutputGap tells a reader that output it asked for is no longer retained.
@@ -346,7 +476,7 @@ export type OutputGap = Message<"sandbox.v1.OutputGap"> & {
  * Use `create(OutputGapSchema)` to create a new message.
  */
 export const OutputGapSchema: GenMessage<OutputGap> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 6);
+  messageDesc(file_sandbox_v1_sandbox, 8);
 
 /**
  * ProcessExited describes how a process ended.
@@ -453,6 +583,14 @@ export type ProcessExited = Message<"sandbox.v1.ProcessExited"> & {
   causeDetail?: ExitCauseDetail | undefined;
 
   /**
+   * What the command's whole process tree used, read from its own cgroups as
+   * it ended; absent when the daemon has none to read.
+   *
+   * @generated from field: sandbox.v1.ResourceUsage usage = 14;
+   */
+  usage?: ResourceUsage | undefined;
+
+  /**
    * Output the daemon dropped, at most one gap per stream (between the head
    * and the tail it keeps, see OutputRetention), stdout first. In Exec's
    * `exited` it is what the Exec stream dropped, which is nothing: Exec
@@ -470,7 +608,7 @@ export type ProcessExited = Message<"sandbox.v1.ProcessExited"> & {
  * Use `create(ProcessExitedSchema)` to create a new message.
  */
 export const ProcessExitedSchema: GenMessage<ProcessExited> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 7);
+  messageDesc(file_sandbox_v1_sandbox, 9);
 
 /**
  * ExitCauseDetail adds to an ExitCause what the cause alone does not say.
@@ -506,7 +644,7 @@ export type ExitCauseDetail = Message<"sandbox.v1.ExitCauseDetail"> & {
  * Use `create(ExitCauseDetailSchema)` to create a new message.
  */
 export const ExitCauseDetailSchema: GenMessage<ExitCauseDetail> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 8);
+  messageDesc(file_sandbox_v1_sandbox, 10);
 
 /**
  * ProcessInfo is the record the daemon keeps of a process.
@@ -613,6 +751,15 @@ export type ProcessInfo = Message<"sandbox.v1.ProcessInfo"> & {
   autoCleanup: boolean;
 
   /**
+   * What the process's tree has used so far, read live while it runs
+   * (GetProcess only: ListProcesses leaves it absent; an exited process's
+   * usage is in `exit`).
+   *
+   * @generated from field: sandbox.v1.ResourceUsage usage = 15;
+   */
+  usage?: ResourceUsage | undefined;
+
+  /**
    * The retention in effect, both sizes set: the request's, with the
    * daemon's defaults for what it left unset.
    *
@@ -626,7 +773,7 @@ export type ProcessInfo = Message<"sandbox.v1.ProcessInfo"> & {
  * Use `create(ProcessInfoSchema)` to create a new message.
  */
 export const ProcessInfoSchema: GenMessage<ProcessInfo> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 9);
+  messageDesc(file_sandbox_v1_sandbox, 11);
 
 /**
  * StartProcessRequest asks to start a background process.
@@ -647,7 +794,7 @@ export type StartProcessRequest = Message<"sandbox.v1.StartProcessRequest"> & {
  * Use `create(StartProcessRequestSchema)` to create a new message.
  */
 export const StartProcessRequestSchema: GenMessage<StartProcessRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 10);
+  messageDesc(file_sandbox_v1_sandbox, 12);
 
 /**
  * StartProcessResponse returns the new process's record.
@@ -668,7 +815,7 @@ export type StartProcessResponse = Message<"sandbox.v1.StartProcessResponse"> & 
  * Use `create(StartProcessResponseSchema)` to create a new message.
  */
 export const StartProcessResponseSchema: GenMessage<StartProcessResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 11);
+  messageDesc(file_sandbox_v1_sandbox, 13);
 
 /**
  * StreamLogsRequest asks for a process's output from given offsets.
@@ -711,7 +858,7 @@ export type StreamLogsRequest = Message<"sandbox.v1.StreamLogsRequest"> & {
  * Use `create(StreamLogsRequestSchema)` to create a new message.
  */
 export const StreamLogsRequestSchema: GenMessage<StreamLogsRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 12);
+  messageDesc(file_sandbox_v1_sandbox, 14);
 
 /**
  * StreamLogsResponse is one event of a StreamLogs stream.
@@ -772,7 +919,7 @@ export type StreamLogsResponse = Message<"sandbox.v1.StreamLogsResponse"> & {
  * Use `create(StreamLogsResponseSchema)` to create a new message.
  */
 export const StreamLogsResponseSchema: GenMessage<StreamLogsResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 13);
+  messageDesc(file_sandbox_v1_sandbox, 15);
 
 /**
  * CaughtUp ends a snapshot: all retained output up to these offsets was sent.
@@ -800,7 +947,7 @@ export type CaughtUp = Message<"sandbox.v1.CaughtUp"> & {
  * Use `create(CaughtUpSchema)` to create a new message.
  */
 export const CaughtUpSchema: GenMessage<CaughtUp> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 14);
+  messageDesc(file_sandbox_v1_sandbox, 16);
 
 /**
  * SendInputRequest is one message of a SendInput stream.
@@ -861,7 +1008,7 @@ export type SendInputRequest = Message<"sandbox.v1.SendInputRequest"> & {
  * Use `create(SendInputRequestSchema)` to create a new message.
  */
 export const SendInputRequestSchema: GenMessage<SendInputRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 15);
+  messageDesc(file_sandbox_v1_sandbox, 17);
 
 /**
  * OpenInput names the process a SendInput stream feeds.
@@ -882,7 +1029,7 @@ export type OpenInput = Message<"sandbox.v1.OpenInput"> & {
  * Use `create(OpenInputSchema)` to create a new message.
  */
 export const OpenInputSchema: GenMessage<OpenInput> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 16);
+  messageDesc(file_sandbox_v1_sandbox, 18);
 
 /**
  * CloseInput asks to close stdin.
@@ -897,7 +1044,7 @@ export type CloseInput = Message<"sandbox.v1.CloseInput"> & {
  * Use `create(CloseInputSchema)` to create a new message.
  */
 export const CloseInputSchema: GenMessage<CloseInput> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 17);
+  messageDesc(file_sandbox_v1_sandbox, 19);
 
 /**
  * SendInputResponse acknowledges one SendInputRequest, in order.
@@ -925,7 +1072,7 @@ export type SendInputResponse = Message<"sandbox.v1.SendInputResponse"> & {
  * Use `create(SendInputResponseSchema)` to create a new message.
  */
 export const SendInputResponseSchema: GenMessage<SendInputResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 18);
+  messageDesc(file_sandbox_v1_sandbox, 20);
 
 /**
  * GetProcessRequest names a process.
@@ -946,7 +1093,7 @@ export type GetProcessRequest = Message<"sandbox.v1.GetProcessRequest"> & {
  * Use `create(GetProcessRequestSchema)` to create a new message.
  */
 export const GetProcessRequestSchema: GenMessage<GetProcessRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 19);
+  messageDesc(file_sandbox_v1_sandbox, 21);
 
 /**
  * GetProcessResponse returns a process record.
@@ -967,7 +1114,7 @@ export type GetProcessResponse = Message<"sandbox.v1.GetProcessResponse"> & {
  * Use `create(GetProcessResponseSchema)` to create a new message.
  */
 export const GetProcessResponseSchema: GenMessage<GetProcessResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 20);
+  messageDesc(file_sandbox_v1_sandbox, 22);
 
 /**
  * ListProcessesRequest filters the process list; empty fields match all. The
@@ -1017,7 +1164,7 @@ export type ListProcessesRequest = Message<"sandbox.v1.ListProcessesRequest"> & 
  * Use `create(ListProcessesRequestSchema)` to create a new message.
  */
 export const ListProcessesRequestSchema: GenMessage<ListProcessesRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 21);
+  messageDesc(file_sandbox_v1_sandbox, 23);
 
 /**
  * ListProcessesResponse is one page of process records, oldest first.
@@ -1045,7 +1192,7 @@ export type ListProcessesResponse = Message<"sandbox.v1.ListProcessesResponse"> 
  * Use `create(ListProcessesResponseSchema)` to create a new message.
  */
 export const ListProcessesResponseSchema: GenMessage<ListProcessesResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 22);
+  messageDesc(file_sandbox_v1_sandbox, 24);
 
 /**
  * KillProcessRequest asks to signal a process group.
@@ -1081,7 +1228,7 @@ export type KillProcessRequest = Message<"sandbox.v1.KillProcessRequest"> & {
  * Use `create(KillProcessRequestSchema)` to create a new message.
  */
 export const KillProcessRequestSchema: GenMessage<KillProcessRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 23);
+  messageDesc(file_sandbox_v1_sandbox, 25);
 
 /**
  * KillProcessResponse returns the record after signalling.
@@ -1102,7 +1249,7 @@ export type KillProcessResponse = Message<"sandbox.v1.KillProcessResponse"> & {
  * Use `create(KillProcessResponseSchema)` to create a new message.
  */
 export const KillProcessResponseSchema: GenMessage<KillProcessResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 24);
+  messageDesc(file_sandbox_v1_sandbox, 26);
 
 /**
  * KillAllProcessesRequest asks to signal every live process.
@@ -1137,7 +1284,7 @@ export type KillAllProcessesRequest = Message<"sandbox.v1.KillAllProcessesReques
  * Use `create(KillAllProcessesRequestSchema)` to create a new message.
  */
 export const KillAllProcessesRequestSchema: GenMessage<KillAllProcessesRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 25);
+  messageDesc(file_sandbox_v1_sandbox, 27);
 
 /**
  * KillAllProcessesResponse counts the processes signalled.
@@ -1158,7 +1305,7 @@ export type KillAllProcessesResponse = Message<"sandbox.v1.KillAllProcessesRespo
  * Use `create(KillAllProcessesResponseSchema)` to create a new message.
  */
 export const KillAllProcessesResponseSchema: GenMessage<KillAllProcessesResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 26);
+  messageDesc(file_sandbox_v1_sandbox, 28);
 
 /**
  * CleanupProcessesRequest asks to remove exited records.
@@ -1187,7 +1334,7 @@ export type CleanupProcessesRequest = Message<"sandbox.v1.CleanupProcessesReques
  * Use `create(CleanupProcessesRequestSchema)` to create a new message.
  */
 export const CleanupProcessesRequestSchema: GenMessage<CleanupProcessesRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 27);
+  messageDesc(file_sandbox_v1_sandbox, 29);
 
 /**
  * CleanupProcessesResponse counts the records removed.
@@ -1208,7 +1355,7 @@ export type CleanupProcessesResponse = Message<"sandbox.v1.CleanupProcessesRespo
  * Use `create(CleanupProcessesResponseSchema)` to create a new message.
  */
 export const CleanupProcessesResponseSchema: GenMessage<CleanupProcessesResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 28);
+  messageDesc(file_sandbox_v1_sandbox, 30);
 
 /**
  * GetProcessLogsRequest names a process.
@@ -1229,7 +1376,7 @@ export type GetProcessLogsRequest = Message<"sandbox.v1.GetProcessLogsRequest"> 
  * Use `create(GetProcessLogsRequestSchema)` to create a new message.
  */
 export const GetProcessLogsRequestSchema: GenMessage<GetProcessLogsRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 29);
+  messageDesc(file_sandbox_v1_sandbox, 31);
 
 /**
  * GetProcessLogsResponse is a snapshot of a process's retained output: per
@@ -1297,7 +1444,7 @@ export type GetProcessLogsResponse = Message<"sandbox.v1.GetProcessLogsResponse"
  * Use `create(GetProcessLogsResponseSchema)` to create a new message.
  */
 export const GetProcessLogsResponseSchema: GenMessage<GetProcessLogsResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 30);
+  messageDesc(file_sandbox_v1_sandbox, 32);
 
 /**
  * RetainedHead is what a snapshot keeps ahead of a gap: the first bytes of
@@ -1335,7 +1482,7 @@ export type RetainedHead = Message<"sandbox.v1.RetainedHead"> & {
  * Use `create(RetainedHeadSchema)` to create a new message.
  */
 export const RetainedHeadSchema: GenMessage<RetainedHead> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 31);
+  messageDesc(file_sandbox_v1_sandbox, 33);
 
 /**
  * HttpProbe asks WaitForPort for an HTTP check: a GET of `path` that must be
@@ -1372,7 +1519,7 @@ export type HttpProbe = Message<"sandbox.v1.HttpProbe"> & {
  * Use `create(HttpProbeSchema)` to create a new message.
  */
 export const HttpProbeSchema: GenMessage<HttpProbe> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 32);
+  messageDesc(file_sandbox_v1_sandbox, 34);
 
 /**
  * WaitForPortRequest says which port to wait for and how to check it.
@@ -1432,7 +1579,7 @@ export type WaitForPortRequest = Message<"sandbox.v1.WaitForPortRequest"> & {
  * Use `create(WaitForPortRequestSchema)` to create a new message.
  */
 export const WaitForPortRequestSchema: GenMessage<WaitForPortRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 33);
+  messageDesc(file_sandbox_v1_sandbox, 35);
 
 /**
  * WaitForPortResponse says what answered.
@@ -1474,7 +1621,7 @@ export type WaitForPortResponse = Message<"sandbox.v1.WaitForPortResponse"> & {
  * Use `create(WaitForPortResponseSchema)` to create a new message.
  */
 export const WaitForPortResponseSchema: GenMessage<WaitForPortResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 34);
+  messageDesc(file_sandbox_v1_sandbox, 36);
 
 /**
  * WaitForLogRequest says which output to search and for what.
@@ -1536,7 +1683,7 @@ export type WaitForLogRequest = Message<"sandbox.v1.WaitForLogRequest"> & {
  * Use `create(WaitForLogRequestSchema)` to create a new message.
  */
 export const WaitForLogRequestSchema: GenMessage<WaitForLogRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 35);
+  messageDesc(file_sandbox_v1_sandbox, 37);
 
 /**
  * MatchGroup is one capture group of a match.
@@ -1557,7 +1704,7 @@ export type MatchGroup = Message<"sandbox.v1.MatchGroup"> & {
  * Use `create(MatchGroupSchema)` to create a new message.
  */
 export const MatchGroupSchema: GenMessage<MatchGroup> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 36);
+  messageDesc(file_sandbox_v1_sandbox, 38);
 
 /**
  * WaitForLogResponse is the first match.
@@ -1620,7 +1767,7 @@ export type WaitForLogResponse = Message<"sandbox.v1.WaitForLogResponse"> & {
  * Use `create(WaitForLogResponseSchema)` to create a new message.
  */
 export const WaitForLogResponseSchema: GenMessage<WaitForLogResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 37);
+  messageDesc(file_sandbox_v1_sandbox, 39);
 
 /**
  * WaitForExitRequest names the process to wait for.
@@ -1648,7 +1795,7 @@ export type WaitForExitRequest = Message<"sandbox.v1.WaitForExitRequest"> & {
  * Use `create(WaitForExitRequestSchema)` to create a new message.
  */
 export const WaitForExitRequestSchema: GenMessage<WaitForExitRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 38);
+  messageDesc(file_sandbox_v1_sandbox, 40);
 
 /**
  * WaitForExitResponse says how the process ended.
@@ -1676,7 +1823,7 @@ export type WaitForExitResponse = Message<"sandbox.v1.WaitForExitResponse"> & {
  * Use `create(WaitForExitResponseSchema)` to create a new message.
  */
 export const WaitForExitResponseSchema: GenMessage<WaitForExitResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 39);
+  messageDesc(file_sandbox_v1_sandbox, 41);
 
 /**
  * ListPortsRequest filters the listening ports; empty fields match all.
@@ -1697,7 +1844,7 @@ export type ListPortsRequest = Message<"sandbox.v1.ListPortsRequest"> & {
  * Use `create(ListPortsRequestSchema)` to create a new message.
  */
 export const ListPortsRequestSchema: GenMessage<ListPortsRequest> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 40);
+  messageDesc(file_sandbox_v1_sandbox, 42);
 
 /**
  * ListPortsResponse lists listening TCP sockets, by port.
@@ -1718,7 +1865,7 @@ export type ListPortsResponse = Message<"sandbox.v1.ListPortsResponse"> & {
  * Use `create(ListPortsResponseSchema)` to create a new message.
  */
 export const ListPortsResponseSchema: GenMessage<ListPortsResponse> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 41);
+  messageDesc(file_sandbox_v1_sandbox, 43);
 
 /**
  * ListeningPort is one TCP socket in the LISTEN state.
@@ -1776,7 +1923,7 @@ export type ListeningPort = Message<"sandbox.v1.ListeningPort"> & {
  * Use `create(ListeningPortSchema)` to create a new message.
  */
 export const ListeningPortSchema: GenMessage<ListeningPort> = /*@__PURE__*/
-  messageDesc(file_sandbox_v1_sandbox, 42);
+  messageDesc(file_sandbox_v1_sandbox, 44);
 
 /**
  * ErrorReason lists why a call of sandbox.v1 fails. Every failure the daemon
@@ -2121,6 +2268,25 @@ export enum ErrorReason {
    * @generated from enum value: ERROR_REASON_FILE_SERVICE_UNAVAILABLE = 38;
    */
   FILE_SERVICE_UNAVAILABLE = 38,
+
+  /**
+   * INVALID_ARGUMENT: a ResourceLimits field is above the daemon's cap for
+   * one command. Metadata: `field` ("limits.memory_bytes"), `cap` (the daemon
+   * flag that sets it, "max-command-memory-bytes"), `max`, `value`. (A value
+   * below the least allowed is INVALID_ARGUMENT with its `field`.)
+   *
+   * @generated from enum value: ERROR_REASON_LIMIT_ABOVE_CAP = 39;
+   */
+  LIMIT_ABOVE_CAP = 39,
+
+  /**
+   * FAILED_PRECONDITION: the command asks for a limit this daemon cannot
+   * enforce here (no writable cgroup controller for it: not root, or a
+   * read-only cgroup filesystem). Metadata: `field`, `controller`.
+   *
+   * @generated from enum value: ERROR_REASON_LIMIT_NOT_ENFORCEABLE = 40;
+   */
+  LIMIT_NOT_ENFORCEABLE = 40,
 
   /**
    * INVALID_ARGUMENT: a ProcessSpec's `retention` asks to keep more output

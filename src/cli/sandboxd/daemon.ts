@@ -1,4 +1,4 @@
-import { favorCgroupMoves } from "../../process/cgroups/index.js";
+import { type CgroupCapabilities, favorCgroupMoves } from "../../process/cgroups/index.js";
 import {
   groupsOf,
   PidsCgroup,
@@ -184,6 +184,7 @@ function securitySummary(options: SandboxServerOptions, server: SandboxServer, o
     applied === undefined
       ? "; commands share the daemon's memory and CPU (no writable memory or cpu cgroup)"
       : `; commands: ${applied.memoryBytes !== undefined ? `${Math.round(applied.memoryBytes / 1048576)} MiB of memory together` : "no memory limit"}, ${applied.cpuWeight !== undefined ? `CPU weight ${applied.cpuWeight} of the daemon's` : "no CPU weight"}`;
+  const perCommand = perCommandSummary(manager.launcher.resources?.capabilities);
   const sameUser =
     options.token !== undefined && (options.runAs === undefined || options.runAs.uid === process.getuid?.())
       ? "; WARNING: commands run as the daemon's own user: they can signal it, and read the token wherever a process of that user keeps it (the environment of what started the daemon, when it came through SANDBOXD_TOKEN); run commands as another user (--user, the daemon as root)"
@@ -203,5 +204,27 @@ function securitySummary(options: SandboxServerOptions, server: SandboxServer, o
     forkLimit === "traced"
       ? " (no writable pids cgroup: a supervisor per command traces its forks, so strace and gdb cannot attach inside commands)"
       : "";
-  return `${access}; commands run as ${user}; fork cap: ${forkLimit}${traced}${orphaned}${resources}${reaped}${helper}${addon}${sameUser}${sharedCount}`;
+  return `${access}; commands run as ${user}; fork cap: ${forkLimit}${traced}${orphaned}${resources}${perCommand}${reaped}${helper}${addon}${sameUser}${sharedCount}`;
+}
+
+/**
+ * What the daemon can enforce and report of each command from cgroups of its own, in the start
+ * line: what it lacks is said too (a limit asked for then is refused, a figure is absent: unknown).
+ */
+function perCommandSummary(capabilities: CgroupCapabilities | undefined): string {
+  if (capabilities === undefined)
+    return "; per command: no cgroups of its own (not root, or no writable cgroup filesystem): memory and CPU limits are refused, usage and kills for memory unknown";
+  const limits = [capabilities.memoryLimit ? "memory" : "", capabilities.cpuLimit ? "CPU" : ""].filter(Boolean);
+  const usage = [
+    capabilities.cpuUsage ? "CPU time" : "",
+    capabilities.memoryUsage ? "peak memory, kills for memory" : "",
+    capabilities.ioUsage ? "block I/O bytes" : "",
+  ].filter(Boolean);
+  const unknown = [
+    capabilities.cpuUsage ? "" : "CPU time",
+    capabilities.memoryUsage ? "" : "peak memory, kills for memory",
+    capabilities.ioUsage ? "" : "block I/O bytes",
+  ].filter(Boolean);
+  const tree = capabilities.treeKill === "cgroup.kill" ? "cgroup.kill" : "a sweep of its cgroup";
+  return `; per command: limits ${limits.join(" and ") || "none (no writable memory or cpu controller)"}, usage ${usage.join(", ") || "none"}${unknown.length > 0 ? ` (unknown: ${unknown.join(", ")})` : ""}, tree kill by ${tree}`;
 }

@@ -121,6 +121,9 @@ function securityOptions(flags: DaemonFlagValues, env: NodeJS.ProcessEnv): Sandb
   const maxTasksTotal = integer(flags, "max-tasks-total", undefined, 0);
   const commandsMemory = integer(flags, "commands-memory-bytes", undefined, 0);
   const commandsCpuWeight = decimal(flags, "commands-cpu-weight", 0, 16);
+  const commandMemory = integer(flags, "command-memory-bytes", undefined, 0);
+  const maxCommandMemory = integer(flags, "max-command-memory-bytes", undefined, 1024 * 1024);
+  const maxCommandCpus = decimal(flags, "max-command-cpus", 0.01, 4096);
   const keepaliveMs = integer(flags, "keepalive-ms", undefined, 100);
   const tokenFile = flags.text("token-file");
   let token: string | undefined;
@@ -151,6 +154,11 @@ function securityOptions(flags: DaemonFlagValues, env: NodeJS.ProcessEnv): Sandb
             traceTasks: !flags.enabled("no-trace-tasks"),
             resources: { memoryBytes: commandsMemory, cpuWeight: commandsCpuWeight },
           }),
+    commandLimits: {
+      defaultMemoryBytes: commandMemory,
+      maxMemoryBytes: maxCommandMemory,
+      maxCpuMillis: maxCommandCpus === undefined ? undefined : Math.round(maxCommandCpus * 1000),
+    },
     maxMessageBytes: integer(flags, "max-message-bytes", undefined, 1024),
     callLimits: {
       maxCalls: integer(flags, "max-calls", undefined, 1),

@@ -30,10 +30,13 @@ export class PidsCgroup {
    * per daemon instance, never one that is there already), with `pids.max` = `maxTasksTotal` (all
    * commands together) when given. Returns undefined when there is none
    * or it is not writable (an unprivileged daemon, a read-only /sys/fs/cgroup). Directories left by
-   * a daemon that died are emptied (their tasks killed) and removed on the way.
+   * a daemon that died are emptied (their tasks killed) and removed on the way. `v1Only` skips the
+   * unified hierarchy.
    */
-  static detect(maxTasksTotal?: number): PidsCgroup | undefined {
+  static detect(maxTasksTotal?: number, options: { v1Only?: boolean } = {}): PidsCgroup | undefined {
     for (const candidate of ownCgroupDirectories("pids")) {
+      // The unified hierarchy is taken by the commands' own cgroups (see ResourceCgroup): one directory per command there.
+      if (options.v1Only && existsSync(path.join(candidate, "cgroup.controllers"))) continue;
       PidsCgroup.leftoverTasksKilled += removeLeftoverCgroups(candidate);
       let directory: string;
       try {

@@ -1,6 +1,14 @@
 import { accessSync, constants as fsConstants, readdirSync, readFileSync } from "node:fs";
 import { encodeHelperEnvironment, findExecHelper } from "../native/index.js";
-import { PidsCgroup, ResourceCgroup, type ResourceLimits } from "../cgroups/index.js";
+import {
+  CgroupSetupError,
+  CommandCgroup,
+  type CommandLimits,
+  PidsCgroup,
+  ResourceCgroup,
+  type ResourceLimits,
+  type ResourceUsage,
+} from "../cgroups/index.js";
 import type { UserIdentity } from "../user.js";
 import type { StartStage } from "../../shared/exit-cause.js";
 
@@ -80,6 +88,11 @@ export interface LaunchRequest {
    * needs no check as it is entered.
    */
   cwdIsRoot: boolean;
+  /**
+   * The command's own limits, resolved (see `ProcessManager`): its memory and CPU in cgroups of its
+   * own, and its tasks (default: the launcher's `maxTasksPerCommand`). Default: none of its own.
+   */
+  limits?: CommandLimits;
 }
 
 /** How to spawn one command: the program, arguments, environment and ids to pass to spawn. */
@@ -92,7 +105,16 @@ export interface LaunchPlan {
   cwd: string;
   /** The helper reports a failed start on fd 3 (see {@link parseHelperStatus}); pipe commands only. */
   statusFd: boolean;
-  /** Releases what the plan holds (the command's cgroup) once the command's group has exited. */
+  /**
+   * The command's own cgroups (memory, CPU, usage, tree kill), where the machine gives them; its
+   * pids cgroup, where separate, is released with {@link release}.
+   */
+  cgroup?: CommandCgroup;
+  /** What the command's tree has used so far, from {@link cgroup}; undefined without one. */
+  readUsage?(live?: boolean): ResourceUsage | undefined;
+  /** Kills every process of the command's tree through {@link cgroup}. */
+  killTree?(): void;
+  /** Releases what the plan holds (the command's cgroups, its tree killed) once the command's group has exited. */
   release(): Promise<void>;
   /**
    * Whether the kernel killed a task of the command for memory, read from the command's own memory
@@ -152,13 +174,18 @@ export class Launcher {
   /** Detects cgroups, the native helper and prlimit on this machine. */
   static create(options: LauncherOptions = {}): Launcher {
     const maxTasks = options.maxTasksPerCommand ?? defaultMaxTasksPerCommand;
-    const cgroup =
-      maxTasks > 0 && options.cgroups !== false
-        ? PidsCgroup.detect(options.maxTasksTotal ?? defaultMaxTasksTotal)
-        : undefined;
     const helper = options.execHelper === null ? undefined : (options.execHelper ?? findExecHelper());
-    const resources = options.resources === false ? undefined : ResourceCgroup.detect(options.resources ?? {});
     const total = options.maxTasksTotal ?? defaultMaxTasksTotal;
+    const capTasks = maxTasks > 0 && options.cgroups !== false;
+    const resources =
+      options.resources === false
+        ? undefined
+        : ResourceCgroup.detect(options.resources ?? {}, capTasks ? { maxTasksTotal: total } : undefined);
+    // Where the commands' own cgroups cap tasks in the unified hierarchy, no pids cgroup is made apart.
+    const cgroup =
+      capTasks && !(resources?.capabilities.tasksLimit ?? false)
+        ? PidsCgroup.detect(total, { v1Only: resources?.unified ?? false })
+        : undefined;
     return new Launcher(
       maxTasks,
       cgroup,
@@ -174,14 +201,19 @@ export class Launcher {
   /** How fork bombs are capped for a command run as `uid`. */
   forkLimit(uid: number = process.getuid?.() ?? 0): ForkLimit {
     if (this.maxTasks <= 0) return "none";
-    if (this.cgroup !== undefined) return "cgroup-pids";
+    if (this.cgroup !== undefined || this.resources?.capabilities.tasksLimit) return "cgroup-pids";
     if (this.helper !== undefined && this.traceTasks) return "traced";
     return (this.helper !== undefined || this.prlimit !== undefined) && uid !== 0 ? "rlimit-nproc" : "none";
   }
 
   /** Most tasks of all commands together, where a cgroup enforces it; undefined otherwise. */
   get maxTasksTotal(): number | undefined {
-    return this.cgroup?.maxTasksTotal;
+    return this.cgroup?.maxTasksTotal ?? (this.resources?.capabilities.tasksLimit ? this.tasksTotal : undefined);
+  }
+
+  /** Most tasks one command may have (its default, and the most it may ask for); 0 for no cap. */
+  get maxTasksPerCommand(): number {
+    return this.maxTasks;
   }
 
   /** Whether commands join cgroups (a pids cgroup each, or the commands' memory and cpu ones) as they start. */
@@ -208,26 +240,41 @@ export class Launcher {
     const daemonUid = process.getuid?.() ?? 0;
     const switching = identity !== undefined && (identity.uid !== daemonUid || identity.gid !== process.getgid?.());
     const limit = this.forkLimit(identity?.uid ?? daemonUid);
-    let release = async () => {};
+    const maxTasks = request.limits?.maxTasks ?? this.maxTasks;
     let procsFile: string | undefined;
-    if (limit === "cgroup-pids") {
-      const cgroup = this.cgroup!;
+    let releasePids = async () => {};
+    if (limit === "cgroup-pids" && this.cgroup !== undefined) {
+      const cgroup = this.cgroup;
       let created: ReturnType<PidsCgroup["create"]>;
       try {
-        created = cgroup.create(this.maxTasks);
+        created = cgroup.create(maxTasks);
       } catch (cause) {
         throw new LaunchError("cgroup", `could not create the command's cgroup: ${(cause as Error).message}`, cause);
       }
       procsFile = created.procsFile;
-      release = () => cgroup.remove(created.directory);
+      releasePids = () => cgroup.remove(created.directory);
     }
-    try {
-      this.resources?.ensure();
-    } catch (cause) {
-      void release();
-      throw new LaunchError("cgroup", `could not create the commands' cgroups: ${(cause as Error).message}`, cause);
+    let own: CommandCgroup | undefined;
+    if (this.resources !== undefined) {
+      try {
+        this.resources.ensure();
+        own = CommandCgroup.create(this.resources.planCommand({ ...request.limits, maxTasks }));
+      } catch (cause) {
+        void releasePids();
+        const stage = cause instanceof CgroupSetupError && cause.step === "limits" ? "limits" : "cgroup";
+        throw new LaunchError(
+          stage,
+          stage === "limits"
+            ? `could not set the command's limits: ${(cause as Error).message}`
+            : `could not create the command's cgroups: ${(cause as Error).message}`,
+          cause instanceof CgroupSetupError ? cause.cause : cause,
+        );
+      }
     }
-    const procsFiles = [...(procsFile !== undefined ? [procsFile] : []), ...(this.resources?.procsFiles ?? [])];
+    const cgroup = own;
+    const release =
+      cgroup === undefined ? releasePids : () => Promise.all([cgroup.remove(), releasePids()]).then(() => {});
+    const procsFiles = [...(procsFile !== undefined ? [procsFile] : []), ...(cgroup?.procsFiles ?? [])];
     // The helper costs an exec. A command it has nothing to do for (same user, a root as cwd, no fd
     // inherited) starts without it: a shell command line joins its cgroups itself, first thing.
     const shellLine = request.file === "/bin/sh" && request.args.length === 2 && request.args[0] === "-c";
@@ -240,9 +287,9 @@ export class Launcher {
     if (this.helper !== undefined && helperNeeded) {
       const options: string[] = [];
       for (const file of procsFiles) options.push("--cgroup", file);
-      if (limit === "rlimit-nproc") options.push("--nproc", String(this.maxTasks));
+      if (limit === "rlimit-nproc") options.push("--nproc", String(maxTasks));
       if (limit === "traced") {
-        options.push("--trace-tasks", String(this.maxTasks));
+        options.push("--trace-tasks", String(maxTasks));
         // The uid's total, where the kernel applies it (not to root): the supervisor caps each command.
         if (this.tasksTotal > 0 && (identity?.uid ?? daemonUid) !== 0) options.push("--nproc", String(this.tasksTotal));
       }
@@ -260,6 +307,8 @@ export class Launcher {
         env: encodeHelperEnvironment(request.env),
         cwd: "",
         statusFd: !request.pty,
+        cgroup,
+        ...cgroupProbe(cgroup),
         release,
       };
     }
@@ -278,7 +327,7 @@ export class Launcher {
         "no way to cap this command's tasks: neither the sandboxd-exec helper nor prlimit is here",
       );
     }
-    if (limit === "rlimit-nproc") argv = [this.prlimit!, `--nproc=${this.maxTasks}:${this.maxTasks}`, "--", ...argv];
+    if (limit === "rlimit-nproc") argv = [this.prlimit!, `--nproc=${maxTasks}:${maxTasks}`, "--", ...argv];
     if (procsFiles.length > 0 && shellLine && argv[0] === "/bin/sh") {
       // Joined on the command's own line, so error messages keep their line numbers: one shell, no wrapper.
       const joins = procsFiles.map((file) => `echo $$ > ${shellQuote(file)}`).join(" && ");
@@ -288,7 +337,16 @@ export class Launcher {
       const joins = procsFiles.map((file) => `echo $$ > ${shellQuote(file)}`).join(" && ");
       argv = ["/bin/sh", "-c", `${joins} && exec "$@"`, "sandboxd-join", ...argv];
     }
-    return { file: argv[0], args: argv.slice(1), env: { ...request.env }, cwd: request.cwd, statusFd: false, release };
+    return {
+      file: argv[0],
+      args: argv.slice(1),
+      env: { ...request.env },
+      cwd: request.cwd,
+      statusFd: false,
+      cgroup,
+      ...cgroupProbe(cgroup),
+      release,
+    };
   }
 
   /** Removes the daemon's cgroup directories, once every command has been released. */
@@ -296,6 +354,23 @@ export class Launcher {
     this.cgroup?.close();
     this.resources?.close();
   }
+}
+
+/** What a plan tells of its command through the command's own cgroups: its usage, its kills for memory, its tree killed. */
+function cgroupProbe(
+  cgroup: CommandCgroup | undefined,
+): Pick<LaunchPlan, "killedForMemory" | "readUsage" | "killTree"> {
+  if (cgroup === undefined) return {};
+  return {
+    killedForMemory: () => {
+      const kills = cgroup.readUsage().oomKills;
+      return kills === undefined ? undefined : kills > 0;
+    },
+    readUsage: (live) => cgroup.readUsage(live),
+    killTree: () => {
+      cgroup.kill();
+    },
+  };
 }
 
 /** Quotes a string for a POSIX shell command line. */

@@ -8,6 +8,8 @@ import {
   type ProcessExitedSchema,
   type ProcessInfoSchema,
   type ProcessSpec as ProtoSpec,
+  type ResourceLimits as ProtoLimits,
+  type ResourceUsageSchema,
 } from "../../../gen/sandbox/v1/sandbox_pb.js";
 import type {
   ManagedProcess,
@@ -16,7 +18,9 @@ import type {
   ProcessExit,
   ProcessSpec,
   ProcessStatus,
+  ResourceUsage,
 } from "../../process/index.js";
+import type { CommandLimitsRequest } from "../../shared/limits.js";
 import { sandboxError } from "./errors.js";
 import { processStatusFromProto, processStatusToProto } from "../../shared/process-status.js";
 import { exitCauseToProto, killOriginToProto, startStageToProto } from "../../shared/exit-cause.js";
@@ -55,6 +59,33 @@ export function fromProtoSpec(spec: ProtoSpec | undefined): ProcessSpec {
       headBytes: byteCount(spec.retention.headBytes),
       tailBytes: byteCount(spec.retention.tailBytes),
     },
+    limits: spec.limits && fromProtoLimits(spec.limits),
+  };
+}
+
+/** Converts a spec's ResourceLimits (64-bit memory as a number: any value past 2^53 is past every cap anyway). */
+function fromProtoLimits(limits: ProtoLimits): CommandLimitsRequest {
+  const request: CommandLimitsRequest = {};
+  if (limits.memoryBytes !== undefined)
+    request.memoryBytes =
+      limits.memoryBytes > BigInt(Number.MAX_SAFE_INTEGER) ? Number.MAX_SAFE_INTEGER : Number(limits.memoryBytes);
+  if (limits.cpuMillis !== undefined) request.cpuMillis = limits.cpuMillis;
+  if (limits.cpuWeight !== undefined) request.cpuWeight = limits.cpuWeight;
+  if (limits.maxTasks !== undefined) request.maxTasks = limits.maxTasks;
+  return request;
+}
+
+/** Converts a usage reading; each figure the daemon could not read stays absent. */
+export function toProtoUsage(usage: ResourceUsage): MessageInitShape<typeof ResourceUsageSchema> {
+  const whole = (value: number | undefined) => (value === undefined ? undefined : BigInt(Math.round(value)));
+  return {
+    cpuUserUs: whole(usage.cpuUserUs),
+    cpuSystemUs: whole(usage.cpuSystemUs),
+    memoryPeakBytes: whole(usage.memoryPeakBytes),
+    memoryCurrentBytes: whole(usage.memoryCurrentBytes),
+    ioReadBytes: whole(usage.ioReadBytes),
+    ioWriteBytes: whole(usage.ioWriteBytes),
+    oomKills: usage.oomKills,
   };
 }
 
@@ -101,11 +132,16 @@ export function toProtoExit(
             errno: exit.errno ?? "",
           },
     dropped: dropped.map(toProtoGap),
+    usage: exit.usage && toProtoUsage(exit.usage),
   };
 }
 
-/** Converts a process record to a ProcessInfo message. */
-export function toProtoInfo(managed: ManagedProcess): MessageInitShape<typeof ProcessInfoSchema> {
+/**
+ * Converts a process record to a ProcessInfo message; `liveUsage` reads a running process's usage
+ * from its cgroups now (a few file reads: GetProcess does, a list of many does not).
+ */
+export function toProtoInfo(managed: ManagedProcess, liveUsage = false): MessageInitShape<typeof ProcessInfoSchema> {
+  const usage = liveUsage && managed.exit === undefined ? managed.readUsage() : undefined;
   const { description, exit } = managed;
   return {
     processId: description.id,
@@ -126,6 +162,7 @@ export function toProtoInfo(managed: ManagedProcess): MessageInitShape<typeof Pr
       headBytes: BigInt(managed.retention.headBytes),
       tailBytes: BigInt(managed.retention.tailBytes),
     },
+    usage: usage && toProtoUsage(usage),
   };
 }
 

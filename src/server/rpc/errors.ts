@@ -57,6 +57,8 @@ const codeByReason = {
   PATTERN_INVALID: Code.InvalidArgument,
   PORTS_UNAVAILABLE: Code.FailedPrecondition,
   RETENTION_ABOVE_LIMIT: Code.InvalidArgument,
+  LIMIT_ABOVE_CAP: Code.InvalidArgument,
+  LIMIT_NOT_ENFORCEABLE: Code.FailedPrecondition,
 } as const satisfies Record<ErrorReasonName, Code>;
 
 /** The status code a reason is sent with. */

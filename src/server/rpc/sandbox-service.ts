@@ -198,7 +198,7 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
     },
 
     async getProcess(request) {
-      return { process: toProtoInfo(lookup(request.processId)) };
+      return { process: toProtoInfo(lookup(request.processId), true) };
     },
 
     async listProcesses(request) {
@@ -211,7 +211,7 @@ export function createSandboxService(options: SandboxServiceOptions): ServiceImp
       );
       const last = page.processes.at(-1);
       return {
-        processes: page.processes.map(toProtoInfo),
+        processes: page.processes.map((managed) => toProtoInfo(managed)),
         nextPageToken: page.more && last !== undefined ? pageTokens.issue(last.sequence, scope) : "",
       };
     },

@@ -177,6 +177,15 @@ const (
 	// Watch, and any call under `--user`, need its native addon, which was not
 	// built or not loaded. Metadata: `path`.
 	ErrorReason_ERROR_REASON_FILE_SERVICE_UNAVAILABLE ErrorReason = 38
+	// INVALID_ARGUMENT: a ResourceLimits field is above the daemon's cap for
+	// one command. Metadata: `field` ("limits.memory_bytes"), `cap` (the daemon
+	// flag that sets it, "max-command-memory-bytes"), `max`, `value`. (A value
+	// below the least allowed is INVALID_ARGUMENT with its `field`.)
+	ErrorReason_ERROR_REASON_LIMIT_ABOVE_CAP ErrorReason = 39
+	// FAILED_PRECONDITION: the command asks for a limit this daemon cannot
+	// enforce here (no writable cgroup controller for it: not root, or a
+	// read-only cgroup filesystem). Metadata: `field`, `controller`.
+	ErrorReason_ERROR_REASON_LIMIT_NOT_ENFORCEABLE ErrorReason = 40
 	// INVALID_ARGUMENT: a ProcessSpec's `retention` asks to keep more output
 	// than the daemon keeps of one process: two heads and the tail together
 	// above `--max-output-bytes`. Metadata: `field` ("retention",
@@ -249,6 +258,8 @@ var (
 		36: "ERROR_REASON_SYMLINK_LOOP",
 		37: "ERROR_REASON_FILE_BUSY",
 		38: "ERROR_REASON_FILE_SERVICE_UNAVAILABLE",
+		39: "ERROR_REASON_LIMIT_ABOVE_CAP",
+		40: "ERROR_REASON_LIMIT_NOT_ENFORCEABLE",
 		45: "ERROR_REASON_RETENTION_ABOVE_LIMIT",
 		47: "ERROR_REASON_WAIT_TIMED_OUT",
 		48: "ERROR_REASON_PROCESS_EXITED",
@@ -295,6 +306,8 @@ var (
 		"ERROR_REASON_SYMLINK_LOOP":             36,
 		"ERROR_REASON_FILE_BUSY":                37,
 		"ERROR_REASON_FILE_SERVICE_UNAVAILABLE": 38,
+		"ERROR_REASON_LIMIT_ABOVE_CAP":          39,
+		"ERROR_REASON_LIMIT_NOT_ENFORCEABLE":    40,
 		"ERROR_REASON_RETENTION_ABOVE_LIMIT":    45,
 		"ERROR_REASON_WAIT_TIMED_OUT":           47,
 		"ERROR_REASON_PROCESS_EXITED":           48,
@@ -782,6 +795,10 @@ type ProcessSpec struct {
 	AutoCleanup *bool `protobuf:"varint,11,opt,name=auto_cleanup,json=autoCleanup,proto3,oneof" json:"auto_cleanup,omitempty"`
 	// Run as root. Refused with PERMISSION_DENIED unless the daemon allows it.
 	Sudo bool `protobuf:"varint,12,opt,name=sudo,proto3" json:"sudo,omitempty"`
+	// Resource limits of this command alone, enforced in cgroups of its own
+	// (whole process tree), within the daemon's defaults and caps. Unset
+	// fields take the daemon's defaults.
+	Limits *ResourceLimits `protobuf:"bytes,13,opt,name=limits,proto3" json:"limits,omitempty"`
 	// How much of the output the daemon keeps for StreamLogs and
 	// GetProcessLogs: the first bytes of each stream and the last bytes, with
 	// one gap between. Unset: the daemon's defaults. Sizes above the daemon's
@@ -905,6 +922,13 @@ func (x *ProcessSpec) GetSudo() bool {
 	return false
 }
 
+func (x *ProcessSpec) GetLimits() *ResourceLimits {
+	if x != nil {
+		return x.Limits
+	}
+	return nil
+}
+
 func (x *ProcessSpec) GetRetention() *OutputRetention {
 	if x != nil {
 		return x.Retention
@@ -977,6 +1001,195 @@ func (x *OutputRetention) GetTailBytes() uint64 {
 	return 0
 }
 
+// ResourceLimits bounds what one command (its whole process tree) may use,
+// in cgroups of its own, so one command cannot push another out. Each field
+// left unset takes the daemon's default for every command. A value above
+// the daemon's cap is INVALID_ARGUMENT (reason LIMIT_ABOVE_CAP, naming the
+// cap); a limit the daemon cannot enforce on this machine (no writable
+// controller for it) is FAILED_PRECONDITION (LIMIT_NOT_ENFORCEABLE), never
+// silently ignored.
+type ResourceLimits struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Most memory its processes may use together, in bytes (page cache they
+	// cause included). Past it the kernel kills one of them and the exit says
+	// the command was killed for memory. At least 1 MiB; at most the daemon's
+	// `--max-command-memory-bytes`.
+	MemoryBytes *uint64 `protobuf:"varint,1,opt,name=memory_bytes,json=memoryBytes,proto3,oneof" json:"memory_bytes,omitempty"`
+	// CPU time it may use, in thousandths of one CPU (500 = half a CPU, 2000 =
+	// two CPUs), as a quota over each 100 ms period: throttled past it, never
+	// killed. At least 10; at most the daemon's `--max-command-cpus` x 1000.
+	CpuMillis *uint32 `protobuf:"varint,2,opt,name=cpu_millis,json=cpuMillis,proto3,oneof" json:"cpu_millis,omitempty"`
+	// Its share of the CPU against other commands when they compete, 1 to
+	// 10000 (100 = every command's default): a weight, not a cap.
+	CpuWeight *uint32 `protobuf:"varint,3,opt,name=cpu_weight,json=cpuWeight,proto3,oneof" json:"cpu_weight,omitempty"`
+	// Most tasks (processes and threads) at once; a fork past it fails. At
+	// least 1; at most the daemon's `--max-tasks`.
+	MaxTasks      *uint32 `protobuf:"varint,4,opt,name=max_tasks,json=maxTasks,proto3,oneof" json:"max_tasks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResourceLimits) Reset() {
+	*x = ResourceLimits{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResourceLimits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResourceLimits) ProtoMessage() {}
+
+func (x *ResourceLimits) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResourceLimits.ProtoReflect.Descriptor instead.
+func (*ResourceLimits) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ResourceLimits) GetMemoryBytes() uint64 {
+	if x != nil && x.MemoryBytes != nil {
+		return *x.MemoryBytes
+	}
+	return 0
+}
+
+func (x *ResourceLimits) GetCpuMillis() uint32 {
+	if x != nil && x.CpuMillis != nil {
+		return *x.CpuMillis
+	}
+	return 0
+}
+
+func (x *ResourceLimits) GetCpuWeight() uint32 {
+	if x != nil && x.CpuWeight != nil {
+		return *x.CpuWeight
+	}
+	return 0
+}
+
+func (x *ResourceLimits) GetMaxTasks() uint32 {
+	if x != nil && x.MaxTasks != nil {
+		return *x.MaxTasks
+	}
+	return 0
+}
+
+// ResourceUsage is what one command's whole process tree used, read from its
+// own cgroups. A field is absent where this daemon cannot tell (no cgroup of
+// that kind here, no root): absent means unknown, never zero.
+type ResourceUsage struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// CPU time in user mode, in microseconds.
+	CpuUserUs *uint64 `protobuf:"varint,1,opt,name=cpu_user_us,json=cpuUserUs,proto3,oneof" json:"cpu_user_us,omitempty"`
+	// CPU time in the kernel on its behalf, in microseconds.
+	CpuSystemUs *uint64 `protobuf:"varint,2,opt,name=cpu_system_us,json=cpuSystemUs,proto3,oneof" json:"cpu_system_us,omitempty"`
+	// The most memory it used at once, in bytes (page cache included).
+	MemoryPeakBytes *uint64 `protobuf:"varint,3,opt,name=memory_peak_bytes,json=memoryPeakBytes,proto3,oneof" json:"memory_peak_bytes,omitempty"`
+	// Memory in use now, in bytes; only while it runs.
+	MemoryCurrentBytes *uint64 `protobuf:"varint,4,opt,name=memory_current_bytes,json=memoryCurrentBytes,proto3,oneof" json:"memory_current_bytes,omitempty"`
+	// Bytes read from block devices (not from the page cache).
+	IoReadBytes *uint64 `protobuf:"varint,5,opt,name=io_read_bytes,json=ioReadBytes,proto3,oneof" json:"io_read_bytes,omitempty"`
+	// Bytes written to block devices.
+	IoWriteBytes *uint64 `protobuf:"varint,6,opt,name=io_write_bytes,json=ioWriteBytes,proto3,oneof" json:"io_write_bytes,omitempty"`
+	// How many of its processes the kernel killed for lack of memory (its own
+	// memory limit, or the daemon's cap over all commands).
+	OomKills      *uint32 `protobuf:"varint,7,opt,name=oom_kills,json=oomKills,proto3,oneof" json:"oom_kills,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResourceUsage) Reset() {
+	*x = ResourceUsage{}
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResourceUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResourceUsage) ProtoMessage() {}
+
+func (x *ResourceUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResourceUsage.ProtoReflect.Descriptor instead.
+func (*ResourceUsage) Descriptor() ([]byte, []int) {
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ResourceUsage) GetCpuUserUs() uint64 {
+	if x != nil && x.CpuUserUs != nil {
+		return *x.CpuUserUs
+	}
+	return 0
+}
+
+func (x *ResourceUsage) GetCpuSystemUs() uint64 {
+	if x != nil && x.CpuSystemUs != nil {
+		return *x.CpuSystemUs
+	}
+	return 0
+}
+
+func (x *ResourceUsage) GetMemoryPeakBytes() uint64 {
+	if x != nil && x.MemoryPeakBytes != nil {
+		return *x.MemoryPeakBytes
+	}
+	return 0
+}
+
+func (x *ResourceUsage) GetMemoryCurrentBytes() uint64 {
+	if x != nil && x.MemoryCurrentBytes != nil {
+		return *x.MemoryCurrentBytes
+	}
+	return 0
+}
+
+func (x *ResourceUsage) GetIoReadBytes() uint64 {
+	if x != nil && x.IoReadBytes != nil {
+		return *x.IoReadBytes
+	}
+	return 0
+}
+
+func (x *ResourceUsage) GetIoWriteBytes() uint64 {
+	if x != nil && x.IoWriteBytes != nil {
+		return *x.IoWriteBytes
+	}
+	return 0
+}
+
+func (x *ResourceUsage) GetOomKills() uint32 {
+	if x != nil && x.OomKills != nil {
+		return *x.OomKills
+	}
+	return 0
+}
+
 // ExecRequest asks to run a command and stream it to its end.
 type ExecRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -988,7 +1201,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[3]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1000,7 +1213,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[3]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1013,7 +1226,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{3}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ExecRequest) GetSpec() *ProcessSpec {
@@ -1040,7 +1253,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[4]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1052,7 +1265,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[4]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1065,7 +1278,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{4}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ExecResponse) GetEvent() isExecResponse_Event {
@@ -1142,7 +1355,7 @@ type OutputChunk struct {
 
 func (x *OutputChunk) Reset() {
 	*x = OutputChunk{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[5]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1154,7 +1367,7 @@ func (x *OutputChunk) String() string {
 func (*OutputChunk) ProtoMessage() {}
 
 func (x *OutputChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[5]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1167,7 +1380,7 @@ func (x *OutputChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputChunk.ProtoReflect.Descriptor instead.
 func (*OutputChunk) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{5}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *OutputChunk) GetStream() OutputStream {
@@ -1207,7 +1420,7 @@ type OutputGap struct {
 
 func (x *OutputGap) Reset() {
 	*x = OutputGap{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[6]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1219,7 +1432,7 @@ func (x *OutputGap) String() string {
 func (*OutputGap) ProtoMessage() {}
 
 func (x *OutputGap) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[6]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1232,7 +1445,7 @@ func (x *OutputGap) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputGap.ProtoReflect.Descriptor instead.
 func (*OutputGap) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{6}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *OutputGap) GetStream() OutputStream {
@@ -1292,6 +1505,9 @@ type ProcessExited struct {
 	// What `cause` alone does not say: which request killed it, or which step
 	// of its start failed and with which errno. Absent for the other causes.
 	CauseDetail *ExitCauseDetail `protobuf:"bytes,13,opt,name=cause_detail,json=causeDetail,proto3" json:"cause_detail,omitempty"`
+	// What the command's whole process tree used, read from its own cgroups as
+	// it ended; absent when the daemon has none to read.
+	Usage *ResourceUsage `protobuf:"bytes,14,opt,name=usage,proto3" json:"usage,omitempty"`
 	// Output the daemon dropped, at most one gap per stream (between the head
 	// and the tail it keeps, see OutputRetention), stdout first. In Exec's
 	// `exited` it is what the Exec stream dropped, which is nothing: Exec
@@ -1305,7 +1521,7 @@ type ProcessExited struct {
 
 func (x *ProcessExited) Reset() {
 	*x = ProcessExited{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[7]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1317,7 +1533,7 @@ func (x *ProcessExited) String() string {
 func (*ProcessExited) ProtoMessage() {}
 
 func (x *ProcessExited) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[7]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1330,7 +1546,7 @@ func (x *ProcessExited) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessExited.ProtoReflect.Descriptor instead.
 func (*ProcessExited) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{7}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ProcessExited) GetStatus() ProcessStatus {
@@ -1424,6 +1640,13 @@ func (x *ProcessExited) GetCauseDetail() *ExitCauseDetail {
 	return nil
 }
 
+func (x *ProcessExited) GetUsage() *ResourceUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
 func (x *ProcessExited) GetDropped() []*OutputGap {
 	if x != nil {
 		return x.Dropped
@@ -1447,7 +1670,7 @@ type ExitCauseDetail struct {
 
 func (x *ExitCauseDetail) Reset() {
 	*x = ExitCauseDetail{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[8]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1459,7 +1682,7 @@ func (x *ExitCauseDetail) String() string {
 func (*ExitCauseDetail) ProtoMessage() {}
 
 func (x *ExitCauseDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[8]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1472,7 +1695,7 @@ func (x *ExitCauseDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExitCauseDetail.ProtoReflect.Descriptor instead.
 func (*ExitCauseDetail) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{8}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ExitCauseDetail) GetStartStage() StartStage {
@@ -1527,6 +1750,10 @@ type ProcessInfo struct {
 	StderrBytes uint64 `protobuf:"varint,13,opt,name=stderr_bytes,json=stderrBytes,proto3" json:"stderr_bytes,omitempty"`
 	// Whether the record is removed automatically after exit.
 	AutoCleanup bool `protobuf:"varint,14,opt,name=auto_cleanup,json=autoCleanup,proto3" json:"auto_cleanup,omitempty"`
+	// What the process's tree has used so far, read live while it runs
+	// (GetProcess only: ListProcesses leaves it absent; an exited process's
+	// usage is in `exit`).
+	Usage *ResourceUsage `protobuf:"bytes,15,opt,name=usage,proto3" json:"usage,omitempty"`
 	// The retention in effect, both sizes set: the request's, with the
 	// daemon's defaults for what it left unset.
 	Retention     *OutputRetention `protobuf:"bytes,16,opt,name=retention,proto3" json:"retention,omitempty"`
@@ -1536,7 +1763,7 @@ type ProcessInfo struct {
 
 func (x *ProcessInfo) Reset() {
 	*x = ProcessInfo{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[9]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1548,7 +1775,7 @@ func (x *ProcessInfo) String() string {
 func (*ProcessInfo) ProtoMessage() {}
 
 func (x *ProcessInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[9]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1561,7 +1788,7 @@ func (x *ProcessInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessInfo.ProtoReflect.Descriptor instead.
 func (*ProcessInfo) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{9}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ProcessInfo) GetProcessId() string {
@@ -1662,6 +1889,13 @@ func (x *ProcessInfo) GetAutoCleanup() bool {
 	return false
 }
 
+func (x *ProcessInfo) GetUsage() *ResourceUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
 func (x *ProcessInfo) GetRetention() *OutputRetention {
 	if x != nil {
 		return x.Retention
@@ -1680,7 +1914,7 @@ type StartProcessRequest struct {
 
 func (x *StartProcessRequest) Reset() {
 	*x = StartProcessRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[10]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1692,7 +1926,7 @@ func (x *StartProcessRequest) String() string {
 func (*StartProcessRequest) ProtoMessage() {}
 
 func (x *StartProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[10]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1705,7 +1939,7 @@ func (x *StartProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartProcessRequest.ProtoReflect.Descriptor instead.
 func (*StartProcessRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{10}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *StartProcessRequest) GetSpec() *ProcessSpec {
@@ -1726,7 +1960,7 @@ type StartProcessResponse struct {
 
 func (x *StartProcessResponse) Reset() {
 	*x = StartProcessResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[11]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1738,7 +1972,7 @@ func (x *StartProcessResponse) String() string {
 func (*StartProcessResponse) ProtoMessage() {}
 
 func (x *StartProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[11]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1751,7 +1985,7 @@ func (x *StartProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartProcessResponse.ProtoReflect.Descriptor instead.
 func (*StartProcessResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{11}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *StartProcessResponse) GetProcess() *ProcessInfo {
@@ -1779,7 +2013,7 @@ type StreamLogsRequest struct {
 
 func (x *StreamLogsRequest) Reset() {
 	*x = StreamLogsRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[12]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1791,7 +2025,7 @@ func (x *StreamLogsRequest) String() string {
 func (*StreamLogsRequest) ProtoMessage() {}
 
 func (x *StreamLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[12]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1804,7 +2038,7 @@ func (x *StreamLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamLogsRequest.ProtoReflect.Descriptor instead.
 func (*StreamLogsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{12}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *StreamLogsRequest) GetProcessId() string {
@@ -1854,7 +2088,7 @@ type StreamLogsResponse struct {
 
 func (x *StreamLogsResponse) Reset() {
 	*x = StreamLogsResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[13]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1866,7 +2100,7 @@ func (x *StreamLogsResponse) String() string {
 func (*StreamLogsResponse) ProtoMessage() {}
 
 func (x *StreamLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[13]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1879,7 +2113,7 @@ func (x *StreamLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StreamLogsResponse.ProtoReflect.Descriptor instead.
 func (*StreamLogsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{13}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *StreamLogsResponse) GetEvent() isStreamLogsResponse_Event {
@@ -1986,7 +2220,7 @@ type CaughtUp struct {
 
 func (x *CaughtUp) Reset() {
 	*x = CaughtUp{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[14]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1998,7 +2232,7 @@ func (x *CaughtUp) String() string {
 func (*CaughtUp) ProtoMessage() {}
 
 func (x *CaughtUp) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[14]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2011,7 +2245,7 @@ func (x *CaughtUp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CaughtUp.ProtoReflect.Descriptor instead.
 func (*CaughtUp) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{14}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *CaughtUp) GetStdoutOffset() uint64 {
@@ -2047,7 +2281,7 @@ type SendInputRequest struct {
 
 func (x *SendInputRequest) Reset() {
 	*x = SendInputRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[15]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2059,7 +2293,7 @@ func (x *SendInputRequest) String() string {
 func (*SendInputRequest) ProtoMessage() {}
 
 func (x *SendInputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[15]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2072,7 +2306,7 @@ func (x *SendInputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendInputRequest.ProtoReflect.Descriptor instead.
 func (*SendInputRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{15}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SendInputRequest) GetInput() isSendInputRequest_Input {
@@ -2177,7 +2411,7 @@ type OpenInput struct {
 
 func (x *OpenInput) Reset() {
 	*x = OpenInput{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[16]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2189,7 +2423,7 @@ func (x *OpenInput) String() string {
 func (*OpenInput) ProtoMessage() {}
 
 func (x *OpenInput) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[16]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2202,7 +2436,7 @@ func (x *OpenInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenInput.ProtoReflect.Descriptor instead.
 func (*OpenInput) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{16}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *OpenInput) GetProcessId() string {
@@ -2221,7 +2455,7 @@ type CloseInput struct {
 
 func (x *CloseInput) Reset() {
 	*x = CloseInput{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[17]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2233,7 +2467,7 @@ func (x *CloseInput) String() string {
 func (*CloseInput) ProtoMessage() {}
 
 func (x *CloseInput) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[17]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2246,7 +2480,7 @@ func (x *CloseInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseInput.ProtoReflect.Descriptor instead.
 func (*CloseInput) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{17}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{19}
 }
 
 // SendInputResponse acknowledges one SendInputRequest, in order.
@@ -2262,7 +2496,7 @@ type SendInputResponse struct {
 
 func (x *SendInputResponse) Reset() {
 	*x = SendInputResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[18]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2274,7 +2508,7 @@ func (x *SendInputResponse) String() string {
 func (*SendInputResponse) ProtoMessage() {}
 
 func (x *SendInputResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[18]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2287,7 +2521,7 @@ func (x *SendInputResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendInputResponse.ProtoReflect.Descriptor instead.
 func (*SendInputResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{18}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SendInputResponse) GetBytesWritten() uint64 {
@@ -2315,7 +2549,7 @@ type GetProcessRequest struct {
 
 func (x *GetProcessRequest) Reset() {
 	*x = GetProcessRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[19]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2327,7 +2561,7 @@ func (x *GetProcessRequest) String() string {
 func (*GetProcessRequest) ProtoMessage() {}
 
 func (x *GetProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[19]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2340,7 +2574,7 @@ func (x *GetProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProcessRequest.ProtoReflect.Descriptor instead.
 func (*GetProcessRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{19}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetProcessRequest) GetProcessId() string {
@@ -2361,7 +2595,7 @@ type GetProcessResponse struct {
 
 func (x *GetProcessResponse) Reset() {
 	*x = GetProcessResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[20]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2373,7 +2607,7 @@ func (x *GetProcessResponse) String() string {
 func (*GetProcessResponse) ProtoMessage() {}
 
 func (x *GetProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[20]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2386,7 +2620,7 @@ func (x *GetProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProcessResponse.ProtoReflect.Descriptor instead.
 func (*GetProcessResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{20}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetProcessResponse) GetProcess() *ProcessInfo {
@@ -2421,7 +2655,7 @@ type ListProcessesRequest struct {
 
 func (x *ListProcessesRequest) Reset() {
 	*x = ListProcessesRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[21]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2433,7 +2667,7 @@ func (x *ListProcessesRequest) String() string {
 func (*ListProcessesRequest) ProtoMessage() {}
 
 func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[21]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2446,7 +2680,7 @@ func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesRequest.ProtoReflect.Descriptor instead.
 func (*ListProcessesRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{21}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListProcessesRequest) GetSessionId() string {
@@ -2490,7 +2724,7 @@ type ListProcessesResponse struct {
 
 func (x *ListProcessesResponse) Reset() {
 	*x = ListProcessesResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[22]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2502,7 +2736,7 @@ func (x *ListProcessesResponse) String() string {
 func (*ListProcessesResponse) ProtoMessage() {}
 
 func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[22]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2515,7 +2749,7 @@ func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesResponse.ProtoReflect.Descriptor instead.
 func (*ListProcessesResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{22}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ListProcessesResponse) GetProcesses() []*ProcessInfo {
@@ -2548,7 +2782,7 @@ type KillProcessRequest struct {
 
 func (x *KillProcessRequest) Reset() {
 	*x = KillProcessRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[23]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2560,7 +2794,7 @@ func (x *KillProcessRequest) String() string {
 func (*KillProcessRequest) ProtoMessage() {}
 
 func (x *KillProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[23]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2573,7 +2807,7 @@ func (x *KillProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillProcessRequest.ProtoReflect.Descriptor instead.
 func (*KillProcessRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{23}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *KillProcessRequest) GetProcessId() string {
@@ -2608,7 +2842,7 @@ type KillProcessResponse struct {
 
 func (x *KillProcessResponse) Reset() {
 	*x = KillProcessResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[24]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2620,7 +2854,7 @@ func (x *KillProcessResponse) String() string {
 func (*KillProcessResponse) ProtoMessage() {}
 
 func (x *KillProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[24]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2633,7 +2867,7 @@ func (x *KillProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillProcessResponse.ProtoReflect.Descriptor instead.
 func (*KillProcessResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{24}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *KillProcessResponse) GetProcess() *ProcessInfo {
@@ -2658,7 +2892,7 @@ type KillAllProcessesRequest struct {
 
 func (x *KillAllProcessesRequest) Reset() {
 	*x = KillAllProcessesRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[25]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2670,7 +2904,7 @@ func (x *KillAllProcessesRequest) String() string {
 func (*KillAllProcessesRequest) ProtoMessage() {}
 
 func (x *KillAllProcessesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[25]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2683,7 +2917,7 @@ func (x *KillAllProcessesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillAllProcessesRequest.ProtoReflect.Descriptor instead.
 func (*KillAllProcessesRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{25}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *KillAllProcessesRequest) GetSessionId() string {
@@ -2718,7 +2952,7 @@ type KillAllProcessesResponse struct {
 
 func (x *KillAllProcessesResponse) Reset() {
 	*x = KillAllProcessesResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[26]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2730,7 +2964,7 @@ func (x *KillAllProcessesResponse) String() string {
 func (*KillAllProcessesResponse) ProtoMessage() {}
 
 func (x *KillAllProcessesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[26]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2743,7 +2977,7 @@ func (x *KillAllProcessesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillAllProcessesResponse.ProtoReflect.Descriptor instead.
 func (*KillAllProcessesResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{26}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *KillAllProcessesResponse) GetKilledCount() uint32 {
@@ -2767,7 +3001,7 @@ type CleanupProcessesRequest struct {
 
 func (x *CleanupProcessesRequest) Reset() {
 	*x = CleanupProcessesRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[27]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2779,7 +3013,7 @@ func (x *CleanupProcessesRequest) String() string {
 func (*CleanupProcessesRequest) ProtoMessage() {}
 
 func (x *CleanupProcessesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[27]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2792,7 +3026,7 @@ func (x *CleanupProcessesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CleanupProcessesRequest.ProtoReflect.Descriptor instead.
 func (*CleanupProcessesRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{27}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CleanupProcessesRequest) GetSessionId() string {
@@ -2820,7 +3054,7 @@ type CleanupProcessesResponse struct {
 
 func (x *CleanupProcessesResponse) Reset() {
 	*x = CleanupProcessesResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[28]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2832,7 +3066,7 @@ func (x *CleanupProcessesResponse) String() string {
 func (*CleanupProcessesResponse) ProtoMessage() {}
 
 func (x *CleanupProcessesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[28]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2845,7 +3079,7 @@ func (x *CleanupProcessesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CleanupProcessesResponse.ProtoReflect.Descriptor instead.
 func (*CleanupProcessesResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{28}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CleanupProcessesResponse) GetRemovedCount() uint32 {
@@ -2866,7 +3100,7 @@ type GetProcessLogsRequest struct {
 
 func (x *GetProcessLogsRequest) Reset() {
 	*x = GetProcessLogsRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[29]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2878,7 +3112,7 @@ func (x *GetProcessLogsRequest) String() string {
 func (*GetProcessLogsRequest) ProtoMessage() {}
 
 func (x *GetProcessLogsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[29]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2891,7 +3125,7 @@ func (x *GetProcessLogsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProcessLogsRequest.ProtoReflect.Descriptor instead.
 func (*GetProcessLogsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{29}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetProcessLogsRequest) GetProcessId() string {
@@ -2929,7 +3163,7 @@ type GetProcessLogsResponse struct {
 
 func (x *GetProcessLogsResponse) Reset() {
 	*x = GetProcessLogsResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[30]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2941,7 +3175,7 @@ func (x *GetProcessLogsResponse) String() string {
 func (*GetProcessLogsResponse) ProtoMessage() {}
 
 func (x *GetProcessLogsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[30]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2954,7 +3188,7 @@ func (x *GetProcessLogsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProcessLogsResponse.ProtoReflect.Descriptor instead.
 func (*GetProcessLogsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{30}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GetProcessLogsResponse) GetProcessId() string {
@@ -3024,7 +3258,7 @@ type RetainedHead struct {
 
 func (x *RetainedHead) Reset() {
 	*x = RetainedHead{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3036,7 +3270,7 @@ func (x *RetainedHead) String() string {
 func (*RetainedHead) ProtoMessage() {}
 
 func (x *RetainedHead) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[31]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3049,7 +3283,7 @@ func (x *RetainedHead) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RetainedHead.ProtoReflect.Descriptor instead.
 func (*RetainedHead) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{31}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RetainedHead) GetStdout() []byte {
@@ -3090,7 +3324,7 @@ type HttpProbe struct {
 
 func (x *HttpProbe) Reset() {
 	*x = HttpProbe{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3102,7 +3336,7 @@ func (x *HttpProbe) String() string {
 func (*HttpProbe) ProtoMessage() {}
 
 func (x *HttpProbe) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[32]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3115,7 +3349,7 @@ func (x *HttpProbe) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HttpProbe.ProtoReflect.Descriptor instead.
 func (*HttpProbe) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{32}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *HttpProbe) GetPath() string {
@@ -3164,7 +3398,7 @@ type WaitForPortRequest struct {
 
 func (x *WaitForPortRequest) Reset() {
 	*x = WaitForPortRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3176,7 +3410,7 @@ func (x *WaitForPortRequest) String() string {
 func (*WaitForPortRequest) ProtoMessage() {}
 
 func (x *WaitForPortRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[33]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3189,7 +3423,7 @@ func (x *WaitForPortRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitForPortRequest.ProtoReflect.Descriptor instead.
 func (*WaitForPortRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{33}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WaitForPortRequest) GetPort() uint32 {
@@ -3251,7 +3485,7 @@ type WaitForPortResponse struct {
 
 func (x *WaitForPortResponse) Reset() {
 	*x = WaitForPortResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3263,7 +3497,7 @@ func (x *WaitForPortResponse) String() string {
 func (*WaitForPortResponse) ProtoMessage() {}
 
 func (x *WaitForPortResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[34]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3276,7 +3510,7 @@ func (x *WaitForPortResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitForPortResponse.ProtoReflect.Descriptor instead.
 func (*WaitForPortResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{34}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *WaitForPortResponse) GetAddress() string {
@@ -3334,7 +3568,7 @@ type WaitForLogRequest struct {
 
 func (x *WaitForLogRequest) Reset() {
 	*x = WaitForLogRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3346,7 +3580,7 @@ func (x *WaitForLogRequest) String() string {
 func (*WaitForLogRequest) ProtoMessage() {}
 
 func (x *WaitForLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[35]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3359,7 +3593,7 @@ func (x *WaitForLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitForLogRequest.ProtoReflect.Descriptor instead.
 func (*WaitForLogRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{35}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *WaitForLogRequest) GetProcessId() string {
@@ -3415,7 +3649,7 @@ type MatchGroup struct {
 
 func (x *MatchGroup) Reset() {
 	*x = MatchGroup{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3427,7 +3661,7 @@ func (x *MatchGroup) String() string {
 func (*MatchGroup) ProtoMessage() {}
 
 func (x *MatchGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[36]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3440,7 +3674,7 @@ func (x *MatchGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MatchGroup.ProtoReflect.Descriptor instead.
 func (*MatchGroup) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{36}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *MatchGroup) GetText() string {
@@ -3473,7 +3707,7 @@ type WaitForLogResponse struct {
 
 func (x *WaitForLogResponse) Reset() {
 	*x = WaitForLogResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3485,7 +3719,7 @@ func (x *WaitForLogResponse) String() string {
 func (*WaitForLogResponse) ProtoMessage() {}
 
 func (x *WaitForLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[37]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3498,7 +3732,7 @@ func (x *WaitForLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitForLogResponse.ProtoReflect.Descriptor instead.
 func (*WaitForLogResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{37}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *WaitForLogResponse) GetStream() OutputStream {
@@ -3563,7 +3797,7 @@ type WaitForExitRequest struct {
 
 func (x *WaitForExitRequest) Reset() {
 	*x = WaitForExitRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3575,7 +3809,7 @@ func (x *WaitForExitRequest) String() string {
 func (*WaitForExitRequest) ProtoMessage() {}
 
 func (x *WaitForExitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[38]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3588,7 +3822,7 @@ func (x *WaitForExitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitForExitRequest.ProtoReflect.Descriptor instead.
 func (*WaitForExitRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{38}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *WaitForExitRequest) GetProcessId() string {
@@ -3618,7 +3852,7 @@ type WaitForExitResponse struct {
 
 func (x *WaitForExitResponse) Reset() {
 	*x = WaitForExitResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3630,7 +3864,7 @@ func (x *WaitForExitResponse) String() string {
 func (*WaitForExitResponse) ProtoMessage() {}
 
 func (x *WaitForExitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[39]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3643,7 +3877,7 @@ func (x *WaitForExitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitForExitResponse.ProtoReflect.Descriptor instead.
 func (*WaitForExitResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{39}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WaitForExitResponse) GetExited() *ProcessExited {
@@ -3671,7 +3905,7 @@ type ListPortsRequest struct {
 
 func (x *ListPortsRequest) Reset() {
 	*x = ListPortsRequest{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3683,7 +3917,7 @@ func (x *ListPortsRequest) String() string {
 func (*ListPortsRequest) ProtoMessage() {}
 
 func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[40]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3696,7 +3930,7 @@ func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPortsRequest.ProtoReflect.Descriptor instead.
 func (*ListPortsRequest) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{40}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListPortsRequest) GetProcessId() string {
@@ -3717,7 +3951,7 @@ type ListPortsResponse struct {
 
 func (x *ListPortsResponse) Reset() {
 	*x = ListPortsResponse{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[41]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3729,7 +3963,7 @@ func (x *ListPortsResponse) String() string {
 func (*ListPortsResponse) ProtoMessage() {}
 
 func (x *ListPortsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[41]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3742,7 +3976,7 @@ func (x *ListPortsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPortsResponse.ProtoReflect.Descriptor instead.
 func (*ListPortsResponse) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{41}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListPortsResponse) GetPorts() []*ListeningPort {
@@ -3775,7 +4009,7 @@ type ListeningPort struct {
 
 func (x *ListeningPort) Reset() {
 	*x = ListeningPort{}
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[42]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3787,7 +4021,7 @@ func (x *ListeningPort) String() string {
 func (*ListeningPort) ProtoMessage() {}
 
 func (x *ListeningPort) ProtoReflect() protoreflect.Message {
-	mi := &file_sandbox_v1_sandbox_proto_msgTypes[42]
+	mi := &file_sandbox_v1_sandbox_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3800,7 +4034,7 @@ func (x *ListeningPort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListeningPort.ProtoReflect.Descriptor instead.
 func (*ListeningPort) Descriptor() ([]byte, []int) {
-	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{42}
+	return file_sandbox_v1_sandbox_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListeningPort) GetPort() uint32 {
@@ -3855,7 +4089,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"PtyOptions\x12\x12\n" +
 	"\x04cols\x18\x01 \x01(\rR\x04cols\x12\x12\n" +
 	"\x04rows\x18\x02 \x01(\rR\x04rows\x12\x12\n" +
-	"\x04term\x18\x03 \x01(\tR\x04term\"\xfd\x03\n" +
+	"\x04term\x18\x03 \x01(\tR\x04term\"\xb1\x04\n" +
 	"\vProcessSpec\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\tR\acommand\x12\x12\n" +
 	"\x04args\x18\x02 \x03(\tR\x04args\x122\n" +
@@ -3873,7 +4107,8 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"stdin_data\x18\n" +
 	" \x01(\fR\tstdinData\x12&\n" +
 	"\fauto_cleanup\x18\v \x01(\bH\x00R\vautoCleanup\x88\x01\x01\x12\x12\n" +
-	"\x04sudo\x18\f \x01(\bR\x04sudo\x129\n" +
+	"\x04sudo\x18\f \x01(\bR\x04sudo\x122\n" +
+	"\x06limits\x18\r \x01(\v2\x1a.sandbox.v1.ResourceLimitsR\x06limits\x129\n" +
 	"\tretention\x18\x0e \x01(\v2\x1b.sandbox.v1.OutputRetentionR\tretention\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -3885,7 +4120,35 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\n" +
 	"tail_bytes\x18\x02 \x01(\x04H\x01R\ttailBytes\x88\x01\x01B\r\n" +
 	"\v_head_bytesB\r\n" +
-	"\v_tail_bytes\":\n" +
+	"\v_tail_bytes\"\xdf\x01\n" +
+	"\x0eResourceLimits\x12&\n" +
+	"\fmemory_bytes\x18\x01 \x01(\x04H\x00R\vmemoryBytes\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"cpu_millis\x18\x02 \x01(\rH\x01R\tcpuMillis\x88\x01\x01\x12\"\n" +
+	"\n" +
+	"cpu_weight\x18\x03 \x01(\rH\x02R\tcpuWeight\x88\x01\x01\x12 \n" +
+	"\tmax_tasks\x18\x04 \x01(\rH\x03R\bmaxTasks\x88\x01\x01B\x0f\n" +
+	"\r_memory_bytesB\r\n" +
+	"\v_cpu_millisB\r\n" +
+	"\v_cpu_weightB\f\n" +
+	"\n" +
+	"_max_tasks\"\xbf\x03\n" +
+	"\rResourceUsage\x12#\n" +
+	"\vcpu_user_us\x18\x01 \x01(\x04H\x00R\tcpuUserUs\x88\x01\x01\x12'\n" +
+	"\rcpu_system_us\x18\x02 \x01(\x04H\x01R\vcpuSystemUs\x88\x01\x01\x12/\n" +
+	"\x11memory_peak_bytes\x18\x03 \x01(\x04H\x02R\x0fmemoryPeakBytes\x88\x01\x01\x125\n" +
+	"\x14memory_current_bytes\x18\x04 \x01(\x04H\x03R\x12memoryCurrentBytes\x88\x01\x01\x12'\n" +
+	"\rio_read_bytes\x18\x05 \x01(\x04H\x04R\vioReadBytes\x88\x01\x01\x12)\n" +
+	"\x0eio_write_bytes\x18\x06 \x01(\x04H\x05R\fioWriteBytes\x88\x01\x01\x12 \n" +
+	"\toom_kills\x18\a \x01(\rH\x06R\boomKills\x88\x01\x01B\x0e\n" +
+	"\f_cpu_user_usB\x10\n" +
+	"\x0e_cpu_system_usB\x14\n" +
+	"\x12_memory_peak_bytesB\x17\n" +
+	"\x15_memory_current_bytesB\x10\n" +
+	"\x0e_io_read_bytesB\x11\n" +
+	"\x0f_io_write_bytesB\f\n" +
+	"\n" +
+	"_oom_kills\":\n" +
 	"\vExecRequest\x12+\n" +
 	"\x04spec\x18\x01 \x01(\v2\x17.sandbox.v1.ProcessSpecR\x04spec\"\xb4\x01\n" +
 	"\fExecResponse\x123\n" +
@@ -3900,7 +4163,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\tOutputGap\x120\n" +
 	"\x06stream\x18\x01 \x01(\x0e2\x18.sandbox.v1.OutputStreamR\x06stream\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12!\n" +
-	"\fmissed_bytes\x18\x03 \x01(\x04R\vmissedBytes\"\xe2\x04\n" +
+	"\fmissed_bytes\x18\x03 \x01(\x04R\vmissedBytes\"\x93\x05\n" +
 	"\rProcessExited\x121\n" +
 	"\x06status\x18\x01 \x01(\x0e2\x19.sandbox.v1.ProcessStatusR\x06status\x12 \n" +
 	"\texit_code\x18\x02 \x01(\x05H\x00R\bexitCode\x88\x01\x01\x12\x16\n" +
@@ -3917,6 +4180,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x05error\x18\v \x01(\tR\x05error\x12+\n" +
 	"\x05cause\x18\f \x01(\x0e2\x15.sandbox.v1.ExitCauseR\x05cause\x12>\n" +
 	"\fcause_detail\x18\r \x01(\v2\x1b.sandbox.v1.ExitCauseDetailR\vcauseDetail\x12/\n" +
+	"\x05usage\x18\x0e \x01(\v2\x19.sandbox.v1.ResourceUsageR\x05usage\x12/\n" +
 	"\adropped\x18\x0f \x03(\v2\x15.sandbox.v1.OutputGapR\adroppedB\f\n" +
 	"\n" +
 	"_exit_code\"\x99\x01\n" +
@@ -3925,7 +4189,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"startStage\x12\x14\n" +
 	"\x05errno\x18\x02 \x01(\tR\x05errno\x127\n" +
 	"\vkill_origin\x18\x03 \x01(\x0e2\x16.sandbox.v1.KillOriginR\n" +
-	"killOrigin\"\x86\x04\n" +
+	"killOrigin\"\xb7\x04\n" +
 	"\vProcessInfo\x12\x1d\n" +
 	"\n" +
 	"process_id\x18\x01 \x01(\tR\tprocessId\x12\x10\n" +
@@ -3944,7 +4208,8 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x04exit\x18\v \x01(\v2\x19.sandbox.v1.ProcessExitedR\x04exit\x12!\n" +
 	"\fstdout_bytes\x18\f \x01(\x04R\vstdoutBytes\x12!\n" +
 	"\fstderr_bytes\x18\r \x01(\x04R\vstderrBytes\x12!\n" +
-	"\fauto_cleanup\x18\x0e \x01(\bR\vautoCleanup\x129\n" +
+	"\fauto_cleanup\x18\x0e \x01(\bR\vautoCleanup\x12/\n" +
+	"\x05usage\x18\x0f \x01(\v2\x19.sandbox.v1.ResourceUsageR\x05usage\x129\n" +
 	"\tretention\x18\x10 \x01(\v2\x1b.sandbox.v1.OutputRetentionR\tretention\"B\n" +
 	"\x13StartProcessRequest\x12+\n" +
 	"\x04spec\x18\x01 \x01(\v2\x17.sandbox.v1.ProcessSpecR\x04spec\"I\n" +
@@ -4100,7 +4365,7 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"\x03pid\x18\x04 \x01(\x05R\x03pid\x12\x18\n" +
 	"\aprogram\x18\x05 \x01(\tR\aprogram\x12\x1d\n" +
 	"\n" +
-	"process_id\x18\x06 \x01(\tR\tprocessId*\x88\f\n" +
+	"process_id\x18\x06 \x01(\tR\tprocessId*\xd2\f\n" +
 	"\vErrorReason\x12\x1c\n" +
 	"\x18ERROR_REASON_UNSPECIFIED\x10\x00\x12\"\n" +
 	"\x1eERROR_REASON_PROCESS_NOT_FOUND\x10\x01\x12'\n" +
@@ -4141,7 +4406,9 @@ const file_sandbox_v1_sandbox_proto_rawDesc = "" +
 	"!ERROR_REASON_READ_ONLY_FILESYSTEM\x10#\x12\x1d\n" +
 	"\x19ERROR_REASON_SYMLINK_LOOP\x10$\x12\x1a\n" +
 	"\x16ERROR_REASON_FILE_BUSY\x10%\x12)\n" +
-	"%ERROR_REASON_FILE_SERVICE_UNAVAILABLE\x10&\x12&\n" +
+	"%ERROR_REASON_FILE_SERVICE_UNAVAILABLE\x10&\x12 \n" +
+	"\x1cERROR_REASON_LIMIT_ABOVE_CAP\x10'\x12&\n" +
+	"\"ERROR_REASON_LIMIT_NOT_ENFORCEABLE\x10(\x12&\n" +
 	"\"ERROR_REASON_RETENTION_ABOVE_LIMIT\x10-\x12\x1f\n" +
 	"\x1bERROR_REASON_WAIT_TIMED_OUT\x10/\x12\x1f\n" +
 	"\x1bERROR_REASON_PROCESS_EXITED\x100\x12 \n" +
@@ -4223,7 +4490,7 @@ func file_sandbox_v1_sandbox_proto_rawDescGZIP() []byte {
 }
 
 var file_sandbox_v1_sandbox_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 45)
+var file_sandbox_v1_sandbox_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_sandbox_v1_sandbox_proto_goTypes = []any{
 	(ErrorReason)(0),                 // 0: sandbox.v1.ErrorReason
 	(ProcessStatus)(0),               // 1: sandbox.v1.ProcessStatus
@@ -4234,133 +4501,138 @@ var file_sandbox_v1_sandbox_proto_goTypes = []any{
 	(*PtyOptions)(nil),               // 6: sandbox.v1.PtyOptions
 	(*ProcessSpec)(nil),              // 7: sandbox.v1.ProcessSpec
 	(*OutputRetention)(nil),          // 8: sandbox.v1.OutputRetention
-	(*ExecRequest)(nil),              // 9: sandbox.v1.ExecRequest
-	(*ExecResponse)(nil),             // 10: sandbox.v1.ExecResponse
-	(*OutputChunk)(nil),              // 11: sandbox.v1.OutputChunk
-	(*OutputGap)(nil),                // 12: sandbox.v1.OutputGap
-	(*ProcessExited)(nil),            // 13: sandbox.v1.ProcessExited
-	(*ExitCauseDetail)(nil),          // 14: sandbox.v1.ExitCauseDetail
-	(*ProcessInfo)(nil),              // 15: sandbox.v1.ProcessInfo
-	(*StartProcessRequest)(nil),      // 16: sandbox.v1.StartProcessRequest
-	(*StartProcessResponse)(nil),     // 17: sandbox.v1.StartProcessResponse
-	(*StreamLogsRequest)(nil),        // 18: sandbox.v1.StreamLogsRequest
-	(*StreamLogsResponse)(nil),       // 19: sandbox.v1.StreamLogsResponse
-	(*CaughtUp)(nil),                 // 20: sandbox.v1.CaughtUp
-	(*SendInputRequest)(nil),         // 21: sandbox.v1.SendInputRequest
-	(*OpenInput)(nil),                // 22: sandbox.v1.OpenInput
-	(*CloseInput)(nil),               // 23: sandbox.v1.CloseInput
-	(*SendInputResponse)(nil),        // 24: sandbox.v1.SendInputResponse
-	(*GetProcessRequest)(nil),        // 25: sandbox.v1.GetProcessRequest
-	(*GetProcessResponse)(nil),       // 26: sandbox.v1.GetProcessResponse
-	(*ListProcessesRequest)(nil),     // 27: sandbox.v1.ListProcessesRequest
-	(*ListProcessesResponse)(nil),    // 28: sandbox.v1.ListProcessesResponse
-	(*KillProcessRequest)(nil),       // 29: sandbox.v1.KillProcessRequest
-	(*KillProcessResponse)(nil),      // 30: sandbox.v1.KillProcessResponse
-	(*KillAllProcessesRequest)(nil),  // 31: sandbox.v1.KillAllProcessesRequest
-	(*KillAllProcessesResponse)(nil), // 32: sandbox.v1.KillAllProcessesResponse
-	(*CleanupProcessesRequest)(nil),  // 33: sandbox.v1.CleanupProcessesRequest
-	(*CleanupProcessesResponse)(nil), // 34: sandbox.v1.CleanupProcessesResponse
-	(*GetProcessLogsRequest)(nil),    // 35: sandbox.v1.GetProcessLogsRequest
-	(*GetProcessLogsResponse)(nil),   // 36: sandbox.v1.GetProcessLogsResponse
-	(*RetainedHead)(nil),             // 37: sandbox.v1.RetainedHead
-	(*HttpProbe)(nil),                // 38: sandbox.v1.HttpProbe
-	(*WaitForPortRequest)(nil),       // 39: sandbox.v1.WaitForPortRequest
-	(*WaitForPortResponse)(nil),      // 40: sandbox.v1.WaitForPortResponse
-	(*WaitForLogRequest)(nil),        // 41: sandbox.v1.WaitForLogRequest
-	(*MatchGroup)(nil),               // 42: sandbox.v1.MatchGroup
-	(*WaitForLogResponse)(nil),       // 43: sandbox.v1.WaitForLogResponse
-	(*WaitForExitRequest)(nil),       // 44: sandbox.v1.WaitForExitRequest
-	(*WaitForExitResponse)(nil),      // 45: sandbox.v1.WaitForExitResponse
-	(*ListPortsRequest)(nil),         // 46: sandbox.v1.ListPortsRequest
-	(*ListPortsResponse)(nil),        // 47: sandbox.v1.ListPortsResponse
-	(*ListeningPort)(nil),            // 48: sandbox.v1.ListeningPort
-	nil,                              // 49: sandbox.v1.ProcessSpec.EnvEntry
-	nil,                              // 50: sandbox.v1.WaitForLogResponse.NamedGroupsEntry
-	(*timestamppb.Timestamp)(nil),    // 51: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 52: google.protobuf.Duration
+	(*ResourceLimits)(nil),           // 9: sandbox.v1.ResourceLimits
+	(*ResourceUsage)(nil),            // 10: sandbox.v1.ResourceUsage
+	(*ExecRequest)(nil),              // 11: sandbox.v1.ExecRequest
+	(*ExecResponse)(nil),             // 12: sandbox.v1.ExecResponse
+	(*OutputChunk)(nil),              // 13: sandbox.v1.OutputChunk
+	(*OutputGap)(nil),                // 14: sandbox.v1.OutputGap
+	(*ProcessExited)(nil),            // 15: sandbox.v1.ProcessExited
+	(*ExitCauseDetail)(nil),          // 16: sandbox.v1.ExitCauseDetail
+	(*ProcessInfo)(nil),              // 17: sandbox.v1.ProcessInfo
+	(*StartProcessRequest)(nil),      // 18: sandbox.v1.StartProcessRequest
+	(*StartProcessResponse)(nil),     // 19: sandbox.v1.StartProcessResponse
+	(*StreamLogsRequest)(nil),        // 20: sandbox.v1.StreamLogsRequest
+	(*StreamLogsResponse)(nil),       // 21: sandbox.v1.StreamLogsResponse
+	(*CaughtUp)(nil),                 // 22: sandbox.v1.CaughtUp
+	(*SendInputRequest)(nil),         // 23: sandbox.v1.SendInputRequest
+	(*OpenInput)(nil),                // 24: sandbox.v1.OpenInput
+	(*CloseInput)(nil),               // 25: sandbox.v1.CloseInput
+	(*SendInputResponse)(nil),        // 26: sandbox.v1.SendInputResponse
+	(*GetProcessRequest)(nil),        // 27: sandbox.v1.GetProcessRequest
+	(*GetProcessResponse)(nil),       // 28: sandbox.v1.GetProcessResponse
+	(*ListProcessesRequest)(nil),     // 29: sandbox.v1.ListProcessesRequest
+	(*ListProcessesResponse)(nil),    // 30: sandbox.v1.ListProcessesResponse
+	(*KillProcessRequest)(nil),       // 31: sandbox.v1.KillProcessRequest
+	(*KillProcessResponse)(nil),      // 32: sandbox.v1.KillProcessResponse
+	(*KillAllProcessesRequest)(nil),  // 33: sandbox.v1.KillAllProcessesRequest
+	(*KillAllProcessesResponse)(nil), // 34: sandbox.v1.KillAllProcessesResponse
+	(*CleanupProcessesRequest)(nil),  // 35: sandbox.v1.CleanupProcessesRequest
+	(*CleanupProcessesResponse)(nil), // 36: sandbox.v1.CleanupProcessesResponse
+	(*GetProcessLogsRequest)(nil),    // 37: sandbox.v1.GetProcessLogsRequest
+	(*GetProcessLogsResponse)(nil),   // 38: sandbox.v1.GetProcessLogsResponse
+	(*RetainedHead)(nil),             // 39: sandbox.v1.RetainedHead
+	(*HttpProbe)(nil),                // 40: sandbox.v1.HttpProbe
+	(*WaitForPortRequest)(nil),       // 41: sandbox.v1.WaitForPortRequest
+	(*WaitForPortResponse)(nil),      // 42: sandbox.v1.WaitForPortResponse
+	(*WaitForLogRequest)(nil),        // 43: sandbox.v1.WaitForLogRequest
+	(*MatchGroup)(nil),               // 44: sandbox.v1.MatchGroup
+	(*WaitForLogResponse)(nil),       // 45: sandbox.v1.WaitForLogResponse
+	(*WaitForExitRequest)(nil),       // 46: sandbox.v1.WaitForExitRequest
+	(*WaitForExitResponse)(nil),      // 47: sandbox.v1.WaitForExitResponse
+	(*ListPortsRequest)(nil),         // 48: sandbox.v1.ListPortsRequest
+	(*ListPortsResponse)(nil),        // 49: sandbox.v1.ListPortsResponse
+	(*ListeningPort)(nil),            // 50: sandbox.v1.ListeningPort
+	nil,                              // 51: sandbox.v1.ProcessSpec.EnvEntry
+	nil,                              // 52: sandbox.v1.WaitForLogResponse.NamedGroupsEntry
+	(*timestamppb.Timestamp)(nil),    // 53: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 54: google.protobuf.Duration
 }
 var file_sandbox_v1_sandbox_proto_depIdxs = []int32{
-	49, // 0: sandbox.v1.ProcessSpec.env:type_name -> sandbox.v1.ProcessSpec.EnvEntry
+	51, // 0: sandbox.v1.ProcessSpec.env:type_name -> sandbox.v1.ProcessSpec.EnvEntry
 	6,  // 1: sandbox.v1.ProcessSpec.pty:type_name -> sandbox.v1.PtyOptions
-	8,  // 2: sandbox.v1.ProcessSpec.retention:type_name -> sandbox.v1.OutputRetention
-	7,  // 3: sandbox.v1.ExecRequest.spec:type_name -> sandbox.v1.ProcessSpec
-	15, // 4: sandbox.v1.ExecResponse.started:type_name -> sandbox.v1.ProcessInfo
-	11, // 5: sandbox.v1.ExecResponse.output:type_name -> sandbox.v1.OutputChunk
-	13, // 6: sandbox.v1.ExecResponse.exited:type_name -> sandbox.v1.ProcessExited
-	2,  // 7: sandbox.v1.OutputChunk.stream:type_name -> sandbox.v1.OutputStream
-	2,  // 8: sandbox.v1.OutputGap.stream:type_name -> sandbox.v1.OutputStream
-	1,  // 9: sandbox.v1.ProcessExited.status:type_name -> sandbox.v1.ProcessStatus
-	51, // 10: sandbox.v1.ProcessExited.start_time:type_name -> google.protobuf.Timestamp
-	51, // 11: sandbox.v1.ProcessExited.end_time:type_name -> google.protobuf.Timestamp
-	52, // 12: sandbox.v1.ProcessExited.duration:type_name -> google.protobuf.Duration
-	3,  // 13: sandbox.v1.ProcessExited.cause:type_name -> sandbox.v1.ExitCause
-	14, // 14: sandbox.v1.ProcessExited.cause_detail:type_name -> sandbox.v1.ExitCauseDetail
-	12, // 15: sandbox.v1.ProcessExited.dropped:type_name -> sandbox.v1.OutputGap
-	4,  // 16: sandbox.v1.ExitCauseDetail.start_stage:type_name -> sandbox.v1.StartStage
-	5,  // 17: sandbox.v1.ExitCauseDetail.kill_origin:type_name -> sandbox.v1.KillOrigin
-	1,  // 18: sandbox.v1.ProcessInfo.status:type_name -> sandbox.v1.ProcessStatus
-	51, // 19: sandbox.v1.ProcessInfo.start_time:type_name -> google.protobuf.Timestamp
-	13, // 20: sandbox.v1.ProcessInfo.exit:type_name -> sandbox.v1.ProcessExited
-	8,  // 21: sandbox.v1.ProcessInfo.retention:type_name -> sandbox.v1.OutputRetention
-	7,  // 22: sandbox.v1.StartProcessRequest.spec:type_name -> sandbox.v1.ProcessSpec
-	15, // 23: sandbox.v1.StartProcessResponse.process:type_name -> sandbox.v1.ProcessInfo
-	15, // 24: sandbox.v1.StreamLogsResponse.process:type_name -> sandbox.v1.ProcessInfo
-	11, // 25: sandbox.v1.StreamLogsResponse.output:type_name -> sandbox.v1.OutputChunk
-	12, // 26: sandbox.v1.StreamLogsResponse.gap:type_name -> sandbox.v1.OutputGap
-	13, // 27: sandbox.v1.StreamLogsResponse.exited:type_name -> sandbox.v1.ProcessExited
-	20, // 28: sandbox.v1.StreamLogsResponse.caught_up:type_name -> sandbox.v1.CaughtUp
-	22, // 29: sandbox.v1.SendInputRequest.open:type_name -> sandbox.v1.OpenInput
-	23, // 30: sandbox.v1.SendInputRequest.close:type_name -> sandbox.v1.CloseInput
-	6,  // 31: sandbox.v1.SendInputRequest.resize:type_name -> sandbox.v1.PtyOptions
-	15, // 32: sandbox.v1.GetProcessResponse.process:type_name -> sandbox.v1.ProcessInfo
-	1,  // 33: sandbox.v1.ListProcessesRequest.statuses:type_name -> sandbox.v1.ProcessStatus
-	15, // 34: sandbox.v1.ListProcessesResponse.processes:type_name -> sandbox.v1.ProcessInfo
-	15, // 35: sandbox.v1.KillProcessResponse.process:type_name -> sandbox.v1.ProcessInfo
-	15, // 36: sandbox.v1.GetProcessLogsResponse.process:type_name -> sandbox.v1.ProcessInfo
-	37, // 37: sandbox.v1.GetProcessLogsResponse.head:type_name -> sandbox.v1.RetainedHead
-	12, // 38: sandbox.v1.RetainedHead.dropped:type_name -> sandbox.v1.OutputGap
-	38, // 39: sandbox.v1.WaitForPortRequest.http:type_name -> sandbox.v1.HttpProbe
-	52, // 40: sandbox.v1.WaitForPortResponse.waited:type_name -> google.protobuf.Duration
-	2,  // 41: sandbox.v1.WaitForLogRequest.stream:type_name -> sandbox.v1.OutputStream
-	2,  // 42: sandbox.v1.WaitForLogResponse.stream:type_name -> sandbox.v1.OutputStream
-	42, // 43: sandbox.v1.WaitForLogResponse.groups:type_name -> sandbox.v1.MatchGroup
-	50, // 44: sandbox.v1.WaitForLogResponse.named_groups:type_name -> sandbox.v1.WaitForLogResponse.NamedGroupsEntry
-	13, // 45: sandbox.v1.WaitForExitResponse.exited:type_name -> sandbox.v1.ProcessExited
-	15, // 46: sandbox.v1.WaitForExitResponse.process:type_name -> sandbox.v1.ProcessInfo
-	48, // 47: sandbox.v1.ListPortsResponse.ports:type_name -> sandbox.v1.ListeningPort
-	9,  // 48: sandbox.v1.SandboxService.Exec:input_type -> sandbox.v1.ExecRequest
-	16, // 49: sandbox.v1.SandboxService.StartProcess:input_type -> sandbox.v1.StartProcessRequest
-	18, // 50: sandbox.v1.SandboxService.StreamLogs:input_type -> sandbox.v1.StreamLogsRequest
-	21, // 51: sandbox.v1.SandboxService.SendInput:input_type -> sandbox.v1.SendInputRequest
-	25, // 52: sandbox.v1.SandboxService.GetProcess:input_type -> sandbox.v1.GetProcessRequest
-	27, // 53: sandbox.v1.SandboxService.ListProcesses:input_type -> sandbox.v1.ListProcessesRequest
-	29, // 54: sandbox.v1.SandboxService.KillProcess:input_type -> sandbox.v1.KillProcessRequest
-	31, // 55: sandbox.v1.SandboxService.KillAllProcesses:input_type -> sandbox.v1.KillAllProcessesRequest
-	33, // 56: sandbox.v1.SandboxService.CleanupProcesses:input_type -> sandbox.v1.CleanupProcessesRequest
-	35, // 57: sandbox.v1.SandboxService.GetProcessLogs:input_type -> sandbox.v1.GetProcessLogsRequest
-	39, // 58: sandbox.v1.SandboxService.WaitForPort:input_type -> sandbox.v1.WaitForPortRequest
-	41, // 59: sandbox.v1.SandboxService.WaitForLog:input_type -> sandbox.v1.WaitForLogRequest
-	44, // 60: sandbox.v1.SandboxService.WaitForExit:input_type -> sandbox.v1.WaitForExitRequest
-	46, // 61: sandbox.v1.SandboxService.ListPorts:input_type -> sandbox.v1.ListPortsRequest
-	10, // 62: sandbox.v1.SandboxService.Exec:output_type -> sandbox.v1.ExecResponse
-	17, // 63: sandbox.v1.SandboxService.StartProcess:output_type -> sandbox.v1.StartProcessResponse
-	19, // 64: sandbox.v1.SandboxService.StreamLogs:output_type -> sandbox.v1.StreamLogsResponse
-	24, // 65: sandbox.v1.SandboxService.SendInput:output_type -> sandbox.v1.SendInputResponse
-	26, // 66: sandbox.v1.SandboxService.GetProcess:output_type -> sandbox.v1.GetProcessResponse
-	28, // 67: sandbox.v1.SandboxService.ListProcesses:output_type -> sandbox.v1.ListProcessesResponse
-	30, // 68: sandbox.v1.SandboxService.KillProcess:output_type -> sandbox.v1.KillProcessResponse
-	32, // 69: sandbox.v1.SandboxService.KillAllProcesses:output_type -> sandbox.v1.KillAllProcessesResponse
-	34, // 70: sandbox.v1.SandboxService.CleanupProcesses:output_type -> sandbox.v1.CleanupProcessesResponse
-	36, // 71: sandbox.v1.SandboxService.GetProcessLogs:output_type -> sandbox.v1.GetProcessLogsResponse
-	40, // 72: sandbox.v1.SandboxService.WaitForPort:output_type -> sandbox.v1.WaitForPortResponse
-	43, // 73: sandbox.v1.SandboxService.WaitForLog:output_type -> sandbox.v1.WaitForLogResponse
-	45, // 74: sandbox.v1.SandboxService.WaitForExit:output_type -> sandbox.v1.WaitForExitResponse
-	47, // 75: sandbox.v1.SandboxService.ListPorts:output_type -> sandbox.v1.ListPortsResponse
-	62, // [62:76] is the sub-list for method output_type
-	48, // [48:62] is the sub-list for method input_type
-	48, // [48:48] is the sub-list for extension type_name
-	48, // [48:48] is the sub-list for extension extendee
-	0,  // [0:48] is the sub-list for field type_name
+	9,  // 2: sandbox.v1.ProcessSpec.limits:type_name -> sandbox.v1.ResourceLimits
+	8,  // 3: sandbox.v1.ProcessSpec.retention:type_name -> sandbox.v1.OutputRetention
+	7,  // 4: sandbox.v1.ExecRequest.spec:type_name -> sandbox.v1.ProcessSpec
+	17, // 5: sandbox.v1.ExecResponse.started:type_name -> sandbox.v1.ProcessInfo
+	13, // 6: sandbox.v1.ExecResponse.output:type_name -> sandbox.v1.OutputChunk
+	15, // 7: sandbox.v1.ExecResponse.exited:type_name -> sandbox.v1.ProcessExited
+	2,  // 8: sandbox.v1.OutputChunk.stream:type_name -> sandbox.v1.OutputStream
+	2,  // 9: sandbox.v1.OutputGap.stream:type_name -> sandbox.v1.OutputStream
+	1,  // 10: sandbox.v1.ProcessExited.status:type_name -> sandbox.v1.ProcessStatus
+	53, // 11: sandbox.v1.ProcessExited.start_time:type_name -> google.protobuf.Timestamp
+	53, // 12: sandbox.v1.ProcessExited.end_time:type_name -> google.protobuf.Timestamp
+	54, // 13: sandbox.v1.ProcessExited.duration:type_name -> google.protobuf.Duration
+	3,  // 14: sandbox.v1.ProcessExited.cause:type_name -> sandbox.v1.ExitCause
+	16, // 15: sandbox.v1.ProcessExited.cause_detail:type_name -> sandbox.v1.ExitCauseDetail
+	10, // 16: sandbox.v1.ProcessExited.usage:type_name -> sandbox.v1.ResourceUsage
+	14, // 17: sandbox.v1.ProcessExited.dropped:type_name -> sandbox.v1.OutputGap
+	4,  // 18: sandbox.v1.ExitCauseDetail.start_stage:type_name -> sandbox.v1.StartStage
+	5,  // 19: sandbox.v1.ExitCauseDetail.kill_origin:type_name -> sandbox.v1.KillOrigin
+	1,  // 20: sandbox.v1.ProcessInfo.status:type_name -> sandbox.v1.ProcessStatus
+	53, // 21: sandbox.v1.ProcessInfo.start_time:type_name -> google.protobuf.Timestamp
+	15, // 22: sandbox.v1.ProcessInfo.exit:type_name -> sandbox.v1.ProcessExited
+	10, // 23: sandbox.v1.ProcessInfo.usage:type_name -> sandbox.v1.ResourceUsage
+	8,  // 24: sandbox.v1.ProcessInfo.retention:type_name -> sandbox.v1.OutputRetention
+	7,  // 25: sandbox.v1.StartProcessRequest.spec:type_name -> sandbox.v1.ProcessSpec
+	17, // 26: sandbox.v1.StartProcessResponse.process:type_name -> sandbox.v1.ProcessInfo
+	17, // 27: sandbox.v1.StreamLogsResponse.process:type_name -> sandbox.v1.ProcessInfo
+	13, // 28: sandbox.v1.StreamLogsResponse.output:type_name -> sandbox.v1.OutputChunk
+	14, // 29: sandbox.v1.StreamLogsResponse.gap:type_name -> sandbox.v1.OutputGap
+	15, // 30: sandbox.v1.StreamLogsResponse.exited:type_name -> sandbox.v1.ProcessExited
+	22, // 31: sandbox.v1.StreamLogsResponse.caught_up:type_name -> sandbox.v1.CaughtUp
+	24, // 32: sandbox.v1.SendInputRequest.open:type_name -> sandbox.v1.OpenInput
+	25, // 33: sandbox.v1.SendInputRequest.close:type_name -> sandbox.v1.CloseInput
+	6,  // 34: sandbox.v1.SendInputRequest.resize:type_name -> sandbox.v1.PtyOptions
+	17, // 35: sandbox.v1.GetProcessResponse.process:type_name -> sandbox.v1.ProcessInfo
+	1,  // 36: sandbox.v1.ListProcessesRequest.statuses:type_name -> sandbox.v1.ProcessStatus
+	17, // 37: sandbox.v1.ListProcessesResponse.processes:type_name -> sandbox.v1.ProcessInfo
+	17, // 38: sandbox.v1.KillProcessResponse.process:type_name -> sandbox.v1.ProcessInfo
+	17, // 39: sandbox.v1.GetProcessLogsResponse.process:type_name -> sandbox.v1.ProcessInfo
+	39, // 40: sandbox.v1.GetProcessLogsResponse.head:type_name -> sandbox.v1.RetainedHead
+	14, // 41: sandbox.v1.RetainedHead.dropped:type_name -> sandbox.v1.OutputGap
+	40, // 42: sandbox.v1.WaitForPortRequest.http:type_name -> sandbox.v1.HttpProbe
+	54, // 43: sandbox.v1.WaitForPortResponse.waited:type_name -> google.protobuf.Duration
+	2,  // 44: sandbox.v1.WaitForLogRequest.stream:type_name -> sandbox.v1.OutputStream
+	2,  // 45: sandbox.v1.WaitForLogResponse.stream:type_name -> sandbox.v1.OutputStream
+	44, // 46: sandbox.v1.WaitForLogResponse.groups:type_name -> sandbox.v1.MatchGroup
+	52, // 47: sandbox.v1.WaitForLogResponse.named_groups:type_name -> sandbox.v1.WaitForLogResponse.NamedGroupsEntry
+	15, // 48: sandbox.v1.WaitForExitResponse.exited:type_name -> sandbox.v1.ProcessExited
+	17, // 49: sandbox.v1.WaitForExitResponse.process:type_name -> sandbox.v1.ProcessInfo
+	50, // 50: sandbox.v1.ListPortsResponse.ports:type_name -> sandbox.v1.ListeningPort
+	11, // 51: sandbox.v1.SandboxService.Exec:input_type -> sandbox.v1.ExecRequest
+	18, // 52: sandbox.v1.SandboxService.StartProcess:input_type -> sandbox.v1.StartProcessRequest
+	20, // 53: sandbox.v1.SandboxService.StreamLogs:input_type -> sandbox.v1.StreamLogsRequest
+	23, // 54: sandbox.v1.SandboxService.SendInput:input_type -> sandbox.v1.SendInputRequest
+	27, // 55: sandbox.v1.SandboxService.GetProcess:input_type -> sandbox.v1.GetProcessRequest
+	29, // 56: sandbox.v1.SandboxService.ListProcesses:input_type -> sandbox.v1.ListProcessesRequest
+	31, // 57: sandbox.v1.SandboxService.KillProcess:input_type -> sandbox.v1.KillProcessRequest
+	33, // 58: sandbox.v1.SandboxService.KillAllProcesses:input_type -> sandbox.v1.KillAllProcessesRequest
+	35, // 59: sandbox.v1.SandboxService.CleanupProcesses:input_type -> sandbox.v1.CleanupProcessesRequest
+	37, // 60: sandbox.v1.SandboxService.GetProcessLogs:input_type -> sandbox.v1.GetProcessLogsRequest
+	41, // 61: sandbox.v1.SandboxService.WaitForPort:input_type -> sandbox.v1.WaitForPortRequest
+	43, // 62: sandbox.v1.SandboxService.WaitForLog:input_type -> sandbox.v1.WaitForLogRequest
+	46, // 63: sandbox.v1.SandboxService.WaitForExit:input_type -> sandbox.v1.WaitForExitRequest
+	48, // 64: sandbox.v1.SandboxService.ListPorts:input_type -> sandbox.v1.ListPortsRequest
+	12, // 65: sandbox.v1.SandboxService.Exec:output_type -> sandbox.v1.ExecResponse
+	19, // 66: sandbox.v1.SandboxService.StartProcess:output_type -> sandbox.v1.StartProcessResponse
+	21, // 67: sandbox.v1.SandboxService.StreamLogs:output_type -> sandbox.v1.StreamLogsResponse
+	26, // 68: sandbox.v1.SandboxService.SendInput:output_type -> sandbox.v1.SendInputResponse
+	28, // 69: sandbox.v1.SandboxService.GetProcess:output_type -> sandbox.v1.GetProcessResponse
+	30, // 70: sandbox.v1.SandboxService.ListProcesses:output_type -> sandbox.v1.ListProcessesResponse
+	32, // 71: sandbox.v1.SandboxService.KillProcess:output_type -> sandbox.v1.KillProcessResponse
+	34, // 72: sandbox.v1.SandboxService.KillAllProcesses:output_type -> sandbox.v1.KillAllProcessesResponse
+	36, // 73: sandbox.v1.SandboxService.CleanupProcesses:output_type -> sandbox.v1.CleanupProcessesResponse
+	38, // 74: sandbox.v1.SandboxService.GetProcessLogs:output_type -> sandbox.v1.GetProcessLogsResponse
+	42, // 75: sandbox.v1.SandboxService.WaitForPort:output_type -> sandbox.v1.WaitForPortResponse
+	45, // 76: sandbox.v1.SandboxService.WaitForLog:output_type -> sandbox.v1.WaitForLogResponse
+	47, // 77: sandbox.v1.SandboxService.WaitForExit:output_type -> sandbox.v1.WaitForExitResponse
+	49, // 78: sandbox.v1.SandboxService.ListPorts:output_type -> sandbox.v1.ListPortsResponse
+	65, // [65:79] is the sub-list for method output_type
+	51, // [51:65] is the sub-list for method input_type
+	51, // [51:51] is the sub-list for extension type_name
+	51, // [51:51] is the sub-list for extension extendee
+	0,  // [0:51] is the sub-list for field type_name
 }
 
 func init() { file_sandbox_v1_sandbox_proto_init() }
@@ -4370,34 +4642,36 @@ func file_sandbox_v1_sandbox_proto_init() {
 	}
 	file_sandbox_v1_sandbox_proto_msgTypes[1].OneofWrappers = []any{}
 	file_sandbox_v1_sandbox_proto_msgTypes[2].OneofWrappers = []any{}
-	file_sandbox_v1_sandbox_proto_msgTypes[4].OneofWrappers = []any{
+	file_sandbox_v1_sandbox_proto_msgTypes[3].OneofWrappers = []any{}
+	file_sandbox_v1_sandbox_proto_msgTypes[4].OneofWrappers = []any{}
+	file_sandbox_v1_sandbox_proto_msgTypes[6].OneofWrappers = []any{
 		(*ExecResponse_Started)(nil),
 		(*ExecResponse_Output)(nil),
 		(*ExecResponse_Exited)(nil),
 	}
-	file_sandbox_v1_sandbox_proto_msgTypes[7].OneofWrappers = []any{}
-	file_sandbox_v1_sandbox_proto_msgTypes[13].OneofWrappers = []any{
+	file_sandbox_v1_sandbox_proto_msgTypes[9].OneofWrappers = []any{}
+	file_sandbox_v1_sandbox_proto_msgTypes[15].OneofWrappers = []any{
 		(*StreamLogsResponse_Process)(nil),
 		(*StreamLogsResponse_Output)(nil),
 		(*StreamLogsResponse_Gap)(nil),
 		(*StreamLogsResponse_Exited)(nil),
 		(*StreamLogsResponse_CaughtUp)(nil),
 	}
-	file_sandbox_v1_sandbox_proto_msgTypes[15].OneofWrappers = []any{
+	file_sandbox_v1_sandbox_proto_msgTypes[17].OneofWrappers = []any{
 		(*SendInputRequest_Open)(nil),
 		(*SendInputRequest_Data)(nil),
 		(*SendInputRequest_Close)(nil),
 		(*SendInputRequest_Resize)(nil),
 		(*SendInputRequest_Signal)(nil),
 	}
-	file_sandbox_v1_sandbox_proto_msgTypes[36].OneofWrappers = []any{}
+	file_sandbox_v1_sandbox_proto_msgTypes[38].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sandbox_v1_sandbox_proto_rawDesc), len(file_sandbox_v1_sandbox_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   45,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

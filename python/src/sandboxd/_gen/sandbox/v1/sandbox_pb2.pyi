@@ -52,6 +52,8 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ERROR_REASON_SYMLINK_LOOP: _ClassVar[ErrorReason]
     ERROR_REASON_FILE_BUSY: _ClassVar[ErrorReason]
     ERROR_REASON_FILE_SERVICE_UNAVAILABLE: _ClassVar[ErrorReason]
+    ERROR_REASON_LIMIT_ABOVE_CAP: _ClassVar[ErrorReason]
+    ERROR_REASON_LIMIT_NOT_ENFORCEABLE: _ClassVar[ErrorReason]
     ERROR_REASON_RETENTION_ABOVE_LIMIT: _ClassVar[ErrorReason]
     ERROR_REASON_WAIT_TIMED_OUT: _ClassVar[ErrorReason]
     ERROR_REASON_PROCESS_EXITED: _ClassVar[ErrorReason]
@@ -145,6 +147,8 @@ ERROR_REASON_READ_ONLY_FILESYSTEM: ErrorReason
 ERROR_REASON_SYMLINK_LOOP: ErrorReason
 ERROR_REASON_FILE_BUSY: ErrorReason
 ERROR_REASON_FILE_SERVICE_UNAVAILABLE: ErrorReason
+ERROR_REASON_LIMIT_ABOVE_CAP: ErrorReason
+ERROR_REASON_LIMIT_NOT_ENFORCEABLE: ErrorReason
 ERROR_REASON_RETENTION_ABOVE_LIMIT: ErrorReason
 ERROR_REASON_WAIT_TIMED_OUT: ErrorReason
 ERROR_REASON_PROCESS_EXITED: ErrorReason
@@ -196,7 +200,7 @@ class PtyOptions(_message.Message):
     def __init__(self, cols: _Optional[int] = ..., rows: _Optional[int] = ..., term: _Optional[str] = ...) -> None: ...
 
 class ProcessSpec(_message.Message):
-    __slots__ = ("command", "args", "env", "cwd", "timeout_ms", "process_id", "session_id", "pty", "stdin", "stdin_data", "auto_cleanup", "sudo", "retention")
+    __slots__ = ("command", "args", "env", "cwd", "timeout_ms", "process_id", "session_id", "pty", "stdin", "stdin_data", "auto_cleanup", "sudo", "limits", "retention")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -216,6 +220,7 @@ class ProcessSpec(_message.Message):
     STDIN_DATA_FIELD_NUMBER: _ClassVar[int]
     AUTO_CLEANUP_FIELD_NUMBER: _ClassVar[int]
     SUDO_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
     RETENTION_FIELD_NUMBER: _ClassVar[int]
     command: str
     args: _containers.RepeatedScalarFieldContainer[str]
@@ -229,8 +234,9 @@ class ProcessSpec(_message.Message):
     stdin_data: bytes
     auto_cleanup: bool
     sudo: bool
+    limits: ResourceLimits
     retention: OutputRetention
-    def __init__(self, command: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cwd: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., process_id: _Optional[str] = ..., session_id: _Optional[str] = ..., pty: _Optional[_Union[PtyOptions, _Mapping]] = ..., stdin: _Optional[bool] = ..., stdin_data: _Optional[bytes] = ..., auto_cleanup: _Optional[bool] = ..., sudo: _Optional[bool] = ..., retention: _Optional[_Union[OutputRetention, _Mapping]] = ...) -> None: ...
+    def __init__(self, command: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cwd: _Optional[str] = ..., timeout_ms: _Optional[int] = ..., process_id: _Optional[str] = ..., session_id: _Optional[str] = ..., pty: _Optional[_Union[PtyOptions, _Mapping]] = ..., stdin: _Optional[bool] = ..., stdin_data: _Optional[bytes] = ..., auto_cleanup: _Optional[bool] = ..., sudo: _Optional[bool] = ..., limits: _Optional[_Union[ResourceLimits, _Mapping]] = ..., retention: _Optional[_Union[OutputRetention, _Mapping]] = ...) -> None: ...
 
 class OutputRetention(_message.Message):
     __slots__ = ("head_bytes", "tail_bytes")
@@ -239,6 +245,36 @@ class OutputRetention(_message.Message):
     head_bytes: int
     tail_bytes: int
     def __init__(self, head_bytes: _Optional[int] = ..., tail_bytes: _Optional[int] = ...) -> None: ...
+
+class ResourceLimits(_message.Message):
+    __slots__ = ("memory_bytes", "cpu_millis", "cpu_weight", "max_tasks")
+    MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CPU_MILLIS_FIELD_NUMBER: _ClassVar[int]
+    CPU_WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    MAX_TASKS_FIELD_NUMBER: _ClassVar[int]
+    memory_bytes: int
+    cpu_millis: int
+    cpu_weight: int
+    max_tasks: int
+    def __init__(self, memory_bytes: _Optional[int] = ..., cpu_millis: _Optional[int] = ..., cpu_weight: _Optional[int] = ..., max_tasks: _Optional[int] = ...) -> None: ...
+
+class ResourceUsage(_message.Message):
+    __slots__ = ("cpu_user_us", "cpu_system_us", "memory_peak_bytes", "memory_current_bytes", "io_read_bytes", "io_write_bytes", "oom_kills")
+    CPU_USER_US_FIELD_NUMBER: _ClassVar[int]
+    CPU_SYSTEM_US_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_CURRENT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    IO_READ_BYTES_FIELD_NUMBER: _ClassVar[int]
+    IO_WRITE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    OOM_KILLS_FIELD_NUMBER: _ClassVar[int]
+    cpu_user_us: int
+    cpu_system_us: int
+    memory_peak_bytes: int
+    memory_current_bytes: int
+    io_read_bytes: int
+    io_write_bytes: int
+    oom_kills: int
+    def __init__(self, cpu_user_us: _Optional[int] = ..., cpu_system_us: _Optional[int] = ..., memory_peak_bytes: _Optional[int] = ..., memory_current_bytes: _Optional[int] = ..., io_read_bytes: _Optional[int] = ..., io_write_bytes: _Optional[int] = ..., oom_kills: _Optional[int] = ...) -> None: ...
 
 class ExecRequest(_message.Message):
     __slots__ = ("spec",)
@@ -277,7 +313,7 @@ class OutputGap(_message.Message):
     def __init__(self, stream: _Optional[_Union[OutputStream, str]] = ..., offset: _Optional[int] = ..., missed_bytes: _Optional[int] = ...) -> None: ...
 
 class ProcessExited(_message.Message):
-    __slots__ = ("status", "exit_code", "signal", "timed_out", "killed", "start_time", "end_time", "duration", "stdout_bytes", "stderr_bytes", "error", "cause", "cause_detail", "dropped")
+    __slots__ = ("status", "exit_code", "signal", "timed_out", "killed", "start_time", "end_time", "duration", "stdout_bytes", "stderr_bytes", "error", "cause", "cause_detail", "usage", "dropped")
     STATUS_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     SIGNAL_FIELD_NUMBER: _ClassVar[int]
@@ -291,6 +327,7 @@ class ProcessExited(_message.Message):
     ERROR_FIELD_NUMBER: _ClassVar[int]
     CAUSE_FIELD_NUMBER: _ClassVar[int]
     CAUSE_DETAIL_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
     DROPPED_FIELD_NUMBER: _ClassVar[int]
     status: ProcessStatus
     exit_code: int
@@ -305,8 +342,9 @@ class ProcessExited(_message.Message):
     error: str
     cause: ExitCause
     cause_detail: ExitCauseDetail
+    usage: ResourceUsage
     dropped: _containers.RepeatedCompositeFieldContainer[OutputGap]
-    def __init__(self, status: _Optional[_Union[ProcessStatus, str]] = ..., exit_code: _Optional[int] = ..., signal: _Optional[str] = ..., timed_out: _Optional[bool] = ..., killed: _Optional[bool] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stdout_bytes: _Optional[int] = ..., stderr_bytes: _Optional[int] = ..., error: _Optional[str] = ..., cause: _Optional[_Union[ExitCause, str]] = ..., cause_detail: _Optional[_Union[ExitCauseDetail, _Mapping]] = ..., dropped: _Optional[_Iterable[_Union[OutputGap, _Mapping]]] = ...) -> None: ...
+    def __init__(self, status: _Optional[_Union[ProcessStatus, str]] = ..., exit_code: _Optional[int] = ..., signal: _Optional[str] = ..., timed_out: _Optional[bool] = ..., killed: _Optional[bool] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., end_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., duration: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., stdout_bytes: _Optional[int] = ..., stderr_bytes: _Optional[int] = ..., error: _Optional[str] = ..., cause: _Optional[_Union[ExitCause, str]] = ..., cause_detail: _Optional[_Union[ExitCauseDetail, _Mapping]] = ..., usage: _Optional[_Union[ResourceUsage, _Mapping]] = ..., dropped: _Optional[_Iterable[_Union[OutputGap, _Mapping]]] = ...) -> None: ...
 
 class ExitCauseDetail(_message.Message):
     __slots__ = ("start_stage", "errno", "kill_origin")
@@ -319,7 +357,7 @@ class ExitCauseDetail(_message.Message):
     def __init__(self, start_stage: _Optional[_Union[StartStage, str]] = ..., errno: _Optional[str] = ..., kill_origin: _Optional[_Union[KillOrigin, str]] = ...) -> None: ...
 
 class ProcessInfo(_message.Message):
-    __slots__ = ("process_id", "pid", "command", "args", "status", "session_id", "cwd", "pty", "stdin", "start_time", "exit", "stdout_bytes", "stderr_bytes", "auto_cleanup", "retention")
+    __slots__ = ("process_id", "pid", "command", "args", "status", "session_id", "cwd", "pty", "stdin", "start_time", "exit", "stdout_bytes", "stderr_bytes", "auto_cleanup", "usage", "retention")
     PROCESS_ID_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     COMMAND_FIELD_NUMBER: _ClassVar[int]
@@ -334,6 +372,7 @@ class ProcessInfo(_message.Message):
     STDOUT_BYTES_FIELD_NUMBER: _ClassVar[int]
     STDERR_BYTES_FIELD_NUMBER: _ClassVar[int]
     AUTO_CLEANUP_FIELD_NUMBER: _ClassVar[int]
+    USAGE_FIELD_NUMBER: _ClassVar[int]
     RETENTION_FIELD_NUMBER: _ClassVar[int]
     process_id: str
     pid: int
@@ -349,8 +388,9 @@ class ProcessInfo(_message.Message):
     stdout_bytes: int
     stderr_bytes: int
     auto_cleanup: bool
+    usage: ResourceUsage
     retention: OutputRetention
-    def __init__(self, process_id: _Optional[str] = ..., pid: _Optional[int] = ..., command: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., status: _Optional[_Union[ProcessStatus, str]] = ..., session_id: _Optional[str] = ..., cwd: _Optional[str] = ..., pty: _Optional[bool] = ..., stdin: _Optional[bool] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., exit: _Optional[_Union[ProcessExited, _Mapping]] = ..., stdout_bytes: _Optional[int] = ..., stderr_bytes: _Optional[int] = ..., auto_cleanup: _Optional[bool] = ..., retention: _Optional[_Union[OutputRetention, _Mapping]] = ...) -> None: ...
+    def __init__(self, process_id: _Optional[str] = ..., pid: _Optional[int] = ..., command: _Optional[str] = ..., args: _Optional[_Iterable[str]] = ..., status: _Optional[_Union[ProcessStatus, str]] = ..., session_id: _Optional[str] = ..., cwd: _Optional[str] = ..., pty: _Optional[bool] = ..., stdin: _Optional[bool] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., exit: _Optional[_Union[ProcessExited, _Mapping]] = ..., stdout_bytes: _Optional[int] = ..., stderr_bytes: _Optional[int] = ..., auto_cleanup: _Optional[bool] = ..., usage: _Optional[_Union[ResourceUsage, _Mapping]] = ..., retention: _Optional[_Union[OutputRetention, _Mapping]] = ...) -> None: ...
 
 class StartProcessRequest(_message.Message):
     __slots__ = ("spec",)

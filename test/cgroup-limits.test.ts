@@ -1,0 +1,219 @@
+import { existsSync, readFileSync } from "node:fs";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Code } from "@connectrpc/connect";
+import { Launcher } from "../src/process/index.js";
+import { runCli } from "./support/cli.js";
+import { expectReason } from "./support/errors.js";
+import { isAlive, waitFor } from "./support/processes.js";
+import { collectExec, rpcError, streamError, waitForExit } from "./support/rpc.js";
+import { startTestServer, type TestServer } from "./support/server.js";
+
+const mib = 1024 * 1024;
+const probe = Launcher.create({ resources: { memoryBytes: 512 * mib } });
+const capabilities = probe.resources?.capabilities;
+probe.close();
+const hasPython = ["/usr/bin/python3", "/usr/local/bin/python3"].some((file) => existsSync(file));
+const whyNot =
+  capabilities === undefined
+    ? "no writable cgroup for commands here (not root, or a read-only /sys/fs/cgroup)"
+    : !capabilities.memoryLimit
+      ? "no writable memory controller for commands here"
+      : !hasPython
+        ? "python3 is not installed"
+        : undefined;
+if (whyNot !== undefined) console.warn(`cgroup-limits: skipped: ${whyNot}`);
+
+/** A python3 program (argv form: no shell between it and the daemon) that allocates `mebibytes` MiB, touches every page, prints "held", then runs `then`. */
+const allocate = (mebibytes: number, then = "") => ({
+  command: "python3",
+  args: [
+    "-c",
+    `import time; x = bytearray(${mebibytes} * 1024 * 1024); x[::4096] = b'1' * len(x[::4096]); print('held', flush=True); ${then}`,
+  ],
+});
+
+/** The argv of a command in argv form. */
+const argv = (command: { command: string; args: string[] }) => [command.command, ...command.args];
+
+describe.skipIf(whyNot !== undefined)("per-command cgroups: limits, usage, memory kills, tree kill", () => {
+  let test: TestServer;
+  beforeAll(async () => {
+    test = await startTestServer({
+      launcher: Launcher.create({ resources: { memoryBytes: 512 * mib } }),
+      commandLimits: { maxMemoryBytes: 400 * mib, maxCpuMillis: 1500 },
+    });
+  });
+  afterAll(async () => {
+    await test?.close();
+  });
+
+  it("a command allocating past its memory limit is killed by the kernel and reported so, with its peak", async () => {
+    const hog = await collectExec(test.client, {
+      ...allocate(200),
+      limits: { memoryBytes: BigInt(64 * mib) },
+    });
+    expect(hog.exited.signal).toBe("SIGKILL");
+    expect(hog.exited.killed).toBe(false);
+    expect(hog.exited.usage?.oomKills).toBeGreaterThanOrEqual(1);
+    const peak = Number(hog.exited.usage?.memoryPeakBytes);
+    expect(peak).toBeGreaterThan(32 * mib);
+    expect(peak).toBeLessThanOrEqual(64 * mib);
+    // The same allocation under the daemon's default runs to its end: the limit was its own.
+    const fits = await collectExec(test.client, allocate(100));
+    expect(fits.exited.exitCode).toBe(0);
+    expect(fits.exited.usage?.oomKills).toBe(0);
+    expect(Number(fits.exited.usage?.memoryPeakBytes)).toBeGreaterThan(100 * mib);
+  });
+
+  it("two commands with different limits: one's excess never touches the other", async () => {
+    const big = await test.client.startProcess({
+      spec: { ...allocate(150, "time.sleep(60)"), limits: { memoryBytes: BigInt(300 * mib) } },
+    });
+    const bigId = big.process!.processId;
+    await waitFor(
+      async () =>
+        (await test.client.getProcessLogs({ processId: bigId })).stdout.length > 0 ||
+        (await test.client.getProcess({ processId: bigId })).process!.status !== 2,
+      { what: "the 150 MiB command holding its memory", timeoutMs: 30_000 },
+    );
+    // Four hogs at once, each past its own 80 MiB: each dies alone.
+    const hogs = await Promise.all(
+      [1, 2, 3, 4].map(() => collectExec(test.client, { ...allocate(120), limits: { memoryBytes: BigInt(80 * mib) } })),
+    );
+    for (const hog of hogs) {
+      expect(hog.exited.signal).toBe("SIGKILL");
+      expect(hog.exited.usage?.oomKills).toBeGreaterThanOrEqual(1);
+    }
+    const info = (await test.client.getProcess({ processId: bigId })).process!;
+    expect(info.exit).toBeUndefined();
+    expect(Number(info.usage?.memoryCurrentBytes)).toBeGreaterThan(150 * mib);
+    expect(info.usage?.oomKills).toBe(0);
+    await test.client.killProcess({ processId: bigId, signal: "SIGKILL" });
+    const exited = await waitForExit(test.client, bigId);
+    expect(exited.killed).toBe(true);
+    expect(exited.usage?.oomKills).toBe(0);
+  });
+
+  it("a double-forked setsid daemon is gone after KillProcess", async () => {
+    const started = await test.client.startProcess({
+      spec: {
+        command: "setsid sh -c 'sleep 86421 & echo $! > daemon.pid; wait' > /dev/null 2>&1 < /dev/null & sleep 86421",
+      },
+    });
+    const id = started.process!.processId;
+    const pidFile = `${test.workspace}/daemon.pid`;
+    const daemonPid = await waitFor<number | undefined>(
+      () => {
+        try {
+          const text = readFileSync(pidFile, "utf8").trim();
+          return text === "" ? undefined : Number(text);
+        } catch {
+          return undefined;
+        }
+      },
+      { what: "the daemon's pid" },
+    );
+    if (daemonPid === undefined) throw new Error("no pid");
+    expect(isAlive(daemonPid)).toBe(true);
+    await test.client.killProcess({ processId: id, signal: "SIGKILL" });
+    await waitForExit(test.client, id);
+    await waitFor(() => !isAlive(daemonPid), { what: "the setsid daemon gone", timeoutMs: 10_000 });
+  });
+
+  it("usage is there and plausible: a busy loop's CPU time, and CPU time capped by a quota", async () => {
+    const busy = await collectExec(test.client, {
+      command: "i=0; while [ $i -lt 200000 ]; do i=$((i+1)); done",
+    });
+    expect(busy.exited.exitCode).toBe(0);
+    const usage = busy.exited.usage!;
+    expect(Number(usage.cpuUserUs) + Number(usage.cpuSystemUs)).toBeGreaterThan(10_000);
+    expect(Number(usage.memoryPeakBytes)).toBeGreaterThan(0);
+    const quota = await collectExec(test.client, {
+      command: "timeout 1 sh -c 'while :; do :; done'; true",
+      limits: { cpuMillis: 100 },
+    });
+    const used = Number(quota.exited.usage!.cpuUserUs) + Number(quota.exited.usage!.cpuSystemUs);
+    // A tenth of one CPU over about a second: far below the second it would use unthrottled.
+    expect(used).toBeLessThan(500_000);
+  });
+
+  it("sandbox exec --memory, --cpus and --tasks: the limits hold, -o json shows the usage, a bad size is a usage error", async () => {
+    const exec = (args: readonly string[]) => runCli(["exec", ...args], { url: test.server.url });
+    const hog = await exec([
+      "--memory",
+      "64m",
+      "--cpus",
+      "0.5",
+      "--tasks",
+      "50",
+      "-o",
+      "json",
+      "--",
+      ...argv(allocate(200)),
+    ]);
+    expect(hog.code).toBe(137);
+    const printed = JSON.parse(hog.stdout.toString());
+    expect(printed).toMatchObject({ exitCode: 137, signal: "SIGKILL" });
+    expect(printed.usage.oomKills).toBeGreaterThanOrEqual(1);
+    expect(printed.usage.memoryPeakBytes).toBeLessThanOrEqual(64 * mib);
+    const tasks = await exec(["--tasks", "3", "--", "sh", "-c", "sleep 5 & sleep 5 & sleep 5 & sleep 5 & wait"]);
+    expect(tasks.stderr.toString()).toMatch(/fork|resource|Cannot/i);
+    const bad = await exec(["--memory", "lots", "--", "true"]);
+    expect(bad.code).toBe(125);
+    expect(bad.stderr.toString()).toMatch(/--memory.*not a size/);
+    const above = await exec(["--memory", "1g", "--", "true"]);
+    expect(above.code).toBe(125);
+    expect(above.stderr.toString()).toMatch(/max-command-memory-bytes/);
+  });
+
+  it("a limit above the daemon's cap is INVALID_ARGUMENT naming the cap", async () => {
+    expectReason(
+      await streamError(test.client.exec({ spec: { command: "true", limits: { memoryBytes: BigInt(401 * mib) } } })),
+      {
+        code: Code.InvalidArgument,
+        reason: "LIMIT_ABOVE_CAP",
+        metadata: {
+          field: "limits.memory_bytes",
+          cap: "max-command-memory-bytes",
+          max: String(400 * mib),
+          value: String(401 * mib),
+        },
+      },
+    );
+    expectReason(await rpcError(test.client.startProcess({ spec: { command: "true", limits: { cpuMillis: 1501 } } })), {
+      code: Code.InvalidArgument,
+      reason: "LIMIT_ABOVE_CAP",
+      metadata: { field: "limits.cpu_millis", cap: "max-command-cpus", max: "1500", value: "1501" },
+    });
+    expectReason(await rpcError(test.client.startProcess({ spec: { command: "true", limits: { memoryBytes: 5n } } })), {
+      code: Code.InvalidArgument,
+      reason: "INVALID_ARGUMENT",
+      metadata: { field: "limits.memory_bytes" },
+    });
+  });
+});
+
+describe("a limit the daemon cannot enforce", () => {
+  let test: TestServer;
+  beforeAll(async () => {
+    test = await startTestServer({ launcher: Launcher.create({ resources: false }) });
+  });
+  afterAll(async () => {
+    await test?.close();
+  });
+
+  it("is FAILED_PRECONDITION naming the field and the controller, and usage is absent, not zero", async () => {
+    expectReason(
+      await rpcError(
+        test.client.startProcess({ spec: { command: "true", limits: { memoryBytes: BigInt(64 * mib) } } }),
+      ),
+      {
+        code: Code.FailedPrecondition,
+        reason: "LIMIT_NOT_ENFORCEABLE",
+        metadata: { field: "limits.memory_bytes", controller: "memory" },
+      },
+    );
+    const plain = await collectExec(test.client, { command: "true" });
+    expect(plain.exited.usage).toBeUndefined();
+  });
+});
