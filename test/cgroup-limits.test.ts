@@ -1,6 +1,7 @@
 import { existsSync, readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Code } from "@connectrpc/connect";
+import { ExitCause } from "../gen/sandbox/v1/sandbox_pb.js";
 import { Launcher } from "../src/process/index.js";
 import { runCli } from "./support/cli.js";
 import { expectReason } from "./support/errors.js";
@@ -54,6 +55,7 @@ describe.skipIf(whyNot !== undefined)("per-command cgroups: limits, usage, memor
     });
     expect(hog.exited.signal).toBe("SIGKILL");
     expect(hog.exited.killed).toBe(false);
+    expect(hog.exited.cause).toBe(ExitCause.OUT_OF_MEMORY);
     expect(hog.exited.usage?.oomKills).toBeGreaterThanOrEqual(1);
     const peak = Number(hog.exited.usage?.memoryPeakBytes);
     expect(peak).toBeGreaterThan(32 * mib);
@@ -61,6 +63,7 @@ describe.skipIf(whyNot !== undefined)("per-command cgroups: limits, usage, memor
     // The same allocation under the daemon's default runs to its end: the limit was its own.
     const fits = await collectExec(test.client, allocate(100));
     expect(fits.exited.exitCode).toBe(0);
+    expect(fits.exited.cause).toBe(ExitCause.EXITED);
     expect(fits.exited.usage?.oomKills).toBe(0);
     expect(Number(fits.exited.usage?.memoryPeakBytes)).toBeGreaterThan(100 * mib);
   });
@@ -82,6 +85,7 @@ describe.skipIf(whyNot !== undefined)("per-command cgroups: limits, usage, memor
     );
     for (const hog of hogs) {
       expect(hog.exited.signal).toBe("SIGKILL");
+      expect(hog.exited.cause).toBe(ExitCause.OUT_OF_MEMORY);
       expect(hog.exited.usage?.oomKills).toBeGreaterThanOrEqual(1);
     }
     const info = (await test.client.getProcess({ processId: bigId })).process!;
@@ -91,6 +95,7 @@ describe.skipIf(whyNot !== undefined)("per-command cgroups: limits, usage, memor
     await test.client.killProcess({ processId: bigId, signal: "SIGKILL" });
     const exited = await waitForExit(test.client, bigId);
     expect(exited.killed).toBe(true);
+    expect(exited.cause).toBe(ExitCause.KILLED_ON_REQUEST);
     expect(exited.usage?.oomKills).toBe(0);
   });
 

@@ -67,9 +67,9 @@ from .errors import (
 )
 from .files import FileChange, FileChangeType, FileInfo, FileType, OverflowSource, WatchEndReason, WatchEvent, WatchOverflow
 from .lifecycle import SandboxStatus
-from .options import Command, ExecOptions, ProcessOptions, PtySize
+from .options import Command, ExecOptions, ProcessOptions, PtySize, ResourceLimits
 from .output import InputAck, Output, OutputChunk, StreamDecoder, StreamName
-from .records import CommandResult, ExecEvent, ExecResult, ProcessExit, ProcessInfo, ProcessLogs, ProcessStatus
+from .records import CommandResult, ExecEvent, ExecResult, ProcessExit, ProcessInfo, ProcessLogs, ProcessStatus, ResourceUsage
 
 __version__ = "0.1.0"
 
@@ -134,6 +134,8 @@ __all__ = [
     "ProcessOptions",
     "ProcessReadyTimeoutError",
     "ProcessStatus",
+    "ResourceLimits",
+    "ResourceUsage",
     "Processes",
     "PtyNotOpenError",
     "PtySize",

@@ -352,6 +352,7 @@ class AsyncSandbox:
             pty=options.get("pty", False),
             sudo=options.get("sudo", False),
             session_id=session_id,
+            limits=options.get("limits"),
             **specific,
         )
         encoding = _checked_encoding(options.get("encoding", self._encoding))

@@ -29,6 +29,23 @@ class PtySize(TypedDict, total=False):
     term: str
 
 
+class ResourceLimits(TypedDict, total=False):
+    """Resource limits of one command alone (its whole process tree), enforced by the daemon in cgroups of its own.
+
+    Unset fields take the daemon's defaults. Above a daemon cap the call fails with InvalidArgumentError (reason
+    ``LIMIT_ABOVE_CAP``, naming the cap); where the daemon cannot enforce one, ``LIMIT_NOT_ENFORCEABLE``.
+    """
+
+    #: Most memory of its processes together, in bytes; past it the kernel kills one of them.
+    memory_bytes: int
+    #: CPU it may use, in CPUs (0.5 = half a CPU), as a quota: throttled past it, never killed.
+    cpus: float
+    #: Its share of the CPU against other commands, 1 to 10000 (100 = every command's default).
+    cpu_weight: int
+    #: Most tasks (processes and threads) at once; a fork past it fails.
+    max_tasks: int
+
+
 class ExecOptions(TypedDict, total=False):
     """Options of ``exec()`` and ``exec_stream()``: a command run to its end through the Exec call."""
 
@@ -45,6 +62,8 @@ class ExecOptions(TypedDict, total=False):
     pty: bool | PtySize
     #: Run as root; refused (SudoNotAllowedError) unless the daemon allows it.
     sudo: bool
+    #: Resource limits of this command alone (memory, CPU, tasks), within the daemon's caps.
+    limits: ResourceLimits
     #: Session for grouping, listing and killing; the sandbox's own session by default.
     session_id: str
     #: Encoding of the ``.text`` helpers and text events; the sandbox's (UTF-8) by default.
@@ -71,6 +90,8 @@ class ProcessOptions(TypedDict, total=False):
     pty: bool | PtySize
     #: Run as root; refused unless the daemon allows it.
     sudo: bool
+    #: Resource limits of this command alone, as in ExecOptions.
+    limits: ResourceLimits
     #: Client-chosen process id; a UUID when absent. A live duplicate is ProcessAlreadyExistsError.
     process_id: str
     #: Session id; the sandbox's by default.
@@ -109,6 +130,7 @@ def build_spec(
     stdin_data: str | bytes | None = None,
     stdin_open: bool = False,
     auto_cleanup: bool | None = None,
+    limits: ResourceLimits | None = None,
 ) -> pb.ProcessSpec:
     """Builds the ProcessSpec of one command; an invalid option is an InvalidArgumentError before any call."""
     program, args = split_command(command)
@@ -129,7 +151,33 @@ def build_spec(
         spec.pty.CopyFrom(pb.PtyOptions(cols=size.get("cols", 0), rows=size.get("rows", 0), term=size.get("term", "")))
     if auto_cleanup is not None:
         spec.auto_cleanup = auto_cleanup
+    if limits is not None:
+        spec.limits.CopyFrom(limits_message(limits))
     return spec
+
+
+def limits_message(limits: ResourceLimits) -> pb.ResourceLimits:
+    """The ResourceLimits message of a command's limits; a value of the wrong shape is an InvalidArgumentError."""
+    check_options(limits, ResourceLimits, "limits")
+    message = pb.ResourceLimits()
+
+    def whole(name: str, value: object) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise InvalidArgumentError(f"invalid limits.{name}: {value!r} (a whole number of at least 1)")
+        return value
+
+    if "memory_bytes" in limits:
+        message.memory_bytes = whole("memory_bytes", limits["memory_bytes"])
+    if "cpus" in limits:
+        cpus = limits["cpus"]
+        if isinstance(cpus, bool) or not isinstance(cpus, (int, float)) or math.isnan(cpus) or cpus <= 0:
+            raise InvalidArgumentError(f"invalid limits.cpus: {cpus!r} (a positive number of CPUs)")
+        message.cpu_millis = max(1, round(cpus * 1000))
+    if "cpu_weight" in limits:
+        message.cpu_weight = whole("cpu_weight", limits["cpu_weight"])
+    if "max_tasks" in limits:
+        message.max_tasks = whole("max_tasks", limits["max_tasks"])
+    return message
 
 
 def split_command(command: Command) -> tuple[str, list[str]]:

@@ -52,6 +52,50 @@ _FROM_PROTO: dict[int, ProcessStatus] = {int(value): status for status, value in
 
 
 @dataclass(frozen=True, slots=True)
+class ResourceUsage:
+    """ResourceUsage is what a command's whole process tree used, read by the daemon from the command's own cgroups.
+
+    A figure the daemon cannot tell on its machine is None: unknown, never zero.
+    """
+
+    #: CPU time in user mode, in seconds.
+    cpu_user: float | None
+    #: CPU time in the kernel on its behalf, in seconds.
+    cpu_system: float | None
+    #: The most memory it used at once, in bytes (page cache included).
+    memory_peak_bytes: int | None
+    #: Memory in use now, in bytes (a running process's live reading only).
+    memory_current_bytes: int | None
+    #: Bytes read from block devices.
+    io_read_bytes: int | None
+    #: Bytes written to block devices.
+    io_write_bytes: int | None
+    #: How many of its processes the kernel killed for lack of memory.
+    oom_kills: int | None
+
+    @classmethod
+    def from_proto(cls, usage: pb.ResourceUsage) -> ResourceUsage:
+        """Converts a ResourceUsage message; absent figures are None."""
+
+        def number(field: str) -> int | None:
+            return int(getattr(usage, field)) if usage.HasField(field) else None
+
+        def seconds(field: str) -> float | None:
+            micros = number(field)
+            return None if micros is None else micros / 1_000_000
+
+        return cls(
+            cpu_user=seconds("cpu_user_us"),
+            cpu_system=seconds("cpu_system_us"),
+            memory_peak_bytes=number("memory_peak_bytes"),
+            memory_current_bytes=number("memory_current_bytes"),
+            io_read_bytes=number("io_read_bytes"),
+            io_write_bytes=number("io_write_bytes"),
+            oom_kills=number("oom_kills"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class ProcessExit:
     """ProcessExit says how a process ended, as the daemon reported it."""
 
@@ -78,6 +122,8 @@ class ProcessExit:
     stderr_bytes: int
     #: Why it could not start, for status error.
     error: str | None
+    #: What its whole process tree used, from its own cgroups; None where the daemon has none to read.
+    usage: ResourceUsage | None = None
 
     @classmethod
     def from_proto(cls, exited: pb.ProcessExited) -> ProcessExit | None:
@@ -100,6 +146,7 @@ class ProcessExit:
             stdout_bytes=exited.stdout_bytes,
             stderr_bytes=exited.stderr_bytes,
             error=exited.error or None,
+            usage=ResourceUsage.from_proto(exited.usage) if exited.HasField("usage") else None,
         )
 
 
@@ -145,6 +192,8 @@ class ProcessInfo:
     stderr_bytes: int
     #: How it ended; None while running.
     exit: ProcessExit | None
+    #: What it has used so far, read live (``get_process`` of a running process); its end's usage is in ``exit``.
+    usage: ResourceUsage | None = None
 
     @classmethod
     def from_proto(cls, info: pb.ProcessInfo) -> ProcessInfo:
@@ -164,6 +213,7 @@ class ProcessInfo:
             stdout_bytes=info.stdout_bytes,
             stderr_bytes=info.stderr_bytes,
             exit=ProcessExit.from_proto(info.exit) if info.HasField("exit") else None,
+            usage=ResourceUsage.from_proto(info.usage) if info.HasField("usage") else None,
         )
 
     @property

@@ -2,6 +2,7 @@ import { InvalidArgumentError, Option, type Command } from "commander";
 import { readFileSync } from "node:fs";
 import { parseDuration } from "./duration.js";
 import { CliError } from "./exit-codes.js";
+import type { ResourceLimits } from "../../client/index.js";
 
 /** The flags that say how a command runs, shared by exec and start. */
 export interface SpecFlags {
@@ -17,6 +18,47 @@ export interface SpecFlags {
   interactive?: boolean;
   /** Run in a pseudo-terminal (-t). */
   tty?: boolean;
+  /** Memory limit of the command's tree, in bytes (--memory). */
+  memory?: number;
+  /** CPU quota of the command's tree, in CPUs (--cpus). */
+  cpus?: number;
+  /** Most tasks of the command's tree (--tasks). */
+  tasks?: number;
+}
+
+/** The command's own limits of `flags`, as the client's `limits` option; undefined for none. */
+export function limitsOf(flags: SpecFlags): ResourceLimits | undefined {
+  if (flags.memory === undefined && flags.cpus === undefined && flags.tasks === undefined) return undefined;
+  return { memoryBytes: flags.memory, cpus: flags.cpus, maxTasks: flags.tasks };
+}
+
+const sizeUnits: Readonly<Record<string, number>> = { "": 1, k: 1024, m: 1024 ** 2, g: 1024 ** 3, t: 1024 ** 4 };
+
+/**
+ * Parses a size as `docker run --memory` writes one: a number of bytes with an optional unit b, k,
+ * m, g (powers of 1024; `256m`, `1.5G`, `512MiB` too). Throws commander's InvalidArgumentError.
+ */
+export function parseSize(text: string): number {
+  const match = /^(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?$/i.exec(text.trim());
+  if (match === null) throw new InvalidArgumentError("not a size: write it as 256m, 1.5g or a number of bytes");
+  const bytes = Math.floor(Number(match[1]) * sizeUnits[match[2]!.toLowerCase()]!);
+  if (!Number.isSafeInteger(bytes) || bytes <= 0) throw new InvalidArgumentError("a size of at least one byte");
+  return bytes;
+}
+
+/** Parses `--cpus` as `docker run --cpus` does: a positive number of CPUs (0.5, 2). */
+export function parseCpus(text: string): number {
+  const cpus = Number(text.trim());
+  if (text.trim() === "" || !Number.isFinite(cpus) || cpus <= 0)
+    throw new InvalidArgumentError("a positive number of CPUs, such as 0.5 or 2");
+  return cpus;
+}
+
+/** Parses `--tasks`: a whole number of at least 1. */
+export function parseTasks(text: string): number {
+  const tasks = Number(text.trim());
+  if (!Number.isSafeInteger(tasks) || tasks < 1) throw new InvalidArgumentError("a whole number of at least 1");
+  return tasks;
 }
 
 /**
@@ -64,7 +106,7 @@ export function readEnvFiles(files: readonly string[] = []): Record<string, stri
   return env;
 }
 
-/** Adds -i, -t, -e, --env-file, -w and --timeout to `command`. */
+/** Adds -i, -t, -e, --env-file, -w, --timeout, --memory, --cpus and --tasks to `command`. */
 export function addSpecOptions(command: Command, help: { interactive: string; tty: string }): Command {
   return command
     .option("-i, --interactive", help.interactive)
@@ -92,6 +134,24 @@ export function addSpecOptions(command: Command, help: { interactive: string; tt
         "--timeout <duration>",
         "kill the command (SIGKILL) after this long: 30s, 5m, 1h30m (default: no limit)",
       ).argParser(parseDuration),
+    )
+    .addOption(
+      new Option(
+        "--memory <size>",
+        "memory limit of the command's whole tree: 256m, 1g (past it the kernel kills it; default: the daemon's)",
+      ).argParser(parseSize),
+    )
+    .addOption(
+      new Option(
+        "--cpus <n>",
+        "CPU limit of the command's whole tree, in CPUs: 0.5, 2 (default: the daemon's)",
+      ).argParser(parseCpus),
+    )
+    .addOption(
+      new Option(
+        "--tasks <n>",
+        "most processes and threads the command may have at once (default: the daemon's)",
+      ).argParser(parseTasks),
     );
 }
 

@@ -1,6 +1,6 @@
 import path from "node:path";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import type { ProcessSpecSchema } from "../../../gen/sandbox/v1/sandbox_pb.js";
+import type { ProcessSpecSchema, ResourceLimitsSchema } from "../../../gen/sandbox/v1/sandbox_pb.js";
 import { ptySizeProblem, stdinDataProblem, timeoutProblem } from "../../shared/limits.js";
 import { SandboxError } from "./errors.js";
 import type { OutputStreamName } from "./output.js";
@@ -39,6 +39,13 @@ export interface CommandOptions {
   pty?: boolean | PtySize;
   /** Run as root. The daemon refuses with PERMISSION_DENIED (reason SUDO_NOT_ALLOWED) unless it allows it. */
   sudo?: boolean;
+  /**
+   * Resource limits of this command alone (its whole process tree), enforced by the daemon in
+   * cgroups of the command's own; unset fields take the daemon's defaults. Above a daemon cap:
+   * INVALID_ARGUMENT, reason LIMIT_ABOVE_CAP naming the cap; where the daemon cannot enforce one:
+   * FAILED_PRECONDITION, LIMIT_NOT_ENFORCEABLE.
+   */
+  limits?: ResourceLimits;
   /** Text (as UTF-8) or bytes written to stdin at start; stdin is then closed unless `stdin` is true. */
   input?: string | Uint8Array;
   /**
@@ -72,6 +79,18 @@ export interface CommandOptions {
   onExit?: (code: number | null) => void;
   /** Following the command failed for good (a lasting connection failure, lost output). */
   onError?: (error: Error) => void;
+}
+
+/** ResourceLimits bounds what one command may use (see {@link CommandOptions.limits}). */
+export interface ResourceLimits {
+  /** Most memory of its processes together, in bytes; past it the kernel kills one of them. */
+  memoryBytes?: number;
+  /** CPU it may use, in CPUs (0.5 = half a CPU, 2 = two), as a quota: throttled past it, never killed. */
+  cpus?: number;
+  /** Its share of the CPU against other commands, 1 to 10000 (100 = every command's default). */
+  cpuWeight?: number;
+  /** Most tasks (processes and threads) at once; a fork past it fails. */
+  maxTasks?: number;
 }
 
 /** Default {@link CommandOptions.maxRetainedBytes} of a background command: 16 MiB. */
@@ -136,8 +155,42 @@ export function toProcessSpec(
     stdinData: input ?? new Uint8Array(),
     autoCleanup: options.autoCleanup,
     sudo: options.sudo ?? false,
+    limits: options.limits && toProtoLimits(options.limits),
   };
 }
+
+/**
+ * The ResourceLimits message of a command's limits; a value of the wrong shape is refused with a
+ * SandboxError INVALID_ARGUMENT before any call (the daemon checks its caps).
+ */
+function toProtoLimits(limits: ResourceLimits): MessageInitShape<typeof ResourceLimitsSchema> {
+  if (typeof limits !== "object" || limits === null) throw invalid("limits must be an object");
+  checkOptions(limits, resourceLimitNames, "limits");
+  const whole = (name: string, value: number | undefined, least: number) => {
+    if (value === undefined) return undefined;
+    if (!Number.isSafeInteger(value) || value < least)
+      throw invalid(`limits.${name} must be a whole number of at least ${least}, got ${value}`);
+    return value;
+  };
+  const cpuMillis = limits.cpus === undefined ? undefined : Math.round(limits.cpus * 1000);
+  if (limits.cpus !== undefined && (!Number.isFinite(limits.cpus) || limits.cpus <= 0))
+    throw invalid(`limits.cpus must be a positive number of CPUs, got ${limits.cpus}`);
+  const memoryBytes = whole("memoryBytes", limits.memoryBytes, 1);
+  return {
+    memoryBytes: memoryBytes === undefined ? undefined : BigInt(memoryBytes),
+    cpuMillis: whole("cpus", cpuMillis, 1),
+    cpuWeight: whole("cpuWeight", limits.cpuWeight, 1),
+    maxTasks: whole("maxTasks", limits.maxTasks, 1),
+  };
+}
+
+/** The field names of {@link ResourceLimits}. */
+const resourceLimitNames = optionNames<ResourceLimits>({
+  memoryBytes: true,
+  cpus: true,
+  cpuWeight: true,
+  maxTasks: true,
+});
 
 /**
  * The working directory sent to the daemon: a relative one joined to the first workspace
@@ -178,6 +231,7 @@ export const commandOptionNames = optionNames<CommandOptions>({
   timeoutMs: true,
   pty: true,
   sudo: true,
+  limits: true,
   input: true,
   stdin: true,
   processId: true,

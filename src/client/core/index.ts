@@ -13,6 +13,7 @@ export {
   DEFAULT_MAX_RETAINED_BYTES,
   optionNames,
   type PtySize,
+  type ResourceLimits,
 } from "./command-options.js";
 export { chunkFromProto } from "./command-source.js";
 export type { StreamState } from "./command-stream.js";
@@ -55,7 +56,13 @@ export {
   readProcessLogs,
   type WaitOptions,
 } from "./process-handle.js";
-export { commandLine, exitCodeOf, type ProcessDetails, type ProcessExit } from "./process-record.js";
+export {
+  commandLine,
+  exitCodeOf,
+  type ProcessDetails,
+  type ProcessExit,
+  type ResourceUsage,
+} from "./process-record.js";
 export type {
   ListeningPort,
   ListPortsOptions,

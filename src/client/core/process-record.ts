@@ -1,6 +1,11 @@
 import { constants as osConstants } from "node:os";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import type { ProcessStatus as ProtoStatus, ProcessExited, ProcessInfo } from "../../../gen/sandbox/v1/sandbox_pb.js";
+import type {
+  ProcessStatus as ProtoStatus,
+  ProcessExited,
+  ProcessInfo,
+  ResourceUsage as ProtoUsage,
+} from "../../../gen/sandbox/v1/sandbox_pb.js";
 import { processStatusFromProto, type ProcessStatus } from "../../shared/process-status.js";
 
 /** Converts a protobuf status; `error` for an unspecified or unknown value. */
@@ -40,6 +45,50 @@ export interface ProcessExit {
   stderrBytes: number;
   /** Why it could not start, for status error. */
   error?: string;
+  /**
+   * What its whole process tree used, read from its own cgroups as it ended; undefined where the
+   * daemon has none to read (then every figure is unknown, never zero).
+   */
+  usage?: ResourceUsage;
+}
+
+/**
+ * ResourceUsage is what a command's whole process tree used, read by the daemon from the
+ * command's own cgroups. A figure the daemon cannot tell on its machine is undefined: unknown, not
+ * zero.
+ */
+export interface ResourceUsage {
+  /** CPU time in user mode, in microseconds. */
+  cpuUserUs?: number;
+  /** CPU time in the kernel on its behalf, in microseconds. */
+  cpuSystemUs?: number;
+  /** The most memory it used at once, in bytes (page cache included). */
+  memoryPeakBytes?: number;
+  /** Memory in use now, in bytes (a running process's live reading only). */
+  memoryCurrentBytes?: number;
+  /** Bytes read from block devices. */
+  ioReadBytes?: number;
+  /** Bytes written to block devices. */
+  ioWriteBytes?: number;
+  /** How many of its processes the kernel killed for lack of memory. */
+  oomKills?: number;
+}
+
+/** Converts a ResourceUsage message; absent figures stay undefined. */
+export function usageFromProto(usage: ProtoUsage): ResourceUsage {
+  const number = (value: bigint | undefined) => (value === undefined ? undefined : Number(value));
+  const result: ResourceUsage = {};
+  const set = <K extends keyof ResourceUsage>(key: K, value: number | undefined) => {
+    if (value !== undefined) result[key] = value;
+  };
+  set("cpuUserUs", number(usage.cpuUserUs));
+  set("cpuSystemUs", number(usage.cpuSystemUs));
+  set("memoryPeakBytes", number(usage.memoryPeakBytes));
+  set("memoryCurrentBytes", number(usage.memoryCurrentBytes));
+  set("ioReadBytes", number(usage.ioReadBytes));
+  set("ioWriteBytes", number(usage.ioWriteBytes));
+  set("oomKills", usage.oomKills);
+  return result;
 }
 
 /**
@@ -73,6 +122,7 @@ export function exitFromProto(exited: ProcessExited): ProcessExit | undefined {
     stdoutBytes: Number(exited.stdoutBytes),
     stderrBytes: Number(exited.stderrBytes),
     error: exited.error || undefined,
+    usage: exited.usage && usageFromProto(exited.usage),
   };
 }
 
@@ -102,6 +152,8 @@ export interface ProcessDetails {
   autoCleanup: boolean;
   /** How it ended; undefined while running. */
   exit?: ProcessExit;
+  /** What it has used so far, read live (getProcess of a running process); its end's usage is in `exit`. */
+  usage?: ResourceUsage;
 }
 
 /** Converts a ProcessInfo message. */
@@ -119,6 +171,7 @@ export function detailsFromProto(info: ProcessInfo): ProcessDetails {
     startTime: info.startTime ? timestampDate(info.startTime) : new Date(),
     autoCleanup: info.autoCleanup,
     exit: info.exit && exitFromProto(info.exit),
+    usage: info.usage && usageFromProto(info.usage),
   };
 }
 

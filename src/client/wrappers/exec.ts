@@ -12,16 +12,20 @@ import {
   StreamDecoder,
   type OutputStreamName,
   commandLine,
+  type ResourceUsage,
 } from "../core/index.js";
 import { linkSignals } from "../../shared/abort.js";
 
 /**
  * The options every Cloudflare-style call takes, as that SDK's `BaseExecOptions`: the command's
  * options with its time limit named `timeout` (in milliseconds, as there), plus argv form, PTY,
- * stdin input and sudo.
+ * stdin input, sudo and the command's own resource limits.
  */
 export interface BaseExecOptions
-  extends Pick<CommandOptions, "sessionId" | "env" | "cwd" | "encoding" | "args" | "pty" | "sudo" | "input"> {
+  extends Pick<
+    CommandOptions,
+    "sessionId" | "env" | "cwd" | "encoding" | "args" | "pty" | "sudo" | "input" | "limits"
+  > {
   /**
    * Maximum execution time in milliseconds; 0 for none. exec() and execStream() default to the
    * sandbox's `timeoutMs`, background processes to none.
@@ -84,6 +88,8 @@ export interface ExecResult {
   sessionId?: string;
   /** Name of the signal that ended the command (`"SIGTERM"`), undefined when it exited. */
   signal?: string;
+  /** What the command's whole process tree used (CPU, peak memory, I/O), where the daemon can tell. */
+  usage?: ResourceUsage;
 }
 
 /** The result of `exec(command, args, options)`, as the Together sandbox SDK's `exec()`: the exit code and the joined output. */
@@ -127,6 +133,7 @@ export const baseExecOptionNames = optionNames<BaseExecOptions>({
   pty: true,
   sudo: true,
   input: true,
+  limits: true,
   timeout: true,
 });
 const execOptionNames = optionNames<ExecOptions>({
@@ -277,6 +284,7 @@ export function toExecResult(finished: CommandFinished, command: string, session
     timestamp: finished.exit.startTime.toISOString(),
     sessionId,
     signal: finished.signal,
+    usage: finished.exit.usage,
   };
 }
 

@@ -5,7 +5,7 @@ import { escapeControls, jsonForTerminal } from "../escape.js";
 import { CliError, exitCodes } from "../exit-codes.js";
 import { BrokenPipeError, LocalOutput } from "../local-output.js";
 import { onSignals, signalExitCode, sigpipeExitCode } from "../signals.js";
-import { addSpecOptions, commandArgumentHelp, readEnvFiles, type SpecFlags } from "../spec-options.js";
+import { addSpecOptions, commandArgumentHelp, limitsOf, readEnvFiles, type SpecFlags } from "../spec-options.js";
 import { StdinRelay, type InputTarget } from "../stdin-relay.js";
 import { onTerminalResize, RawMode, terminalSize } from "../terminal.js";
 
@@ -74,6 +74,7 @@ async function execToJson(sandbox: Sandbox, argv: string[], flags: ExecFlags): P
     env: flags.env,
     cwd: flags.workdir,
     timeout: (flags.timeout ?? 0) / 1000,
+    limits: limitsOf(flags),
   });
   process.stdout.write(
     jsonForTerminal({
@@ -83,9 +84,21 @@ async function execToJson(sandbox: Sandbox, argv: string[], flags: ExecFlags): P
       timedOut: finished.timedOut,
       stdout: finished.stdout(),
       stderr: finished.stderr(),
+      usage: finished.exit.usage ?? null,
     }),
   );
   return finished.exitCode;
+}
+
+/** The ResourceLimits message of exec's --memory, --cpus and --tasks; undefined for none. */
+function limitsSpec(flags: ExecFlags) {
+  const limits = limitsOf(flags);
+  if (limits === undefined) return undefined;
+  return {
+    memoryBytes: limits.memoryBytes === undefined ? undefined : BigInt(limits.memoryBytes),
+    cpuMillis: limits.cpus === undefined ? undefined : Math.max(1, Math.round(limits.cpus * 1000)),
+    maxTasks: limits.maxTasks,
+  };
 }
 
 /** Where an exec session is. */
@@ -128,6 +141,7 @@ class ExecSession {
             cwd: this.flags.workdir ?? "",
             timeoutMs: this.flags.timeout ?? 0,
             sessionId: this.sandbox.sessionId,
+            limits: limitsSpec(this.flags),
             stdin: this.flags.interactive === true,
             pty:
               this.flags.tty === true

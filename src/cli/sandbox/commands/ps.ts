@@ -1,5 +1,5 @@
 import { Command, Option } from "commander";
-import type { CommandHandle, ProcessStatus } from "../../../client/index.js";
+import type { CommandHandle, ProcessStatus, ResourceUsage } from "../../../client/index.js";
 import { addConnectionOptions, closeSandbox, openSandbox, type ConnectionFlags } from "../connection.js";
 import { escapeControls, jsonForTerminal } from "../escape.js";
 import { exitCodes } from "../exit-codes.js";
@@ -26,7 +26,8 @@ export function createPsCommand(finish: (code: number) => void): Command {
     .description(
       "List the daemon's live processes of every session, oldest first, as a table, as ids (-q: one a line, for " +
         "`sandbox kill $(sandbox ps -q)`) or as JSON (-o json: an array of objects with id, pid, status, exitCode, " +
-        "signal, sessionId, startTime, endTime, command and args). With -a, all: every process the daemon keeps, " +
+        "signal, sessionId, startTime, endTime, command, args and usage: what an exited process used, as the daemon read " +
+        "it from its cgroups). With -a, all: every process the daemon keeps, " +
         "exited ones included (as `all` means in the TypeScript and Python clients). Control characters in command " +
         "lines are shown escaped (\\e, \\n, \\xNN).",
     )
@@ -50,6 +51,8 @@ export interface ProcessRow {
   endTime: string | null;
   command: string;
   args: string[];
+  /** What an exited process's tree used (CPU microseconds, peak memory bytes...); null while it runs or where unknown. */
+  usage: ResourceUsage | null;
 }
 
 /** Runs `sandbox ps`. */
@@ -80,6 +83,7 @@ function toRow(handle: CommandHandle): ProcessRow {
     endTime: handle.endTime?.toISOString() ?? null,
     command: handle.command,
     args: [...handle.args],
+    usage: handle.exit?.usage ?? null,
   };
 }
 

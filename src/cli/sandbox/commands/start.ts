@@ -2,7 +2,7 @@ import { Command, Option } from "commander";
 import { addConnectionOptions, closeSandbox, openSandbox, type ConnectionFlags } from "../connection.js";
 import { CliError, exitCodes } from "../exit-codes.js";
 import { escapeControls, jsonForTerminal } from "../escape.js";
-import { addSpecOptions, commandArgumentHelp, readEnvFiles, type SpecFlags } from "../spec-options.js";
+import { addSpecOptions, commandArgumentHelp, limitsOf, readEnvFiles, type SpecFlags } from "../spec-options.js";
 import { terminalSize } from "../terminal.js";
 
 /** The flags of `sandbox start`. */
@@ -58,6 +58,7 @@ export async function runStart(argv: string[], flags: StartFlags): Promise<numbe
       processId: flags.id,
       stdin: flags.interactive === true ? true : undefined,
       pty: flags.tty === true ? { ...size, term: process.env.TERM } : undefined,
+      limits: limitsOf(flags),
     });
     // A program that could not be started has a record in status `error` rather than a refused call.
     if (handle.status === "error")
