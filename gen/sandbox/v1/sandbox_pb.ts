@@ -1640,10 +1640,11 @@ export type WaitForLogRequest = Message<"sandbox.v1.WaitForLogRequest"> & {
    * A regular expression in JavaScript syntax without flags, at most 4096
    * characters, matched against each line of output without its line ending
    * (a line is matched once its newline arrives, the last one when the output
-   * ends; a line longer than 64 KiB is matched in 64 KiB pieces). It runs in
-   * time linear in the line, so backreferences and lookaround are refused
-   * (PATTERN_INVALID); with no flags, case-insensitive matching spells the
-   * cases out ("[Rr]eady").
+   * ends; a line longer than 64 KiB is matched in 64 KiB pieces). It never
+   * takes more than time linear in the line (the daemon's linear-time engine
+   * takes over from a match that backtracks too long), so backreferences and
+   * lookaround, which that engine cannot run, are refused (PATTERN_INVALID);
+   * with no flags, case-insensitive matching spells the cases out ("[Rr]eady").
    *
    * @generated from field: string pattern = 2;
    */

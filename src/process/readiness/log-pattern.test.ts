@@ -1,3 +1,4 @@
+import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import type { ProcessError } from "../errors.js";
 import { compileLogPattern, LineScanner, maxLineBytes, maxPatternLength } from "./log-pattern.js";
@@ -69,6 +70,64 @@ describe("LineScanner", () => {
   });
 });
 
+/** The first match a line-by-line reading of all of `data` finds, for comparison: offsets of lines by their newlines. */
+function referenceMatch(pattern: string, data: Buffer) {
+  const regexp = new RegExp(pattern);
+  let lineOffset = 0;
+  while (lineOffset <= data.length) {
+    let end = data.indexOf(0x0a, lineOffset);
+    const complete = end !== -1;
+    if (!complete) end = data.length;
+    if (!complete && end === lineOffset) return undefined;
+    let bytes = data.subarray(lineOffset, end);
+    if (bytes.at(-1) === 0x0d) bytes = bytes.subarray(0, -1);
+    const line = bytes.toString("utf8");
+    const found = regexp.exec(line);
+    if (found !== null)
+      return { line, lineOffset, offset: lineOffset + Buffer.byteLength(line.slice(0, found.index)), match: found[0] };
+    lineOffset = end + 1;
+  }
+  return undefined;
+}
+
+describe("LineScanner against a line-by-line reading", () => {
+  it("finds the same first match, line and byte offsets whatever the chunks (CRLF, invalid UTF-8, chunks larger than a piece)", () => {
+    const word = fc.constantFrom("ready", "port 80", "é", "\r", "\n", "\r\n", "x", " ", "\xff", "€uro", "line");
+    fc.assert(
+      fc.property(
+        fc.array(word, { maxLength: 60 }),
+        fc.array(fc.nat({ max: 200 }), { maxLength: 8 }),
+        fc.constantFrom("ready", "^port (\\d+)$", "é.*x", "^$", "line ready"),
+        fc.integer({ min: 0, max: 2 }),
+        (words, cuts, pattern, padding) => {
+          // Padding of whole lines makes some chunks larger than a 64 KiB piece.
+          const data = Buffer.concat([
+            Buffer.from("z\n".repeat(padding * 20_000)),
+            // "\xff" stands for a byte that is no UTF-8.
+            ...words.map((word) => (word === "\xff" ? Buffer.from([0xff]) : Buffer.from(word))),
+          ]);
+          const expected = referenceMatch(pattern, data);
+          const scanner = new LineScanner(compileLogPattern(pattern), "stdout");
+          let start = 0;
+          let found: ReturnType<LineScanner["feed"]>;
+          for (const cut of [...cuts.map((at) => Math.min(data.length, start + at)), data.length]) {
+            if (cut < start) continue;
+            found ??= scanner.feed(start, data.subarray(start, cut));
+            start = cut;
+          }
+          found ??= scanner.finish();
+          expect(
+            found === undefined
+              ? undefined
+              : { line: found.line, lineOffset: found.lineOffset, offset: found.offset, match: found.match },
+          ).toEqual(expected);
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+});
+
 describe("compileLogPattern", () => {
   const reasonOf = (pattern: string) => {
     try {
@@ -89,7 +148,8 @@ describe("compileLogPattern", () => {
   });
 
   it("runs a pattern that backtracks catastrophically elsewhere over a whole long line", () => {
-    // (a+)+$ against a's and a final b takes the backtracking engine 2^n steps: hours for 30 000.
+    // (a+)+$ against a's and a final b takes the backtracking engine alone 2^n steps: hours for 30 000. The
+    // linear engine takes over once it has backtracked too long.
     const scanner = new LineScanner(compileLogPattern("(a+)+$"), "stdout");
     expect(scanner.feed(0, bytes(`${"a".repeat(30_000)}b\n`))).toBeUndefined();
     expect(compileLogPattern("[Rr]eady").regexp.test("Ready")).toBe(true);

@@ -9,14 +9,20 @@ export const maxPatternLength = 4096;
 export const maxLineBytes = 64 * 1024;
 
 /**
- * Whether V8's linear-time regular expression engine (the `l` flag) can be used: it is behind a V8
- * flag, which is read when a pattern is compiled, so it is turned on here, once, at run time. It
- * runs every pattern it accepts in time linear in the input (as RE2 does, without a native
- * dependency); it refuses backreferences and lookaround.
+ * Whether V8's linear-time regular expression engine guards every log pattern. V8 runs a pattern
+ * on its usual backtracking engine (compiled to machine code, about 1 µs a line) and, with
+ * `--enable-experimental-regexp-engine-on-excessive-backtracks`, moves that one match to its
+ * linear-time engine once it has backtracked 50,000 times: a pattern such as `(a+)+$`, which
+ * backtracks for hours over a long line, costs milliseconds. The linear engine alone would be safe
+ * too, but runs about ten times slower (10 µs a line, measured). Both flags are read when a
+ * pattern is compiled or run, so they are turned on here, once, at run time. A pattern the linear
+ * engine cannot run (backreferences, lookaround: compiling it with the `l` flag fails) has no such
+ * guard and is refused.
  */
 const linearEngine: boolean = (() => {
   try {
     setFlagsFromString("--enable-experimental-regexp-engine");
+    setFlagsFromString("--enable-experimental-regexp-engine-on-excessive-backtracks");
     // biome-ignore lint/complexity/useRegexLiterals: a literal with V8's own flag would not even parse.
     new RegExp("a", "l");
     return true;
@@ -28,24 +34,25 @@ const linearEngine: boolean = (() => {
 /**
  * The longest piece of a line matched when the linear engine is missing (a future Node without
  * it): the backtracking engine then only ever sees short input, so a pathological pattern costs
- * little.
+ * less (though not little).
  */
 const backtrackingLineBytes = 1024;
 
 /** A compiled log pattern: the regular expression and the longest piece of a line it is run on. */
 export interface LogPattern {
-  /** The expression, global-free (it is run with `exec` from the start of each line). */
+  /** The expression, without flags (it is run with `exec` from the start of each line). */
   readonly regexp: RegExp;
   /** Bytes of a line matched at once: {@link maxLineBytes}, less without the linear engine. */
   readonly pieceBytes: number;
 }
 
 /**
- * Compiles a log pattern (JavaScript syntax, no flags) for the linear-time engine. Throws a
- * ProcessError PATTERN_INVALID (metadata `field`, `error`, and `limit` when too long) for an empty
- * pattern, one longer than {@link maxPatternLength}, a syntax error or a construct that cannot run in
- * linear time. The engine takes no `i` or `u` flag (V8 refuses them with `l` in Node 20 to 24), so
- * there is no case-insensitive mode: a pattern spells the cases out.
+ * Compiles a log pattern (JavaScript syntax, no flags), checking that the linear-time engine can
+ * run it (see {@link linearEngine}). Throws a ProcessError PATTERN_INVALID (metadata `field`,
+ * `error`, and `limit` when too long) for an empty pattern, one longer than
+ * {@link maxPatternLength}, a syntax error or a construct that cannot run in linear time. The
+ * linear engine takes no `i` or `u` flag (V8 refuses them with `l` in Node 20 to 24), so there is no
+ * case-insensitive mode: a pattern spells the cases out.
  */
 export function compileLogPattern(pattern: string): LogPattern {
   const invalid = (error: string, extra: Record<string, string> = {}) =>
@@ -57,11 +64,12 @@ export function compileLogPattern(pattern: string): LogPattern {
     throw invalid(`the pattern has ${pattern.length} characters, more than ${maxPatternLength}`, {
       limit: String(maxPatternLength),
     });
-  const flags = linearEngine ? "l" : "";
   try {
-    return { regexp: new RegExp(pattern, flags), pieceBytes: linearEngine ? maxLineBytes : backtrackingLineBytes };
+    // Compiled with `l` only to know the linear engine can take over from the one that runs it.
+    if (linearEngine) new RegExp(pattern, "l");
+    return { regexp: new RegExp(pattern), pieceBytes: linearEngine ? maxLineBytes : backtrackingLineBytes };
   } catch (error) {
-    // "Invalid regular expression: /(a)\1/ul: Cannot be executed in linear time": the last part says why.
+    // "Invalid regular expression: /(a)\1/l: Cannot be executed in linear time": the last part says why.
     const message = (error as Error).message;
     throw invalid(message.slice(message.lastIndexOf(": ") + 2) || message);
   }
@@ -103,7 +111,6 @@ export class LineScanner {
   private lineOffset: number;
   /** Offset the next byte is expected at; another means bytes were skipped (a gap). */
   private nextOffset: number;
-  private readonly decoder = new TextDecoder("utf-8");
 
   /** Creates a scanner of `stream` whose first byte is at `from`. */
   constructor(
@@ -120,12 +127,39 @@ export class LineScanner {
     if (offset !== this.nextOffset) this.restartAt(offset);
     this.nextOffset = offset + data.length;
     let start = 0;
-    while (start < data.length) {
-      const end = data.indexOf(newline, start);
-      const stop = end === -1 ? data.length : end;
+    let found: LogMatch | undefined;
+    if (this.partBytes > 0) {
+      // The line gathered so far goes on to its newline.
+      const first = data.indexOf(newline);
+      start = first === -1 ? data.length : first + 1;
+      found = this.feedBytes(data, 0, start);
+    }
+    while (found === undefined && start < data.length) {
+      // Complete lines within a piece's length are decoded at once and matched as string slices
+      // (ten times faster than a line at a time); a longer line, and the last one, are gathered.
+      const cut = data.lastIndexOf(newline, Math.min(data.length - 1, start + this.pattern.pieceBytes));
+      if (cut >= start) {
+        found = this.matchLines(data, start, cut);
+        start = cut + 1;
+        continue;
+      }
+      const next = data.indexOf(newline, start);
+      const end = next === -1 ? data.length : next + 1;
+      found = this.feedBytes(data, start, end);
+      start = end;
+    }
+    return found;
+  }
+
+  /** Gathers `data` from `start` to `end` into lines, matching each one (or piece) it completes. */
+  private feedBytes(data: Uint8Array, start: number, end: number): LogMatch | undefined {
+    while (start < end) {
+      const next = data.indexOf(newline, start);
+      const lineEnd = next === -1 || next >= end ? -1 : next;
+      const stop = lineEnd === -1 ? end : lineEnd;
       // Never gather more than a piece: a line without a newline for megabytes stays bounded.
       const room = this.pattern.pieceBytes - this.partBytes;
-      if (stop - start > room || (stop - start === room && end === -1)) {
+      if (stop - start > room || (stop - start === room && lineEnd === -1)) {
         this.gather(data.subarray(start, start + room));
         const found = this.matchLine(false);
         if (found !== undefined) return found;
@@ -133,12 +167,37 @@ export class LineScanner {
         continue;
       }
       this.gather(data.subarray(start, stop));
-      if (end === -1) break;
+      if (lineEnd === -1) break;
       const found = this.matchLine(true);
       if (found !== undefined) return found;
       // The newline belongs to no line.
       this.lineOffset += 1;
-      start = end + 1;
+      start = lineEnd + 1;
+    }
+    return undefined;
+  }
+
+  /**
+   * Matches the complete lines of `data` from `start` to the newline at `last`, none longer than a
+   * piece, nothing gathered before them; the next line starts after `last`.
+   */
+  private matchLines(data: Uint8Array, start: number, last: number): LogMatch | undefined {
+    const base = this.lineOffset;
+    this.lineOffset = base + last + 1 - start;
+    const block = Buffer.from(data.buffer, data.byteOffset, data.byteLength).toString("utf8", start, last);
+    let lines = 0;
+    for (let index = 0; index <= block.length; lines++) {
+      let end = block.indexOf("\n", index);
+      if (end === -1) end = block.length;
+      const line = block.charCodeAt(end - 1) === carriageReturn ? block.slice(index, end - 1) : block.slice(index, end);
+      const found = this.pattern.regexp.exec(line);
+      if (found !== null) {
+        // Newlines are never part of a UTF-8 sequence nor made by decoding: counting them finds the line's bytes.
+        let lineStart = start;
+        for (let seen = 0; seen < lines; seen++) lineStart = data.indexOf(newline, lineStart) + 1;
+        return this.toMatch(found, line, base + lineStart - start);
+      }
+      index = end + 1;
     }
     return undefined;
   }
@@ -170,9 +229,12 @@ export class LineScanner {
     this.parts = [];
     this.partBytes = 0;
     if (complete && bytes.at(-1) === carriageReturn) bytes = bytes.subarray(0, -1);
-    const line = this.decoder.decode(bytes);
+    const line = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString("utf8");
     const found = this.pattern.regexp.exec(line);
-    if (found === null) return undefined;
+    return found === null ? undefined : this.toMatch(found, line, lineOffset);
+  }
+
+  private toMatch(found: RegExpExecArray, line: string, lineOffset: number): LogMatch {
     return {
       stream: this.stream,
       offset: lineOffset + Buffer.byteLength(line.slice(0, found.index)),

@@ -14,6 +14,9 @@ export const defaultPortIntervalMs = 100;
 /** The most one try at a port may take, in milliseconds, before it counts as failed. */
 const probeTimeoutMs = 2000;
 
+/** Bytes of output a log wait scans before it lets the daemon's other work run (about 2.5 ms of matching). */
+const scanSliceBytes = 256 * 1024;
+
 /** Lines of each stream a failed wait reports, at most. */
 const tailLines = 20;
 
@@ -165,6 +168,7 @@ async function scanUntilMatch(
   bounded: BoundedSignal,
   waitingFor: string,
 ): Promise<LogMatch> {
+  let sinceYield = 0;
   for await (const item of reader.items({ follow: true, signal: bounded.signal })) {
     const scanner = scanners.get(item.stream);
     if (scanner === undefined) continue;
@@ -174,6 +178,13 @@ async function scanUntilMatch(
     }
     const found = scanner.feed(item.offset, item.data);
     if (found !== undefined) return found;
+    // Retained output is read without a pause (the reader's waits are microtasks): megabytes of it
+    // would hold the daemon's loop, so every so often the other calls get their turn.
+    sinceYield += item.data.length;
+    if (sinceYield >= scanSliceBytes) {
+      sinceYield = 0;
+      await new Promise<void>((resolve) => setImmediate(resolve));
+    }
   }
   bounded.throwIfEnded(waitingFor, managed);
   // The output ended: the last lines have no newline.
