@@ -104,6 +104,18 @@ export async function openFileReader(
     async *events(signal) {
       let sent = 0;
       let eof = false;
+      // A regular file's next chunk is read while the consumer takes this one (one chunk ahead at
+      // most, so a slow consumer still pauses the read). A device is read only when asked: bytes
+      // read ahead of a consumer that stops would be lost to everyone else.
+      let ahead: { position: number; buffer: Buffer; count: Promise<number | undefined> } | undefined;
+      const start = (position: number) => {
+        const buffer = Buffer.allocUnsafe(Math.min(chunkBytes, offset + stopAt - position));
+        const count = readAt(fd, buffer, position);
+        reading = count;
+        // Settled by whoever takes it; a read ahead nobody takes must not be an unhandled rejection.
+        count.catch(() => {});
+        return { position, buffer, count };
+      };
       try {
         while (sent < stopAt) {
           signal?.throwIfAborted();
@@ -111,9 +123,8 @@ export async function openFileReader(
             throw new FileError(`the read of ${requested} was closed`, "FILE_BUSY", {
               metadata: { path: requested, errno: "EBADF" },
             });
-          const buffer = Buffer.allocUnsafe(Math.min(chunkBytes, stopAt - sent));
-          const pending = readAt(fd, buffer, offset + sent);
-          reading = pending;
+          const { buffer, count: pending } = ahead ?? start(offset + sent);
+          ahead = undefined;
           const count = await pending.catch((error: unknown) => {
             throw fileErrorOf(error, requested);
           });
@@ -126,6 +137,7 @@ export async function openFileReader(
             eof = true;
             break;
           }
+          if (stat.kind === "file" && sent + count < stopAt && !closed) ahead = start(offset + sent + count);
           yield {
             kind: "chunk",
             offset: offset + sent,

@@ -8,7 +8,10 @@ import type { FilesContext } from "./context.js";
 
 /** Default permission bits of a new file. */
 export const defaultFileMode = 0o644;
-/** Bytes gathered before one write to the file. */
+/**
+ * Bytes gathered before one write to the file. While one such batch is being written (on a thread
+ * of libuv's pool), the next is gathered: an upload holds at most two batches and the piece in hand.
+ */
 const flushBytes = 1024 * 1024;
 
 /** Where and how to write a file. */
@@ -31,8 +34,10 @@ export interface WriteHeader {
  * FileWriter takes the bytes of one write, in order, into a temporary file beside the target, and
  * renames it into place at {@link commit}: a reader sees the old file or the new one, never half of
  * one. {@link abort} (or any failure: a full disk, a size or digest mismatch) removes the temporary
- * file and leaves the old file as it was. Each `write` resolves once its bytes are with the kernel or
- * gathered (at most 1 MiB), so a caller that awaits it reads its source no faster than the disk takes it.
+ * file and leaves the old file as it was. Writes behind: each `write` resolves once its bytes are
+ * gathered and at most one earlier batch (1 MiB) is still being written, so a caller that awaits it
+ * reads its source while the disk takes the previous batch, and no faster than the disk takes them.
+ * A failed batch write fails the next `write` or the `commit`.
  */
 export interface FileWriter {
   /** The target, as answers show it. */
@@ -41,8 +46,13 @@ export interface FileWriter {
   readonly bytesWritten: number;
   /** Takes the next bytes. */
   write(data: Uint8Array): Promise<void>;
-  /** Checks the size and digest, puts the file in place and resolves with its stat. */
-  commit(): Promise<FileStat>;
+  /**
+   * Checks the size and digest, puts the file in place and resolves with its stat. A `signal`
+   * aborted before the rename (the last moment a cancel can stop the write) gives the write up
+   * instead and rejects with the signal's reason: a client that cancels right after its last bytes
+   * does not get its file put in place.
+   */
+  commit(signal?: AbortSignal): Promise<FileStat>;
   /** Gives up: removes the temporary file. Idempotent; a no-op after commit. */
   abort(): Promise<void>;
 }
@@ -132,7 +142,14 @@ class TemporaryFileWriter implements FileWriter {
   private state: WriterState = { kind: "open" };
   private pending: Uint8Array[] = [];
   private pendingBytes = 0;
+  /** Bytes the kernel took. */
   private written = 0;
+  /** Bytes of the batch being written. */
+  private writingBytes = 0;
+  /** The batch being written: settles once it is written or has failed (never rejects). */
+  private writing: Promise<void> | undefined;
+  /** Why the last batch failed, for the next write or the commit to throw. */
+  private failure: { error: unknown } | undefined;
   private readonly hash: Hash | undefined;
   private fdOpen = true;
 
@@ -155,7 +172,7 @@ class TemporaryFileWriter implements FileWriter {
   }
 
   get bytesWritten(): number {
-    return this.written + this.pendingBytes;
+    return this.written + this.writingBytes + this.pendingBytes;
   }
 
   async write(data: Uint8Array): Promise<void> {
@@ -169,15 +186,20 @@ class TemporaryFileWriter implements FileWriter {
     this.hash?.update(data);
     this.pending.push(data);
     this.pendingBytes += data.length;
-    if (this.pendingBytes >= flushBytes) await this.flush();
+    if (this.pendingBytes < flushBytes) return;
+    // One batch written at a time (the fd's offset orders them); this one waits for the last.
+    await this.settled();
+    this.writeBehind();
   }
 
-  async commit(): Promise<FileStat> {
+  async commit(signal?: AbortSignal): Promise<FileStat> {
     if (this.state.kind !== "open") throw new Error(`commit after ${this.state.kind}`);
     const { calls, names } = this.context;
     const requested = this.header.path;
     try {
-      await this.flush();
+      await this.settled();
+      this.writeBehind();
+      await this.settled();
       const expected = this.header.expectedSizeBytes;
       if (expected !== undefined && this.written !== expected)
         throw this.mismatch("expected_size_bytes", String(expected), String(this.written));
@@ -187,6 +209,7 @@ class TemporaryFileWriter implements FileWriter {
       }
       await calls.chmod(this.fd, this.mode);
       await this.closeFile();
+      signal?.throwIfAborted();
       await calls.rename(this.dir, this.temporary, this.dir, this.name, this.header.failIfExists ?? false);
       this.state = { kind: "committed" };
       const raw = await calls.stat(this.dir, this.name);
@@ -204,6 +227,9 @@ class TemporaryFileWriter implements FileWriter {
     this.state = { kind: "aborted" };
     const { calls } = this.context;
     this.pending = [];
+    this.pendingBytes = 0;
+    // A batch being written holds the fd: it is closed after, so its number is never reused under it.
+    await this.writing;
     await this.closeFile();
     await calls.unlink(this.dir, this.temporary, false).catch(() => {});
     await calls.close(this.dir);
@@ -215,19 +241,33 @@ class TemporaryFileWriter implements FileWriter {
     await this.context.calls.close(this.fd);
   }
 
-  private async flush(): Promise<void> {
+  /** Starts writing what is gathered, if anything; the batch before must be done. */
+  private writeBehind(): void {
     if (this.pendingBytes === 0) return;
     const chunks = this.pending;
     const bytes = this.pendingBytes;
     this.pending = [];
     this.pendingBytes = 0;
-    try {
-      await writeAll(this.fd, chunks);
-      this.written += bytes;
-    } catch (error) {
-      await this.abort();
-      throw fileErrorOf(error, this.header.path);
-    }
+    this.writingBytes = bytes;
+    this.writing = writeAll(this.fd, chunks).then(
+      () => {
+        this.written += bytes;
+        this.writingBytes = 0;
+      },
+      (error: unknown) => {
+        this.writingBytes = 0;
+        this.failure = { error };
+      },
+    );
+  }
+
+  /** Waits for the batch being written; throws (after removing the temporary file) if a batch failed. */
+  private async settled(): Promise<void> {
+    await this.writing;
+    this.writing = undefined;
+    if (this.failure === undefined) return;
+    await this.abort();
+    throw fileErrorOf(this.failure.error, this.header.path);
   }
 
   private mismatch(field: string, expected: string, actual: string): FileError {

@@ -115,6 +115,9 @@ export function createFileService(options: FileServiceOptions): ServiceImpl<type
     },
 
     async write(requests: AsyncIterable<WriteRequest>, context: HandlerContext) {
+      // A client that cancels may end its messages first and reset the stream right after: the reset
+      // is seen at once on this signal (the context's comes a turn later), up to the rename.
+      const gone = context.values.get(clientGoneKey) ?? context.signal;
       let release: (() => void) | undefined;
       let writer: FileWriter | undefined;
       try {
@@ -149,13 +152,14 @@ export function createFileService(options: FileServiceOptions): ServiceImpl<type
         }
         // A client that went away mid-upload ends the stream early: its bytes are not put in place.
         throwIfShuttingDown(context.signal);
-        if (context.signal.aborted) throw new ConnectError("the call was cancelled", Code.Canceled);
-        const stat = await writer.commit();
+        if (gone.aborted || context.signal.aborted) throw new ConnectError("the call was cancelled", Code.Canceled);
+        const stat = await writer.commit(gone);
         metrics?.operations.inc({ operation: "write", surface: "rpc", result: "ok" });
         return { stat: toProtoFileInfo(stat) };
       } catch (error) {
         await writer?.abort();
         throwIfShuttingDown(context.signal);
+        if (gone.aborted) throw counted("write", new ConnectError("the call was cancelled", Code.Canceled));
         throw counted("write", toConnectError(error));
       } finally {
         release?.();

@@ -336,7 +336,10 @@ async function serveWrite(
       aborted.dispose();
     }
     signal.throwIfAborted();
-    await writer.commit();
+    // A body cut short ends its iteration like a whole one on HTTP/2 (a reset stream): never commit it.
+    if ("stream" in request ? request.aborted : !request.complete)
+      throw new ConnectError("the client went away", Code.Canceled);
+    await writer.commit(signal);
     outcome.status = 204;
     response.writeHead(204);
     response.end();
