@@ -505,6 +505,47 @@ describe("Watch", () => {
     await done;
   });
 
+  it("never shows a write's temporary file: a write is one create of a new file, one write of a replaced one", async () => {
+    const base = path.join(t.workspace, "uploads");
+    mkdirSync(base);
+    const controller = new AbortController();
+    const events: WatchResponse["event"][] = [];
+    const done = (async () => {
+      for await (const response of grpc.watch({ path: "uploads" }, { signal: controller.signal }))
+        events.push(response.event);
+    })().catch(() => {});
+    await waitFor(() => events.length > 0, { what: "started" });
+    // Several batches of the temporary's writes, a chmod of it, its rename; then a replace, over REST
+    // too; then an upload that fails (its temporary created, written and removed).
+    await writeFile(grpc, "uploads/new.bin", Buffer.alloc(3 * 1024 * 1024 + 5, 1));
+    await writeFile(grpc, "uploads/new.bin", "replaced", { mode: 0o600 });
+    const put = await fetch(`${t.server.url}/v1/files/uploads/rest.bin`, { method: "PUT", body: "over rest" });
+    expect(put.status).toBe(204);
+    await expect(
+      grpc.write(writeParts({ path: "uploads/failed.bin", expectedSizeBytes: 10n }, Buffer.from("short"))),
+    ).rejects.toThrow(/expected_size_bytes/);
+    // A change of our own after all of those: once it is seen, so are they.
+    writeFileSync(path.join(base, "marker"), "");
+    const changes = () =>
+      events
+        .filter((event) => event.case === "change")
+        .map((event) => ({
+          type: event.value.type,
+          path: event.value.path.slice(base.length),
+          oldPath: event.value.oldPath,
+        }));
+    await waitFor(() => changes().some((change) => change.path === "/marker"), { what: "the marker's create" });
+    expect(changes()).toEqual([
+      { type: FileChangeType.CREATE, path: "/new.bin", oldPath: "" },
+      { type: FileChangeType.WRITE, path: "/new.bin", oldPath: "" },
+      { type: FileChangeType.CREATE, path: "/rest.bin", oldPath: "" },
+      { type: FileChangeType.CREATE, path: "/marker", oldPath: "" },
+    ]);
+    expect(readdirSync(base).sort()).toEqual(["marker", "new.bin", "rest.bin"]);
+    controller.abort();
+    await done;
+  });
+
   it("says when events were lost (overflow) and goes on", async () => {
     const base = path.join(t.workspace, "flood");
     mkdirSync(base);

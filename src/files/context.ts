@@ -1,6 +1,7 @@
 import type { OwnerNames } from "./file-stat.js";
 import type { FileCalls } from "./native-calls.js";
 import type { PathResolver } from "./resolve.js";
+import type { TemporaryCommits } from "./temporaries.js";
 
 /** Everything the file operations share: the roots and how paths are found beneath them, the calls, the owners' names. */
 export interface FilesContext {
@@ -12,4 +13,6 @@ export interface FilesContext {
   readonly names: OwnerNames;
   /** Most bytes a read sends of a file without a size. */
   readonly maxUnsizedReadBytes: number;
+  /** Which recent writes replaced a file, for watches to report them as users see them. */
+  readonly commits: TemporaryCommits;
 }

@@ -4,6 +4,7 @@ import { fileStatOf, type FileStat } from "./file-stat.js";
 import { DT_DIR, DT_UNKNOWN, nativeFileFunctions, O_PATH } from "./native-calls.js";
 import type { Location } from "./resolve.js";
 import type { FilesContext } from "./context.js";
+import { isTemporaryName } from "./temporaries.js";
 
 /** Default events one watch holds for a client that reads slowly before it drops them. */
 export const defaultMaxQueuedWatchEvents = 4096;
@@ -62,7 +63,9 @@ export interface WatchOptions {
  * watched directory goes away; `overflow` says events were lost (the kernel's queue, a client too
  * slow for this watch's queue, or a new subdirectory past the kernel's or the watch's limit). A
  * subdirectory created under a recursive watch is watched at once and scanned, so what was created
- * in it before its watch is reported too.
+ * in it before its watch is reported too. The temporary files of writes (`.sandboxd-*.part`) never
+ * appear: a write put in place is one `create` of its path when it made the file, one `write` when
+ * it replaced one.
  */
 export interface FileWatch {
   /** The events, until `signal` aborts or the watch ends; the watch is closed when they stop. */
@@ -111,6 +114,8 @@ type NativeFunctions = NonNullable<ReturnType<typeof nativeFileFunctions>>;
 
 class InotifyWatch {
   private readonly directories = new Map<number, string>();
+  /** Moves of write temporaries seen (by cookie) whose other half may come in a later read. */
+  private readonly temporaryMoves = new Map<number, string>();
   private readonly queue: WatchEvent[] = [];
   private lost = 0;
   private wake: (() => void) | undefined;
@@ -254,6 +259,18 @@ class InotifyWatch {
     }
     const isDirectory = (mask & IN_ISDIR) !== 0;
     const path = name === "" ? directory : `${directory === "/" ? "" : directory}/${name}`;
+    if (!isDirectory && isTemporaryName(name)) {
+      // A write's temporary: its own creation, writes, mode and removal are not the user's changes.
+      if ((mask & IN_MOVED_FROM) !== 0) this.rememberTemporaryMove(cookie, name);
+      return;
+    }
+    if ((mask & IN_MOVED_TO) !== 0 && this.temporaryMoves.has(cookie)) {
+      const temporary = this.temporaryMoves.get(cookie)!;
+      this.temporaryMoves.delete(cookie);
+      const made = this.context.commits.replacedFile(temporary) === false;
+      this.push({ kind: "change", change: made ? "create" : "write", path, oldPath: "", isDirectory: false });
+      return;
+    }
     if (wd === this.topWatch && (mask & (IN_DELETE_SELF | IN_MOVE_SELF | IN_UNMOUNT)) !== 0) {
       const reason =
         (mask & IN_UNMOUNT) !== 0 ? "unmounted" : (mask & IN_MOVE_SELF) !== 0 ? "directory-moved" : "directory-removed";
@@ -282,6 +299,12 @@ class InotifyWatch {
         else this.watchNew(path);
       }
     }
+  }
+
+  /** Remembers a temporary's move until its other half (a few at most: each write has one). */
+  private rememberTemporaryMove(cookie: number, name: string): void {
+    this.temporaryMoves.set(cookie, name);
+    if (this.temporaryMoves.size > 64) this.temporaryMoves.delete(this.temporaryMoves.keys().next().value as number);
   }
 
   /** A watched directory moved within the tree: its watches (and those under it) keep working, under new paths. */
@@ -348,7 +371,7 @@ class InotifyWatch {
           const raw = await calls.stat(dir, name).catch(() => undefined);
           type = raw !== undefined && (raw.mode & fsConstants.S_IFMT) === fsConstants.S_IFDIR ? DT_DIR : DT_UNKNOWN;
         }
-        if (report)
+        if (report && (type === DT_DIR || !isTemporaryName(name)))
           this.push({ kind: "change", change: "create", path: child, oldPath: "", isDirectory: type === DT_DIR });
         if (type !== DT_DIR) continue;
         const sub = await calls

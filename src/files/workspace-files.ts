@@ -4,6 +4,7 @@ import path from "node:path";
 import type { UserIdentity } from "../process/index.js";
 import { errnoOf, FileError, fileErrorOf } from "./errors.js";
 import type { FilesContext } from "./context.js";
+import { TemporaryCommits } from "./temporaries.js";
 import { createOwnerNames, fileStatOf, type FileStat } from "./file-stat.js";
 import { createFileCalls, DT_DIR, DT_LNK, DT_UNKNOWN, O_PATH, type RawStat } from "./native-calls.js";
 import { openFileReader, type FileReader, type ReadOptions } from "./read.js";
@@ -84,6 +85,7 @@ export class WorkspaceFiles {
         calls,
         names: createOwnerNames(),
         maxUnsizedReadBytes: options.maxUnsizedReadBytes ?? defaultMaxUnsizedReadBytes,
+        commits: new TemporaryCommits(),
       },
       handles,
     );

@@ -1,10 +1,11 @@
-import { createHash, randomBytes, type Hash } from "node:crypto";
+import { createHash, type Hash } from "node:crypto";
 import { constants as fsConstants, writev } from "node:fs";
 import path from "node:path";
 import { errnoOf, FileError, fileErrorOf } from "./errors.js";
 import { fileStatOf, type FileStat } from "./file-stat.js";
 import type { Location } from "./resolve.js";
 import type { FilesContext } from "./context.js";
+import { newTemporaryName } from "./temporaries.js";
 
 /** Default permission bits of a new file. */
 export const defaultFileMode = 0o644;
@@ -118,8 +119,7 @@ export async function createFileWriter(
       }
       if (header.mode === undefined && kind === fsConstants.S_IFREG) mode = existing.mode & 0o7777;
     }
-    // Short enough for any name: the target's own may already take the 255 bytes a name may have.
-    temporary = `.sandboxd-${randomBytes(8).toString("hex")}.part`;
+    temporary = newTemporaryName();
     fd = await calls.openAt(
       dir,
       temporary,
@@ -127,7 +127,18 @@ export async function createFileWriter(
       0o600,
     );
     if (header.expectedSizeBytes !== undefined) await calls.allocate(fd, header.expectedSizeBytes);
-    return new TemporaryFileWriter(context, location, dir, name, temporary, fd, mode, header, expectedSha256);
+    return new TemporaryFileWriter(
+      context,
+      location,
+      dir,
+      name,
+      temporary,
+      fd,
+      mode,
+      header,
+      expectedSha256,
+      existing !== undefined,
+    );
   } catch (error) {
     if (fd >= 0) await calls.close(fd);
     if (temporary !== "") await calls.unlink(dir, temporary, false).catch(() => {});
@@ -163,6 +174,8 @@ class TemporaryFileWriter implements FileWriter {
     private readonly mode: number,
     private readonly header: WriteHeader,
     private readonly expectedSha256: string | undefined,
+    /** Whether something was at the target when the write began. */
+    private readonly replacing: boolean,
   ) {
     this.hash = expectedSha256 === undefined ? undefined : createHash("sha256");
   }
@@ -210,6 +223,7 @@ class TemporaryFileWriter implements FileWriter {
       await calls.chmod(this.fd, this.mode);
       await this.closeFile();
       signal?.throwIfAborted();
+      this.context.commits.record(this.temporary, this.replacing);
       await calls.rename(this.dir, this.temporary, this.dir, this.name, this.header.failIfExists ?? false);
       this.state = { kind: "committed" };
       const raw = await calls.stat(this.dir, this.name);
