@@ -30,8 +30,8 @@ const chunkBytes = 1024 * 1024;
 
 /**
  * The file service's figures of issue 22, each beside a baseline of the same run: `size.fileBytes`
- * up and down through gRPC, Connect over HTTP/1.1 and the REST paths beside a local `cp` of the same
- * file; a 4 KiB write and read beside one exec of `true`; a listing of 10,000 entries beside
+ * up and down through gRPC, Connect over HTTP/1.1 and the REST paths, each beside a local `cp` of the
+ * same file to the same disk made just before it (the daemon's CPU for the transfer in its note); a 4 KiB write and read beside one exec of `true`; a listing of 10,000 entries beside
  * `ls -l` of them; and the most the daemon's RSS grew during any transfer (<= 32 MiB).
  */
 export async function measureFiles(daemon: Daemon, size: BenchSize): Promise<Row[]> {
@@ -44,14 +44,6 @@ export async function measureFiles(daemon: Daemon, size: BenchSize): Promise<Row
     const source = path.join(scratch, "source.bin");
     writePattern(source, bytes);
     const rows: Row[] = [];
-    // The baseline: the same bytes copied on the same disk, best of two (the first may warm the cache).
-    const cpMs = Math.min(
-      await timeMs(() => run("cp", [source, path.join(scratch, "copy-1.bin")])),
-      await timeMs(() => run("cp", [source, path.join(scratch, "copy-2.bin")])),
-    );
-    const cpMbps = megabytesPerSecond(bytes, cpMs);
-    rmSync(path.join(scratch, "copy-1.bin"));
-    rmSync(path.join(scratch, "copy-2.bin"));
     // Warm up first (code loaded and compiled, pools at their working size), as test/files-large.test.ts
     // does: the growth measured is each transfer's own.
     writePattern(path.join(daemon.workspace, "warm-up.bin"), 32 * 2 ** 20);
@@ -61,9 +53,23 @@ export async function measureFiles(daemon: Daemon, size: BenchSize): Promise<Row
     }
     await restPut(daemon.url, path.join(daemon.workspace, "warm-up.bin"), "warm-up-copy.bin", 32 * 2 ** 20);
     await restGet(daemon.url, "warm-up-copy.bin");
+    // The baseline of each transfer is a cp of the same file to the same disk just before it: how
+    // fast a disk takes 1 GiB depends on the dirty pages it already holds (on this shared machine a
+    // cp of 1 GiB took 1.6 s with few and 5-11 s at the kernel's dirty limit), so each transfer is
+    // set beside a copy made in the same state. The copy is removed at once (its dirty pages go
+    // with it, unwritten), and so is each upload after its download.
+    const copy = path.join(daemon.workspace, "cp-baseline.bin");
+    const cpMbps = async () => {
+      const elapsed = await timeMs(() => run("cp", [source, copy]));
+      rmSync(copy);
+      return megabytesPerSecond(bytes, elapsed);
+    };
+    // The copies start warm: the source is in the page cache, as the daemon's reads of it will be.
+    await cpMbps();
     let mostGrowth = 0;
     const sampled = async (what: string, transfer: () => Promise<number>) => {
       const start = daemon.rssBytes();
+      const cpuStart = daemon.cpuMs();
       let peak = start;
       const sampler = setInterval(() => (peak = Math.max(peak, daemon.rssBytes())), 50);
       let moved = 0;
@@ -72,9 +78,9 @@ export async function measureFiles(daemon: Daemon, size: BenchSize): Promise<Row
       const growth = (Math.max(peak, daemon.rssBytes()) - start) / 2 ** 20;
       mostGrowth = Math.max(mostGrowth, growth);
       if (moved !== bytes) throw new Error(`${what}: moved ${moved} of ${bytes} bytes`);
-      return megabytesPerSecond(bytes, elapsedMs);
+      return { mbps: megabytesPerSecond(bytes, elapsedMs), cpuMs: daemon.cpuMs() - cpuStart };
     };
-    const transfers: [string, string, () => Promise<number>][] = [
+    const transfers: [string, string, () => Promise<number>, string?][] = [
       ["files-upload-grpc", "upload through Write, gRPC", () => upload(grpc, source, "up-grpc.bin")],
       ["files-upload-http1", "upload through Write, Connect/HTTP1.1", () => upload(http1, source, "up-http1.bin")],
       [
@@ -82,21 +88,33 @@ export async function measureFiles(daemon: Daemon, size: BenchSize): Promise<Row
         "upload through PUT /v1/files, HTTP/1.1",
         () => restPut(daemon.url, source, "up-rest.bin", bytes),
       ],
-      ["files-download-grpc", "download through Read, gRPC", () => download(grpc, "up-grpc.bin")],
-      ["files-download-http1", "download through Read, Connect/HTTP1.1", () => download(http1, "up-http1.bin")],
-      ["files-download-rest", "download through GET /v1/files, HTTP/1.1", () => restGet(daemon.url, "up-rest.bin")],
+      ["files-download-grpc", "download through Read, gRPC", () => download(grpc, "up-grpc.bin"), "up-grpc.bin"],
+      [
+        "files-download-http1",
+        "download through Read, Connect/HTTP1.1",
+        () => download(http1, "up-http1.bin"),
+        "up-http1.bin",
+      ],
+      [
+        "files-download-rest",
+        "download through GET /v1/files, HTTP/1.1",
+        () => restGet(daemon.url, "up-rest.bin"),
+        "up-rest.bin",
+      ],
     ];
-    for (const [id, figure, transfer] of transfers) {
-      const value = await sampled(figure, transfer);
+    for (const [id, figure, transfer, done] of transfers) {
+      const baseline = await cpMbps();
+      const { mbps, cpuMs } = await sampled(figure, transfer);
+      if (done !== undefined) rmSync(path.join(daemon.workspace, done), { force: true });
       rows.push(
         ratioRow(
           {
             id,
             figure: `${formatBytes(bytes)} ${figure}`,
             unit: "MB/s",
-            value,
-            baseline: cpMbps,
-            note: "baseline: cp of the same file on the same disk",
+            value: mbps,
+            baseline,
+            note: `baseline: cp of the same file to the same disk just before; daemon CPU ${(cpuMs / 1000).toFixed(2)} s`,
           },
           "min",
           0.5,
@@ -114,8 +132,6 @@ export async function measureFiles(daemon: Daemon, size: BenchSize): Promise<Row
       verdict: mostGrowth <= 32 ? "pass" : "fail",
       note: `${mostGrowth.toFixed(1)} MiB over the RSS at each transfer's start, after a 32 MiB warm-up through each surface`,
     });
-    for (const name of ["up-grpc.bin", "up-http1.bin", "up-rest.bin"])
-      rmSync(path.join(daemon.workspace, name), { force: true });
 
     // A small file written and read back, beside exec("true"), alternating rounds.
     const small = Buffer.alloc(4096, 7);
