@@ -212,6 +212,8 @@ describe("CommandHandle (seed 001)", () => {
       expect(result.signal).toBe(signal);
       expect(result.exitCode).toBe(exitCode);
       expect(result.status).toBe("killed");
+      expect(result.cause).toBe("killed_on_request");
+      expect(result.exit.killOrigin).toBe("kill_process");
       await waitFor(() => sleepers(marker).length === 0, { what: "the group to be gone" });
     });
   }

@@ -42,6 +42,7 @@ describe("runCommand, blocking (seed 003)", () => {
     expect(result.exitCode).toBe(137);
     expect(result.signal).toBe("SIGKILL");
     expect(result.timedOut).toBe(true);
+    expect(result.cause).toBe("timed_out");
     expect(elapsed).toBeGreaterThanOrEqual(90);
     expect(elapsed).toBeLessThan(3000);
     expect(sleepers(marker)).toEqual([]);

@@ -33,6 +33,7 @@ export type { Command, RunCommandOptions, RunCommandParams } from "./wrappers/in
 export { isExecResult, isProcess, isProcessStatus } from "./wrappers/index.js";
 export type { LogEvent, Process } from "./wrappers/index.js";
 export { processStatuses, type ProcessStatus } from "../shared/process-status.js";
+export { exitCauses, type ExitCause, type KillOrigin, type StartStage } from "../shared/exit-cause.js";
 export type { ProcessDetails, ProcessExit, ResourceLimits, ResourceUsage } from "./core/index.js";
 export { canTransition, sandboxTransitions } from "./lifecycle.js";
 export type { SandboxStatus } from "./lifecycle.js";

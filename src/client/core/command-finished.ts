@@ -9,6 +9,7 @@ import {
 } from "./output.js";
 import type { ProcessExit } from "./process-record.js";
 import type { ProcessStatus } from "../../shared/process-status.js";
+import type { ExitCause } from "../../shared/exit-cause.js";
 
 /**
  * CommandFinished is a command that has exited, with everything it printed, as Vercel Sandbox's
@@ -88,6 +89,14 @@ export class CommandFinished {
   /** Whether the process was killed because its timeout expired. */
   get timedOut(): boolean {
     return this.exit.timedOut;
+  }
+
+  /**
+   * Why the process ended (`exited`, `signaled`, `killed_on_request`, `timed_out`,
+   * `out_of_memory`, `daemon_shutdown`, `start_failed`, `unknown`); `exit` has its detail.
+   */
+  get cause(): ExitCause {
+    return this.exit.cause;
   }
 
   /** Whether exitCode is 0. */

@@ -56,6 +56,7 @@ function countingTarget(): StreamTarget & { received: number } {
         durationMs: 0,
         stdoutBytes: target.received,
         stderrBytes: 0,
+        cause: "exited" as const,
       };
       return new CommandFinished("p", "true", exit, []);
     },

@@ -15,6 +15,7 @@ import { InputStream, type InputAck } from "./input-stream.js";
 import { StreamDecoder, type OutputChunk, type OutputOffsets, type OutputStreamName } from "./output.js";
 import { detailsFromProto, exitFromProto, type ProcessDetails, type ProcessExit } from "./process-record.js";
 import type { ProcessStatus } from "../../shared/process-status.js";
+import type { ExitCause } from "../../shared/exit-cause.js";
 import type { RetainedOutput } from "./retained-output.js";
 import * as readiness from "./readiness.js";
 import type {
@@ -239,6 +240,11 @@ export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
   /** The exit code once known (128 + signal number for a signal), else undefined. */
   get exitCode(): number | undefined {
     return this.record.exit?.exitCode;
+  }
+
+  /** Why the process ended, once known (see ProcessExit.cause). */
+  get cause(): ExitCause | undefined {
+    return this.record.exit?.cause;
   }
 
   /** How the process ended, once known. */

@@ -7,6 +7,14 @@ import type {
   ResourceUsage as ProtoUsage,
 } from "../../../gen/sandbox/v1/sandbox_pb.js";
 import { processStatusFromProto, type ProcessStatus } from "../../shared/process-status.js";
+import {
+  exitCauseFromProto,
+  killOriginFromProto,
+  startStageFromProto,
+  type ExitCause,
+  type KillOrigin,
+  type StartStage,
+} from "../../shared/exit-cause.js";
 
 /** Converts a protobuf status; `error` for an unspecified or unknown value. */
 export function statusFromProto(status: ProtoStatus): ProcessStatus {
@@ -50,6 +58,19 @@ export interface ProcessExit {
    * daemon has none to read (then every figure is unknown, never zero).
    */
   usage?: ResourceUsage;
+  /**
+   * Why it ended: `exited` (on its own, with `exitCode`), `signaled` (a signal from inside the
+   * sandbox), `killed_on_request` (see `killOrigin`), `timed_out`, `out_of_memory` (the kernel, for
+   * the command's own memory), `daemon_shutdown`, `start_failed` (see `startStage`, `errno`) or
+   * `unknown` (the daemon lost track of it, or is older than this field).
+   */
+  cause: ExitCause;
+  /** For `killed_on_request`: what asked for the kill (`kill_process`, `kill_all`, `cancel`, `disconnect`, `deadline`, `send_input`). */
+  killOrigin?: KillOrigin;
+  /** For `start_failed`: the step that failed (`cwd`, `user`, `exec`, `cgroup`, `limits`, `spawn`, `state`). */
+  startStage?: StartStage;
+  /** For `start_failed`: the errno name the step failed with (`"ENOENT"`), when it had one. */
+  errno?: string;
 }
 
 /**
@@ -123,6 +144,10 @@ export function exitFromProto(exited: ProcessExited): ProcessExit | undefined {
     stderrBytes: Number(exited.stderrBytes),
     error: exited.error || undefined,
     usage: exited.usage && usageFromProto(exited.usage),
+    cause: exitCauseFromProto(exited.cause) ?? "unknown",
+    killOrigin: exited.causeDetail && killOriginFromProto(exited.causeDetail.killOrigin),
+    startStage: exited.causeDetail && startStageFromProto(exited.causeDetail.startStage),
+    errno: exited.causeDetail?.errno || undefined,
   };
 }
 

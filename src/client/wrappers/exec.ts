@@ -15,6 +15,7 @@ import {
   type ResourceUsage,
 } from "../core/index.js";
 import { linkSignals } from "../../shared/abort.js";
+import type { ExitCause } from "../../shared/exit-cause.js";
 
 /**
  * The options every Cloudflare-style call takes, as that SDK's `BaseExecOptions`: the command's
@@ -90,6 +91,8 @@ export interface ExecResult {
   signal?: string;
   /** What the command's whole process tree used (CPU, peak memory, I/O), where the daemon can tell. */
   usage?: ResourceUsage;
+  /** Why the command ended: `exited`, `signaled`, `killed_on_request`, `timed_out`, `out_of_memory`... (see ProcessExit.cause). */
+  cause: ExitCause;
 }
 
 /** The result of `exec(command, args, options)`, as the Together sandbox SDK's `exec()`: the exit code and the joined output. */
@@ -285,6 +288,7 @@ export function toExecResult(finished: CommandFinished, command: string, session
     sessionId,
     signal: finished.signal,
     usage: finished.exit.usage,
+    cause: finished.cause,
   };
 }
 

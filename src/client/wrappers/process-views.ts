@@ -2,6 +2,7 @@ import { onAbort } from "../../shared/abort.js";
 import { OutputLostError, StreamDecoder, type ProcessHandle } from "../core/index.js";
 import type { ExecResult } from "./exec.js";
 import { processStatuses, type ProcessStatus } from "../../shared/process-status.js";
+import type { ExitCause } from "../../shared/exit-cause.js";
 
 /**
  * Process is a background process as the Cloudflare Sandbox SDK's `Process` shows it. Every
@@ -22,6 +23,8 @@ export interface Process {
   readonly endTime?: Date | undefined;
   /** Exit code (if completed); 128 + signal number when a signal ended it. */
   readonly exitCode?: number | undefined;
+  /** Why it ended (if it has), as in ProcessExit.cause: `exited`, `signaled`, `killed_on_request`, `out_of_memory`... */
+  readonly cause?: ExitCause | undefined;
   /** Session id, if any. */
   readonly sessionId?: string | undefined;
   /** Signals the process group (SIGTERM by default). */
