@@ -113,6 +113,9 @@ async function probeUntilReady(
   // leaves the one before it.
   const lastFound = new Map<string, string>();
   const lastProbe = () => [...lastFound.values()].join("; ");
+  // One reaction to the exit for the whole wait, not one per pause (a long wait pauses thousands of times).
+  const exited = new AbortController();
+  void wait.process?.exited.then(() => exited.abort());
   for (;;) {
     if (wait.process?.exit !== undefined) throw exitedFirst(wait.process, waitingFor);
     for (const host of hosts) {
@@ -132,8 +135,9 @@ async function probeUntilReady(
     }
     bounded.throwIfEnded(waitingFor, wait.process, { last_probe: lastProbe() });
     // The next try waits for the interval, the exit, the time limit or the caller, whichever comes first.
-    const pause = abortableDelay(intervalMs, bounded.signal).catch(() => {});
-    await (wait.process === undefined ? pause : Promise.race([pause, wait.process.exited]));
+    const pause = linkSignals(bounded.signal, exited.signal);
+    await abortableDelay(intervalMs, pause.signal).catch(() => {});
+    pause.dispose();
     bounded.throwIfEnded(waitingFor, wait.process, { last_probe: lastProbe() });
   }
 }
