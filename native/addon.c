@@ -24,6 +24,9 @@
  *   hideFromSameUser() makes this process not dumpable (PR_SET_DUMPABLE 0): processes of the same
  *       uid can then no longer read its /proc/<pid>/environ or memory, or ptrace it; exec gives the
  *       commands it starts their own, dumpable, state back.
+ *   keepInheritedFdsFromCommands() marks every fd above 2 close-on-exec (close_range with
+ *       CLOSE_RANGE_CLOEXEC, else fcntl on each open fd): an fd this process inherited stays open in it
+ *       but reaches no program it starts. Node opens its own fds close-on-exec already.
  *   execProgram(file, argv) replaces this process with `file argv` (execv: same pid and environment,
  *       stdin/stdout/stderr kept, an empty signal mask); returns only by throwing the error.
  *   becomeSubreaper() makes this process a child subreaper (PR_SET_CHILD_SUBREAPER): a process
@@ -501,6 +504,25 @@ static napi_value hide_from_same_user(napi_env env, napi_callback_info info) {
   return NULL;
 }
 
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
+static napi_value keep_inherited_fds_from_commands(napi_env env, napi_callback_info info) {
+  (void)info;
+#ifdef SYS_close_range
+  if (syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC) == 0) return NULL;
+#endif
+  /* An older kernel: each fd that is open. */
+  long most = sysconf(_SC_OPEN_MAX);
+  if (most < 0 || most > 65536) most = 65536;
+  for (int fd = 3; fd < most; fd++) {
+    int flags = fcntl(fd, F_GETFD);
+    if (flags >= 0 && !(flags & FD_CLOEXEC) && fcntl(fd, F_SETFD, flags | FD_CLOEXEC) != 0) return throw_errno(env, errno, "fcntl");
+  }
+  return NULL;
+}
+
 /* Reads the (string, string[]) arguments of a call; both NULL, or either, when they are missing or wrong. */
 static void read_string_and_strings(napi_env env, napi_callback_info info, char **text, char ***strings) {
   size_t argc = 2;
@@ -597,6 +619,7 @@ NAPI_MODULE_INIT() {
       !export_function(env, exports, "dieWithParent", die_with_parent) ||
       !export_function(env, exports, "becomeSubreaper", become_subreaper) ||
       !export_function(env, exports, "hideFromSameUser", hide_from_same_user) ||
+      !export_function(env, exports, "keepInheritedFdsFromCommands", keep_inherited_fds_from_commands) ||
       !export_function(env, exports, "execProgram", exec_program) ||
       !export_function(env, exports, "configureFilesystem", configure_filesystem) ||
       !sandboxd_register_file_functions(env, exports)) {

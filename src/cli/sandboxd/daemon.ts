@@ -33,6 +33,9 @@ export async function runDaemon(): Promise<void> {
   // Not dumpable, those files belong to root and a command running as the daemon's own user cannot read
   // them; exec gives each command its own dumpable state back.
   loadNativeAddon()?.hideFromSameUser();
+  // What the daemon inherited (an fd a shell or supervisor left open) must reach no command: marked
+  // close-on-exec here, every command can start without the helper's exec that would close it.
+  loadNativeAddon()?.keepInheritedFdsFromCommands?.();
   // Before anything starts: what the commands leave behind (orphans, their zombies) comes back to the
   // daemon, which reaps it, instead of waiting on an init (or on nobody, when the daemon is PID 1).
   const orphans = reapOrphans();

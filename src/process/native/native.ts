@@ -45,6 +45,11 @@ export interface NativeAddon {
   dieWithParent(signal: number): number;
   /** Makes this process non-dumpable: same-uid processes can no longer read its environ or memory. */
   hideFromSameUser(): void;
+  /**
+   * Marks every fd above 2 close-on-exec: an fd this process inherited stays open in it but reaches no
+   * program it starts. Absent from an addon built before it (a checkout not rebuilt since).
+   */
+  keepInheritedFdsFromCommands?(): void;
   /** Replaces this process with `file argv` (execv: same pid and environment, stdio kept); returns only by throwing. */
   execProgram(file: string, argv: readonly string[]): never;
   /**

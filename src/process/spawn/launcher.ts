@@ -380,21 +380,34 @@ function shellQuote(text: string): string {
 
 /**
  * Whether this process holds an fd above 2 that is not close-on-exec: one it inherited (Node opens
- * everything close-on-exec). Such an fd would reach every command spawned without the helper.
+ * everything close-on-exec). Such an fd would reach every command spawned without the helper. The
+ * daemon marks what it inherited close-on-exec at start (`keepInheritedFdsFromCommands`), so this
+ * finds one only in a process embedding the server. An fd gone between the listing and the read
+ * (the listing's own directory fd is one) is not held; when /proc cannot be read, every fd counts as
+ * inherited.
  */
 function hasInheritedFds(): boolean {
+  let entries: string[];
   try {
-    for (const entry of readdirSync("/proc/self/fd")) {
-      const fd = Number(entry);
-      if (fd <= 2) continue;
-      const flags = /^flags:\s+(\d+)/m.exec(readFileSync(`/proc/self/fdinfo/${fd}`, "utf8"))?.[1];
-      // O_CLOEXEC is 02000000 (octal) in the flags fdinfo reports.
-      if (flags !== undefined && (parseInt(flags, 8) & 0o2000000) === 0) return true;
-    }
-    return false;
+    entries = readdirSync("/proc/self/fd");
   } catch {
     return true;
   }
+  for (const entry of entries) {
+    const fd = Number(entry);
+    if (fd <= 2) continue;
+    let info: string;
+    try {
+      info = readFileSync(`/proc/self/fdinfo/${fd}`, "utf8");
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === "ENOENT") continue;
+      return true;
+    }
+    const flags = /^flags:\s+(\d+)/m.exec(info)?.[1];
+    // O_CLOEXEC is 02000000 (octal) in the flags fdinfo reports.
+    if (flags === undefined || (parseInt(flags, 8) & 0o2000000) === 0) return true;
+  }
+  return false;
 }
 
 function findProgram(name: string): string | undefined {
