@@ -185,10 +185,58 @@ describe("sandbox start and exec options", { timeout: 240_000 }, () => {
       stderr: "also\n",
       stdoutOffset: 0,
       stderrOffset: 0,
+      head: { stdout: "", stderr: "" },
+      dropped: [],
     });
     expect((await cli(["logs", "-o", "json", "-f", "json-logs"])).stderr.toString()).toBe(
       "sandbox: -o json prints what is kept now: drop -f\n",
     );
+  });
+
+  it("logs marks the one gap between head and tail on stderr, where it falls; -o json names it; start sets the sizes", async () => {
+    const lines: string[] = [];
+    for (let n = 1; n <= 20_000; n++) lines.push(`${n}\n`);
+    const expected = Buffer.from(lines.join(""));
+    const started = await cli([
+      "start",
+      "--id",
+      "head-tail",
+      "--head-bytes",
+      "100",
+      "--tail-bytes",
+      "1K",
+      "--",
+      "seq",
+      "1",
+      "20000",
+    ]);
+    expect(started.stderr.toString()).toBe("");
+    await exited("head-tail");
+    const logs = await cli(["logs", "head-tail"]);
+    expect(logs.code).toBe(0);
+    const stdout = logs.stdout;
+    // The tail is the last bytes, less 64 bytes of bookkeeping per chunk the daemon holds.
+    const tailFrom = expected.length - (stdout.length - 100);
+    expect(stdout.length - 100).toBeLessThanOrEqual(1024);
+    expect(stdout.length - 100).toBeGreaterThan(1024 - 64 * 4);
+    expect(stdout.equals(Buffer.concat([expected.subarray(0, 100), expected.subarray(tailFrom)]))).toBe(true);
+    const count = (n: number) => n.toLocaleString("en-US");
+    expect(logs.stderr.toString()).toBe(
+      `[... ${count(tailFrom - 100)} bytes of stdout dropped (offsets 100 to ${count(tailFrom)}) ...]\n`,
+    );
+    const json = JSON.parse((await cli(["logs", "-o", "json", "head-tail"])).stdout.toString()) as Record<
+      string,
+      unknown
+    >;
+    expect(json).toMatchObject({
+      head: { stdout: expected.subarray(0, 100).toString(), stderr: "" },
+      stdout: expected.subarray(tailFrom).toString(),
+      stdoutOffset: tailFrom,
+      dropped: [{ stream: "stdout", offset: 100, bytes: tailFrom - 100 }],
+    });
+    const refused = await cli(["start", "--head-bytes", "1G", "--", "true"]);
+    expect(refused.code).not.toBe(0);
+    expect(refused.stderr.toString()).toContain("above the daemon's max-output-bytes");
   });
 
   it("exec -w outside the workspace names the allowed roots", async () => {

@@ -205,7 +205,12 @@ describe("background processes (seed 000)", () => {
       const process = await counted.startProcess("echo out; echo err >&2", { processId: "logs-1" });
       await process.wait();
       calls.length = 0;
-      expect(await counted.getProcessLogs("logs-1")).toEqual({ stdout: "out\n", stderr: "err\n", processId: "logs-1" });
+      expect(await counted.getProcessLogs("logs-1")).toEqual({
+        stdout: "out\n",
+        stderr: "err\n",
+        processId: "logs-1",
+        dropped: [],
+      });
       expect(calls).toEqual(["GetProcessLogs"]);
     } finally {
       await counted.close();

@@ -13,7 +13,7 @@
 export { connect, Sandbox } from "./sandbox.js";
 export type { CloseOptions, SandboxDescription, SandboxOptions } from "./sandbox.js";
 export { ProcessHandle } from "./core/index.js";
-export type { CommandContext, CommandLog, KillOptions, WaitOptions } from "./core/index.js";
+export type { CommandContext, CommandLog, KillOptions, ProcessLogs, WaitOptions } from "./core/index.js";
 export { CommandHandle } from "./wrappers/index.js";
 export { CommandFinished } from "./core/index.js";
 export { DEFAULT_MAX_RETAINED_BYTES } from "./core/index.js";
@@ -65,7 +65,7 @@ export type { SandboxErrorOptions, SandboxErrorReason } from "./core/index.js";
 export { backoffDelay, classifyFailure, defaultReconnectSettings } from "./core/index.js";
 export type { FailureKind, ReconnectSettings } from "./core/index.js";
 export { StreamDecoder } from "./core/index.js";
-export type { OutputChunk, OutputOffsets, OutputStreamName } from "./core/index.js";
+export type { OutputChunk, OutputGap, OutputOffsets, OutputStreamName } from "./core/index.js";
 export type { InputAck } from "./core/index.js";
 export { defaultBaseUrl, isLoopbackHost, resolveDaemonAddress, tokenVariable, urlVariable } from "./core/index.js";
 export type { DaemonAddress, DaemonAddressOptions } from "./core/index.js";

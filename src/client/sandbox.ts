@@ -15,6 +15,7 @@ import {
   toSandboxError,
   type OutputOffsets,
   type ProcessHandle,
+  type ProcessLogs,
   type ReconnectSettings,
   createSandboxConnection,
   type SandboxConnection,
@@ -440,8 +441,12 @@ export class Sandbox implements AsyncDisposable {
     return this.guard((context) => processes.cleanupCompletedProcesses(context));
   }
 
-  /** The output a process's record retains, as text, in one call (Cloudflare-style). ProcessNotFoundError when unknown. */
-  getProcessLogs(id: string): Promise<{ stdout: string; stderr: string; processId: string }> {
+  /**
+   * The output a process's record retains, as text, in one call (Cloudflare-style): each stream's
+   * first bytes and last, with `dropped` naming the gap between them, if any. ProcessNotFoundError
+   * when unknown.
+   */
+  getProcessLogs(id: string): Promise<ProcessLogs & { processId: string }> {
     return this.guard((context) => processes.getProcessLogs(context, id));
   }
 

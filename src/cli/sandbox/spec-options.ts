@@ -24,6 +24,10 @@ export interface SpecFlags {
   cpus?: number;
   /** Most tasks of the command's tree (--tasks). */
   tasks?: number;
+  /** First bytes of each stream the daemon keeps (--head-bytes). */
+  headBytes?: number;
+  /** Last bytes of the output the daemon keeps (--tail-bytes). */
+  tailBytes?: number;
 }
 
 /** The command's own limits of `flags`, as the client's `limits` option; undefined for none. */
@@ -59,6 +63,25 @@ export function parseTasks(text: string): number {
   const tasks = Number(text.trim());
   if (!Number.isSafeInteger(tasks) || tasks < 1) throw new InvalidArgumentError("a whole number of at least 1");
   return tasks;
+}
+
+/** The retention a command's flags ask for: undefined when they name none (the daemon's defaults). */
+export function retentionOf(flags: SpecFlags): { headBytes?: number; tailBytes?: number } | undefined {
+  if (flags.headBytes === undefined && flags.tailBytes === undefined) return undefined;
+  return { headBytes: flags.headBytes, tailBytes: flags.tailBytes };
+}
+
+/** The retention a command's flags ask for, as a ProcessSpec field. */
+export function retentionSpecOf(flags: SpecFlags): { headBytes?: bigint; tailBytes?: bigint } | undefined {
+  const retention = retentionOf(flags);
+  if (retention === undefined) return undefined;
+  const bytes = (value: number | undefined) => (value === undefined ? undefined : BigInt(value));
+  return { headBytes: bytes(retention.headBytes), tailBytes: bytes(retention.tailBytes) };
+}
+
+/** Parses a byte count as {@link parseSize} does (64k, 1m), 0 included. */
+export function parseByteCount(text: string): number {
+  return /^\s*0+\s*$/.test(text) ? 0 : parseSize(text);
 }
 
 /**
@@ -152,6 +175,18 @@ export function addSpecOptions(command: Command, help: { interactive: string; tt
         "--tasks <n>",
         "most processes and threads the command may have at once (default: the daemon's)",
       ).argParser(parseTasks),
+    )
+    .addOption(
+      new Option(
+        "--head-bytes <n>",
+        "first bytes of each stream the daemon keeps for `sandbox logs` (64K, 1M; default: the daemon's, 64 KiB)",
+      ).argParser(parseByteCount),
+    )
+    .addOption(
+      new Option(
+        "--tail-bytes <n>",
+        "last bytes of the output the daemon keeps for `sandbox logs`; what lies between head and tail is dropped (default: the rest of the daemon's --max-output-bytes)",
+      ).argParser(parseByteCount),
     );
 }
 

@@ -4,6 +4,7 @@ import {
   StreamDecoder,
   type DecodedOutput,
   type OutputChunk,
+  type OutputGap,
   type OutputOffsets,
   type OutputStreamName,
 } from "./output.js";
@@ -23,8 +24,10 @@ import type { ExitCause } from "../../shared/exit-cause.js";
  *
  * The output is everything the handle received unless its `maxRetainedBytes` (by default 16 MiB
  * for a background process, unlimited for Exec) made it drop the oldest chunks: then `truncated` is
- * true, `droppedBytes` says how many bytes of each stream are missing from the front, and the
- * text of a stream may begin with U+FFFD where a character was cut.
+ * true, `droppedBytes` says how many bytes of each stream are missing from the front, `dropped`
+ * says where (stream, offset, length), and the text of a stream may begin with U+FFFD where a
+ * character was cut. An Exec hands every byte to the client, so only the client drops; what the
+ * daemon's record of the process kept (its head and tail) is `exit.dropped`.
  */
 export class CommandFinished {
   private decoded?: DecodedOutput;
@@ -50,6 +53,8 @@ export class CommandFinished {
     readonly encoding = "utf-8",
     /** Bytes of each stream dropped from the front because of the handle's `maxRetainedBytes`. */
     readonly droppedBytes: Readonly<OutputOffsets> = { stdout: 0, stderr: 0 },
+    /** What this result lacks, where: the ranges `droppedBytes` counts, stdout's first. */
+    readonly dropped: readonly OutputGap[] = [],
   ) {
     const stdout = asBuffer(joinBytes(received, "stdout"));
     const stderr = asBuffer(joinBytes(received, "stderr"));

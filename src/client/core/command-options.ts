@@ -73,6 +73,13 @@ export interface CommandOptions {
    * print for days. 0 keeps nothing.
    */
   maxRetainedBytes?: number;
+  /**
+   * How much of the output the daemon keeps for `getLogs()` and later readers, in bytes: the first
+   * `headBytes` of each stream and the last `tailBytes` of both, one gap between. Either left out
+   * takes the daemon's default (a 64 KiB head, the tail the rest of its `--max-output-bytes`); more
+   * than that cap in all is refused (INVALID_ARGUMENT, reason RETENTION_ABOVE_LIMIT).
+   */
+  retention?: { headBytes?: number; tailBytes?: number };
   /** Text the command printed, decoded incrementally per stream (never a split character). */
   onOutput?: (stream: OutputStreamName, data: string) => void;
   /** The command exited; `code` as in CommandFinished.exitCode. */
@@ -156,7 +163,18 @@ export function toProcessSpec(
     autoCleanup: options.autoCleanup,
     sudo: options.sudo ?? false,
     limits: options.limits && toProtoLimits(options.limits),
+    retention: options.retention && {
+      headBytes: byteCount(options.retention.headBytes, "retention.headBytes"),
+      tailBytes: byteCount(options.retention.tailBytes, "retention.tailBytes"),
+    },
   };
+}
+
+/** A size in bytes for the wire; undefined stays unset. */
+function byteCount(value: number | undefined, name: string): bigint | undefined {
+  if (value === undefined) return undefined;
+  if (!Number.isSafeInteger(value) || value < 0) throw invalid(`${name} must be a whole number of bytes`);
+  return BigInt(value);
 }
 
 /**
@@ -239,6 +257,7 @@ export const commandOptionNames = optionNames<CommandOptions>({
   encoding: true,
   signal: true,
   maxRetainedBytes: true,
+  retention: true,
   onOutput: true,
   onExit: true,
   onError: true,

@@ -57,6 +57,7 @@ function countingTarget(): StreamTarget & { received: number } {
         stdoutBytes: target.received,
         stderrBytes: 0,
         cause: "exited" as const,
+        dropped: [],
       };
       return new CommandFinished("p", "true", exit, []);
     },

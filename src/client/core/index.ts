@@ -47,12 +47,19 @@ export {
 } from "./errors.js";
 export type { InputAck } from "./input-stream.js";
 export { launch, type LaunchContext } from "./launch.js";
-export { type OutputChunk, type OutputOffsets, type OutputStreamName, StreamDecoder } from "./output.js";
+export {
+  type OutputChunk,
+  type OutputGap,
+  type OutputOffsets,
+  type OutputStreamName,
+  StreamDecoder,
+} from "./output.js";
 export {
   type CommandContext,
   type CommandLog,
   type KillOptions,
   ProcessHandle,
+  type ProcessLogs,
   readProcessLogs,
   type WaitOptions,
 } from "./process-handle.js";

@@ -18,6 +18,19 @@ export interface OutputChunk {
   readonly offset: number;
 }
 
+/**
+ * OutputGap is output that was dropped: `missedBytes` bytes of `stream` from byte `offset` on. The
+ * daemon keeps the first bytes of each stream and the last, so a stream has at most one gap.
+ */
+export interface OutputGap {
+  /** The stream that lost bytes. */
+  readonly stream: OutputStreamName;
+  /** Offset of the first byte dropped. */
+  readonly offset: number;
+  /** How many bytes were dropped; the next kept byte is at `offset + missedBytes`. */
+  readonly missedBytes: number;
+}
+
 /** Byte offsets into both output streams: where the next byte wanted starts. */
 export interface OutputOffsets {
   /** Next stdout byte offset. */

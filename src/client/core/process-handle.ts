@@ -12,8 +12,20 @@ import { CommandStream, type SettledState } from "./command-stream.js";
 import { defaultReconnectSettings, type ReconnectSettings } from "./reconnect-policy.js";
 import { ExecutionTimeoutError, SandboxError, toSandboxError } from "./errors.js";
 import { InputStream, type InputAck } from "./input-stream.js";
-import { StreamDecoder, type OutputChunk, type OutputOffsets, type OutputStreamName } from "./output.js";
-import { detailsFromProto, exitFromProto, type ProcessDetails, type ProcessExit } from "./process-record.js";
+import {
+  StreamDecoder,
+  type OutputChunk,
+  type OutputGap,
+  type OutputOffsets,
+  type OutputStreamName,
+} from "./output.js";
+import {
+  detailsFromProto,
+  exitFromProto,
+  gapFromProto,
+  type ProcessDetails,
+  type ProcessExit,
+} from "./process-record.js";
 import type { ProcessStatus } from "../../shared/process-status.js";
 import type { ExitCause } from "../../shared/exit-cause.js";
 import type { RetainedOutput } from "./retained-output.js";
@@ -222,6 +234,14 @@ export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
     return this.record.details?.sessionId;
   }
 
+  /**
+   * How much of its output the daemon keeps, in bytes: the first `headBytes` of each stream and
+   * the last `tailBytes` of both (see {@link CommandOptions.retention}); undefined until known.
+   */
+  get retention(): { headBytes: number; tailBytes: number } | undefined {
+    return this.record.details?.retention;
+  }
+
   /** Status as last seen by this handle (its stream, `getStatus()` or `kill()`). */
   get status(): ProcessStatus {
     return this.record.exit?.status ?? this.record.details?.status ?? "starting";
@@ -408,8 +428,11 @@ export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
     return this.status;
   }
 
-  /** The output the daemon still retains for this process, as text (one GetProcessLogs call). */
-  async getLogs(): Promise<{ stdout: string; stderr: string }> {
+  /**
+   * The output the daemon still retains for this process, as text (one GetProcessLogs call): each
+   * stream's head and tail, and the gap between them, if any, in `dropped`.
+   */
+  async getLogs(): Promise<ProcessLogs> {
     await this.record.started;
     return readProcessLogs(this.context, this.id, this.options.encoding);
   }
@@ -534,6 +557,7 @@ export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
           retained.retained(),
           this.options.encoding,
           retained.droppedBytes,
+          retained.gaps,
         );
       }
       case "caught-up":
@@ -542,18 +566,38 @@ export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
   }
 }
 
+/**
+ * ProcessLogs is what the daemon keeps of a process's output, as text: per stream its first bytes
+ * (the head) and its last (the tail), with at most one gap between them that `dropped` names.
+ */
+export interface ProcessLogs {
+  /** Standard output kept: the head, then the tail where `dropped` names a gap of stdout between them. */
+  stdout: string;
+  /** Standard error kept, as `stdout`. */
+  stderr: string;
+  /** The gaps, stdout's first: where each stream's head ends (its byte offset) and how many bytes are missing. */
+  dropped: readonly OutputGap[];
+}
+
 /** Reads what the daemon retains of a process's output, as text: one GetProcessLogs call. */
 export async function readProcessLogs(
   context: CommandContext,
   processId: string,
   encoding?: string,
-): Promise<{ stdout: string; stderr: string }> {
+): Promise<ProcessLogs> {
   try {
     const logs = await context.client.getProcessLogs({ processId });
-    const decoder = new StreamDecoder(encoding);
+    // The head and the tail are decoded apart: a character cut by the gap is never glued together.
+    const text = (stream: OutputStreamName, head: Uint8Array | undefined, tail: Uint8Array) => {
+      const decoder = new StreamDecoder(encoding);
+      const before =
+        head === undefined || head.length === 0 ? "" : decoder.decode(stream, head) + decoder.flush(stream);
+      return before + decoder.decode(stream, tail) + decoder.flush(stream);
+    };
     return {
-      stdout: decoder.decode("stdout", logs.stdout) + decoder.flush("stdout"),
-      stderr: decoder.decode("stderr", logs.stderr) + decoder.flush("stderr"),
+      stdout: text("stdout", logs.head?.stdout, logs.stdout),
+      stderr: text("stderr", logs.head?.stderr, logs.stderr),
+      dropped: (logs.head?.dropped ?? []).map(gapFromProto),
     };
   } catch (error) {
     throw toSandboxError(error);

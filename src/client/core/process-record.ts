@@ -1,11 +1,14 @@
 import { constants as osConstants } from "node:os";
 import { timestampDate } from "@bufbuild/protobuf/wkt";
-import type {
-  ProcessStatus as ProtoStatus,
-  ProcessExited,
-  ProcessInfo,
-  ResourceUsage as ProtoUsage,
+import {
+  OutputStream,
+  type OutputGap as ProtoGap,
+  type ProcessStatus as ProtoStatus,
+  type ProcessExited,
+  type ProcessInfo,
+  type ResourceUsage as ProtoUsage,
 } from "../../../gen/sandbox/v1/sandbox_pb.js";
+import type { OutputGap } from "./output.js";
 import { processStatusFromProto, type ProcessStatus } from "../../shared/process-status.js";
 import {
   exitCauseFromProto,
@@ -71,6 +74,12 @@ export interface ProcessExit {
   startStage?: StartStage;
   /** For `start_failed`: the errno name the step failed with (`"ENOENT"`), when it had one. */
   errno?: string;
+  /**
+   * Output the daemon's record dropped, at most one gap per stream (between the first bytes it keeps
+   * and the last): what `getLogs()` and a later `attach()` cannot return. Empty from an Exec, which
+   * hands its caller every byte.
+   */
+  dropped: readonly OutputGap[];
 }
 
 /**
@@ -148,6 +157,16 @@ export function exitFromProto(exited: ProcessExited): ProcessExit | undefined {
     killOrigin: exited.causeDetail && killOriginFromProto(exited.causeDetail.killOrigin),
     startStage: exited.causeDetail && startStageFromProto(exited.causeDetail.startStage),
     errno: exited.causeDetail?.errno || undefined,
+    dropped: exited.dropped.map(gapFromProto),
+  };
+}
+
+/** Converts an OutputGap message. */
+export function gapFromProto(gap: ProtoGap): OutputGap {
+  return {
+    stream: gap.stream === OutputStream.STDERR ? "stderr" : "stdout",
+    offset: Number(gap.offset),
+    missedBytes: Number(gap.missedBytes),
   };
 }
 
@@ -179,6 +198,11 @@ export interface ProcessDetails {
   exit?: ProcessExit;
   /** What it has used so far, read live (getProcess of a running process); its end's usage is in `exit`. */
   usage?: ResourceUsage;
+  /**
+   * How much of its output the daemon keeps, in bytes: the first `headBytes` of each stream and the
+   * last `tailBytes` of both (undefined from a daemon that does not say).
+   */
+  retention?: { headBytes: number; tailBytes: number };
 }
 
 /** Converts a ProcessInfo message. */
@@ -197,6 +221,10 @@ export function detailsFromProto(info: ProcessInfo): ProcessDetails {
     autoCleanup: info.autoCleanup,
     exit: info.exit && exitFromProto(info.exit),
     usage: info.usage && usageFromProto(info.usage),
+    retention: info.retention && {
+      headBytes: Number(info.retention.headBytes ?? 0n),
+      tailBytes: Number(info.retention.tailBytes ?? 0n),
+    },
   };
 }
 

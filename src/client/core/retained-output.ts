@@ -1,4 +1,4 @@
-import type { OutputChunk, OutputOffsets, OutputStreamName } from "./output.js";
+import type { OutputChunk, OutputGap, OutputOffsets, OutputStreamName } from "./output.js";
 
 /**
  * RetainedOutput is the output a handle keeps for its `result`: the chunks in arrival order,
@@ -38,6 +38,13 @@ export class RetainedOutput {
   get droppedBytes(): OutputOffsets {
     const total = (ranges: Array<[number, number]>) => ranges.reduce((sum, [start, end]) => sum + end - start, 0);
     return { stdout: total(this.dropped.stdout), stderr: total(this.dropped.stderr) };
+  }
+
+  /** The ranges dropped, stdout's first, each where it starts and how long it is. */
+  get gaps(): OutputGap[] {
+    return (["stdout", "stderr"] as const).flatMap((stream) =>
+      this.dropped[stream].map(([start, end]) => ({ stream, offset: start, missedBytes: end - start })),
+    );
   }
 
   /** Appends a chunk, dropping the oldest ones while more than the limit is retained. */

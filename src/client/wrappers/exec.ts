@@ -10,6 +10,7 @@ import {
   launch,
   type LaunchContext,
   StreamDecoder,
+  type OutputGap,
   type OutputStreamName,
   commandLine,
   type ResourceUsage,
@@ -25,7 +26,7 @@ import type { ExitCause } from "../../shared/exit-cause.js";
 export interface BaseExecOptions
   extends Pick<
     CommandOptions,
-    "sessionId" | "env" | "cwd" | "encoding" | "args" | "pty" | "sudo" | "input" | "limits"
+    "sessionId" | "env" | "cwd" | "encoding" | "args" | "pty" | "sudo" | "input" | "limits" | "retention"
   > {
   /**
    * Maximum execution time in milliseconds; 0 for none. exec() and execStream() default to the
@@ -93,6 +94,12 @@ export interface ExecResult {
   usage?: ResourceUsage;
   /** Why the command ended: `exited`, `signaled`, `killed_on_request`, `timed_out`, `out_of_memory`... (see ProcessExit.cause). */
   cause: ExitCause;
+  /**
+   * Output this result lacks, where: per stream the offset of the first byte missing and how many
+   * are. Empty from exec(), which receives and keeps every byte; execStream()'s result keeps only
+   * its `maxRetainedBytes`. What the daemon's record kept for later readers is in `getProcessLogs()`.
+   */
+  dropped: readonly OutputGap[];
 }
 
 /** The result of `exec(command, args, options)`, as the Together sandbox SDK's `exec()`: the exit code and the joined output. */
@@ -137,6 +144,7 @@ export const baseExecOptionNames = optionNames<BaseExecOptions>({
   sudo: true,
   input: true,
   limits: true,
+  retention: true,
   timeout: true,
 });
 const execOptionNames = optionNames<ExecOptions>({
@@ -289,6 +297,7 @@ export function toExecResult(finished: CommandFinished, command: string, session
     signal: finished.signal,
     usage: finished.exit.usage,
     cause: finished.cause,
+    dropped: finished.dropped,
   };
 }
 

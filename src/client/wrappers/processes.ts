@@ -11,6 +11,7 @@ import {
   StreamDecoder,
   type OutputOffsets,
   ProcessHandle,
+  type ProcessLogs,
   readProcessLogs,
   exitCodeOf,
 } from "../core/index.js";
@@ -161,11 +162,11 @@ export async function cleanupCompletedProcesses(context: ProcessesContext): Prom
   return counts.reduce((sum, response) => sum + response.removedCount, 0);
 }
 
-/** The output a process's record retains, as text: one GetProcessLogs call. ProcessNotFoundError when unknown. */
-export async function getProcessLogs(
-  context: LaunchContext,
-  id: string,
-): Promise<{ stdout: string; stderr: string; processId: string }> {
+/**
+ * The output a process's record retains, as text: one GetProcessLogs call. Each stream is its head
+ * and its tail; `dropped` names the gap between them, if any. ProcessNotFoundError when unknown.
+ */
+export async function getProcessLogs(context: LaunchContext, id: string): Promise<ProcessLogs & { processId: string }> {
   return { ...(await readProcessLogs(context, id, context.defaults.encoding)), processId: id };
 }
 

@@ -5,7 +5,14 @@ import { escapeControls, jsonForTerminal } from "../escape.js";
 import { CliError, exitCodes } from "../exit-codes.js";
 import { BrokenPipeError, LocalOutput } from "../local-output.js";
 import { onSignals, signalExitCode, sigpipeExitCode } from "../signals.js";
-import { addSpecOptions, commandArgumentHelp, limitsOf, readEnvFiles, type SpecFlags } from "../spec-options.js";
+import {
+  addSpecOptions,
+  commandArgumentHelp,
+  limitsOf,
+  readEnvFiles,
+  retentionSpecOf,
+  type SpecFlags,
+} from "../spec-options.js";
 import { StdinRelay, type InputTarget } from "../stdin-relay.js";
 import { onTerminalResize, RawMode, terminalSize } from "../terminal.js";
 
@@ -143,6 +150,7 @@ class ExecSession {
             sessionId: this.sandbox.sessionId,
             limits: limitsSpec(this.flags),
             stdin: this.flags.interactive === true,
+            retention: retentionSpecOf(this.flags),
             pty:
               this.flags.tty === true
                 ? { cols: size?.cols ?? 0, rows: size?.rows ?? 0, term: process.env.TERM ?? "" }

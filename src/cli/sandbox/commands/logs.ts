@@ -26,7 +26,8 @@ export function createLogsCommand(finish: (code: number) => void): Command {
         "With -f, go on with live output until the process exits (reconnecting if the connection drops). " +
         "--from-offset starts at a byte offset, for example to resume after the bytes already saved: N for stdout " +
         "(stderr from its start; a process with a terminal writes only stdout), N,M for stdout and stderr. " +
-        "Output the daemon no longer keeps is reported on stderr as a gap.",
+        "The daemon keeps the first bytes of each stream and the last; what it dropped between them is marked by a " +
+        "line on stderr, where the gap falls: [... 49,800,000 bytes of stdout dropped ...].",
     )
     .option("-f, --follow", "go on printing live output until the process exits")
     .option(
@@ -37,7 +38,7 @@ export function createLogsCommand(finish: (code: number) => void): Command {
     .addOption(
       new Option(
         "-o, --output <format>",
-        "raw: the bytes on stdout and stderr; json: one object {id, status, exitCode, stdout, stderr, stdoutOffset, stderrOffset} with the text kept (no -f)",
+        "raw: the bytes on stdout and stderr; json: one object {id, status, exitCode, head, stdout, stderr, stdoutOffset, stderrOffset, dropped} with the text kept (no -f)",
       )
         .choices(["raw", "json"])
         .default("raw"),
@@ -98,6 +99,16 @@ async function printJson(sandbox: Sandbox, id: string): Promise<void> {
       stderr: text(logs.stderr),
       stdoutOffset: Number(logs.stdoutOffset),
       stderrOffset: Number(logs.stderrOffset),
+      // Each stream's first bytes, when a gap separates them from `stdout`/`stderr` (from their offsets).
+      head: {
+        stdout: text(logs.head?.stdout ?? new Uint8Array()),
+        stderr: text(logs.head?.stderr ?? new Uint8Array()),
+      },
+      dropped: (logs.head?.dropped ?? []).map((gap) => ({
+        stream: gap.stream === sandboxV1.OutputStream.STDERR ? "stderr" : "stdout",
+        offset: Number(gap.offset),
+        bytes: Number(gap.missedBytes),
+      })),
     }),
   );
 }
@@ -146,9 +157,15 @@ async function follow(sandbox: Sandbox, id: string, from: OutputOffsets, output:
   }
 }
 
-/** One line on stderr about output the daemon dropped before it was read. */
+/**
+ * The line on stderr that marks output the daemon dropped, where it falls among the bytes printed
+ * (stdout keeps its bytes exact for a pipe or a file).
+ */
+export function gapMarker(stream: "stdout" | "stderr", offset: number, missedBytes: number): string {
+  const count = (n: number) => n.toLocaleString("en-US");
+  return `[... ${count(missedBytes)} bytes of ${stream} dropped (offsets ${count(offset)} to ${count(offset + missedBytes)}) ...]\n`;
+}
+
 function reportGap(stream: "stdout" | "stderr", offset: number, missedBytes: number): void {
-  process.stderr.write(
-    `sandbox: ${missedBytes} bytes of ${stream} from offset ${offset} are no longer kept by the daemon\n`,
-  );
+  process.stderr.write(gapMarker(stream, offset, missedBytes));
 }

@@ -2,7 +2,14 @@ import { Command, Option } from "commander";
 import { addConnectionOptions, closeSandbox, openSandbox, type ConnectionFlags } from "../connection.js";
 import { CliError, exitCodes } from "../exit-codes.js";
 import { escapeControls, jsonForTerminal } from "../escape.js";
-import { addSpecOptions, commandArgumentHelp, limitsOf, readEnvFiles, type SpecFlags } from "../spec-options.js";
+import {
+  addSpecOptions,
+  commandArgumentHelp,
+  limitsOf,
+  readEnvFiles,
+  retentionOf,
+  type SpecFlags,
+} from "../spec-options.js";
 import { terminalSize } from "../terminal.js";
 
 /** The flags of `sandbox start`. */
@@ -21,8 +28,8 @@ export function createStartCommand(finish: (code: number) => void): Command {
     .summary("start a background process and print its id")
     .description(
       "Start a command in the background and print its process id, for `sandbox logs`, `attach`, `kill` and `ps`. " +
-        "The process outlives this command; the daemon keeps its output (up to its --max-output-bytes) and its record " +
-        "until a while after it exits.",
+        "The process outlives this command; the daemon keeps its output (the first bytes of each stream and the last, " +
+        "up to its --max-output-bytes; --head-bytes and --tail-bytes choose) and its record until a while after it exits.",
     )
     .usage("[options] [--] <command> [args...]");
   addSpecOptions(command, {
@@ -59,6 +66,7 @@ export async function runStart(argv: string[], flags: StartFlags): Promise<numbe
       stdin: flags.interactive === true ? true : undefined,
       pty: flags.tty === true ? { ...size, term: process.env.TERM } : undefined,
       limits: limitsOf(flags),
+      retention: retentionOf(flags),
     });
     // A program that could not be started has a record in status `error` rather than a refused call.
     if (handle.status === "error")
