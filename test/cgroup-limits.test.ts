@@ -1,7 +1,12 @@
-import { existsSync, readFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Code } from "@connectrpc/connect";
-import { ExitCause } from "../gen/sandbox/v1/sandbox_pb.js";
+import { ExitCause, SandboxService } from "../gen/sandbox/v1/sandbox_pb.js";
+import { type DaemonProcess, startDaemonProcess } from "./support/daemon-process.js";
 import { Launcher } from "../src/process/index.js";
 import { runCli } from "./support/cli.js";
 import { expectReason } from "./support/errors.js";
@@ -221,4 +226,80 @@ describe("a limit the daemon cannot enforce", () => {
     const plain = await collectExec(test.client, { command: "true" });
     expect(plain.exited.usage).toBeUndefined();
   });
+});
+
+const asRoot = process.getuid?.() === 0;
+const setpriv = ["/usr/bin/setpriv", "/bin/setpriv"].find((file) => existsSync(file));
+
+describe("the daemon's start line says what it can enforce and report per command", () => {
+  const daemons: DaemonProcess[] = [];
+  const workspaces: string[] = [];
+  afterAll(async () => {
+    for (const daemon of daemons) {
+      daemon.child.kill("SIGTERM");
+      await daemon.exited();
+    }
+    for (const workspace of workspaces) rmSync(workspace, { recursive: true, force: true });
+  });
+
+  it.skipIf(whyNot !== undefined)(
+    "with writable cgroups: memory and CPU limits, CPU time, peak memory, kills for memory",
+    async () => {
+      const workspace = mkdtempSync(path.join(tmpdir(), "sandboxd-start-line-"));
+      workspaces.push(workspace);
+      const daemon = await startDaemonProcess(["--workspace", workspace]);
+      daemons.push(daemon);
+      await waitFor(() => daemon.stderr().includes("per command:"), { what: "the start line" });
+      expect(daemon.stderr()).toMatch(
+        /per command: limits memory and CPU, usage CPU time, peak memory, kills for memory/,
+      );
+    },
+  );
+
+  it.skipIf(!asRoot || setpriv === undefined)(
+    "as a user without cgroups: limits refused, usage unknown, and an exit record carries no usage",
+    async () => {
+      const workspace = mkdtempSync(path.join(tmpdir(), "sandboxd-start-line-"));
+      workspaces.push(workspace);
+      chmodSync(workspace, 0o777);
+      const daemon = await startDaemonProcess(["--workspace", workspace], {
+        file: setpriv!,
+        args: [
+          "--reuid=65534",
+          "--regid=65534",
+          "--clear-groups",
+          process.execPath,
+          "--import",
+          "tsx",
+          "src/cli/sandboxd.ts",
+        ],
+        env: { ...process.env, HOME: workspace },
+      });
+      daemons.push(daemon);
+      await waitFor(() => daemon.stderr().includes("per command:"), { what: "the start line" });
+      expect(daemon.stderr()).toContain(
+        "per command: no cgroups of its own (not root, or no writable cgroup filesystem): memory and CPU limits are refused, usage and kills for memory unknown",
+      );
+      const session = new Http2SessionManager(daemon.url);
+      try {
+        const client = createClient(
+          SandboxService,
+          createGrpcTransport({ baseUrl: daemon.url, sessionManager: session }),
+        );
+        const plain = await collectExec(client, { command: "true" });
+        expect(plain.exited.exitCode).toBe(0);
+        expect(plain.exited.usage).toBeUndefined();
+        expectReason(
+          await streamError(client.exec({ spec: { command: "true", limits: { memoryBytes: BigInt(64 * mib) } } })),
+          {
+            code: Code.FailedPrecondition,
+            reason: "LIMIT_NOT_ENFORCEABLE",
+            metadata: { field: "limits.memory_bytes", controller: "memory" },
+          },
+        );
+      } finally {
+        session.abort();
+      }
+    },
+  );
 });
