@@ -68,13 +68,13 @@ export interface CgroupCapabilities {
   /** Its tasks are capped in the unified hierarchy here (cgroup v2 pids), not by a pids cgroup of its own elsewhere. */
   readonly tasksLimit: boolean;
   /** Its whole tree is killed at once with the kernel's `cgroup.kill` (else a sweep of its members). */
-  readonly treeKill: "cgroup.kill" | "sweep" | "none";
+  readonly treeKill: "cgroup.kill" | "sweep";
 }
 
 /**
  * ResourceCgroup is the parent of all commands in the memory and cpu controllers (and, for what
  * they use, cpuacct and the unified hierarchy), and makes each command cgroups of its own
- * under it ({@link createCommand}). The parent holds the daemon-wide limits: commands together get
+ * under it ({@link planCommand}). The parent holds the daemon-wide limits: commands together get
  * a memory limit below the daemon's and a CPU weight below its own, so a memory hog is killed by the
  * kernel inside the commands' group rather than the daemon, and a CPU hog cannot starve the
  * daemon's event loop. Each command's own cgroups hold its own limits (so one command cannot push
