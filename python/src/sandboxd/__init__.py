@@ -67,9 +67,20 @@ from .errors import (
 )
 from .files import FileChange, FileChangeType, FileInfo, FileType, OverflowSource, WatchEndReason, WatchEvent, WatchOverflow
 from .lifecycle import SandboxStatus
-from .options import Command, ExecOptions, ProcessOptions, PtySize, ResourceLimits
+from .options import Command, ExecOptions, ProcessOptions, PtySize, ResourceLimits, Retention
 from .output import InputAck, Output, OutputChunk, StreamDecoder, StreamName
-from .records import CommandResult, ExecEvent, ExecResult, ProcessExit, ProcessInfo, ProcessLogs, ProcessStatus, ResourceUsage
+from .records import (
+    CommandResult,
+    ExecEvent,
+    ExecResult,
+    OutputGap,
+    OutputRetention,
+    ProcessExit,
+    ProcessInfo,
+    ProcessLogs,
+    ProcessStatus,
+    ResourceUsage,
+)
 
 __version__ = "0.1.0"
 
@@ -116,7 +127,9 @@ __all__ = [
     "OffsetOutOfRangeError",
     "Output",
     "OutputChunk",
+    "OutputGap",
     "OutputLostError",
+    "OutputRetention",
     "OverflowSource",
     "PathExistsError",
     "PathNotAccessibleError",
@@ -136,6 +149,7 @@ __all__ = [
     "ProcessStatus",
     "ResourceLimits",
     "ResourceUsage",
+    "Retention",
     "Processes",
     "PtyNotOpenError",
     "PtySize",

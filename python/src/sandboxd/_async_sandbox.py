@@ -353,6 +353,7 @@ class AsyncSandbox:
             sudo=options.get("sudo", False),
             session_id=session_id,
             limits=options.get("limits"),
+            retention=options.get("retention"),
             **specific,
         )
         encoding = _checked_encoding(options.get("encoding", self._encoding))

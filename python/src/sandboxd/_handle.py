@@ -39,7 +39,7 @@ from ._sources import (
 from ._transport import SandboxRpc
 from .errors import ExecutionTimeoutError, ProcessNotFoundError, SandboxError, from_rpc_error
 from .output import InputAck, OutputChunk, Output, RetainedOutput, StreamName, join_chunks
-from .records import CommandResult, ProcessExit, ProcessInfo, ProcessLogs, ProcessStatus
+from .records import CommandResult, OutputGap, ProcessExit, ProcessInfo, ProcessLogs, ProcessStatus
 
 #: Default ``max_retained_bytes`` of a background process's handle: 16 MiB.
 DEFAULT_MAX_RETAINED_BYTES = 16 * 1024 * 1024
@@ -492,6 +492,7 @@ class AsyncCommandHandle:
             stderr=joined.stderr,
             output=joined.output,
             dropped_bytes=dict(retained.dropped_bytes),
+            dropped=tuple(OutputGap(stream, offset, missed) for stream, offset, missed in retained.dropped_ranges),
         )
 
     async def _send(self, request: pb.SendInputRequest) -> InputAck:
@@ -559,4 +560,7 @@ async def fetch_logs(context: HandleContext, process_id: str, encoding: str) -> 
         stdout_offset=response.stdout_offset,
         stderr_offset=response.stderr_offset,
         process=ProcessInfo.from_proto(response.process) if response.HasField("process") else None,
+        stdout_head=Output(response.head.stdout, encoding),
+        stderr_head=Output(response.head.stderr, encoding),
+        dropped=tuple(OutputGap.from_proto(gap) for gap in response.head.dropped),
     )

@@ -46,6 +46,20 @@ class ResourceLimits(TypedDict, total=False):
     max_tasks: int
 
 
+class Retention(TypedDict, total=False):
+    """How much of a command's output the daemon keeps for later readers (``logs()``, ``get_process_logs()``):
+    the first ``head_bytes`` of each stream and the last ``tail_bytes`` of both, with one gap between.
+
+    Unset fields take the daemon's defaults (a 64 KiB head, the tail the rest of its ``--max-output-bytes``); more than
+    that cap in all fails with InvalidArgumentError (reason ``RETENTION_ABOVE_LIMIT``).
+    """
+
+    #: Bytes kept from the start of each stream, stdout and stderr each.
+    head_bytes: int
+    #: Bytes kept from the end of the output, both streams together.
+    tail_bytes: int
+
+
 class ExecOptions(TypedDict, total=False):
     """Options of ``exec()`` and ``exec_stream()``: a command run to its end through the Exec call."""
 
@@ -64,6 +78,8 @@ class ExecOptions(TypedDict, total=False):
     sudo: bool
     #: Resource limits of this command alone (memory, CPU, tasks), within the daemon's caps.
     limits: ResourceLimits
+    #: How much of the output the daemon keeps for later readers: the head of each stream and the tail.
+    retention: Retention
     #: Session for grouping, listing and killing; the sandbox's own session by default.
     session_id: str
     #: Encoding of the ``.text`` helpers and text events; the sandbox's (UTF-8) by default.
@@ -92,6 +108,8 @@ class ProcessOptions(TypedDict, total=False):
     sudo: bool
     #: Resource limits of this command alone, as in ExecOptions.
     limits: ResourceLimits
+    #: How much of the output the daemon keeps, as in ExecOptions.
+    retention: Retention
     #: Client-chosen process id; a UUID when absent. A live duplicate is ProcessAlreadyExistsError.
     process_id: str
     #: Session id; the sandbox's by default.
@@ -131,6 +149,7 @@ def build_spec(
     stdin_open: bool = False,
     auto_cleanup: bool | None = None,
     limits: ResourceLimits | None = None,
+    retention: Retention | None = None,
 ) -> pb.ProcessSpec:
     """Builds the ProcessSpec of one command; an invalid option is an InvalidArgumentError before any call."""
     program, args = split_command(command)
@@ -153,7 +172,22 @@ def build_spec(
         spec.auto_cleanup = auto_cleanup
     if limits is not None:
         spec.limits.CopyFrom(limits_message(limits))
+    if retention is not None:
+        spec.retention.CopyFrom(retention_message(retention))
     return spec
+
+
+def retention_message(retention: Retention) -> pb.OutputRetention:
+    """The OutputRetention message of a command's retention; a value of the wrong shape is an InvalidArgumentError."""
+    check_options(retention, Retention, "retention")
+    message = pb.OutputRetention()
+    for name in ("head_bytes", "tail_bytes"):
+        if name in retention:
+            value = retention.get(name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidArgumentError(f"invalid retention.{name}: {value!r} (a whole number of bytes)")
+            setattr(message, name, value)
+    return message
 
 
 def limits_message(limits: ResourceLimits) -> pb.ResourceLimits:

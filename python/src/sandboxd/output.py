@@ -139,6 +139,11 @@ class RetainedOutput:
         """Bytes dropped from the front of each stream so far."""
         return {stream: sum(end - start for start, end in ranges) for stream, ranges in self._dropped.items()}
 
+    @property
+    def dropped_ranges(self) -> list[tuple[StreamName, int, int]]:
+        """The ranges dropped, stdout's first: (stream, offset of the first byte missing, how many are)."""
+        return [(stream, start, end - start) for stream, ranges in self._dropped.items() for start, end in ranges]
+
     def push(self, chunk: OutputChunk) -> None:
         """Keeps a chunk this handle received, dropping the oldest beyond the limit."""
         self._push(chunk, False)

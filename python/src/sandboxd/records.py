@@ -96,6 +96,39 @@ class ResourceUsage:
 
 
 @dataclass(frozen=True, slots=True)
+class OutputGap:
+    """OutputGap is output that was dropped: ``missed_bytes`` bytes of ``stream`` from byte ``offset`` on.
+
+    The daemon keeps the first bytes of each stream (its head) and the last (the tail), so a stream has at most one
+    gap, between them.
+    """
+
+    #: The stream that lost bytes.
+    stream: StreamName
+    #: Offset of the first byte dropped.
+    offset: int
+    #: How many bytes were dropped; the next kept byte is at ``offset + missed_bytes``.
+    missed_bytes: int
+
+    @classmethod
+    def from_proto(cls, gap: pb.OutputGap) -> OutputGap:
+        """Converts an OutputGap message."""
+        stream: StreamName = "stderr" if gap.stream == pb.OUTPUT_STREAM_STDERR else "stdout"
+        return cls(stream=stream, offset=gap.offset, missed_bytes=gap.missed_bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class OutputRetention:
+    """How much of a process's output the daemon keeps: the first ``head_bytes`` of each stream, the last
+    ``tail_bytes`` of both."""
+
+    #: Bytes kept from the start of each stream.
+    head_bytes: int
+    #: Bytes kept from the end of the output, both streams together.
+    tail_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
 class ProcessExit:
     """ProcessExit says how a process ended, as the daemon reported it."""
 
@@ -124,6 +157,9 @@ class ProcessExit:
     error: str | None
     #: What its whole process tree used, from its own cgroups; None where the daemon has none to read.
     usage: ResourceUsage | None = None
+    #: Output the daemon's record dropped, at most one gap per stream (between the first bytes it keeps and the
+    #: last): what ``logs()`` cannot return. Empty from ``exec()``, which hands the client every byte.
+    dropped: tuple[OutputGap, ...] = ()
 
     @classmethod
     def from_proto(cls, exited: pb.ProcessExited) -> ProcessExit | None:
@@ -147,6 +183,7 @@ class ProcessExit:
             stderr_bytes=exited.stderr_bytes,
             error=exited.error or None,
             usage=ResourceUsage.from_proto(exited.usage) if exited.HasField("usage") else None,
+            dropped=tuple(OutputGap.from_proto(gap) for gap in exited.dropped),
         )
 
 
@@ -194,6 +231,8 @@ class ProcessInfo:
     exit: ProcessExit | None
     #: What it has used so far, read live (``get_process`` of a running process); its end's usage is in ``exit``.
     usage: ResourceUsage | None = None
+    #: How much of its output the daemon keeps; None from a daemon that does not say.
+    retention: OutputRetention | None = None
 
     @classmethod
     def from_proto(cls, info: pb.ProcessInfo) -> ProcessInfo:
@@ -214,6 +253,9 @@ class ProcessInfo:
             stderr_bytes=info.stderr_bytes,
             exit=ProcessExit.from_proto(info.exit) if info.HasField("exit") else None,
             usage=ResourceUsage.from_proto(info.usage) if info.HasField("usage") else None,
+            retention=OutputRetention(head_bytes=info.retention.head_bytes, tail_bytes=info.retention.tail_bytes)
+            if info.HasField("retention")
+            else None,
         )
 
     @property
@@ -232,7 +274,9 @@ class CommandResult:
     :class:`~sandboxd.Output` bytes with a ``.text`` helper; with ``pty`` everything is in stdout.
 
     A background process's handle keeps at most ``max_retained_bytes`` of output (16 MiB by default): beyond it the
-    oldest is dropped, ``truncated`` is true and ``dropped_bytes`` says how much of each stream is missing.
+    oldest is dropped, ``truncated`` is true, ``dropped_bytes`` says how much of each stream is missing and
+    ``dropped`` where. ``exec()`` receives and keeps every byte, so only the client drops; what the daemon's record
+    kept for later readers (its head and tail) is ``exit.dropped``.
     """
 
     #: The process id.
@@ -251,6 +295,8 @@ class CommandResult:
     output: Output
     #: Bytes of each stream dropped from the front because of the handle's ``max_retained_bytes``.
     dropped_bytes: dict[StreamName, int]
+    #: What this result lacks, where: the ranges ``dropped_bytes`` counts, stdout's first.
+    dropped: tuple[OutputGap, ...] = ()
 
     @property
     def exit_code(self) -> int:
@@ -294,20 +340,34 @@ ExecResult = CommandResult
 
 @dataclass(frozen=True, slots=True)
 class ProcessLogs:
-    """ProcessLogs is a snapshot of the output the daemon retains for a process."""
+    """ProcessLogs is a snapshot of the output the daemon retains for a process: per stream its first bytes (the
+    head), at most one gap, and its last bytes (the tail). ``stdout`` and ``stderr`` run from their offsets to the
+    newest byte; where a gap lies before them, the head is in ``stdout_head``/``stderr_head`` and the gap in
+    ``dropped``."""
 
     #: The process id.
     process_id: str
-    #: Retained stdout.
+    #: Retained stdout up to the newest byte: everything kept without a gap, else the tail after it.
     stdout: Output
-    #: Retained stderr.
+    #: Retained stderr, as ``stdout``.
     stderr: Output
-    #: Offset of the first retained stdout byte (bytes before it were dropped).
+    #: Offset of the first byte of ``stdout`` (bytes before it are in ``stdout_head`` or were dropped).
     stdout_offset: int
-    #: Offset of the first retained stderr byte.
+    #: Offset of the first byte of ``stderr``.
     stderr_offset: int
     #: The record.
     process: ProcessInfo | None
+    #: The first stdout bytes, from offset 0, when a gap separates them from ``stdout``; empty otherwise.
+    stdout_head: Output = Output(b"")
+    #: The first stderr bytes, as ``stdout_head``.
+    stderr_head: Output = Output(b"")
+    #: What was dropped, at most one gap per stream, stdout's first.
+    dropped: tuple[OutputGap, ...] = ()
+
+    @property
+    def truncated(self) -> bool:
+        """Whether the daemon dropped any of the output."""
+        return bool(self.dropped)
 
 
 _EPOCH = datetime.datetime.fromtimestamp(0, datetime.UTC)
