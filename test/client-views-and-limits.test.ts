@@ -54,8 +54,16 @@ describe("output as text and as bytes, in every shape", () => {
   it("exec results have stdoutBytes and stderrBytes beside the text; a handle's chunks print as text", async () => {
     const result = await sandbox.exec("printf 'tick\\n'; printf '\\377' >&2");
     expect(result.stdout).toBe("tick\n");
+    // The text is decoded when first read, yet the result is a plain object to serialize, spread and assign.
+    expect(JSON.parse(JSON.stringify(result))).toMatchObject({
+      stdout: "tick\n",
+      stderr: "\ufffd",
+    });
+    expect({ ...result }.stdout).toBe("tick\n");
     expect(result.stdoutBytes).toEqual(Buffer.from("tick\n"));
     expect(result.stderrBytes).toEqual(Buffer.from([0xff]));
+    result.stdout = "changed";
+    expect(result.stdout).toBe("changed");
     const handle = await sandbox.startProcess("printf tick");
     const printed: string[] = [];
     // A template string used to print "116,105,99,107": the chunk's data is a Buffer, whose text is its string.

@@ -550,7 +550,7 @@ export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
         this.output.flushText();
         this.options.onExit?.(exit.exitCode);
         const { retained } = this.output;
-        return new CommandFinished(
+        const finished = new CommandFinished(
           this.id,
           this.command,
           exit,
@@ -559,6 +559,9 @@ export class ProcessHandle implements AsyncIterable<OutputChunk>, AsyncDisposabl
           retained.droppedBytes,
           retained.gaps,
         );
+        // The result joined the output once; what the handle keeps becomes views of it.
+        retained.shareWith(finished.chunks);
+        return finished;
       }
       case "caught-up":
         throw new SandboxError("the log stream stopped before the command exited", "NO_EXIT");

@@ -36,6 +36,24 @@ describe("RetainedOutput", () => {
   });
 });
 
+describe("RetainedOutput.shareWith", () => {
+  it("holds the views it is given in place of the chunks, the same bytes at the same offsets", () => {
+    const retained = new RetainedOutput(Number.POSITIVE_INFINITY);
+    retained.push(chunk("stdout", 0, "ab"));
+    retained.push(chunk("stderr", 0, "c"));
+    const finished = new CommandFinished(
+      "p",
+      "c",
+      { status: "completed", exitCode: 0 } as ProcessExit,
+      retained.retained(),
+    );
+    retained.shareWith(finished.chunks);
+    expect(retained.retained()).toEqual(finished.chunks);
+    expect(retained.retained()[0]!.data.buffer).toBe(finished.stdoutBytes().buffer);
+    expect(() => retained.shareWith([])).toThrow();
+  });
+});
+
 describe("CommandFinished", () => {
   const exit = { status: "completed", exitCode: 0 } as ProcessExit;
 

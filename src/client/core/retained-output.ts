@@ -54,6 +54,17 @@ export class RetainedOutput {
     this.trim();
   }
 
+  /**
+   * Holds `views` instead of the retained chunks: the same chunks (stream, offset, bytes), one for
+   * one in the same order, whose bytes live elsewhere (a result's joined output), so the buffers the
+   * chunks arrived in can go.
+   */
+  shareWith(views: readonly OutputChunk[]): void {
+    if (views.length !== this.chunks.length - this.head) throw new Error("views must match the retained chunks");
+    this.chunks = [...views];
+    this.head = 0;
+  }
+
   /** The retained chunks, in arrival order. */
   retained(): OutputChunk[] {
     return this.chunks.slice(this.head);

@@ -280,14 +280,34 @@ export function commandTimedOut(timeoutMs: number, given: boolean, call: string)
   return new ExecutionTimeoutError(timeoutMs, { message });
 }
 
-/** Converts a finished command to an ExecResult. */
+/**
+ * Converts a finished command to an ExecResult. Its text fields are decoded when first read (then
+ * kept): a result whose text nobody reads holds its output once, as bytes, not as bytes and text.
+ */
 export function toExecResult(finished: CommandFinished, command: string, sessionId: string | undefined): ExecResult {
+  // An unknown encoding is refused now, not when the text is first read.
+  new StreamDecoder(finished.encoding);
   return {
     success: finished.exitCode === 0,
     exitCode: finished.exitCode,
-    stdout: finished.stdout(),
-    stderr: finished.stderr(),
-    output: finished.output(),
+    get stdout() {
+      return finished.stdout();
+    },
+    set stdout(value: string) {
+      overwrite(this, "stdout", value);
+    },
+    get stderr() {
+      return finished.stderr();
+    },
+    set stderr(value: string) {
+      overwrite(this, "stderr", value);
+    },
+    get output() {
+      return finished.output();
+    },
+    set output(value: string) {
+      overwrite(this, "output", value);
+    },
     stdoutBytes: asBuffer(finished.stdoutBytes()),
     stderrBytes: asBuffer(finished.stderrBytes()),
     command,
@@ -299,6 +319,11 @@ export function toExecResult(finished: CommandFinished, command: string, session
     cause: finished.cause,
     dropped: finished.dropped,
   };
+}
+
+/** Replaces a result's decoded-on-read field with a plain value, as assigning a plain field would. */
+function overwrite(result: ExecResult, name: "stdout" | "stderr" | "output", value: string): void {
+  Object.defineProperty(result, name, { value, writable: true, enumerable: true, configurable: true });
 }
 
 /** A Buffer over the same memory as `bytes`. */
