@@ -18,6 +18,18 @@ interface ClientRun {
   ms: number;
 }
 
+/** A client process that failed: the last line of what it said. */
+interface Failure {
+  error: string;
+}
+
+/** Resolves with the run, or with its failure (a client that cannot stream the figure fails its row, not the bench). */
+function attempt(run: Promise<ClientRun>): Promise<ClientRun | Failure> {
+  return run.catch((error: Error) => ({
+    error: (error.message.match(/(RangeError|Error|error)[^\n]*/)?.[0] ?? error.message).slice(0, 200),
+  }));
+}
+
 /** The Python of python/.venv (test/side/python.sh makes it), or `$PYTHON`; undefined when neither has grpcio. */
 function findPython(): string | undefined {
   const candidates = [process.env.PYTHON, path.join(repoRoot, "python/.venv/bin/python")].filter(
@@ -56,12 +68,18 @@ export async function measureClientMemory(daemon: Daemon, size: BenchSize): Prom
   const python = findPython();
   const pythonEnv = { ...process.env, PYTHONPATH: path.join(repoRoot, "python/src") };
   const typescript = (url: string, api: string, bytes: number) =>
-    runClient(process.execPath, [bundle, url, api, String(bytes)]);
+    attempt(runClient(process.execPath, [bundle, url, api, String(bytes)]));
   const py = (url: string, api: string, bytes: number) =>
-    runClient(python!, [path.join(repoRoot, "bench/client_stream.py"), url, api, String(bytes)], pythonEnv);
+    attempt(runClient(python!, [path.join(repoRoot, "bench/client_stream.py"), url, api, String(bytes)], pythonEnv));
   const rows: Row[] = [];
-  const growthRow = (id: string, figure: string, run: ClientRun | string, expected: number, goal: boolean): Row => {
-    if (typeof run === "string")
+  const growthRow = (
+    id: string,
+    figure: string,
+    run: ClientRun | Failure | string,
+    expected: number,
+    goal: boolean,
+  ): Row => {
+    if (typeof run === "string" || "error" in run)
       return {
         id,
         figure,
@@ -70,8 +88,8 @@ export async function measureClientMemory(daemon: Daemon, size: BenchSize): Prom
         baseline: null,
         ratio: null,
         goal: goal ? "<= 64 MB" : "-",
-        verdict: "skipped",
-        note: run,
+        verdict: typeof run === "string" ? "skipped" : "fail",
+        note: typeof run === "string" ? run : `the client failed: ${run.error}`,
       };
     const growth = (run.peakRss - run.baseRss) / 1e6;
     const complete = run.bytes === expected;
@@ -127,11 +145,27 @@ export async function measureClientMemory(daemon: Daemon, size: BenchSize): Prom
 
   // Framing: the same stream through a counting proxy (which costs time, so it is not timed).
   const frameBytes = size.clientFrameBytes;
-  const framesRow = async (id: string, language: string, run: (url: string) => Promise<ClientRun>): Promise<Row> => {
+  const framesRow = async (
+    id: string,
+    language: string,
+    run: (url: string) => Promise<ClientRun | Failure>,
+  ): Promise<Row> => {
     const figure = `HTTP/2 DATA frames per MiB of output, ${language} client`;
     const proxy = await startH2DataCounter(new URL(daemon.url));
     try {
       const result = await run(proxy.url);
+      if ("error" in result)
+        return {
+          id,
+          figure,
+          unit: "frames",
+          value: null,
+          baseline: null,
+          ratio: null,
+          goal: "-",
+          verdict: "fail",
+          note: `the client failed: ${result.error}`,
+        };
       const mebibytes = result.bytes / (1024 * 1024);
       return {
         id,
