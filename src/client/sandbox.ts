@@ -349,7 +349,8 @@ export class Sandbox implements AsyncDisposable {
   /**
    * Runs a command as an async iterable of {@link ExecEvent}s, as the Cloudflare Sandbox SDK's
    * `execStream()`: `start`, `stdout`/`stderr` events (text in `data`, bytes in `bytes`), then
-   * `complete` or one `error`. Leaving the loop early kills the command. Time limit: `timeout`, in
+   * `complete` or one `error`. It keeps none of the output it handed over (the `complete` event's
+   * result has empty text) unless `maxRetainedBytes` asks. Leaving the loop early kills the command. Time limit: `timeout`, in
    * milliseconds, by default the sandbox's `timeoutMs` (30 s; 0 for none); its expiry is an `error`
    * event with an ExecutionTimeoutError naming the limit.
    */
