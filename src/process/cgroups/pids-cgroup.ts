@@ -14,6 +14,8 @@ export class PidsCgroup {
   private readonly free: Array<{ directory: string; maxTasks: number }> = [];
   /** pids.max of every child cgroup this made. */
   private readonly caps = new Map<string, number>();
+  /** Whether {@link close} removed the daemon's directory (then {@link create} makes it again). */
+  private closed = false;
   /** Tasks of dead daemons' cgroups killed by {@link detect} so far, in this process. */
   static leftoverTasksKilled = 0;
 
@@ -71,15 +73,18 @@ export class PidsCgroup {
   create(maxTasks: number): { directory: string; procsFile: string } {
     // Recreated if a shutdown removed it (a launcher may outlive one manager); a directory someone
     // else made meanwhile under this name is not adopted: mkdir fails with EEXIST.
-    if (!existsSync(this.directory)) {
+    // Only after a close: no filesystem probe per command otherwise.
+    if (this.closed) {
       this.free.length = 0;
       mkdirSync(this.directory);
+      this.closed = false;
       if (this.maxTasksTotal !== undefined && this.maxTasksTotal > 0)
         writeFileSync(path.join(this.directory, "pids.max"), String(this.maxTasksTotal));
     }
-    // An empty cgroup of an earlier command, with the same cap: no mkdir, no pids.max write.
+    // An empty cgroup of an earlier command, with the same cap: no mkdir, no pids.max write. Kept ones
+    // are this daemon's alone (a sweep of leftovers never touches a live daemon's), until a close.
     const reused = this.free.pop();
-    if (reused !== undefined && reused.maxTasks === maxTasks && existsSync(reused.directory)) {
+    if (reused !== undefined && reused.maxTasks === maxTasks) {
       return { directory: reused.directory, procsFile: path.join(reused.directory, "cgroup.procs") };
     }
     if (reused !== undefined) removeCgroupQuietly(reused.directory);
@@ -108,12 +113,13 @@ export class PidsCgroup {
    */
   async remove(directory: string): Promise<void> {
     for (let attempt = 0; attempt < 50; attempt++) {
-      // One read of cgroup.procs per attempt: this runs once for every command that ends.
-      const members = cgroupMembers(directory);
+      // pids.current first: nothing charged means no task and no zombie, the usual case, in one read
+      // (this runs once for every command that ends); only otherwise are the members listed.
+      const drained = tasksCharged(directory) === 0;
+      const members = drained ? [] : cgroupMembers(directory);
       if (members === undefined) return;
       if (members.length === 0) {
         const maxTasks = this.caps.get(directory);
-        const drained = tasksCharged(directory) === 0;
         if (drained && maxTasks !== undefined && this.free.length < maxFreeCgroups) {
           this.free.push({ directory, maxTasks });
           return;
@@ -142,8 +148,10 @@ export class PidsCgroup {
     }
     try {
       rmdirSync(this.directory);
-    } catch {
-      // Still busy or already gone.
+      this.closed = true;
+    } catch (error) {
+      // Still busy (kept: the next create uses it as it is), or already gone (made again).
+      if ((error as NodeJS.ErrnoException).code === "ENOENT") this.closed = true;
     }
   }
 }
