@@ -38,6 +38,36 @@ const allocate = (mebibytes: number, then = "") => ({
   ],
 });
 
+/**
+ * Starts a command that leaves a double-forked daemon in a session of its own (`setsid`, out of its
+ * process group) and sleeps; resolves with the command's id and the daemon's pid once it runs.
+ */
+async function startWithSetsidDaemon(
+  server: TestServer,
+  pidFile: string,
+  timeoutMs = 0,
+): Promise<{ id: string; daemonPid: number }> {
+  const started = await server.client.startProcess({
+    spec: {
+      command: `setsid sh -c 'sleep 86421 & echo $! > ${pidFile}; wait' > /dev/null 2>&1 < /dev/null & sleep 86421`,
+      timeoutMs,
+    },
+  });
+  const daemonPid = await waitFor<number | undefined>(
+    () => {
+      try {
+        const text = readFileSync(path.join(server.workspace, pidFile), "utf8").trim();
+        return text === "" ? undefined : Number(text);
+      } catch {
+        return undefined;
+      }
+    },
+    { what: "the setsid daemon's pid" },
+  );
+  if (daemonPid === undefined || !isAlive(daemonPid)) throw new Error("the setsid daemon did not start");
+  return { id: started.process!.processId, daemonPid };
+}
+
 /** The argv of a command in argv form. */
 const argv = (command: { command: string; args: string[] }) => [command.command, ...command.args];
 
@@ -104,30 +134,28 @@ describe.skipIf(whyNot !== undefined)("per-command cgroups: limits, usage, memor
     expect(exited.usage?.oomKills).toBe(0);
   });
 
-  it("a double-forked setsid daemon is gone after KillProcess", async () => {
-    const started = await test.client.startProcess({
-      spec: {
-        command: "setsid sh -c 'sleep 86421 & echo $! > daemon.pid; wait' > /dev/null 2>&1 < /dev/null & sleep 86421",
-      },
-    });
-    const id = started.process!.processId;
-    const pidFile = `${test.workspace}/daemon.pid`;
-    const daemonPid = await waitFor<number | undefined>(
-      () => {
-        try {
-          const text = readFileSync(pidFile, "utf8").trim();
-          return text === "" ? undefined : Number(text);
-        } catch {
-          return undefined;
-        }
-      },
-      { what: "the daemon's pid" },
-    );
-    if (daemonPid === undefined) throw new Error("no pid");
-    expect(isAlive(daemonPid)).toBe(true);
-    await test.client.killProcess({ processId: id, signal: "SIGKILL" });
-    await waitForExit(test.client, id);
-    await waitFor(() => !isAlive(daemonPid), { what: "the setsid daemon gone", timeoutMs: 10_000 });
+  it("a double-forked setsid daemon is gone after KillProcess, and after a timeout", async () => {
+    const killed = await startWithSetsidDaemon(test, "killed.pid");
+    await test.client.killProcess({ processId: killed.id, signal: "SIGKILL" });
+    expect((await waitForExit(test.client, killed.id)).cause).toBe(ExitCause.KILLED_ON_REQUEST);
+    await waitFor(() => !isAlive(killed.daemonPid), { what: "the setsid daemon gone", timeoutMs: 10_000 });
+
+    const timed = await startWithSetsidDaemon(test, "timed.pid", 1500);
+    expect((await waitForExit(test.client, timed.id, 30_000)).cause).toBe(ExitCause.TIMED_OUT);
+    await waitFor(() => !isAlive(timed.daemonPid), { what: "the setsid daemon gone", timeoutMs: 10_000 });
+  });
+
+  it("a double-forked setsid daemon is gone after the daemon's shutdown", async () => {
+    const own = await startTestServer({ launcher: Launcher.create({ resources: { memoryBytes: 512 * mib } }) });
+    let closed = false;
+    try {
+      const started = await startWithSetsidDaemon(own, "shutdown.pid");
+      await own.close();
+      closed = true;
+      await waitFor(() => !isAlive(started.daemonPid), { what: "the setsid daemon gone", timeoutMs: 10_000 });
+    } finally {
+      if (!closed) await own.close();
+    }
   });
 
   it("usage is there and plausible: a busy loop's CPU time, and CPU time capped by a quota", async () => {
