@@ -32,6 +32,27 @@ describe("toProcessSpec", () => {
     expect(toProcessSpec("cat", { pty: false }, defaults).pty).toBeUndefined();
   });
 
+  it("sends a command's limits in the daemon's units: bytes, thousandths of a CPU, a weight, tasks", () => {
+    const spec = toProcessSpec(
+      "make",
+      { limits: { memoryBytes: 256 * 1024 * 1024, cpus: 0.5, cpuWeight: 50, maxTasks: 100 } },
+      defaults,
+    );
+    expect(spec.limits).toEqual({ memoryBytes: 268_435_456n, cpuMillis: 500, cpuWeight: 50, maxTasks: 100 });
+    expect(toProcessSpec("make", {}, defaults).limits).toBeUndefined();
+    const refusal = (limits: object) => {
+      try {
+        toProcessSpec("make", { limits } as never, defaults);
+      } catch (error) {
+        return (error as Error).message;
+      }
+      return "accepted";
+    };
+    expect(refusal({ cpus: -1 })).toMatch(/limits.cpus must be a positive number/);
+    expect(refusal({ memoryBytes: 1.5 })).toMatch(/limits.memoryBytes must be a whole number/);
+    expect(refusal({ memory: 5 })).toMatch(/unknown option memory/);
+  });
+
   it("refuses what the daemon would refuse, before any call, with INVALID_ARGUMENT", () => {
     const refused = (options: object, command: unknown = "true") => {
       try {
