@@ -163,7 +163,14 @@ describe("sandbox start and exec options", { timeout: 240_000 }, () => {
     const exec = await cli(["exec", "-o", "json", "--", "sh", "-c", "echo out; echo err >&2; exit 3"]);
     expect(exec.code).toBe(3);
     const result = JSON.parse(exec.stdout.toString()) as Record<string, unknown>;
-    expect(result).toMatchObject({ exitCode: 3, signal: null, timedOut: false, stdout: "out\n", stderr: "err\n" });
+    expect(result).toMatchObject({
+      exitCode: 3,
+      signal: null,
+      timedOut: false,
+      stdout: "out\n",
+      stderr: "err\n",
+      dropped: [],
+    });
     expect(typeof result.id).toBe("string");
     const timed = JSON.parse(
       (await cli(["exec", "-o", "json", "--timeout", "1s", "--", "sleep", "30"])).stdout.toString(),

@@ -157,6 +157,25 @@ describe("OutputBuffer head and tail", () => {
   });
 });
 
+describe("OutputBuffer head and tail read in large messages", () => {
+  it("joins chunks on each side of the gap, never across it, and cuts at the byte limit", async () => {
+    const buffer = new OutputBuffer({ headBytes: 10_000, capacityBytes: 30_000 });
+    const out = pattern(200_000, 12);
+    write(buffer, "stdout", out, 1000);
+    buffer.append("stderr", Buffer.from("err"));
+    const items: OutputItem[] = [];
+    for await (const item of buffer.createReader().items({ follow: false, maxChunkBytes: 7000 })) items.push(item);
+    const tailFrom = buffer.retainedFrom.stdout;
+    const stdout = replay(items, "stdout");
+    expect(stdout.gaps).toEqual([[10_000, tailFrom - 10_000]]);
+    expect(stdout.bytes.equals(Buffer.concat([out.subarray(0, 10_000), out.subarray(tailFrom)]))).toBe(true);
+    expect(replay(items, "stderr").bytes.toString()).toBe("err");
+    for (const item of items) if (item.kind === "chunk") expect(item.data.length).toBeLessThanOrEqual(7000);
+    // The head came in few messages, not one per write.
+    expect(items.filter((item) => item.kind === "chunk" && item.offset < 10_000).length).toBeLessThanOrEqual(3);
+  });
+});
+
 describe("OutputBuffer head and tail under a budget", () => {
   it("trims the tail from its start and keeps the head while the tail has something to give", () => {
     const buffer = new OutputBuffer({ headBytes: 10_000, capacityBytes: 100_000 });

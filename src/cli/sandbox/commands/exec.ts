@@ -10,6 +10,7 @@ import {
   commandArgumentHelp,
   limitsOf,
   readEnvFiles,
+  retentionOf,
   retentionSpecOf,
   type SpecFlags,
 } from "../spec-options.js";
@@ -41,7 +42,7 @@ export function createExecCommand(finish: (code: number) => void): Command {
   command.addOption(
     new Option(
       "-o, --output <format>",
-      "raw: the command's bytes as they come; json: one object {id, exitCode, signal, timedOut, stdout, stderr} at the end (not with -i or -t)",
+      "raw: the command's bytes as they come; json: one object {id, exitCode, signal, timedOut, stdout, stderr, usage, dropped} at the end (not with -i or -t)",
     )
       .choices(["raw", "json"])
       .default("raw"),
@@ -72,7 +73,8 @@ export async function runExec(argv: string[], flags: ExecFlags): Promise<number>
 
 /**
  * `exec -o json`: runs the command to its end (through Exec, so it dies with this client), then prints one
- * object with its id, exit code, signal, whether --timeout killed it, and its output as text; exits with its code.
+ * object with its id, exit code, signal, whether --timeout killed it, its output as text and what of it was
+ * dropped (nothing: Exec hands over every byte); exits with its code.
  */
 async function execToJson(sandbox: Sandbox, argv: string[], flags: ExecFlags): Promise<number> {
   // No limit unless --timeout, as for a plain exec (run's seconds; 0 is none).
@@ -82,6 +84,7 @@ async function execToJson(sandbox: Sandbox, argv: string[], flags: ExecFlags): P
     cwd: flags.workdir,
     timeout: (flags.timeout ?? 0) / 1000,
     limits: limitsOf(flags),
+    retention: retentionOf(flags),
   });
   process.stdout.write(
     jsonForTerminal({
@@ -92,6 +95,8 @@ async function execToJson(sandbox: Sandbox, argv: string[], flags: ExecFlags): P
       stdout: finished.stdout(),
       stderr: finished.stderr(),
       usage: finished.exit.usage ?? null,
+      // What the output above lacks: nothing, as Exec hands over every byte (kept for scripts that check).
+      dropped: finished.dropped.map((gap) => ({ stream: gap.stream, offset: gap.offset, bytes: gap.missedBytes })),
     }),
   );
   return finished.exitCode;
