@@ -262,10 +262,11 @@ export class ProcessManager {
   }
 
   /**
-   * Starts a background process, whose oldest output is dropped once more than its capacity is
-   * retained. Resolves once it runs, or once it failed to start (status error, exit code 127 for a
-   * missing program, 126 for one that cannot be executed). Throws a ProcessError for an invalid
-   * spec, a duplicate live id, a bad working directory, a refused sudo or too many processes.
+   * Starts a background process, whose record keeps the head of each stream and the tail of its
+   * output (see `OutputRetention`; what lies between is dropped). Resolves once it runs, or once it
+   * failed to start (status error, exit code 127 for a missing program, 126 for one that cannot be
+   * executed). Throws a ProcessError for an invalid spec (a retention above the limit included), a
+   * duplicate live id, a bad working directory, a refused sudo or too many processes.
    */
   async start(spec: ProcessSpec, options: StartOptions = {}): Promise<ManagedProcess> {
     return (await this.track(this.startProcess(spec, options, false))).process;

@@ -569,7 +569,7 @@ function firstFrom(chunks: readonly StoredChunk[], start: number, sequence: numb
 /** Where a reader is within an {@link OutputBuffer}. @internal */
 export interface ReaderPosition {
   offsets: StreamOffsets;
-  /** Sequence number of the chunk to look at first. */
+  /** Arrival sequence number of the chunk to look at first (the last one looked at, which may have grown). */
   sequence: number;
 }
 
