@@ -231,6 +231,10 @@ describe("sandbox start and exec options", { timeout: 240_000 }, () => {
     expect(logs.stderr.toString()).toBe(
       `[... ${count(tailFrom - 100)} bytes of stdout dropped (offsets 100 to ${count(tailFrom)}) ...]\n`,
     );
+    // Following from the start gives the same: the head, the marker, then the tail.
+    const followed = await cli(["logs", "-f", "head-tail"]);
+    expect(followed.stdout.equals(stdout)).toBe(true);
+    expect(followed.stderr.toString()).toBe(logs.stderr.toString());
     const json = JSON.parse((await cli(["logs", "-o", "json", "head-tail"])).stdout.toString()) as Record<
       string,
       unknown
