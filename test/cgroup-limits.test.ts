@@ -191,9 +191,13 @@ describe.skipIf(whyNot !== undefined)("per-command cgroups: limits, usage, memor
     ]);
     expect(hog.code).toBe(137);
     const printed = JSON.parse(hog.stdout.toString());
-    expect(printed).toMatchObject({ exitCode: 137, signal: "SIGKILL" });
+    expect(printed).toMatchObject({ exitCode: 137, signal: "SIGKILL", cause: "out_of_memory" });
     expect(printed.usage.oomKills).toBeGreaterThanOrEqual(1);
     expect(printed.usage.memoryPeakBytes).toBeLessThanOrEqual(64 * mib);
+    // Without -o json, the one line on stderr says why.
+    const said = await exec(["--memory", "64m", "--", ...argv(allocate(200))]);
+    expect(said.code).toBe(137);
+    expect(said.stderr.toString()).toMatch(/^sandbox: killed for memory \(SIGKILL\)$/m);
     const tasks = await exec(["--tasks", "3", "--", "sh", "-c", "sleep 5 & sleep 5 & sleep 5 & sleep 5 & wait"]);
     expect(tasks.stderr.toString()).toMatch(/fork|resource|Cannot/i);
     const bad = await exec(["--memory", "lots", "--", "true"]);

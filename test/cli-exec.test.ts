@@ -4,6 +4,7 @@ import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { collect, runCli, spawnCli } from "./support/cli.js";
 import { isAlive, waitFor } from "./support/processes.js";
+import { sleepers } from "./support/rpc.js";
 import { startTestServer, type TestServer } from "./support/server.js";
 
 let t: TestServer;
@@ -42,6 +43,18 @@ describe("sandbox exec without a terminal", () => {
     expect(terminated.code).toBe(143);
     expect(terminated.stderr.toString()).toBe("");
     expect((await exec(["--", "sh", "-c", "kill -KILL $$"])).code).toBe(137);
+  });
+
+  it("says in one line why the command ended when something else killed it (another client's kill-all); -o json says the cause", async () => {
+    const marker = `1000.${Date.now()}`;
+    const running = runCli(["exec", "--", "sleep", marker], { url: t.server.url });
+    await waitFor(() => sleepers(marker).length === 1, { what: "the sleep" });
+    expect((await t.client.killAllProcesses({ signal: "SIGTERM" })).killedCount).toBeGreaterThanOrEqual(1);
+    const killed = await running;
+    expect(killed.code).toBe(143);
+    expectOneLine(killed.stderr, /^sandbox: killed on request \(kill_all\) \(SIGTERM\)\n$/);
+    const json = await exec(["-o", "json", "--", "sh", "-c", "kill -TERM $$"]);
+    expect(JSON.parse(json.stdout.toString())).toMatchObject({ exitCode: 143, signal: "SIGTERM", cause: "signaled" });
   });
 
   it("runs one argument as a shell command line, several as argv, and stops reading flags at the command", async () => {

@@ -24,6 +24,7 @@ interface Row {
   status: string;
   exitCode: number | null;
   signal: string | null;
+  cause: string | null;
   sessionId: string | null;
   startTime: string;
   endTime: string | null;
@@ -209,7 +210,12 @@ describe("sandbox kill", () => {
   it("sends SIGTERM by default", async () => {
     const id = (await cli(["start", "--", "sleep", "30"])).stdout.toString().trim();
     expect((await cli(["kill", id])).code).toBe(0);
-    expect(await exitedRow(id)).toMatchObject({ exitCode: 143, signal: "SIGTERM" });
+    expect(await exitedRow(id)).toMatchObject({ exitCode: 143, signal: "SIGTERM", cause: "killed_on_request" });
+    const line = (await cli(["ps", "-a"])).stdout
+      .toString()
+      .split("\n")
+      .find((candidate) => candidate.startsWith(`${id} `));
+    expect(line).toMatch(/ killed \(SIGTERM, killed on request\) /);
   });
 
   it("reports an unknown process (exit 1) and an unknown signal (exit 2) in one line", async () => {

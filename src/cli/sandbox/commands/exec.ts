@@ -16,6 +16,7 @@ import {
 } from "../spec-options.js";
 import { StdinRelay, type InputTarget } from "../stdin-relay.js";
 import { onTerminalResize, RawMode, terminalSize } from "../terminal.js";
+import { describeExitCause, exitCauseFromProto, killOriginFromProto } from "../../../shared/exit-cause.js";
 
 /** The flags of `sandbox exec`. */
 export interface ExecFlags extends SpecFlags, ConnectionFlags {
@@ -42,7 +43,7 @@ export function createExecCommand(finish: (code: number) => void): Command {
   command.addOption(
     new Option(
       "-o, --output <format>",
-      "raw: the command's bytes as they come; json: one object {id, exitCode, signal, timedOut, stdout, stderr, usage, dropped} at the end (not with -i or -t)",
+      "raw: the command's bytes as they come; json: one object {id, exitCode, signal, timedOut, cause, stdout, stderr, usage, dropped} at the end (not with -i or -t)",
     )
       .choices(["raw", "json"])
       .default("raw"),
@@ -92,6 +93,7 @@ async function execToJson(sandbox: Sandbox, argv: string[], flags: ExecFlags): P
       exitCode: finished.exitCode,
       signal: finished.signal ?? null,
       timedOut: finished.timedOut,
+      cause: finished.cause,
       stdout: finished.stdout(),
       stderr: finished.stderr(),
       usage: finished.exit.usage ?? null,
@@ -223,8 +225,12 @@ class ExecSession {
     this.cleanups.push(() => relay.stop());
   }
 
-  /** The command exited: its exit code, after a line on stderr when it could not start or ran out of time. */
-  private exited(exited: { exitCode?: number; signal: string; timedOut: boolean; error: string }): number {
+  /**
+   * The command exited: its exit code, after a line on stderr when it could not start, ran out of
+   * time, or was killed by something other than itself or this client: for memory, at the daemon's
+   * shutdown, by a kill from another client, or in a way the daemon cannot tell.
+   */
+  private exited(exited: sandboxV1.ProcessExited): number {
     this.cleanup();
     const code = exited.exitCode ?? signalExitCode(exited.signal);
     if (code === undefined)
@@ -232,7 +238,24 @@ class ExecSession {
     if (exited.error !== "") process.stderr.write(`sandbox: ${escapeControls(exited.error)}\n`);
     if (exited.timedOut)
       process.stderr.write(`sandbox: the command ran past --timeout and was killed (${exited.signal || "SIGKILL"})\n`);
+    const cause = exitCauseFromProto(exited.cause);
+    const origin = exited.causeDetail && killOriginFromProto(exited.causeDetail.killOrigin);
+    // This client's own kills (Ctrl-C passed on, a cancel) and a signal from inside say nothing new.
+    const told =
+      cause === "out_of_memory" ||
+      cause === "daemon_shutdown" ||
+      cause === "unknown" ||
+      (cause === "killed_on_request" && (origin === "kill_all" || (origin === "kill_process" && !this.interrupted)));
+    if (told) {
+      const how = exited.signal === "" ? `exit code ${code}` : exited.signal;
+      process.stderr.write(`sandbox: ${describeExitCause(cause, { killOrigin: origin })} (${how})\n`);
+    }
     return code;
+  }
+
+  /** Whether this client passed a SIGINT on to the command (its kill is then this client's own). */
+  private get interrupted(): boolean {
+    return this.state.kind === "running" && this.state.interrupted;
   }
 
   /**

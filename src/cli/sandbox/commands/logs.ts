@@ -6,6 +6,7 @@ import { CliError, exitCodes } from "../exit-codes.js";
 import { aboutProcess } from "../failure.js";
 import { BrokenPipeError, LocalOutput } from "../local-output.js";
 import { resolveProcessId } from "../process-ids.js";
+import { exitCauseFromProto } from "../../../shared/exit-cause.js";
 
 /** The flags of `sandbox logs`. */
 export interface LogsFlags extends ConnectionFlags {
@@ -38,7 +39,7 @@ export function createLogsCommand(finish: (code: number) => void): Command {
     .addOption(
       new Option(
         "-o, --output <format>",
-        "raw: the bytes on stdout and stderr; json: one object {id, status, exitCode, head, stdout, stderr, stdoutOffset, stderrOffset, dropped} with the text kept (no -f)",
+        "raw: the bytes on stdout and stderr; json: one object {id, status, exitCode, cause, head, stdout, stderr, stdoutOffset, stderrOffset, dropped} with the text kept (no -f)",
       )
         .choices(["raw", "json"])
         .default("raw"),
@@ -95,6 +96,7 @@ async function printJson(sandbox: Sandbox, id: string): Promise<void> {
       id: logs.processId,
       status: logs.process === undefined ? null : sandboxV1.ProcessStatus[logs.process.status].toLowerCase(),
       exitCode: logs.process?.exit?.exitCode ?? null,
+      cause: (logs.process?.exit && exitCauseFromProto(logs.process.exit.cause)) ?? null,
       stdout: text(logs.stdout),
       stderr: text(logs.stderr),
       stdoutOffset: Number(logs.stdoutOffset),

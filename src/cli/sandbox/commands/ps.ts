@@ -1,5 +1,6 @@
 import { Command, Option } from "commander";
-import type { CommandHandle, ProcessStatus, ResourceUsage } from "../../../client/index.js";
+import type { CommandHandle, ExitCause, ProcessStatus, ResourceUsage } from "../../../client/index.js";
+import { describeExitCause } from "../../../shared/exit-cause.js";
 import { addConnectionOptions, closeSandbox, openSandbox, type ConnectionFlags } from "../connection.js";
 import { escapeControls, jsonForTerminal } from "../escape.js";
 import { exitCodes } from "../exit-codes.js";
@@ -26,7 +27,8 @@ export function createPsCommand(finish: (code: number) => void): Command {
     .description(
       "List the daemon's live processes of every session, oldest first, as a table, as ids (-q: one a line, for " +
         "`sandbox kill $(sandbox ps -q)`) or as JSON (-o json: an array of objects with id, pid, status, exitCode, " +
-        "signal, sessionId, startTime, endTime, command, args and usage: what an exited process used, as the daemon read " +
+        "signal, cause (why it ended: exited, signaled, killed_on_request, timed_out, out_of_memory, daemon_shutdown, " +
+        "start_failed, unknown), sessionId, startTime, endTime, command, args and usage: what an exited process used, as the daemon read " +
         "it from its cgroups). With -a, all: every process the daemon keeps, " +
         "exited ones included (as `all` means in the TypeScript and Python clients). Control characters in command " +
         "lines are shown escaped (\\e, \\n, \\xNN).",
@@ -46,6 +48,8 @@ export interface ProcessRow {
   status: ProcessStatus;
   exitCode: number | null;
   signal: string | null;
+  /** Why an exited process ended (`exited`, `signaled`, `killed_on_request`, `out_of_memory`...); null while it runs. */
+  cause: ExitCause | null;
   sessionId: string | null;
   startTime: string;
   endTime: string | null;
@@ -78,6 +82,7 @@ function toRow(handle: CommandHandle): ProcessRow {
     status: handle.status,
     exitCode: handle.exitCode ?? null,
     signal: handle.exit?.signal ?? null,
+    cause: handle.exit?.cause ?? null,
     sessionId: handle.sessionId ?? null,
     startTime: handle.startTime.toISOString(),
     endTime: handle.endTime?.toISOString() ?? null,
@@ -111,11 +116,15 @@ function table(rows: readonly ProcessRow[], now: Date): string {
     .join("\n")}\n`;
 }
 
-/** `running`, `completed (0)`, `failed (3)`, `killed (SIGTERM)`. */
+/**
+ * `running`, `completed (0)`, `failed (3)`, `killed (SIGTERM)`; with the cause where it says more than the
+ * exit itself: `killed (SIGKILL, killed for memory)`, `killed (SIGTERM, killed on request)`.
+ */
 function statusText(row: ProcessRow): string {
-  if (row.signal !== null) return `${row.status} (${row.signal})`;
-  if (row.exitCode !== null) return `${row.status} (${row.exitCode})`;
-  return row.status;
+  const how = row.signal ?? (row.exitCode === null ? undefined : String(row.exitCode));
+  if (how === undefined) return row.status;
+  const cause = row.cause === null || row.cause === "exited" ? "" : `, ${describeExitCause(row.cause)}`;
+  return `${row.status} (${how}${cause})`;
 }
 
 /** How long ago `start` was, as kubectl's AGE column says it: 42s, 5m, 3h, 2d. */

@@ -93,7 +93,7 @@ export function createWaitCommand(finish: (code: number) => void): Command {
         .summary("wait until a process exits and print its exit code")
         .description(
           "Wait until a process exits and print its exit code (128 + n when signal n ended it), as docker wait " +
-            'does; -o json prints {"exitCode", "status", "signal"}.',
+            'does; -o json prints {"exitCode", "status", "signal", "cause"}.',
         )
         .argument("<id>", "the process (an id, or the start of one)"),
     ).action(async (id: string, flags: WaitFlags) => finish(await runWaitExit(id, flags))),
@@ -158,7 +158,12 @@ export async function runWaitExit(typed: string, flags: WaitFlags): Promise<numb
     const handle = await processHandle(sandbox, typed);
     const exit = await handle.waitForExit({ timeout: flags.timeout });
     if (flags.output === "json")
-      return jsonForTerminal({ exitCode: exit.exitCode, status: exit.status, signal: exit.signal ?? null });
+      return jsonForTerminal({
+        exitCode: exit.exitCode,
+        status: exit.status,
+        signal: exit.signal ?? null,
+        cause: exit.cause,
+      });
     return `${exit.exitCode}\n`;
   });
 }
