@@ -2,6 +2,7 @@ import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import pino, { type Logger } from "pino";
 import { sandboxdVersion } from "../shared/version.js";
 import { exitCauses } from "../shared/exit-cause.js";
+import { createLogDestination } from "./log-destination.js";
 import { createPrettyStream } from "./pretty-stream.js";
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from "prom-client";
 import { memoryReclaims, type ProcessDescription, type ProcessExit, type ProcessManager } from "../process/index.js";
@@ -26,7 +27,8 @@ export interface LoggerOptions {
 /**
  * Creates the daemon's logger: pino, JSON lines on stderr with a time, a level name and a message;
  * pretty lines (pino-pretty, in-process) when asked or when stderr is a terminal. pino writes a line
- * with a few microseconds of work and no thread, which is what a line per call needs.
+ * with a few microseconds of work and no thread, which is what a line per call needs; JSON lines are
+ * held up to 100 ms and written together (see {@link createLogDestination}: what a crash may lose).
  */
 export function createLogger(options: LoggerOptions = {}): Logger {
   const pretty = options.format === "pretty" || (options.format === undefined && process.stderr.isTTY === true);
@@ -44,7 +46,7 @@ export function createLogger(options: LoggerOptions = {}): Logger {
     forPeople.add(logger);
     return logger;
   }
-  return pino(base, options.destination ?? pino.destination({ fd: 2, sync: true }));
+  return pino(base, options.destination ?? createLogDestination());
 }
 
 /** Loggers writing pretty lines for a person (see {@link createLogger}). */

@@ -64,6 +64,8 @@ export async function runDaemon(): Promise<void> {
     server = await startServer({ ...command.options, logger, log: (message) => logger.warn(message) });
   } catch (error) {
     const { message, fix } = startFailure(error as NodeJS.ErrnoException, command.options);
+    // What was logged before the failure comes before its message.
+    logger.flush();
     failToStart(message, fix, 1);
   }
   logger.info(
@@ -95,6 +97,8 @@ export async function runDaemon(): Promise<void> {
   const [summary, ...warnings] = securitySummary(command.options, server, orphans).split("; WARNING: ");
   logger.info(`sandboxd: ${summary}`);
   for (const warning of warnings) logger.warn(`sandboxd: ${warning}`);
+  // The start-up lines at once (routine lines are held up to 100 ms): whoever started the daemon waits for them.
+  logger.flush();
   reclaimMemoryAsDaemon();
   let stopping = false;
   const stop = (signal: NodeJS.Signals) => {
