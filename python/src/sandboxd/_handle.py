@@ -39,7 +39,7 @@ from ._sources import (
 from ._transport import SandboxRpc
 from .errors import ExecutionTimeoutError, ProcessNotFoundError, SandboxError, from_rpc_error
 from .output import InputAck, OutputChunk, Output, RetainedOutput, StreamName, join_chunks
-from .records import CommandResult, OutputGap, ProcessExit, ProcessInfo, ProcessLogs, ProcessStatus
+from .records import CommandResult, ExitCause, OutputGap, ProcessExit, ProcessInfo, ProcessLogs, ProcessStatus
 
 #: Default ``max_retained_bytes`` of a background process's handle: 16 MiB.
 DEFAULT_MAX_RETAINED_BYTES = 16 * 1024 * 1024
@@ -226,6 +226,11 @@ class AsyncCommandHandle:
     def exit_code(self) -> int | None:
         """The exit code once known (128 + the signal number for a signal), else None."""
         return self._exit.exit_code if self._exit else None
+
+    @property
+    def cause(self) -> ExitCause | None:
+        """Why the process ended, once known (see :class:`ExitCause`), else None."""
+        return self._exit.cause if self._exit else None
 
     @property
     def last_stdout_offset(self) -> int:

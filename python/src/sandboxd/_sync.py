@@ -16,7 +16,7 @@ from ._readiness import ListeningPort, LogMatch, PortMode, PortReady
 from .lifecycle import SandboxStatus
 from .options import Command, ExecOptions, ProcessOptions, check_options
 from .output import InputAck, OutputChunk, StreamName
-from .records import CommandResult, ExecEvent, ProcessExit, ProcessInfo, ProcessLogs, ProcessStatus
+from .records import CommandResult, ExecEvent, ExitCause, ProcessExit, ProcessInfo, ProcessLogs, ProcessStatus
 
 
 class CommandHandle:
@@ -94,6 +94,11 @@ class CommandHandle:
     def exit_code(self) -> int | None:
         """The exit code once known."""
         return self._handle.exit_code
+
+    @property
+    def cause(self) -> ExitCause | None:
+        """Why the process ended, once known (see :class:`ExitCause`), else None."""
+        return self._handle.cause
 
     @property
     def last_stdout_offset(self) -> int:

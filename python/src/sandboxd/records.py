@@ -51,6 +51,54 @@ _TO_PROTO: dict[ProcessStatus, pb.ProcessStatus] = {
 _FROM_PROTO: dict[int, ProcessStatus] = {int(value): status for status, value in _TO_PROTO.items()}
 
 
+class ExitCause(StrEnum):
+    """ExitCause says why a process ended; ``status``, ``exit_code`` and ``signal`` say how."""
+
+    #: It exited on its own, with its exit code (zero or not).
+    EXITED = "exited"
+    #: A signal the daemon did not send ended it: another process in the sandbox, or the command itself.
+    SIGNALED = "signaled"
+    #: A client asked for its end (kill, kill-all, SendInput's signal, a cancelled or disconnected call): see
+    #: ``ProcessExit.kill_origin``.
+    KILLED_ON_REQUEST = "killed_on_request"
+    #: Its timeout expired and the daemon killed it.
+    TIMED_OUT = "timed_out"
+    #: The kernel killed a process of the command for lack of memory in the command's own memory cgroup (read
+    #: from the cgroup, never guessed from SIGKILL).
+    OUT_OF_MEMORY = "out_of_memory"
+    #: The daemon was shutting down and killed it.
+    DAEMON_SHUTDOWN = "daemon_shutdown"
+    #: It never ran its program (or was stopped as it started): see ``start_stage`` and ``errno``.
+    START_FAILED = "start_failed"
+    #: The daemon cannot tell (it lost track of the process, or is older than this field).
+    UNKNOWN = "unknown"
+
+    @classmethod
+    def from_proto(cls, cause: int) -> ExitCause:
+        """Converts a protobuf cause; ``UNKNOWN`` for an unspecified or unknown value."""
+        return _CAUSE_FROM_PROTO.get(cause, ExitCause.UNKNOWN)
+
+
+_CAUSE_FROM_PROTO: dict[int, ExitCause] = {
+    int(pb.EXIT_CAUSE_EXITED): ExitCause.EXITED,
+    int(pb.EXIT_CAUSE_SIGNALED): ExitCause.SIGNALED,
+    int(pb.EXIT_CAUSE_KILLED_ON_REQUEST): ExitCause.KILLED_ON_REQUEST,
+    int(pb.EXIT_CAUSE_TIMED_OUT): ExitCause.TIMED_OUT,
+    int(pb.EXIT_CAUSE_OUT_OF_MEMORY): ExitCause.OUT_OF_MEMORY,
+    int(pb.EXIT_CAUSE_DAEMON_SHUTDOWN): ExitCause.DAEMON_SHUTDOWN,
+    int(pb.EXIT_CAUSE_START_FAILED): ExitCause.START_FAILED,
+    int(pb.EXIT_CAUSE_UNKNOWN): ExitCause.UNKNOWN,
+}
+
+
+def _enum_name(value: int, names: dict[int, str], prefix: str) -> str | None:
+    """The lower-case name of a protobuf enum value without its prefix; None for 0 (unspecified)."""
+    if value == 0:
+        return None
+    name = names.get(value)
+    return name.removeprefix(prefix).lower() if name is not None else None
+
+
 @dataclass(frozen=True, slots=True)
 class ResourceUsage:
     """ResourceUsage is what a command's whole process tree used, read by the daemon from the command's own cgroups.
@@ -160,6 +208,16 @@ class ProcessExit:
     #: Output the daemon's record dropped, at most one gap per stream (between the first bytes it keeps and the
     #: last): what ``logs()`` cannot return. Empty from ``exec()``, which hands the client every byte.
     dropped: tuple[OutputGap, ...] = ()
+    #: Why it ended (see :class:`ExitCause`); ``UNKNOWN`` from a daemon older than this field.
+    cause: ExitCause = ExitCause.UNKNOWN
+    #: For ``KILLED_ON_REQUEST``: what asked for the kill (``"kill_process"``, ``"kill_all"``, ``"cancel"``,
+    #: ``"disconnect"``, ``"deadline"``, ``"send_input"``).
+    kill_origin: str | None = None
+    #: For ``START_FAILED``: the step that failed (``"cwd"``, ``"user"``, ``"exec"``, ``"cgroup"``, ``"limits"``,
+    #: ``"spawn"``, ``"state"``).
+    start_stage: str | None = None
+    #: For ``START_FAILED``: the errno name the step failed with (``"ENOENT"``), when it had one.
+    errno: str | None = None
 
     @classmethod
     def from_proto(cls, exited: pb.ProcessExited) -> ProcessExit | None:
@@ -184,7 +242,15 @@ class ProcessExit:
             error=exited.error or None,
             usage=ResourceUsage.from_proto(exited.usage) if exited.HasField("usage") else None,
             dropped=tuple(OutputGap.from_proto(gap) for gap in exited.dropped),
+            cause=ExitCause.from_proto(exited.cause),
+            kill_origin=_enum_name(exited.cause_detail.kill_origin, _KILL_ORIGINS, "KILL_ORIGIN_"),
+            start_stage=_enum_name(exited.cause_detail.start_stage, _START_STAGES, "START_STAGE_"),
+            errno=exited.cause_detail.errno or None,
         )
+
+
+_KILL_ORIGINS: dict[int, str] = {value.number: value.name for value in pb.KillOrigin.DESCRIPTOR.values}
+_START_STAGES: dict[int, str] = {value.number: value.name for value in pb.StartStage.DESCRIPTOR.values}
 
 
 def exit_code_of(exited: pb.ProcessExited) -> int | None:
@@ -322,6 +388,11 @@ class CommandResult:
     def timed_out(self) -> bool:
         """Whether the process was killed because its timeout expired."""
         return self.exit.timed_out
+
+    @property
+    def cause(self) -> ExitCause:
+        """Why the process ended (see :class:`ExitCause`); ``exit`` has its detail."""
+        return self.exit.cause
 
     @property
     def duration(self) -> float:
