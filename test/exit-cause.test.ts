@@ -5,6 +5,7 @@ import { ExitCause, KillOrigin, StartStage } from "../gen/sandbox/v1/sandbox_pb.
 import { processesWithMarker, waitFor } from "./support/processes.js";
 import { collectExec, ProcessStatus, sleepMarker, sleepers, waitForExit } from "./support/rpc.js";
 import { startTestServer, type TestServer } from "./support/server.js";
+import { resolveUser } from "../src/process/index.js";
 
 let t: TestServer;
 beforeAll(async () => {
@@ -166,4 +167,29 @@ describe("the exit cause", () => {
     expect(denied.exited.causeDetail?.startStage).toBe(StartStage.EXEC);
     expect(denied.exited.causeDetail?.errno).toBe("EACCES");
   });
+
+  it.skipIf(process.getuid?.() !== 0)(
+    "is START_FAILED at exec with EACCES when the helper, as the command's user, cannot execute the program",
+    async () => {
+      const switched = await startTestServer(
+        { runAs: resolveUser("nobody"), token: "cause-token" },
+        { sendToken: true },
+      );
+      try {
+        chmodSync(switched.workspace, 0o755);
+        // Executable for root, who looks the program up, but not for nobody, whom the helper execs it as.
+        const program = path.join(switched.workspace, "root-only");
+        writeFileSync(program, "#!/bin/sh\necho hi\n");
+        chmodSync(program, 0o700);
+        const result = await collectExec(switched.client, { command: program, args: ["x"] });
+        expect(result.exited.status).toBe(ProcessStatus.ERROR);
+        expect(result.exited.exitCode).toBe(126);
+        expect(result.exited.cause).toBe(ExitCause.START_FAILED);
+        expect(result.exited.causeDetail?.startStage).toBe(StartStage.EXEC);
+        expect(result.exited.causeDetail?.errno).toBe("EACCES");
+      } finally {
+        await switched.close();
+      }
+    },
+  );
 });
