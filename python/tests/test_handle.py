@@ -293,12 +293,17 @@ def test_output_the_daemon_dropped_is_output_lost_and_reconnect_continues_after_
         with sandboxd.connect(small.url) as sandbox:
             handle = sandbox.start_process("head -c 300000 /dev/zero | tr '\\0' a; echo; echo end")
             wait_for(lambda: handle.refresh() == ProcessStatus.COMPLETED, what="the process to exit")
+            # The daemon keeps the head (a quarter of --max-output-bytes here) and the tail: the gap is between.
+            head = bytearray()
             with pytest.raises(sandboxd.OutputLostError) as lost:
-                list(handle)
-            assert (lost.value.stream, lost.value.offset) == ("stdout", 0) and lost.value.missed_bytes > 200_000
-            assert handle.last_stdout_offset == lost.value.missed_bytes
+                for chunk in handle:
+                    head += chunk.data
+            assert head == b"a" * 16384
+            assert (lost.value.stream, lost.value.offset) == ("stdout", len(head)) and lost.value.missed_bytes > 200_000
+            assert handle.last_stdout_offset == len(head) + lost.value.missed_bytes
             rest = handle.reconnect().wait()
             assert rest.stdout.text.endswith("a\nend\n") and rest.exit_code == 0
+            # Everything but the gap: the head handed over first, then the tail after it.
             assert len(rest.stdout) == 300_005 - lost.value.missed_bytes
     finally:
         small.close()
