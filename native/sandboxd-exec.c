@@ -59,8 +59,8 @@ extern char **environ;
 
 static int status_fd = -1;
 
-/* Reports a failed stage and exits. The daemon reads "<stage> <errno>" from the status fd; without
- * one (a PTY), the message goes to the terminal as a shell would print it. */
+/* Reports a failed stage and exits. The daemon reads "<stage> <errno>" from the status fd (pipes and
+ * PTYs alike); without one, the message goes to stderr as a shell would print it. */
 static void fail(const char *stage, int error, int exit_code, const char *subject) {
   if (status_fd >= 0) {
     char line[64];

@@ -169,7 +169,7 @@ describe("the exit cause", () => {
   });
 
   it.skipIf(process.getuid?.() !== 0)(
-    "is START_FAILED at exec with EACCES when the helper, as the command's user, cannot execute the program",
+    "is START_FAILED at exec with EACCES when the helper, as the command's user, cannot execute the program, in a PTY too",
     async () => {
       const switched = await startTestServer(
         { runAs: resolveUser("nobody"), token: "cause-token" },
@@ -181,12 +181,18 @@ describe("the exit cause", () => {
         const program = path.join(switched.workspace, "root-only");
         writeFileSync(program, "#!/bin/sh\necho hi\n");
         chmodSync(program, 0o700);
-        const result = await collectExec(switched.client, { command: program, args: ["x"] });
-        expect(result.exited.status).toBe(ProcessStatus.ERROR);
-        expect(result.exited.exitCode).toBe(126);
-        expect(result.exited.cause).toBe(ExitCause.START_FAILED);
-        expect(result.exited.causeDetail?.startStage).toBe(StartStage.EXEC);
-        expect(result.exited.causeDetail?.errno).toBe("EACCES");
+        // On pipes and in a terminal alike: the helper reports on its status fd, not as an exit code 126.
+        for (const pty of [undefined, {}]) {
+          const result = await collectExec(switched.client, { command: program, args: ["x"], pty });
+          expect({ pty, status: result.exited.status, exitCode: result.exited.exitCode }).toEqual({
+            pty,
+            status: ProcessStatus.ERROR,
+            exitCode: 126,
+          });
+          expect(result.exited.cause).toBe(ExitCause.START_FAILED);
+          expect(result.exited.causeDetail?.startStage).toBe(StartStage.EXEC);
+          expect(result.exited.causeDetail?.errno).toBe("EACCES");
+        }
       } finally {
         await switched.close();
       }

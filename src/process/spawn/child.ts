@@ -29,7 +29,7 @@ export interface SpawnChildOptions extends ChildEvents {
   env: Record<string, string>;
   /** Open a writable stdin; otherwise stdin is /dev/null (ignored for a PTY, which always has input). */
   stdin: boolean;
-  /** Open fd 3 for the native helper's start report (see `spawnPipeChild`); pipes only. */
+  /** Open fd 3 for the native helper's start report (see `spawnPipeChild`), on pipes or in a PTY. */
   statusFd?: boolean;
 }
 

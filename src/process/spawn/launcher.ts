@@ -81,7 +81,7 @@ export interface LaunchRequest {
   env: Readonly<Record<string, string>>;
   /** Absolute, resolved working directory. */
   cwd: string;
-  /** Whether the command runs in a PTY (the helper then reports failures on the terminal). */
+  /** Whether the command runs in a PTY. */
   pty: boolean;
   /**
    * Whether `cwd` is a workspace root itself: no component of it is the client's to swap, so it
@@ -103,7 +103,7 @@ export interface LaunchPlan {
   env: Record<string, string>;
   /** Working directory to spawn in; "" when the helper enters (and verifies) it. */
   cwd: string;
-  /** The helper reports a failed start on fd 3 (see {@link parseHelperStatus}); pipe commands only. */
+  /** The helper reports a failed start on fd 3 (see {@link parseHelperStatus}), a PTY command's too. */
   statusFd: boolean;
   /**
    * The command's own cgroups (memory, CPU, usage, tree kill), where the machine gives them; its
@@ -300,13 +300,13 @@ export class Launcher {
         if (request.pty) options.push("--tty-owner");
       }
       options.push("--cwd", request.cwd);
-      if (!request.pty) options.push("--status-fd", "3");
+      options.push("--status-fd", "3");
       return {
         file: this.helper,
         args: [...options, "--", request.file, ...request.args],
         env: encodeHelperEnvironment(request.env),
         cwd: "",
-        statusFd: !request.pty,
+        statusFd: true,
         cgroup,
         ...cgroupProbe(cgroup),
         release,

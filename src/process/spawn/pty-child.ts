@@ -1,9 +1,11 @@
 import { randomBytes } from "node:crypto";
 import { closeSync, write } from "node:fs";
+import net from "node:net";
 import { ProcessError } from "../errors.js";
 import tty from "node:tty";
 import { outputDrainLimitMs, type ChildExit, type SpawnChildOptions, type SpawnedChild } from "./child.js";
-import { executablePath, loadNativeAddon } from "../native/index.js";
+import { executablePath, loadNativeAddon, parseHelperStatus } from "../native/index.js";
+import { HelperStartError } from "./pipe-child.js";
 import { listenForNativeExits, reapNow, watchNativeExit } from "./native-exits.js";
 
 /** Options for {@link spawnPtyChild}. */
@@ -20,9 +22,34 @@ export interface SpawnPtyOptions extends SpawnChildOptions {
  * master never reports EIO while output is still queued. When the child exits, the parent writes a
  * random marker into the slave; the terminal is first-in first-out, so once the marker comes out of
  * the master, everything the child wrote before it has been read.
+ *
+ * With `statusFd`, resolves once the native helper exec'd the command, or rejects with a
+ * {@link HelperStartError} for the step it failed at (the terminal then closes as after any exit).
  */
-export function spawnPtyChild(options: SpawnPtyOptions): SpawnedChild {
+export function spawnPtyChild(options: SpawnPtyOptions): Promise<SpawnedChild> {
   const term = openTerminal(options);
+  const child = createPtyChild(term, options);
+  return term.status === undefined ? Promise.resolve(child) : helperStarted(term.status).then(() => child);
+}
+
+/** Resolves once the helper's status fd closes empty (it exec'd the command); rejects with what it reported. */
+function helperStarted(fd: number): Promise<void> {
+  const status = new net.Socket({ fd, readable: true, writable: false });
+  return new Promise((resolve, reject) => {
+    let report = "";
+    status.setEncoding("utf8");
+    status.on("data", (text: string) => (report += text));
+    status.on("error", () => {});
+    status.once("close", () => {
+      const failure = parseHelperStatus(report);
+      if (failure === undefined) resolve();
+      else reject(new HelperStartError(failure));
+    });
+  });
+}
+
+/** The child running in `term`: its output drained to the marker, its input, its size. */
+function createPtyChild(term: Terminal, options: SpawnPtyOptions): SpawnedChild {
   const leaderExited = term.exited;
   const slaveFd = term.slaveFd;
   const marker = Buffer.from(`\x1b]sandboxd-drained;${randomBytes(12).toString("hex")}\x07`);
@@ -149,6 +176,8 @@ interface Terminal {
   fd: number;
   /** The slave side held by the parent (non-blocking), or undefined when the child closed it first. */
   slaveFd: number | undefined;
+  /** The read end of the helper's status fd, with `statusFd`. */
+  status?: number;
   exited: Promise<ChildExit>;
   /** Asks the OS now whether the leader has exited, where the spawner can. */
   hasExited?(): boolean;
@@ -171,7 +200,7 @@ function openTerminal(options: SpawnPtyOptions): Terminal {
       {
         cwd: options.cwd || undefined,
         stdin: false,
-        statusFd: false,
+        statusFd: options.statusFd ?? false,
         pty: { cols: options.cols, rows: options.rows },
       },
     );
@@ -180,6 +209,7 @@ function openTerminal(options: SpawnPtyOptions): Terminal {
       pid: spawned.pid,
       fd: master,
       slaveFd: spawned.slave,
+      status: spawned.status,
       exited: watchNativeExit(addon, spawned.pid),
       hasExited: () => reapNow(spawned.pid),
       resize: (cols, rows) => addon.resize(master, cols, rows),
