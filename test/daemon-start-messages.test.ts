@@ -98,6 +98,8 @@ describe("the daemon's lines on a terminal (--log-format pretty)", () => {
       const lines = () => daemon.stderr().trimEnd().split("\n");
       expect(lines()[0]).toMatch(/^\[[\d:.]+\] INFO: sandboxd \S+ listening on http:\/\/127\.0\.0\.1:\d+ \(workspace /);
       expect(daemon.stderr()).not.toMatch(/cgroup moves: favordynmods on \(already\)/);
+      // The last start-up line (how the daemon is guarded) may still be on its way when the daemon answers.
+      await waitFor(() => /INFO: sandboxd: .*commands run as/.test(daemon.stderr()), { what: "the guard line" });
       const before = lines().length;
       const sandbox = await connect({ baseUrl: daemon.url, token: "" });
       await sandbox.exec("true");
