@@ -187,6 +187,7 @@ describe("sandbox start and exec options", { timeout: 240_000 }, () => {
     expect(logs).toEqual({
       id: "json-logs",
       status: "completed",
+      cause: "exited",
       exitCode: 0,
       stdout: "kept\n",
       stderr: "also\n",
