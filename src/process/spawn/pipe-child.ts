@@ -186,6 +186,9 @@ function createPipeChild(
     let waitedMs = 0;
     let closed = false;
     const closing = outputClosed.then(() => (closed = true));
+    // Nearly always the pipes end with the exit or within a poll of it: one turn of the loop first,
+    // and a timer only after that (one armed and cleared for every command showed in profiles).
+    await Promise.race([closing, new Promise((resolve) => setImmediate(resolve))]);
     while (!closed) {
       let timer: NodeJS.Timeout | undefined;
       await Promise.race([closing, new Promise((resolve) => (timer = setTimeout(resolve, 20)))]);
