@@ -9,8 +9,8 @@
 # daemon (their /proc/<pid>/environ and memory belong to root), nor signal either of them.
 # docs/OPERATIONS.md has the flags, probes and the Kubernetes and systemd set-ups. The bases are build
 # arguments; CI builds this file with buildah from stand-ins it assembles (test/side/image.sh).
-ARG NODE_IMAGE=node:22-bookworm-slim
-ARG BUILD_IMAGE=node:22-bookworm
+ARG NODE_IMAGE=node:24-bookworm-slim
+ARG BUILD_IMAGE=node:24-bookworm
 
 # The build: the native helper and addon (C compiler of the build image) and the TypeScript to dist/.
 FROM ${BUILD_IMAGE} AS build

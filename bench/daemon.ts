@@ -23,6 +23,8 @@ export interface DaemonOptions {
   args?: readonly string[];
   /** Extra Node flags, such as `--cpu-prof --cpu-prof-dir=DIR`. */
   nodeArgs?: readonly string[];
+  /** The node binary that runs the daemon. Default: the bench's own (`process.execPath`). */
+  node?: string;
   /** Give up waiting for the daemon after this many milliseconds. Default 20 000. */
   readyTimeoutMs?: number;
 }
@@ -72,7 +74,7 @@ export async function startDaemon(options: DaemonOptions = {}): Promise<Daemon> 
   const workspace = realpathSync(mkdtempSync(path.join(tmpdir(), "sandboxd-bench-")));
   const startedAt = performance.now();
   const child = spawn(
-    process.execPath,
+    options.node ?? process.execPath,
     [
       ...(options.nodeArgs ?? []),
       ...(options.entry === undefined

@@ -10,7 +10,8 @@
  * Flags: --quick; --only <figures> (start, latency, throughput, client, ghz, floor, memory, fanout, scale, floods, files); --out <file>
  * (default bench/results.json); --tsx (run the daemon through tsx instead of the esbuild bundle);
  * --cpu-prof <dir> (write the daemon's CPU profiles there, for `node --cpu-prof`); --node-args "<flags>"
- * (Node and V8 flags for the daemon's node, for A/B runs of a flag).
+ * (Node and V8 flags for the daemon's node, for A/B runs of a flag); --node <path> (the node binary that runs
+ * the daemon and the floor server beside it, for runtime comparisons; the clients stay on the bench's node).
  * ghz is used when installed (see bench/figures/ghz.ts); its row is skipped otherwise.
  */
 import { cpus, loadavg } from "node:os";
@@ -57,6 +58,7 @@ async function main(): Promise<void> {
       tsx: { type: "boolean" },
       "cpu-prof": { type: "string" },
       "node-args": { type: "string" },
+      node: { type: "string" },
       markdown: { type: "boolean" },
     },
     strict: true,
@@ -76,6 +78,7 @@ async function main(): Promise<void> {
   const entry = await buildDaemon();
   const daemonOptions = (args: string[] = []): DaemonOptions => ({
     entry: values.tsx ? undefined : entry,
+    node: values.node,
     args,
     nodeArgs: [
       ...(values["node-args"]?.split(" ").filter(Boolean) ?? []),
@@ -107,7 +110,7 @@ async function main(): Promise<void> {
       const measured: Row[] = [];
       if (only.has("latency")) {
         log("exec latency");
-        measured.push(...(await measureExecLatency(daemon, size)));
+        measured.push(...(await measureExecLatency(daemon, size, values.node)));
         log("process.v1 Execute on the agent-sandbox port");
         measured.push(...(await measureProcessV1Execute(daemon, size, grpcPort)));
       }

@@ -23,10 +23,11 @@ export async function execTrue(client: Client<typeof SandboxService>): Promise<v
  * the bench process. Baseline and sandboxd runs alternate in rounds so a burst of load from
  * elsewhere on the machine hits both. The daemon's CPU per exec, one at a time and with `concurrency`
  * in flight, is measured beside the floor server's CPU per call (connect-es alone, see
- * connect-floor.ts) in the same rounds: the difference is what sandboxd itself costs per exec.
+ * connect-floor.ts) in the same rounds, on the same `node` as the daemon: the difference is what sandboxd
+ * itself costs per exec.
  */
-export async function measureExecLatency(daemon: Daemon, size: BenchSize): Promise<Row[]> {
-  const floor = await startFloor();
+export async function measureExecLatency(daemon: Daemon, size: BenchSize, node?: string): Promise<Row[]> {
+  const floor = await startFloor(node);
   try {
     return await measureWithFloor(daemon, size, floor);
   } finally {

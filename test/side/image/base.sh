@@ -1,6 +1,6 @@
 # Sourced by test/side/image.sh. ensure_bases assembles, or finds in the machine's cache, the two base images
 # CI builds the Dockerfile from, since no container registry is reachable here: stand-ins for the official
-# node:22-bookworm-slim (runtime) and node:22-bookworm (build) images, made of what is reachable:
+# node:24-bookworm-slim (runtime) and node:24-bookworm (build) images, made of what is reachable:
 #   - a minimal Debian from debootstrap, from the mirror apt uses on this machine;
 #   - Node.js from the npm registry: node-linux-<arch>, the package the `node` package installs (binary and
 #     headers), with npm from the `npm` package, both under /usr/local as in the official images;
@@ -9,7 +9,7 @@
 # kept as OCI archives in $SANDBOXD_CI_CACHE (default /var/cache/sandboxd-ci), both named by a key over
 # everything that goes into them (this file, the versions, the mirror, the trusted certificates), so a later run assembles nothing.
 
-node_version=22.23.3
+node_version=24.21.0
 npm_version=10.9.9
 debian_suite=bookworm
 
