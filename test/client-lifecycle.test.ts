@@ -232,10 +232,11 @@ describe("the client entry point", () => {
     return { files, packages: specifiers.filter((spec) => !spec.startsWith(".")) };
   }
 
-  /** The shared leaves the client loads: abort plumbing, limits, error reasons and process statuses (the last two from gen/). */
+  /** The shared leaves the client loads: abort plumbing, limits, error reasons, exit causes and process statuses (the last three from gen/). */
   const sharedModules = [
     "src/shared/abort.ts",
     "src/shared/error-reasons.ts",
+    "src/shared/exit-cause.ts",
     "src/shared/limits.ts",
     "src/shared/process-status.ts",
   ];

@@ -47,7 +47,10 @@ describe("grpcurl with no proto file, through server reflection", () => {
       .split("\n")
       .filter((line) => line.trim().startsWith("rpc "))
       .map((line) => line.trim());
-    expect(rpcs).toHaveLength(10);
+    expect(rpcs).toHaveLength(14);
+    expect(rpcs).toContain(
+      "rpc WaitForLog ( .sandbox.v1.WaitForLogRequest ) returns ( .sandbox.v1.WaitForLogResponse );",
+    );
     expect(rpcs).toContain("rpc Exec ( .sandbox.v1.ExecRequest ) returns ( stream .sandbox.v1.ExecResponse );");
     expect(rpcs).toContain(
       "rpc StartProcess ( .sandbox.v1.StartProcessRequest ) returns ( .sandbox.v1.StartProcessResponse );",

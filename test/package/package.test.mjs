@@ -64,7 +64,8 @@ function processesWith(marker) {
     .filter((entry) => /^\d+$/.test(entry))
     .filter((pid) => {
       try {
-        return readFileSync(`/proc/${pid}/cmdline`, "utf8").includes(marker);
+        // Arguments are NUL-separated: a shell line the daemon execs directly is `sleep\0<n>`, not `sh -c ...`.
+        return readFileSync(`/proc/${pid}/cmdline`, "utf8").replaceAll("\0", " ").includes(marker);
       } catch {
         return false;
       }
