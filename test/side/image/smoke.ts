@@ -186,7 +186,8 @@ async function checkTokenHidden(label: string, token: string, rpc: ReturnType<ty
   check(
     `${label}: a command cannot signal the daemon nor the init (${chain})`,
     report.ancestors.length === 2 &&
-      report.ancestors[0]!.name === "node" &&
+      // The daemon's comm: "node", or "MainThread" from Node 24 on (it names its main thread).
+      ["node", "MainThread"].includes(report.ancestors[0]!.name) &&
       report.ancestors[1]!.pid === 1 &&
       report.ancestors.every((process) => process.signal === "EPERM"),
     JSON.stringify(report.ancestors),
