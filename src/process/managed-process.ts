@@ -589,9 +589,11 @@ export class ManagedProcess {
             this.writtenBytes += data.length;
             return this.writtenBytes;
           },
-          (cause: unknown) => {
-            // The child refuses writes once its stdin is closed, which its exit does.
-            throw this.leaderGone() ? this.notRunning(cause) : this.stdinClosed(cause);
+          async (cause: unknown) => {
+            // The child refuses writes once its stdin is closed, which its exit does. A killed leader
+            // closes its end as it dies, moments before it can be reaped: give its exit that long.
+            const exited = this.leaderGone() || (await leaderExitsSoon(life.child));
+            throw exited ? this.notRunning(cause) : this.stdinClosed(cause);
           },
         );
       })
@@ -787,5 +789,21 @@ function killGroup(pid: number, signal: SignalName): void {
     process.kill(-pid, signal);
   } catch {
     // ESRCH: the group is already gone.
+  }
+}
+
+/** How long a write refused by a closed stdin waits for the leader's exit before saying stdin was closed. */
+const exitAfterClosedStdinMs = 250;
+
+/** Whether `child`'s leader exits within {@link exitAfterClosedStdinMs}. */
+async function leaderExitsSoon(child: SpawnedChild): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const late = new Promise<false>((resolve) => {
+    timer = setTimeout(() => resolve(false), exitAfterClosedStdinMs);
+  });
+  try {
+    return await Promise.race([child.exited.then(() => true), late]);
+  } finally {
+    clearTimeout(timer);
   }
 }
