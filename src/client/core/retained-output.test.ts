@@ -19,6 +19,19 @@ const chunk = (stream: OutputChunk["stream"], offset: number, text: string): Out
 });
 
 describe("RetainedOutput", () => {
+  it("keeps the last bytes up to its limit, cutting the front of a chunk larger than the limit", () => {
+    const output = new RetainedOutput(10);
+    output.push(chunk("stdout", 0, "abcdef"));
+    output.push(chunk("stdout", 6, "0123456789XYZ"));
+    const kept = output.retained();
+    expect(kept.map((each) => [each.offset, Buffer.from(each.data).toString()])).toEqual([[9, "3456789XYZ"]]);
+    expect(output.droppedBytes).toEqual({ stdout: 9, stderr: 0 });
+    expect(output.gaps).toEqual([{ stream: "stdout", offset: 0, missedBytes: 9 }]);
+    output.push(chunk("stderr", 0, "ab"));
+    expect(output.retained().map((each) => Buffer.from(each.data).toString())).toEqual(["56789XYZ", "ab"]);
+    expect(output.gaps).toEqual([{ stream: "stdout", offset: 0, missedBytes: 11 }]);
+  });
+
   it("lets go of the bytes of a chunk it dropped (a stream that keeps nothing holds nothing)", async () => {
     const retained = new RetainedOutput(0);
     // Held only through a weak reference from here on: the buffer must be collectable once dropped.

@@ -2,8 +2,9 @@ import type { OutputChunk, OutputGap, OutputOffsets, OutputStreamName } from "./
 
 /**
  * RetainedOutput is the output a handle keeps for its `result`: the chunks in arrival order,
- * at most `limitBytes` of data. Beyond the limit the oldest chunks are dropped (a log's tail is what
- * tells how it ended, and the daemon drops the same way), and `droppedBytes` counts them per stream.
+ * at most `limitBytes` of data. Beyond the limit the oldest bytes are dropped, whole chunks and then the
+ * front of the oldest kept one (a log's tail is what tells how it ended, and the daemon drops the same
+ * way), and `droppedBytes` counts them per stream.
  */
 export class RetainedOutput {
   private chunks: OutputChunk[];
@@ -78,15 +79,24 @@ export class RetainedOutput {
   private trim(): void {
     while (this.bytes > this.limitBytes && this.head < this.chunks.length) {
       const chunk = this.chunks[this.head];
-      // The slot stays until the batch splice below; the chunk's bytes must not (a 1 MiB message each).
-      this.chunks[this.head++] = droppedChunk;
-      this.bytes -= chunk.data.length;
+      const excess = this.bytes - this.limitBytes;
+      let end = chunk.offset + chunk.data.length;
+      if (excess < chunk.data.length) {
+        // Only the chunk's front must go (messages reach 1 MiB, more than a small limit): keep a copy
+        // of its tail, so the rest of the message's buffer can go.
+        end = chunk.offset + excess;
+        this.chunks[this.head] = { ...chunk, offset: end, data: Buffer.from(chunk.data.subarray(excess)) };
+        this.bytes -= excess;
+      } else {
+        // The slot stays until the batch splice below; the chunk's bytes must not (a 1 MiB message each).
+        this.chunks[this.head++] = droppedChunk;
+        this.bytes -= chunk.data.length;
+        if (this.carriedCount > 0) this.carriedCount--;
+      }
       const ranges = this.dropped[chunk.stream];
-      const end = chunk.offset + chunk.data.length;
       const last = ranges.at(-1);
       if (last !== undefined && last[1] === chunk.offset) last[1] = end;
       else ranges.push([chunk.offset, end]);
-      if (this.carriedCount > 0) this.carriedCount--;
     }
     // Splice in batches so dropping stays linear over a long-running follow.
     if (this.head > 1024 && this.head * 2 > this.chunks.length) {
