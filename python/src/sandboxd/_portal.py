@@ -17,6 +17,11 @@ _P = ParamSpec("_P")
 #: which cancels its RPC (and so kills an Exec command), in seconds.
 _UNWIND_SECONDS = 10.0
 
+#: How often a thread waiting on the loop wakes to let Python run a signal handler that is due, in seconds. An
+#: untimed lock wait is not woken by a signal that CPython's C handler caught on another thread, or on this one just
+#: before the wait began: Ctrl-C would then go unseen until the call ended (a command that runs for an hour).
+_SIGNAL_CHECK_SECONDS = 0.05
+
 
 class _End:
     """The end of an async iterator, passed back instead of StopAsyncIteration."""
@@ -89,6 +94,8 @@ class Portal:
 
         self._loop.call_soon_threadsafe(start)
         try:
+            while not done.done():
+                concurrent.futures.wait((done,), timeout=_SIGNAL_CHECK_SECONDS)
             return done.result()
         except BaseException:
             if not done.done():
