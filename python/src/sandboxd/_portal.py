@@ -105,8 +105,9 @@ class Portal:
                     done.exception(timeout=_UNWIND_SECONDS)
                 except BaseException:  # noqa: S110 - the interruption below is what the caller gets
                     pass
-            elif release is not None and not done.cancelled() and done.exception() is None:
-                # Finished, but the interruption came before its result reached the caller: release it.
+            if release is not None and done.done() and not done.cancelled() and done.exception() is None:
+                # Finished (before the interruption, or before the cancel reached it), but the result never reached
+                # the caller: release it.
                 released = asyncio.run_coroutine_threadsafe(_awaited(release(done.result())), self._loop)
                 try:
                     released.result(timeout=_UNWIND_SECONDS)

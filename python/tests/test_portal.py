@@ -1,0 +1,75 @@
+"""The portal under interruption: what a KeyboardInterrupt in the calling thread does to the call on the loop."""
+
+from __future__ import annotations
+
+import _thread
+import asyncio
+import faulthandler
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from sandboxd._portal import Portal
+
+
+@pytest.fixture(autouse=True)
+def _watchdog() -> Iterator[None]:
+    """An interruption that is never seen would block the main thread for good: end the run with its stack instead."""
+    faulthandler.dump_traceback_later(60, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
+def _interrupt_when(started: threading.Event) -> None:
+    """Raises KeyboardInterrupt in the main thread (as Ctrl-C does) once ``started`` is set."""
+
+    def interrupt() -> None:
+        started.wait()
+        _thread.interrupt_main()
+
+    threading.Thread(target=interrupt, daemon=True).start()
+
+
+def test_an_interrupted_call_is_cancelled_on_the_loop() -> None:
+    portal = Portal.shared()
+    started = threading.Event()
+    outcome: list[str] = []
+
+    async def long_call() -> str:
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            outcome.append("cancelled")
+            raise
+        return "finished"
+
+    _interrupt_when(started)
+    with pytest.raises(KeyboardInterrupt):
+        portal.call(long_call)
+    assert outcome == ["cancelled"]
+
+
+def test_a_result_that_beats_the_cancel_is_released() -> None:
+    # The call finishes while the interruption unwinds it (its answer arrived before the cancel did): nobody will
+    # ever hold the result, so the portal releases it (a started process is killed).
+    portal = Portal.shared()
+    started = threading.Event()
+    released: list[str] = []
+
+    async def start() -> str:
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            return "a started process"
+        return "unreachable"
+
+    async def release(result: str) -> None:
+        released.append(result)
+
+    _interrupt_when(started)
+    with pytest.raises(KeyboardInterrupt):
+        portal.call_owned(start, release)
+    assert released == ["a started process"]
