@@ -6,11 +6,16 @@
  *       of child_process.spawn and node-pty. The child leads a new session (its pid is its process
  *       group), gets socket pairs or a new pseudo-terminal as stdin/stdout/stderr, optionally a status
  *       pipe on fd 3 (for sandboxd-exec), every signal at its default and an empty signal mask.
- *       options: { cwd?: string, stdin: boolean, pty?: { cols, rows }, statusFd: boolean }
+ *       options: { cwd?: string, stdin: boolean, pty?: { cols, rows }, statusFd: boolean,
+ *       cgroups?: string[] }. With `cgroups` (`cgroup.procs` files, pipes only) the child joins each of
+ *       them before it execs, so the command's first instruction already runs in its cgroups: the
+ *       same vfork-style clone, with the steps of posix_spawn done by our own child code (see
+ *       run_joining_spawn); a join that fails is the error, with syscall "cgroup".
  *       returns { pid, stdin?, stdout, stderr?, status?, master?, slave?, ptyPath? } (parent-side
  *       fds, close-on-exec; the PTY's slave stays open in the parent, see src/process/spawn/pty-child.ts).
  *   spawnAsync(file, argv, envp, options) does the same on a thread of libuv's pool and resolves
- *       with the same object: the loop goes on while the child is created.
+ *       with the same object: the loop goes on while the child is created. `spawnJoinsCgroups` (true)
+ *       says both take options.cgroups.
  *   reap(pid) collects a child that has exited without blocking: undefined while it runs, else
  *       { code, signal } (one of them null).
  *   exitedChild() names a child of this process that has exited and is not collected yet, without
@@ -55,6 +60,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sched.h>
 #include <sys/syscall.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -158,6 +165,8 @@ static void close_all(int *fds, int count) {
 /* A spawn to do: everything copied out of JS, so it can run on any thread. */
 struct spawn_request {
   char *file, **argv, **envp, *cwd;
+  /* cgroup.procs files the child joins before its exec (NULL for none; pipes only). */
+  char **cgroups;
   int want_stdin, want_status, use_pty;
   struct winsize size;
   /* Results: parent-side fds (stdin, stdout, stderr, status), the PTY, the pid, or an error. */
@@ -176,6 +185,7 @@ static void free_request(struct spawn_request *request) {
   free(request->cwd);
   free_strings(request->argv);
   free_strings(request->envp);
+  free_strings(request->cgroups);
   free(request);
 }
 
@@ -200,6 +210,20 @@ static struct spawn_request *read_request(napi_env env, napi_callback_info info)
   request->want_stdin = flag(env, options, "stdin");
   request->want_status = flag(env, options, "statusFd");
   request->use_pty = has_property(env, options, "pty", &value);
+  napi_value cgroups;
+  if (has_property(env, options, "cgroups", &cgroups)) {
+    request->cgroups = strings_from(env, cgroups);
+    if (request->cgroups == NULL) {
+      free_request(request);
+      napi_throw_type_error(env, NULL, "options.cgroups must be an array of strings");
+      return NULL;
+    }
+    if (request->use_pty) {
+      free_request(request);
+      napi_throw_type_error(env, NULL, "options.cgroups is for commands on pipes only");
+      return NULL;
+    }
+  }
   request->size = (struct winsize){24, 80, 0, 0};
   if (request->use_pty) {
     napi_value dimension;
@@ -216,6 +240,112 @@ static struct spawn_request *read_request(napi_env env, napi_callback_info info)
     return NULL;
   }
   return request;
+}
+
+/* What the child of a joining spawn works from: prepared before the clone, and its failure reported
+ * back through this memory, which it shares with the parent until it execs or exits. */
+struct joining_child {
+  const struct spawn_request *request;
+  const int *child;
+  int error;
+  const char *failed;
+};
+
+/* Records the failed step and ends the child; the parent reads both once the clone returns. */
+static int joining_child_fails(struct joining_child *job, const char *step) {
+  job->error = errno != 0 ? errno : EIO;
+  job->failed = step;
+  _exit(127);
+}
+
+/* Moves fd `from` to `to` without close-on-exec (dup2 of an fd onto itself would keep the flag). */
+static int move_fd(int from, int to) {
+  if (from != to) return dup2(from, to) < 0 ? -1 : 0;
+  int flags = fcntl(from, F_GETFD);
+  return flags < 0 ? -1 : fcntl(from, F_SETFD, flags & ~FD_CLOEXEC);
+}
+
+/*
+ * The child of a joining spawn, on its own stack in the daemon's memory until execve: it does what
+ * posix_spawn's child does for run_spawn (every signal at its default, a new session, an empty mask,
+ * the stdio, the cwd) and joins the cgroups in between, with system calls only (nothing that
+ * allocates or takes a lock).
+ */
+static int joining_child_main(void *data) {
+  struct joining_child *job = data;
+  const struct spawn_request *request = job->request;
+  const int *child = job->child;
+  /* No handler of Node's may run in a process that shares its memory: every signal at its default
+   * first (signals stay blocked, as the parent blocked them, until the mask is emptied below). */
+  struct sigaction fallback;
+  memset(&fallback, 0, sizeof fallback);
+  fallback.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; sig++) {
+    if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &fallback, NULL);
+  }
+  errno = 0;
+  if (setsid() < 0) return joining_child_fails(job, "setsid");
+  for (char **procs = request->cgroups; *procs != NULL; procs++) {
+    /* "0" is the writer itself, in v1 and v2 alike. */
+    int fd = open(*procs, O_WRONLY | O_CLOEXEC);
+    if (fd < 0 || write(fd, "0", 1) != 1) return joining_child_fails(job, "cgroup");
+    close(fd);
+  }
+  if (child[0] >= 0) {
+    if (move_fd(child[0], 0) != 0) return joining_child_fails(job, "dup2");
+  } else {
+    int null = open("/dev/null", O_RDONLY);
+    if (null < 0 || move_fd(null, 0) != 0) return joining_child_fails(job, "open");
+    if (null != 0) close(null);
+  }
+  if (move_fd(child[1], 1) != 0 || move_fd(child[2], 2) != 0) return joining_child_fails(job, "dup2");
+  if (child[3] >= 0 && move_fd(child[3], 3) != 0) return joining_child_fails(job, "dup2");
+  if (request->cwd != NULL && request->cwd[0] != '\0' && chdir(request->cwd) != 0) return joining_child_fails(job, "chdir");
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+  execve(request->file, request->argv, request->envp);
+  return joining_child_fails(job, "exec");
+}
+
+/* The stack of a joining spawn's child: it runs a few system calls and execve. */
+#define JOINING_STACK_BYTES (64 * 1024)
+
+/*
+ * Starts the child of `request` with a vfork-style clone (CLONE_VM | CLONE_VFORK: this thread waits
+ * until the child has exec'd or exited, the daemon's memory is never copied) and joining_child_main
+ * as its code. Returns 0 with request->pid set, or an errno with *failed naming the step; a child
+ * that failed has been reaped.
+ */
+static int run_joining_spawn(struct spawn_request *request, const int *child, const char **failed) {
+  void *stack = mmap(NULL, JOINING_STACK_BYTES, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+  if (stack == MAP_FAILED) {
+    *failed = "mmap";
+    return errno;
+  }
+  struct joining_child job = {request, child, 0, NULL};
+  /* Blocked in this thread while the child shares it: a signal delivered to the child before it reset
+   * its handlers would run one of Node's in the daemon's memory. */
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, &old);
+  pid_t pid = clone(joining_child_main, (char *)stack + JOINING_STACK_BYTES, CLONE_VM | CLONE_VFORK | SIGCHLD, &job);
+  int error = pid < 0 ? errno : 0;
+  pthread_sigmask(SIG_SETMASK, &old, NULL);
+  munmap(stack, JOINING_STACK_BYTES);
+  if (pid < 0) {
+    *failed = "clone";
+    return error;
+  }
+  if (job.failed != NULL) {
+    /* It exited at the step that failed; ECHILD if the daemon's reaper of orphans took it first. */
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+    *failed = job.failed;
+    return job.error;
+  }
+  request->pid = pid;
+  return 0;
 }
 
 /* Creates the stdio and spawns: plain C, safe on a worker thread. Sets error and failed on failure. */
@@ -265,7 +395,9 @@ static void run_spawn(struct spawn_request *request) {
       child[3] = ends[1];
     }
   }
-  if (!error) {
+  if (!error && request->cgroups != NULL) {
+    error = run_joining_spawn(request, child, &failed);
+  } else if (!error) {
     posix_spawn_file_actions_t actions;
     posix_spawnattr_t attributes;
     posix_spawn_file_actions_init(&actions);
@@ -623,6 +755,11 @@ NAPI_MODULE_INIT() {
       !export_function(env, exports, "execProgram", exec_program) ||
       !export_function(env, exports, "configureFilesystem", configure_filesystem) ||
       !sandboxd_register_file_functions(env, exports)) {
+    return NULL;
+  }
+  /* What an addon built from older sources lacks: it would ignore options.cgroups, not refuse it. */
+  napi_value joins;
+  if (napi_get_boolean(env, true, &joins) != napi_ok || napi_set_named_property(env, exports, "spawnJoinsCgroups", joins) != napi_ok) {
     return NULL;
   }
   return exports;

@@ -387,6 +387,7 @@ export class ProcessManager {
       env: plan.env,
       stdin: command.stdin.acceptsInput,
       statusFd: plan.statusFd,
+      joinCgroups: plan.joinCgroups,
     };
     const counted = this.onOutputBytes;
     try {

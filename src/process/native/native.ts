@@ -26,8 +26,20 @@ export interface NativeAddon {
     file: string,
     argv: readonly string[],
     envp: readonly string[],
-    options: { cwd?: string; stdin: boolean; statusFd: boolean; pty?: { cols: number; rows: number } },
+    options: {
+      cwd?: string;
+      stdin: boolean;
+      statusFd: boolean;
+      pty?: { cols: number; rows: number };
+      /**
+       * `cgroup.procs` files the child joins before it execs (pipes only): its first instruction
+       * runs in them. A join that fails rejects with `syscall` "cgroup"; see {@link spawnJoinsCgroups}.
+       */
+      cgroups?: readonly string[];
+    },
   ): Promise<NativeSpawned>;
+  /** Whether the spawns take `options.cgroups`; absent on an addon built before they did, which would ignore it. */
+  readonly spawnJoinsCgroups?: boolean;
   reap(pid: number): { code: number | null; signal: number | null } | undefined;
   /** A child that has exited and is not collected yet, without collecting it (waitid, WNOWAIT); 0 when none. */
   exitedChild(): number;
@@ -92,11 +104,13 @@ export function executablePath(file: string, searchPath: string, cwd: string): s
   if (file.includes("/")) return path.resolve(cwd || "/", file);
   for (const directory of searchPath.split(":")) {
     const candidate = path.resolve(cwd || "/", directory || ".", file);
+    // stat first, without throwing: most PATH entries have no such file, and an error costs more than the call.
     try {
+      if (!statSync(candidate, { throwIfNoEntry: false })?.isFile()) continue;
       accessSync(candidate, fsConstants.X_OK);
-      if (statSync(candidate).isFile()) return candidate;
+      return candidate;
     } catch {
-      // Not here.
+      // Not a directory, or not executable: look further, as execvp does.
     }
   }
   return file;

@@ -31,6 +31,12 @@ export interface SpawnChildOptions extends ChildEvents {
   stdin: boolean;
   /** Open fd 3 for the native helper's start report (see `spawnPipeChild`), on pipes or in a PTY. */
   statusFd?: boolean;
+  /**
+   * `cgroup.procs` files the child joins before it execs, so nothing of the command runs outside
+   * them: the addon's spawn does it (see `Launcher`, which plans it only where the addon can), on
+   * pipes only. A join that fails is a {@link HelperStartError}-like failure at stage `cgroup`.
+   */
+  joinCgroups?: readonly string[];
 }
 
 /**

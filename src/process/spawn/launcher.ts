@@ -1,5 +1,5 @@
 import { accessSync, constants as fsConstants, readdirSync, readFileSync } from "node:fs";
-import { encodeHelperEnvironment, findExecHelper } from "../native/index.js";
+import { encodeHelperEnvironment, findExecHelper, loadNativeAddon } from "../native/index.js";
 import {
   CgroupSetupError,
   CommandCgroup,
@@ -69,6 +69,12 @@ export interface LauncherOptions {
   resources?: ResourceLimits | false;
   /** Path of the native helper; null to run without it. Default: {@link findExecHelper}. */
   execHelper?: string | null;
+  /**
+   * Let the native addon's spawn join a command's cgroups (see `SpawnChildOptions.joinCgroups`)
+   * rather than the helper or a shell wrapper, for a command on pipes that needs nothing else of
+   * them: one exec instead of two. Default: where the addon can.
+   */
+  joinAtSpawn?: boolean;
 }
 
 /** What to launch: a command as the process manager resolved it. */
@@ -105,6 +111,8 @@ export interface LaunchPlan {
   cwd: string;
   /** The helper reports a failed start on fd 3 (see {@link parseHelperStatus}), a PTY command's too. */
   statusFd: boolean;
+  /** `cgroup.procs` files the spawn joins before the exec (see `SpawnChildOptions.joinCgroups`). */
+  joinCgroups?: readonly string[];
   /**
    * The command's own cgroups (memory, CPU, usage, tree kill), where the machine gives them; its
    * pids cgroup, where separate, is released with {@link release}.
@@ -149,6 +157,10 @@ export class LaunchError extends Error {
  *
  *     sandboxd-exec --cgroup <cgroup.procs> --uid U --gid G --groups NAME --cwd DIR -- <program> <args...>
  *
+ * A command that needs nothing of the helper but its cgroups (the daemon's user, a root as cwd, on
+ * pipes) skips it: the native addon's spawn joins them before the exec (see
+ * {@link LauncherOptions.joinAtSpawn}), one exec instead of two.
+ *
  * The helper runs with an environment the daemon fixed; the client's variables reach only the
  * command, after the switch to its user. Without the helper (no C compiler at install) commands run
  * as the daemon's user only, joining their cgroup through a shell wrapper or capped by util-linux
@@ -169,6 +181,8 @@ export class Launcher {
     private readonly traceTasks: boolean,
     /** Most tasks of all commands together, as RLIMIT_NPROC of a traced command's uid. */
     private readonly tasksTotal: number,
+    /** Whether the spawn itself joins a command's cgroups (see {@link LauncherOptions.joinAtSpawn}). */
+    private readonly joinAtSpawn: boolean,
   ) {}
 
   /** Detects cgroups, the native helper and prlimit on this machine. */
@@ -195,6 +209,7 @@ export class Launcher {
       hasInheritedFds(),
       options.traceTasks ?? true,
       total,
+      options.joinAtSpawn ?? loadNativeAddon()?.spawnJoinsCgroups === true,
     );
   }
 
@@ -276,13 +291,15 @@ export class Launcher {
       cgroup === undefined ? releasePids : () => Promise.all([cgroup.remove(), releasePids()]).then(() => {});
     const procsFiles = [...(procsFile !== undefined ? [procsFile] : []), ...(cgroup?.procsFiles ?? [])];
     // The helper costs an exec. A command it has nothing to do for (same user, a root as cwd, no fd
-    // inherited) starts without it: a shell command line joins its cgroups itself, first thing.
+    // inherited) starts without it: the addon's spawn joins its cgroups before the exec, or else a
+    // shell command line joins them itself, first thing.
     const shellLine = request.file === "/bin/sh" && request.args.length === 2 && request.args[0] === "-c";
+    const joinAtSpawn = this.joinAtSpawn && !request.pty && procsFiles.length > 0;
     const helperNeeded =
       switching ||
       !request.cwdIsRoot ||
       this.inheritedFds ||
-      (procsFiles.length > 0 && !shellLine) ||
+      (procsFiles.length > 0 && !shellLine && !joinAtSpawn) ||
       limit === "traced";
     if (this.helper !== undefined && helperNeeded) {
       const options: string[] = [];
@@ -328,7 +345,9 @@ export class Launcher {
       );
     }
     if (limit === "rlimit-nproc") argv = [this.prlimit!, `--nproc=${maxTasks}:${maxTasks}`, "--", ...argv];
-    if (procsFiles.length > 0 && shellLine && argv[0] === "/bin/sh") {
+    if (joinAtSpawn) {
+      // Joined by the spawn itself: the argv stays the command's own.
+    } else if (procsFiles.length > 0 && shellLine && argv[0] === "/bin/sh") {
       // Joined on the command's own line, so error messages keep their line numbers: one shell, no wrapper.
       const joins = procsFiles.map((file) => `echo $$ > ${shellQuote(file)}`).join(" && ");
       argv = ["/bin/sh", "-c", `{ ${joins}; } || exit; ${request.args[1]}`];
@@ -343,6 +362,7 @@ export class Launcher {
       env: { ...request.env },
       cwd: request.cwd,
       statusFd: false,
+      ...(joinAtSpawn ? { joinCgroups: procsFiles } : {}),
       cgroup,
       ...cgroupProbe(cgroup),
       release,

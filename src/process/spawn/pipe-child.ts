@@ -29,6 +29,8 @@ import {
 export function spawnPipeChild(options: SpawnChildOptions): Promise<SpawnedChild> {
   const native = loadNativeAddon();
   if (native !== null) return spawnWithAddon(native, options);
+  if (options.joinCgroups !== undefined && options.joinCgroups.length > 0)
+    return Promise.reject(new Error("joining cgroups at the spawn needs the native addon"));
   const stdio: StdioOptions = [options.stdin ? "pipe" : "ignore", "pipe", "pipe"];
   if (options.statusFd) stdio.push("pipe");
   const child = spawn(options.file, options.args as string[], {
@@ -69,6 +71,7 @@ function spawnWithAddon(native: NativeAddon, options: SpawnChildOptions): Promis
       cwd: options.cwd || undefined,
       stdin: options.stdin,
       statusFd: options.statusFd ?? false,
+      ...(options.joinCgroups !== undefined && options.joinCgroups.length > 0 ? { cgroups: options.joinCgroups } : {}),
     })
     .then(
       (fds) => {
@@ -78,9 +81,20 @@ function spawnWithAddon(native: NativeAddon, options: SpawnChildOptions): Promis
       },
       (error: unknown) => {
         watched();
-        throw error;
+        throw startStepError(error);
       },
     );
+}
+
+/**
+ * The addon's error for a step of its own child before the exec (a cgroup it could not join, a cwd
+ * it could not enter) as the helper reports the same steps; other errors as they are.
+ */
+function startStepError(error: unknown): unknown {
+  const { syscall, code, message } = error as NodeJS.ErrnoException;
+  const stage = syscall === "cgroup" ? "cgroup" : syscall === "chdir" ? "cwd" : undefined;
+  if (stage === undefined) return error;
+  return new HelperStartError({ stage, code: code ?? "EUNKNOWN", message });
 }
 
 function startedWithAddon(native: NativeAddon, fds: NativeSpawned, options: SpawnChildOptions): Promise<SpawnedChild> {
