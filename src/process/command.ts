@@ -1,3 +1,4 @@
+import { realpathSync } from "node:fs";
 import { identityEnvironment } from "./environment.js";
 import type { ProcessDescription } from "./managed-process.js";
 import type { UserIdentity } from "./user.js";
@@ -10,7 +11,7 @@ import {
   type StdinPlan,
 } from "../shared/limits.js";
 import { findProgramProblem } from "./program-lookup.js";
-import { execSimpleCommand } from "./shell-line.js";
+import { execSimpleCommand, plainCommandWords } from "./shell-line.js";
 
 /** What to run and how: the process manager's view of a request. */
 export interface ProcessSpec {
@@ -80,6 +81,11 @@ export interface ResolvedCommand {
   readonly argv: readonly string[];
   /** Whether `file` is the shell running a command line (then no program lookup is made first). */
   readonly shell: boolean;
+  /**
+   * Whether `file` was already found where the command's PATH leads (a command line of plain words,
+   * run without the shell): the start looks for it no second time.
+   */
+  readonly found: boolean;
   /** The complete environment: the base, the user's HOME, USER and LOGNAME, the spec's, and TERM for a PTY. */
   readonly env: Readonly<Record<string, string>>;
   /** The user it runs as; undefined for the daemon's own. */
@@ -104,6 +110,12 @@ export function resolveCommand(spec: ProcessSpec, context: CommandContext): Reso
   if (spec.pty !== undefined) env.TERM = spec.pty.term || env.TERM || "xterm-256color";
   const stdinData = spec.stdinData ?? new Uint8Array();
   const stdin = planStdin({ stdin: spec.stdin, stdinDataBytes: stdinData.length, pty: spec.pty !== undefined });
+  const found = (program: string) => findProgramProblem(program, env.PATH ?? "", context.cwd) === undefined;
+  // A line of plain words runs its program directly, as `sh -c` would run it: same words, same PATH
+  // lookup, and the PWD the shell exports (its working directory, unless PWD already names it).
+  const words = shell ? plainCommandWords(spec.command) : undefined;
+  const direct = words !== undefined && found(words[0]!);
+  if (direct) env.PWD = shellWorkingDirectory(env.PWD, context.cwd);
   return {
     description: {
       id: context.id,
@@ -116,17 +128,10 @@ export function resolveCommand(spec: ProcessSpec, context: CommandContext): Reso
       autoCleanup: spec.autoCleanup ?? true,
       timeoutMs: spec.timeoutMs ?? 0,
     },
-    file: shell ? "/bin/sh" : spec.command,
-    argv: shell
-      ? [
-          "-c",
-          execSimpleCommand(
-            spec.command,
-            (program) => findProgramProblem(program, env.PATH ?? "", context.cwd) === undefined,
-          ),
-        ]
-      : [...args],
-    shell,
+    file: direct ? words[0]! : shell ? "/bin/sh" : spec.command,
+    argv: direct ? words.slice(1) : shell ? ["-c", execSimpleCommand(spec.command, found)] : [...args],
+    shell: shell && !direct,
+    found: direct,
     env,
     identity: context.identity,
     pty:
@@ -136,4 +141,17 @@ export function resolveCommand(spec: ProcessSpec, context: CommandContext): Reso
     stdin,
     stdinData,
   };
+}
+
+/**
+ * The PWD `/bin/sh` exports for a command it runs in `cwd`: the inherited one when it is an absolute
+ * path to that same directory, else `cwd` itself (dash's rule).
+ */
+function shellWorkingDirectory(inherited: string | undefined, cwd: string): string {
+  if (inherited === undefined || !inherited.startsWith("/") || inherited === cwd) return cwd;
+  try {
+    return realpathSync(inherited) === cwd ? inherited : cwd;
+  } catch {
+    return cwd;
+  }
 }

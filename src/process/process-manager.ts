@@ -353,7 +353,7 @@ export class ProcessManager {
     this.register(managed);
 
     const { file, env } = command;
-    const missing = command.shell ? undefined : findProgramProblem(file, env.PATH ?? "", cwd);
+    const missing = command.shell || command.found ? undefined : findProgramProblem(file, env.PATH ?? "", cwd);
     if (missing !== undefined) {
       reservation?.cancel();
       managed.failToStart({ stage: "exec", errno: missing.errno, message: missing.message }, missing.exitCode);

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { execSimpleCommand } from "./shell-line.js";
+import { execSimpleCommand, plainCommandWords } from "./shell-line.js";
 
 const everything = () => true;
 
@@ -35,5 +35,58 @@ describe("execSimpleCommand", () => {
     }
     expect(execSimpleCommand("no-such-program", () => false)).toBe("no-such-program");
     expect(execSimpleCommand(`"quoted" word`, everything)).toBe(`"quoted" word`);
+  });
+});
+
+describe("plainCommandWords", () => {
+  it("splits a line of plain words as the shell would", () => {
+    expect(plainCommandWords("ls -la /tmp")).toEqual(["ls", "-la", "/tmp"]);
+    expect(plainCommandWords("  python3\t-m   http.server 8080 ")).toEqual(["python3", "-m", "http.server", "8080"]);
+    expect(plainCommandWords("dd if=/dev/zero of=out bs=1M count=1")).toEqual([
+      "dd",
+      "if=/dev/zero",
+      "of=out",
+      "bs=1M",
+      "count=1",
+    ]);
+    expect(plainCommandWords("./build.sh --jobs=2 user@host:path,x+y%z")).toEqual([
+      "./build.sh",
+      "--jobs=2",
+      "user@host:path,x+y%z",
+    ]);
+  });
+
+  it("leaves to the shell every line whose words it would read: builtins, assignments, quotes, expansions, globs, operators", () => {
+    for (const line of [
+      "",
+      "   ",
+      "true",
+      "echo hi",
+      "cd /tmp",
+      "FOO=1 env",
+      "ls '/tmp'",
+      'ls "a b"',
+      "ls a\\ b",
+      "ls $HOME",
+      // biome-ignore lint/suspicious/noTemplateCurlyInString: a shell expansion, written as the shell reads it
+      "ls ${HOME}",
+      "ls *.txt",
+      "ls file?",
+      "ls [ab]",
+      "ls ~",
+      "ls ~/x",
+      "ls # comment",
+      "ls; ls",
+      "ls | wc",
+      "ls > out",
+      "ls &",
+      "sleep 1\nsleep 2",
+      "ls `pwd`",
+      "ls {a,b}",
+      "ls !x",
+      "caf\u00e9 x",
+    ]) {
+      expect(plainCommandWords(line), line).toBeUndefined();
+    }
   });
 });

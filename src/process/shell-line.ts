@@ -104,3 +104,22 @@ export function execSimpleCommand(line: string, canExec: (program: string) => bo
   if (!canExec(program)) return line;
   return `exec ${line.trimStart()}`;
 }
+
+/**
+ * A word the shell passes on exactly as written: no quoting, escape, expansion, glob, tilde, comment
+ * or operator character, so splitting the line at blanks gives what the shell's own reading would.
+ */
+const plainWord = /^[\w./+@%:,=-]+$/;
+
+/**
+ * The words of a line that is one simple command of plain words (see {@link plainWord}) running a
+ * program, as `/bin/sh` would split it: such a line means the same run directly, with no shell in
+ * between (one exec instead of two). Undefined for anything the shell must read itself: a builtin or
+ * reserved word, an assignment (`FOO=1 env`), quotes, `$`, globs, `~`, `#` or any operator.
+ */
+export function plainCommandWords(line: string): string[] | undefined {
+  const words = line.trim().split(/[ \t]+/);
+  const program = words[0] ?? "";
+  if (program === "" || program.includes("=") || shellOwnWords.has(program)) return undefined;
+  return words.every((word) => plainWord.test(word)) ? words : undefined;
+}
