@@ -1,6 +1,5 @@
-import { raceSignal } from "../shared/abort.js";
 import { ProcessError } from "./errors.js";
-import { maxPendingInputBytes, ptySizeProblem } from "../shared/limits.js";
+import { ProcessStdin, processNotRunning } from "./process-stdin.js";
 import type { SpawnedChild } from "./spawn/index.js";
 import type { ResourceUsage } from "./cgroups/index.js";
 import {
@@ -192,16 +191,12 @@ export class ManagedProcess {
   /** Where the process is: see {@link Life}. */
   private life: Life = { t: "starting" };
   private readonly startedAt = performance.now();
-  private inputClosed = false;
-  private writtenBytes = 0;
-  private pendingInputBytes = 0;
+  /** Its input: writes queued behind the start, the end of input, resizes. */
+  private readonly stdin: ProcessStdin;
   /** Signals sent through {@link signal} (SendInput's), for the exit's cause; created at the first. */
   private inputSignals?: Set<string>;
   /** Why the start failed, once it did (a process stopped as it started included). */
   private startFailure?: StartFailure;
-  /** Settles when the last accepted write has settled; starts settled once attached (or failed). */
-  private writeChain: Promise<void>;
-  private resolveStarted!: () => void;
   private resolveExited!: (exit: ProcessExit) => void;
 
   /** Creates a record in status starting; {@link attach} or {@link failToStart} follows. */
@@ -217,7 +212,17 @@ export class ManagedProcess {
       budget: this.budget,
     });
     this.exited = new Promise((resolve) => (this.resolveExited = resolve));
-    this.writeChain = new Promise((resolve) => (this.resolveStarted = resolve));
+    this.stdin = new ProcessStdin(
+      {
+        id: this.description.id,
+        acceptsInput: this.description.acceptsInput,
+        pty: this.description.pty,
+        runningChild: () => (this.life.t === "running" ? this.life.child : undefined),
+        hasExited: () => this.life.t === "exited",
+        leaderGone: () => this.leaderGone(),
+      },
+      this.budget,
+    );
   }
 
   /** The process id (its description's). */
@@ -250,12 +255,12 @@ export class ManagedProcess {
 
   /** Total bytes written to stdin so far. */
   get bytesWritten(): number {
-    return this.writtenBytes;
+    return this.stdin.bytesWritten;
   }
 
   /** Whether stdin has been closed (or was never open). */
   get isInputClosed(): boolean {
-    return !this.description.acceptsInput || this.inputClosed || this.life.t === "exited";
+    return !this.description.acceptsInput || this.stdin.isClosed || this.life.t === "exited";
   }
 
   /** Bytes written so far per stream: the offset the next byte of each will have. */
@@ -403,8 +408,7 @@ export class ManagedProcess {
     const { pendingKill } = this.life;
     const running: Extract<Life, { t: "running" }> = { t: "running", child, probe, timedOut: false };
     this.life = running;
-    this.resolveStarted();
-    this.resolveStarted = settled;
+    this.stdin.started();
     if (this.description.timeoutMs > 0) {
       running.timeoutTimer = setTimeout(() => {
         running.timedOut = true;
@@ -424,7 +428,7 @@ export class ManagedProcess {
     });
     // A write still pending at the exit settles once the child stops it: none outlives the record.
     void child.finished.then(async (exit) => {
-      await this.writeChain;
+      await this.stdin.settled;
       this.finish({
         status: exit.signal !== null ? "killed" : exit.code === 0 ? "completed" : "failed",
         exitCode: exit.code,
@@ -439,8 +443,7 @@ export class ManagedProcess {
    */
   failToStart(failure: StartFailure, exitCode: number): void {
     this.startFailure = failure;
-    this.resolveStarted();
-    this.resolveStarted = settled;
+    this.stdin.started();
     this.finish({ status: "error", exitCode, signal: null, error: failure.message });
   }
 
@@ -487,7 +490,7 @@ export class ManagedProcess {
    * a ProcessError (PROCESS_NOT_RUNNING) once the process has exited.
    */
   signal(signal: SignalName): void {
-    if (this.life.t === "draining" || this.life.t === "exited" || this.leaderGone()) throw this.notRunning();
+    if (this.life.t === "draining" || this.life.t === "exited" || this.leaderGone()) throw processNotRunning(this.id);
     (this.inputSignals ??= new Set()).add(signal);
     this.signalGroup(signal);
   }
@@ -498,116 +501,44 @@ export class ManagedProcess {
    * once it has exited. A closed stdin passes: signals and resizes still go through.
    */
   assertAcceptsInput(): void {
-    if (!this.description.acceptsInput) throw this.noStdin();
-    if (this.life.t === "exited") throw this.notRunning();
+    this.stdin.assertAccepts();
   }
 
   /**
    * Writes bytes to stdin, in call order. Resolves with the total bytes written once these were
    * handed to the OS. Throws a ProcessError: STDIN_NOT_OPEN when the process has no stdin or stdin
    * was closed, PROCESS_NOT_RUNNING when it has exited (a write racing the exit, EPIPE, included,
-   * never a crash); LIMIT_EXCEEDED when more than {@link maxPendingInputBytes} would be pending, or
+   * never a crash); LIMIT_EXCEEDED when more than `maxPendingInputBytes` would be pending, or
    * when the daemon's budget cannot hold the bytes even once output was dropped for them (naming
    * `max-retained-bytes`); CANCELED when `signal` aborts first. An aborted write that had not reached the child yet is
    * dropped; one the child had already taken (a PTY or pipe writes what it took in order) still
    * counts in {@link bytesWritten} once it is written, as it then reaches the process.
    */
   async write(data: Uint8Array, signal?: AbortSignal): Promise<number> {
-    return this.enqueueWrite(data, signal, "refuse");
+    return this.stdin.write(data, signal);
   }
 
   /**
    * Writes bytes already received (a SendInput message) as {@link write} does, but counts them as
-   * pending even past {@link maxPendingInputBytes} or the daemon's budget: they are in memory
+   * pending even past `maxPendingInputBytes` or the daemon's budget: they are in memory
    * already, and refusing them would lose input. Their receiver reads nothing more while
    * {@link waitForInputRoom} waits, so each receiver is past the limits by at most one message.
    * Throws LIMIT_EXCEEDED at once for data that could never fit: larger than the pending limit, or
    * than the whole budget (naming `max-retained-bytes`).
    */
   async writeReceived(data: Uint8Array, signal?: AbortSignal): Promise<number> {
-    return this.enqueueWrite(data, signal, "count");
+    return this.stdin.writeReceived(data, signal);
   }
 
   /**
-   * Resolves once stdin has room again: fewer than {@link maxPendingInputBytes} pending, and the
+   * Resolves once stdin has room again: fewer than `maxPendingInputBytes` pending, and the
    * daemon's budget has room for input (see `MemoryBudget.fitsInput`: half of it always); at once
    * when stdin is closed or the process has exited (what comes next fails on its own). Rejects with
    * a ProcessError (CANCELED) when `signal` aborts first. A SendInput call waits for it before it
    * reads its next message: backpressure reaches the client instead of the daemon buffering.
    */
   async waitForInputRoom(signal?: AbortSignal): Promise<void> {
-    while (this.life.t !== "exited" && !this.inputClosed) {
-      if (this.pendingInputBytes < maxPendingInputBytes && this.budget.fitsInput(0)) return;
-      // A settled write releases its bytes from the budget, and so does whatever else makes room;
-      // the exit wakes the waiters too (see finish).
-      await raceSignal(this.budget.nextRelease(), signal, (reason) => this.writeCancelled(reason));
-    }
-  }
-
-  /** Counts `data` as pending and queues its write behind the earlier ones; past the pending limit it is refused or counted. */
-  private enqueueWrite(
-    data: Uint8Array,
-    signal: AbortSignal | undefined,
-    pastLimit: "refuse" | "count",
-  ): Promise<number> {
-    this.assertAcceptsInput();
-    if (this.inputClosed) throw this.stdinClosed();
-    const cancelled = (reason: unknown) => this.writeCancelled(reason);
-    if (signal?.aborted) throw cancelled(signal.reason);
-    if (
-      data.length > maxPendingInputBytes ||
-      (pastLimit === "refuse" && this.pendingInputBytes + data.length > maxPendingInputBytes)
-    ) {
-      throw this.stdinFull();
-    }
-    if (data.length > this.budget.limitBytes) {
-      throw new ProcessError(
-        `input of ${data.length} bytes for process ${this.id} is larger than the daemon's budget of ${this.budget.limitBytes} bytes for output and input`,
-        "LIMIT_EXCEEDED",
-        { metadata: { limit: "max-retained-bytes", value: String(this.budget.limitBytes), process_id: this.id } },
-      );
-    }
-    // Output gives way to input (fits drops it); what cannot go is input nobody reads and output an
-    // Exec caller has not read, and a write that waits for nothing is refused against those.
-    if (pastLimit === "refuse" && !this.budget.fitsInput(data.length)) {
-      throw new ProcessError(
-        `stdin of process ${this.id} cannot take ${data.length} bytes now: the daemon's budget of ${this.budget.limitBytes} bytes for output and input is full`,
-        "LIMIT_EXCEEDED",
-        { metadata: { limit: "max-retained-bytes", value: String(this.budget.limitBytes), process_id: this.id } },
-      );
-    }
-    this.pendingInputBytes += data.length;
-    this.budget.chargeInput(data.length);
-    const written = this.writeChain
-      .then(() => {
-        // Skipped, not written: the caller is gone and nothing of it reached the child.
-        if (signal?.aborted) throw cancelled(signal.reason);
-        const life = this.life;
-        if (life.t !== "running") throw this.notRunning();
-        return life.child.write(data).then(
-          () => {
-            this.writtenBytes += data.length;
-            return this.writtenBytes;
-          },
-          async (cause: unknown) => {
-            // The child refuses writes once its stdin is closed, which its exit does. A killed leader
-            // closes its end as it dies, moments before it can be reaped: give its exit that long.
-            const exited = this.leaderGone() || (await leaderExitsSoon(life.child));
-            throw exited ? this.notRunning(cause) : this.stdinClosed(cause);
-          },
-        );
-      })
-      .finally(() => {
-        this.pendingInputBytes -= data.length;
-        this.budget.chargeInput(-data.length);
-      });
-    // The next write waits for this one to be written (or dropped): a child write settles when the
-    // bytes were taken by the OS or, at the latest, once the process has exited.
-    this.writeChain = written.then(
-      () => {},
-      () => {},
-    );
-    return raceSignal(written, signal, cancelled);
+    return this.stdin.waitForRoom(signal);
   }
 
   /**
@@ -617,71 +548,17 @@ export class ManagedProcess {
    * is a no-op; a process without stdin is a ProcessError (STDIN_NOT_OPEN).
    */
   async closeInput(): Promise<void> {
-    if (!this.description.acceptsInput) throw this.noStdin();
-    if (this.inputClosed || this.life.t === "exited") return;
-    this.inputClosed = true;
-    void this.writeChain.then(() => {
-      if (this.life.t === "running") this.life.child.closeInput();
-    });
+    this.stdin.close();
   }
 
   /**
    * Resizes the PTY once the writes accepted before have settled, in order with them. Resolves once
    * applied. Throws a ProcessError at once: INVALID_ARGUMENT (field `resize`) for a size outside
-   * {@link ptySizeProblem}'s bounds, PTY_NOT_OPEN for a process without a PTY. A resize after the
+   * `ptySizeProblem`'s bounds, PTY_NOT_OPEN for a process without a PTY. A resize after the
    * exit is a no-op.
    */
   resize(cols: number, rows: number): Promise<void> {
-    const problem = ptySizeProblem(cols, rows, "resize");
-    if (problem !== undefined) throw new ProcessError(problem, "INVALID_ARGUMENT", { metadata: { field: "resize" } });
-    if (!this.description.pty)
-      throw new ProcessError(`process ${this.id} has no pty`, "PTY_NOT_OPEN", { metadata: { process_id: this.id } });
-    const applied = this.writeChain.then(() => {
-      if (this.life.t === "running") this.life.child.resize(cols, rows);
-    });
-    this.writeChain = applied.catch(() => {});
-    return applied;
-  }
-
-  private writeCancelled(cause: unknown): ProcessError {
-    return new ProcessError(`write to stdin of process ${this.id} was cancelled`, "CANCELED", {
-      metadata: { process_id: this.id },
-      cause,
-    });
-  }
-
-  private stdinFull(): ProcessError {
-    return new ProcessError(
-      `stdin of process ${this.id} is full: the limit of ${maxPendingInputBytes} pending bytes is reached`,
-      "LIMIT_EXCEEDED",
-      {
-        metadata: { limit: "max-pending-input-bytes", value: String(maxPendingInputBytes), process_id: this.id },
-      },
-    );
-  }
-
-  private notRunning(cause?: unknown): ProcessError {
-    return new ProcessError(`process has exited: ${this.id}`, "PROCESS_NOT_RUNNING", {
-      metadata: { process_id: this.id },
-      cause,
-    });
-  }
-
-  private noStdin(): ProcessError {
-    return new ProcessError(
-      `process ${this.id} has no stdin: start it with stdin, stdin_data or pty`,
-      "STDIN_NOT_OPEN",
-      {
-        metadata: { process_id: this.id },
-      },
-    );
-  }
-
-  private stdinClosed(cause?: unknown): ProcessError {
-    return new ProcessError(`stdin of process ${this.id} is closed`, "STDIN_NOT_OPEN", {
-      metadata: { process_id: this.id },
-      cause,
-    });
+    return this.stdin.resize(cols, rows);
   }
 
   /** The child while it runs or drains. */
@@ -789,21 +666,5 @@ function killGroup(pid: number, signal: SignalName): void {
     process.kill(-pid, signal);
   } catch {
     // ESRCH: the group is already gone.
-  }
-}
-
-/** How long a write refused by a closed stdin waits for the leader's exit before saying stdin was closed. */
-const exitAfterClosedStdinMs = 250;
-
-/** Whether `child`'s leader exits within {@link exitAfterClosedStdinMs}. */
-async function leaderExitsSoon(child: SpawnedChild): Promise<boolean> {
-  let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<false>((resolve) => {
-    timer = setTimeout(() => resolve(false), exitAfterClosedStdinMs);
-  });
-  try {
-    return await Promise.race([child.exited.then(() => true), late]);
-  } finally {
-    clearTimeout(timer);
   }
 }
