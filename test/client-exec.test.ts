@@ -332,6 +332,23 @@ describe("execStream (seed 000)", () => {
     expect(result?.stdoutBytes.length).toBe(0);
   });
 
+  it("gives each event's text when it is read: in any order, assignable, in JSON, and the same as decoded at once", async () => {
+    const events: ExecEvent[] = [];
+    // A multi-byte character cut between writes, and a second stream between them.
+    const line = "printf 'caf\\303'; sleep 0.1; printf '\\251 x' >&2; sleep 0.1; printf '\\251 fin'";
+    for await (const event of sandbox.execStream(line))
+      if (event.type === "stdout" || event.type === "stderr") events.push(event);
+    // Read from the last to the first: each text is still the one its place in the stream gives.
+    const texts = events.map((_, index) => events[events.length - 1 - index]!.data).reverse();
+    const joined = (stream: string) => texts.filter((_, index) => events[index]!.type === stream).join("");
+    expect(joined("stdout")).toBe("café fin");
+    expect(joined("stderr")).toBe("\ufffd x");
+    expect(JSON.parse(JSON.stringify(events[0]))).toMatchObject({ type: "stdout", data: texts[0] });
+    expect({ ...events[events.length - 1] }.data).toBe(texts[texts.length - 1]);
+    events[0]!.data = "replaced";
+    expect(events[0]!.data).toBe("replaced");
+  });
+
   it("hands over output that arrived before the loop asked for it, though it keeps none", async () => {
     const sessionId = `early-${process.pid}-${Date.now()}`;
     const stdout: string[] = [];

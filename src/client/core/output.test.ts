@@ -57,4 +57,38 @@ describe("StreamDecoder (UTF-8)", () => {
     expect(decoder.decode("stdout", euro.subarray(0, 2))).toBe("");
     expect(decoder.flush("stdout")).toBe("\ufffd");
   });
+
+  it("decodes later what it would decode now, texts read in any order or not at all", () => {
+    const next = random(0xdeca7);
+    for (let run = 0; run < 2000; run++) {
+      const parts: number[] = [];
+      const length = Math.floor(next() * 40);
+      while (parts.length < length) {
+        if (next() < 0.3) parts.push(...samples[Math.floor(next() * samples.length)]!);
+        else parts.push(alphabet[Math.floor(next() * alphabet.length)]!);
+      }
+      const bytes = Uint8Array.from(parts);
+      const now = new StreamDecoder("utf-8");
+      const later = new StreamDecoder("utf-8");
+      const expected: string[] = [];
+      const texts: Array<() => string> = [];
+      for (let at = 0; at < bytes.length; ) {
+        const end = Math.min(bytes.length, at + Math.floor(next() * 6));
+        expected.push(now.decode("stdout", bytes.subarray(at, end)));
+        texts.push(later.decodeLater("stdout", bytes.subarray(at, end)));
+        at = end;
+      }
+      expect(later.flush("stdout")).toBe(now.flush("stdout"));
+      // From the last to the first, every other one skipped, then all: each the same, however read.
+      for (let index = texts.length - 1; index >= 0; index -= 2) expect(texts[index]!()).toBe(expected[index]);
+      expect(texts.map((text) => text())).toEqual(expected);
+    }
+  });
+
+  it("decodes other encodings at once", () => {
+    const decoder = new StreamDecoder("utf-16le");
+    const text = decoder.decodeLater("stdout", Buffer.from("hé", "utf16le").subarray(0, 3));
+    expect(text()).toBe("h");
+    expect(decoder.decodeLater("stdout", Buffer.from("hé", "utf16le").subarray(3))()).toBe("é");
+  });
 });

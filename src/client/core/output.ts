@@ -58,6 +58,19 @@ export class StreamDecoder {
     return this.decoders[stream].decode(data, { stream: true });
   }
 
+  /**
+   * Takes the next bytes of `stream` as {@link decode} does, but returns their text as a function
+   * that decodes it when first called: what a character cut at the end carries to the next chunk is
+   * settled now, so texts can be read in any order, or never (a reader of bytes only then builds no
+   * string). UTF-8 only; other encodings are decoded now.
+   */
+  decodeLater(stream: OutputStreamName, data: Uint8Array): () => string {
+    const decoder = this.decoders[stream];
+    if (decoder instanceof Utf8StreamDecoder) return decoder.decodeLater(data);
+    const text = decoder.decode(data, { stream: true });
+    return () => text;
+  }
+
   /** Flushes what is left of `stream` (an incomplete character becomes U+FFFD). */
   flush(stream: OutputStreamName): string {
     return this.decoders[stream].decode();
@@ -68,6 +81,9 @@ export class StreamDecoder {
 interface IncrementalDecoder {
   decode(data?: Uint8Array, options?: { stream?: boolean }): string;
 }
+
+/** The UTF-8 byte order mark. */
+const byteOrderMark = [0xef, 0xbb, 0xbf] as const;
 
 /** Creates a decoder; an unknown encoding label is a SandboxError with code INVALID_ARGUMENT. */
 function createDecoder(encoding: string): IncrementalDecoder {
@@ -92,6 +108,7 @@ class Utf8StreamDecoder implements IncrementalDecoder {
   private started = false;
 
   decode(data: Uint8Array = new Uint8Array(0), options: { stream?: boolean } = {}): string {
+    if (options.stream) return this.decodeLater(data)();
     let bytes = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
     if (this.pending !== undefined) {
       bytes = Buffer.concat([this.pending, bytes]);
@@ -106,6 +123,30 @@ class Utf8StreamDecoder implements IncrementalDecoder {
     }
     if (!options.stream) this.started = false;
     return text;
+  }
+
+  /**
+   * Takes the next chunk of a stream: the incomplete character at its end is held back for the next
+   * one and the byte order mark of the stream's first text dropped, now; the text is built when the
+   * returned function is first called (see StreamDecoder.decodeLater).
+   */
+  decodeLater(data: Uint8Array): () => string {
+    let bytes = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+    if (this.pending !== undefined) {
+      bytes = Buffer.concat([this.pending, bytes]);
+      this.pending = undefined;
+    }
+    const end = completeEnd(bytes);
+    if (end < bytes.length) this.pending = Buffer.from(bytes.subarray(end));
+    let start = 0;
+    // Any bytes decode to at least one character (U+FFFD for invalid ones): the stream's first text
+    // starts here, and a byte order mark can only be its first character.
+    if (!this.started && end > 0) {
+      this.started = true;
+      if (end >= 3 && byteOrderMark.every((byte, index) => bytes[index] === byte)) start = 3;
+    }
+    let text: string | undefined;
+    return () => (text ??= bytes.toString("utf8", start, end));
   }
 }
 

@@ -249,7 +249,7 @@ export async function* execStream(
     yield { type: "start", timestamp: now(), command: commandLine(handle) };
     const decoder = new StreamDecoder(options.encoding);
     for await (const chunk of handle) {
-      yield { type: chunk.stream, timestamp: now(), data: decoder.decode(chunk.stream, chunk.data), bytes: chunk.data };
+      yield outputEvent(chunk.stream, now(), decoder.decodeLater(chunk.stream, chunk.data), chunk.data);
     }
     for (const stream of ["stdout", "stderr"] as const) {
       const data = decoder.flush(stream);
@@ -266,6 +266,26 @@ export async function* execStream(
     stop.abort(new SandboxError("the stream was left early", "CANCELED"));
   }
   if (failure !== undefined) yield { type: "error", timestamp: now(), error: failure };
+}
+
+/**
+ * A stdout or stderr event whose `data` is decoded when first read (then kept, and assignable): a
+ * caller that reads only `bytes` (output streamed to a file) makes no string of it.
+ */
+function outputEvent(type: "stdout" | "stderr", timestamp: string, text: () => string, bytes: Buffer): ExecEvent {
+  return {
+    type,
+    timestamp,
+    get data(): string {
+      const value = text();
+      Object.defineProperty(this, "data", { value, writable: true, enumerable: true, configurable: true });
+      return value;
+    },
+    set data(value: string) {
+      Object.defineProperty(this, "data", { value, writable: true, enumerable: true, configurable: true });
+    },
+    bytes,
+  };
 }
 
 /**
