@@ -39,19 +39,27 @@ export function createLogDestination(options: LogDestinationOptions = {}): LogDe
   const maxDelayMs = options.maxDelayMs ?? 100;
   const sonic = pino.destination({ fd: options.fd ?? 2, sync: true, minLength: options.bufferBytes ?? 4096 });
   let held = false;
+  // Once a write fails for good (EPIPE: whoever read the log went away), lines are dropped: nobody
+  // can read them, and held on they would grow without end.
+  let broken = false;
+  sonic.on("error", () => {
+    broken = true;
+  });
   let timer: NodeJS.Timeout | undefined;
   const writeHeld = () => {
     if (timer !== undefined) clearTimeout(timer);
     timer = undefined;
-    if (!held) return;
+    if (!held || broken) return;
     held = false;
-    // Synchronous here (sync: true): no fsync, unlike sonic-boom's flushSync.
+    // Synchronous here (sync: true): no fsync, unlike sonic-boom's flushSync, which also retries a
+    // write that failed with EPIPE forever (a daemon whose log reader left could never exit).
     sonic.flush();
   };
   const destination = {
     [wantsMetadata]: true,
     lastLevel: 0,
     write(line: string): boolean {
+      if (broken) return true;
       sonic.write(line);
       held = true;
       if (destination.lastLevel >= warnLevel) writeHeld();
@@ -67,10 +75,7 @@ export function createLogDestination(options: LogDestinationOptions = {}): LogDe
       }
     },
   };
-  writeAtExit.add(() => {
-    if (timer !== undefined) clearTimeout(timer);
-    if (held) sonic.flushSync();
-  });
+  writeAtExit.add(writeHeld);
   if (writeAtExit.size === 1) process.on("exit", () => writeAtExit.forEach((write) => write()));
   return destination;
 }
