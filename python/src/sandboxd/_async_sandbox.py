@@ -116,7 +116,7 @@ class AsyncSandbox:
         #: Process management: list, get, attach, kill, kill_all, cleanup, logs.
         self.processes = AsyncProcesses(self)
         #: The file API: read, write, list, stat, watch... the files inside the daemon's workspace roots, streamed.
-        self.files = AsyncFiles(self)
+        self.files = AsyncFiles(self._running_rpc, lambda: self._options.get("reconnect", ReconnectPolicy()))
 
     @classmethod
     async def connect(cls, url: str | None = None, **options: Unpack[SandboxOptions]) -> Self:

@@ -11,20 +11,17 @@ import secrets
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable
 from pathlib import Path
 from types import TracebackType
-from typing import IO, TYPE_CHECKING, Any, Self, TypedDict, TypeVar, Unpack
+from typing import IO, Any, Self, TypedDict, TypeVar, Unpack
 
 import grpc
 import grpc.aio
 
 from ._gen.sandbox.v1 import files_pb2 as pb
 from ._reconnect import ReconnectPolicy, is_transient
-from ._transport import FileRpc
+from ._transport import FileRpc, SandboxRpc
 from .errors import FileChangedError, InvalidArgumentError, PathNotFoundError, ReadLimitError, SandboxError, from_rpc_error
 from .files import FileInfo, FileType, WatchEndReason, WatchEvent, WatchOverflow, change_from_proto, end_reason_from_proto, overflow_from_proto
 from .options import check_options
-
-if TYPE_CHECKING:
-    from ._async_sandbox import AsyncSandbox
 
 _Response = TypeVar("_Response")
 
@@ -141,12 +138,14 @@ class AsyncFiles:
     it on the daemon: a cancelled write leaves nothing behind.
     """
 
-    def __init__(self, sandbox: AsyncSandbox) -> None:
-        """Internal: a sandbox makes its own (``sandbox.files``)."""
-        self._sandbox = sandbox
+    def __init__(self, rpc: Callable[[], SandboxRpc], reconnect: Callable[[], ReconnectPolicy]) -> None:
+        """Internal: a sandbox makes its own (``sandbox.files``), with its connection while it runs (``rpc``, which
+        raises once it is closed) and its reconnect policy."""
+        self._running_rpc = rpc
+        self._reconnect = reconnect
 
     def _rpc(self) -> tuple[FileRpc, tuple[tuple[str, str], ...]]:
-        rpc = self._sandbox._running_rpc()
+        rpc = self._running_rpc()
         return rpc.files, rpc.metadata
 
     async def read_bytes(self, path: str, **options: Unpack[ReadOptions]) -> bytes:
@@ -181,7 +180,7 @@ class AsyncFiles:
         offset = _non_negative(options.get("offset", 0), "offset")
         length = options.get("length")
         end = None if length is None else offset + _non_negative(length, "length")
-        policy = self._sandbox._options.get("reconnect", ReconnectPolicy())
+        policy = self._reconnect()
         opened: FileInfo | None = None
         failures = 0
         while True:
@@ -403,7 +402,7 @@ class AsyncFiles:
             call, started = await open_watch()
         except grpc.aio.AioRpcError as error:
             raise from_rpc_error(error) from error
-        policy = self._sandbox._options.get("reconnect", ReconnectPolicy())
+        policy = self._reconnect()
         return AsyncFileWatch(call, FileInfo.from_proto(started.stat), started.watched_directories, open_watch, policy)
 
     async def _make_dir(self, path: str, options: MkdirOptions) -> tuple[FileInfo, bool]:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import builtins
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import TracebackType
-from typing import TYPE_CHECKING, Self, Unpack
+from typing import Self, Unpack
 
 from ._files import (
     AsyncFiles,
@@ -27,26 +27,20 @@ from ._portal import Portal
 from .files import FileInfo, WatchEndReason, WatchEvent
 from .options import check_options
 
-if TYPE_CHECKING:
-    from ._sync import Sandbox
-
 
 class Files:
     """Files is a sync sandbox's file API (``sandbox.files``): the same calls as :class:`~sandboxd.AsyncFiles`,
     method for method; a KeyboardInterrupt during a call cancels it on the daemon (a cancelled write leaves
     nothing behind)."""
 
-    def __init__(self, sandbox: Sandbox) -> None:
-        """Internal: a sandbox makes its own."""
-        self._sandbox = sandbox
+    def __init__(self, files: Callable[[], AsyncFiles], portal: Portal) -> None:
+        """Internal: a sandbox makes its own, over its asyncio sandbox's files and its portal."""
+        self._files = files
+        self._portal = portal
 
     @property
     def _async(self) -> AsyncFiles:
-        return self._sandbox.aio.files
-
-    @property
-    def _portal(self) -> Portal:
-        return self._sandbox._portal
+        return self._files()
 
     def read_bytes(self, path: str, **options: Unpack[ReadOptions]) -> bytes:
         """A file's bytes, or a range of them (see AsyncFiles.read_bytes)."""

@@ -261,7 +261,7 @@ class Sandbox:
         #: Process management: list, get, attach, kill, kill_all, cleanup, logs.
         self.processes = Processes(self)
         #: The file API: read, write, list, stat, watch... the files inside the daemon's workspace roots, streamed.
-        self.files = Files(self)
+        self.files = Files(lambda: self.aio.files, self._portal)
 
     @classmethod
     def connect(cls, url: str | None = None, **options: Unpack[SandboxOptions]) -> Self:
