@@ -1,13 +1,5 @@
-import {
-  decodeChunks,
-  joinBytes,
-  StreamDecoder,
-  type DecodedOutput,
-  type OutputChunk,
-  type OutputGap,
-  type OutputOffsets,
-  type OutputStreamName,
-} from "./output.js";
+import { joinBytes, type OutputChunk, type OutputGap, type OutputOffsets, type OutputStreamName } from "./output.js";
+import { decodeChunks, StreamDecoder, type DecodedOutput } from "./stream-decoder.js";
 import type { ProcessExit } from "./process-record.js";
 import type { ProcessStatus } from "../../shared/process-status.js";
 import type { ExitCause } from "../../shared/exit-cause.js";

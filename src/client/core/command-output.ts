@@ -1,7 +1,8 @@
 import { raceSignal } from "../../shared/abort.js";
 import { OutputLostError } from "./errors.js";
 import { FanOut } from "./fan-out.js";
-import { StreamDecoder, type OutputChunk, type OutputOffsets, type OutputStreamName } from "./output.js";
+import type { OutputChunk, OutputOffsets, OutputStreamName } from "./output.js";
+import { StreamDecoder } from "./stream-decoder.js";
 import { RetainedOutput } from "./retained-output.js";
 
 /** Options of a {@link CommandOutput}. */

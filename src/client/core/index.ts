@@ -47,13 +47,8 @@ export {
 } from "./errors.js";
 export type { InputAck } from "./input-stream.js";
 export { launch, type LaunchContext } from "./launch.js";
-export {
-  type OutputChunk,
-  type OutputGap,
-  type OutputOffsets,
-  type OutputStreamName,
-  StreamDecoder,
-} from "./output.js";
+export type { OutputChunk, OutputGap, OutputOffsets, OutputStreamName } from "./output.js";
+export { StreamDecoder } from "./stream-decoder.js";
 export {
   type CommandContext,
   type CommandLog,

@@ -12,13 +12,8 @@ import { CommandStream, type SettledState } from "./command-stream.js";
 import { defaultReconnectSettings, type ReconnectSettings } from "./reconnect-policy.js";
 import { ExecutionTimeoutError, SandboxError, toSandboxError } from "./errors.js";
 import { InputStream, type InputAck } from "./input-stream.js";
-import {
-  StreamDecoder,
-  type OutputChunk,
-  type OutputGap,
-  type OutputOffsets,
-  type OutputStreamName,
-} from "./output.js";
+import type { OutputChunk, OutputGap, OutputOffsets, OutputStreamName } from "./output.js";
+import { StreamDecoder } from "./stream-decoder.js";
 import {
   detailsFromProto,
   exitFromProto,

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { StreamDecoder } from "./output.js";
+import { StreamDecoder } from "./stream-decoder.js";
 
 /** A deterministic pseudo-random source (xorshift32), so a failure can be replayed. */
 function random(seed: number): () => number {
