@@ -54,11 +54,17 @@ export function kindOf(mode: number): FileKind {
 }
 
 /** Builds the {@link FileStat} of the entry at absolute path `display` from what the kernel said. */
-export function fileStatOf(display: string, raw: RawStat, names: OwnerNames, symlinkTarget?: string): FileStat {
+export function fileStatOf(
+  display: string,
+  raw: RawStat,
+  names: OwnerNames,
+  symlinkTarget?: string,
+  name = path.posix.basename(display),
+): FileStat {
   const kind = kindOf(raw.mode);
   const stat: FileStat = {
     path: display,
-    name: path.posix.basename(display),
+    name,
     kind,
     sizeBytes: raw.size,
     mode: raw.mode & 0o7777,

@@ -148,7 +148,8 @@ export class WorkspaceFiles {
     const more = found.length > pageSize;
     const page = found.slice(0, pageSize);
     return {
-      entries: page.map((entry) => entry.stat),
+      // Every entry kept has its stat: those gone before it was taken were left out.
+      entries: page.map((entry) => entry.stat!),
       continueAfter: more ? page[page.length - 1]?.relative : undefined,
     };
   }
@@ -374,10 +375,11 @@ export class WorkspaceFiles {
     found: Listed[],
   ): Promise<void> {
     const { calls, names: owners } = this.context;
-    const { names, types } = await calls.readdir(dirFd);
-    const order = names
-      .map((_, index) => index)
-      .sort((a, b) => (names[a] < names[b] ? -1 : names[a] > names[b] ? 1 : 0));
+    const listing = await calls.readdir(dirFd);
+    // Name order by UTF-16 code units, as `<` compares, sorted without a callback per comparison; a
+    // type is looked up only for a walk that descends.
+    const names = listing.names.slice().sort();
+    const typeOf = depth > 1 ? new Map(listing.names.map((name, index) => [name, listing.types[index]])) : undefined;
     const mine: Listed[] = [];
     let added = 0;
     const flushStats = async () => {
@@ -388,24 +390,23 @@ export class WorkspaceFiles {
       mine.forEach((entry, index) => {
         const raw = stats[index];
         if (raw === null) entry.gone = true;
-        else entry.stat = fileStatOf(entry.stat.path, raw, owners);
+        else entry.stat = fileStatOf(entry.display, raw, owners, undefined, entry.name);
       });
     };
-    for (const index of order) {
+    for (const name of names) {
       if (found.length >= limit) break;
-      const name = names[index];
       if (after !== undefined && name < after[0]) continue;
       const resumesHere = after !== undefined && name === after[0];
       const childRelative = relative === "" ? name : `${relative}/${name}`;
       const childDisplay = `${display === "/" ? "" : display}/${name}`;
       if (!resumesHere) {
-        const entry: Listed = { name, relative: childRelative, stat: placeholder(childDisplay), gone: false };
+        const entry: Listed = { name, relative: childRelative, display: childDisplay, stat: undefined, gone: false };
         found.push(entry);
         mine.push(entry);
         added++;
       }
       if (depth <= 1) continue;
-      let type = types[index];
+      let type = typeOf!.get(name);
       if (type === DT_UNKNOWN) type = directoryType(await calls.stat(dirFd, name).catch(() => undefined));
       if (type !== DT_DIR) continue;
       // A subdirectory the user may not read is listed, not descended into.
@@ -435,26 +436,16 @@ export class WorkspaceFiles {
 
 /** An entry of a listing in the making. */
 interface Listed {
+  /** Its name in its directory. */
   name: string;
+  /** Its path from the listed directory. */
   relative: string;
-  stat: FileStat;
+  /** Its path as shown (from the workspace root). */
+  display: string;
+  /** Its stat, once taken (with the rest of its directory's entries). */
+  stat: FileStat | undefined;
+  /** Whether it was gone when its stat was taken. */
   gone: boolean;
-}
-
-function placeholder(display: string): FileStat {
-  return {
-    path: display,
-    name: path.posix.basename(display),
-    kind: "file",
-    sizeBytes: 0,
-    mode: 0,
-    uid: 0,
-    gid: 0,
-    owner: "",
-    group: "",
-    modifiedSeconds: 0,
-    modifiedNanos: 0,
-  };
 }
 
 function directoryType(raw: RawStat | undefined): number {
