@@ -116,7 +116,10 @@ export interface ExecEvent {
   type: "start" | "stdout" | "stderr" | "complete" | "error";
   /** ISO timestamp of the event. */
   timestamp: string;
-  /** The text, for stdout and stderr (decoded across chunks: a character split between two comes whole). */
+  /**
+   * The text, for stdout and stderr (decoded across chunks: a character split between two comes
+   * whole). Decoded when first read, then kept: a loop that reads only `bytes` builds no string.
+   */
   data?: string;
   /**
    * The bytes, for stdout and stderr, exactly as written; the text view is `data`. An event whose
