@@ -167,6 +167,9 @@ struct spawn_request {
   char *file, **argv, **envp, *cwd;
   /* cgroup.procs files the child joins before its exec (NULL for none; pipes only). */
   char **cgroups;
+  /* `/bin/sh file args...`: what runs a file the kernel cannot exec (ENOEXEC: a script without #!), as
+   * execvp and the shell run it. Built before the spawn (the child may not allocate); NULL if memory ran out. */
+  char **shell_argv;
   int want_stdin, want_status, use_pty;
   struct winsize size;
   /* Results: parent-side fds (stdin, stdout, stderr, status), the PTY, the pid, or an error. */
@@ -186,6 +189,7 @@ static void free_request(struct spawn_request *request) {
   free_strings(request->argv);
   free_strings(request->envp);
   free_strings(request->cgroups);
+  free(request->shell_argv); /* its strings belong to file and argv */
   free(request);
 }
 
@@ -233,6 +237,16 @@ static struct spawn_request *read_request(napi_env env, napi_callback_info info)
   }
   for (int i = 0; i < 4; i++) request->parent[i] = -1;
   request->master = request->slave = -1;
+  if (request->file != NULL && request->argv != NULL) {
+    size_t count = 0;
+    while (request->argv[count] != NULL) count++;
+    request->shell_argv = calloc(count + 2, sizeof(char *));
+    if (request->shell_argv != NULL) {
+      request->shell_argv[0] = (char *)"/bin/sh";
+      request->shell_argv[1] = request->file;
+      for (size_t i = 1; i < count; i++) request->shell_argv[i + 1] = request->argv[i];
+    }
+  }
   request->pid = -1;
   if (request->file == NULL || request->argv == NULL || request->envp == NULL) {
     free_request(request);
@@ -305,6 +319,7 @@ static int joining_child_main(void *data) {
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, NULL);
   execve(request->file, request->argv, request->envp);
+  if (errno == ENOEXEC && request->shell_argv != NULL) execve("/bin/sh", request->shell_argv, request->envp);
   return joining_child_fails(job, "exec");
 }
 
@@ -424,6 +439,9 @@ static void run_spawn(struct spawn_request *request) {
     if (request->cwd != NULL && request->cwd[0] != '\0') posix_spawn_file_actions_addchdir_np(&actions, request->cwd);
     failed = "posix_spawn";
     error = posix_spawn(&request->pid, request->file, &actions, &attributes, request->argv, request->envp);
+    if (error == ENOEXEC && request->shell_argv != NULL) {
+      error = posix_spawn(&request->pid, "/bin/sh", &actions, &attributes, request->shell_argv, request->envp);
+    }
     posix_spawn_file_actions_destroy(&actions);
     posix_spawnattr_destroy(&attributes);
   }

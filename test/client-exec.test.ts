@@ -1,4 +1,4 @@
-import { symlinkSync, writeFileSync } from "node:fs";
+import { chmodSync, symlinkSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
@@ -174,6 +174,28 @@ describe("exec (seed 000)", () => {
     expect(sleepers(marker)).toEqual([]);
   });
 
+  it("runs a script without #! as the shell runs it, as a command line and in argv form", async () => {
+    const script = path.join(t.workspace, "no-shebang");
+    writeFileSync(script, 'echo "ran $0 $1"\n');
+    chmodSync(script, 0o755);
+    expect(await sandbox.exec("./no-shebang first")).toMatchObject({ exitCode: 0, stdout: "ran ./no-shebang first\n" });
+    const argv = await sandbox.exec("./no-shebang", { args: ["second"] });
+    expect(argv).toMatchObject({ exitCode: 0 });
+    expect(argv.stdout).toMatch(/^ran \S*no-shebang second\n$/);
+  });
+
+  it("passes on the variables the shell would: none whose name it could not name", async () => {
+    const env = { "a.b": "dotted", "FOO-BAR": "dashed", PLAIN_NAME: "plain" };
+    // A line of plain words runs without the shell, and still sees what `sh -c` would pass on.
+    const direct = (await sandbox.exec("env", { env })).stdout;
+    const viaShell = (await sandbox.exec("env | cat", { env })).stdout;
+    for (const output of [direct, viaShell]) {
+      expect(output).toContain("PLAIN_NAME=plain\n");
+      expect(output).not.toContain("dotted");
+      expect(output).not.toContain("dashed");
+    }
+  });
+
   it("returns exit 127 for a missing program and a SandboxError for a refused command", async () => {
     const missing = await sandbox.exec("no-such-program-xyz", { args: ["a"] });
     expect(missing.exitCode).toBe(127);
@@ -347,6 +369,11 @@ describe("execStream (seed 000)", () => {
     expect({ ...events[events.length - 1] }.data).toBe(texts[texts.length - 1]);
     events[0]!.data = "replaced";
     expect(events[0]!.data).toBe("replaced");
+    // An event frozen before its text was read still gives it.
+    const frozen: string[] = [];
+    for await (const event of sandbox.execStream("echo frozen"))
+      if (event.type === "stdout") frozen.push(Object.freeze(event).data!);
+    expect(frozen.join("")).toBe("frozen\n");
   });
 
   it("hands over output that arrived before the loop asked for it, though it keeps none", async () => {

@@ -74,4 +74,19 @@ describe("the daemon's JSON log destination", () => {
       expect(child.stderr).toContain('"msg":"held at exit"');
     }
   }, 120_000);
+
+  it("goes on when its writes fail for lack of room (ENOSPC), and flushes without throwing", () => {
+    const fd = openSync("/dev/full", "w");
+    try {
+      const destination = createLogDestination({ fd });
+      const logger = pino({ base: null, timestamp: false }, destination);
+      // A warning is written at once: the write fails; so does each flush after it.
+      for (let index = 0; index < 3000; index++) logger.warn(`line ${index} ${"x".repeat(500)}`);
+      let flushed: Error | undefined | "not called" = "not called";
+      destination.flush((error) => (flushed = error));
+      expect(flushed).not.toBe("not called");
+    } finally {
+      closeSync(fd);
+    }
+  });
 });

@@ -73,3 +73,33 @@ def test_a_result_that_beats_the_cancel_is_released() -> None:
     with pytest.raises(KeyboardInterrupt):
         portal.call_owned(start, release)
     assert released == ["a started process"]
+
+
+def test_a_result_that_comes_after_the_unwind_gave_up_is_released_when_it_comes(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sandboxd._portal as portal_module
+
+    monkeypatch.setattr(portal_module, "_UNWIND_SECONDS", 0.1)
+    portal = Portal.shared()
+    started = threading.Event()
+    released = threading.Event()
+    results: list[str] = []
+
+    async def slow_to_unwind() -> str:
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            # Its answer is still on the way when the caller stops waiting for the unwind.
+            await asyncio.sleep(0.5)
+            return "a process started late"
+        return "unreachable"
+
+    async def release(result: str) -> None:
+        results.append(result)
+        released.set()
+
+    _interrupt_when(started)
+    with pytest.raises(KeyboardInterrupt):
+        portal.call_owned(slow_to_unwind, release)
+    assert released.wait(10)
+    assert results == ["a process started late"]

@@ -115,7 +115,11 @@ export function resolveCommand(spec: ProcessSpec, context: CommandContext): Reso
   // lookup, and the PWD the shell exports (its working directory, unless PWD already names it).
   const words = shell ? plainCommandWords(spec.command) : undefined;
   const direct = words !== undefined && found(words[0]!);
-  if (direct) env.PWD = shellWorkingDirectory(env.PWD, context.cwd);
+  if (direct) {
+    // What the shell passes on: variables whose names it could not name itself are left out, as dash does.
+    for (const name of Object.keys(env)) if (!shellVariableName.test(name)) delete env[name];
+    env.PWD = shellWorkingDirectory(env.PWD, context.cwd);
+  }
   return {
     description: {
       id: context.id,
@@ -142,6 +146,9 @@ export function resolveCommand(spec: ProcessSpec, context: CommandContext): Reso
     stdinData,
   };
 }
+
+/** A name the shell takes into its environment (dash drops the others it inherits). */
+const shellVariableName = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
 /**
  * The PWD `/bin/sh` exports for a command it runs in `cwd`: the inherited one when it is an absolute

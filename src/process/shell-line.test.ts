@@ -85,6 +85,10 @@ describe("plainCommandWords", () => {
       "ls {a,b}",
       "ls !x",
       "caf\u00e9 x",
+      // dash splits at spaces and tabs only: these stay in the word, which then names no program.
+      "ls\r",
+      "\u00a0ls",
+      "\ufeffls",
     ]) {
       expect(plainCommandWords(line), line).toBeUndefined();
     }

@@ -118,7 +118,8 @@ const plainWord = /^[\w./+@%:,=-]+$/;
  * reserved word, an assignment (`FOO=1 env`), quotes, `$`, globs, `~`, `#` or any operator.
  */
 export function plainCommandWords(line: string): string[] | undefined {
-  const words = line.trim().split(/[ \t]+/);
+  // Blanks are spaces and tabs only: dash keeps a carriage return or a no-break space in its word.
+  const words = line.replace(/^[ \t]+|[ \t]+$/g, "").split(/[ \t]+/);
   const program = words[0] ?? "";
   if (program === "" || program.includes("=") || shellOwnWords.has(program)) return undefined;
   return words.every((word) => plainWord.test(word)) ? words : undefined;

@@ -16,6 +16,9 @@ export interface LogDestination extends pino.DestinationStream {
   flush(done?: (error?: Error) => void): void;
 }
 
+/** Most bytes of lines a destination holds while its writes fail. */
+const maxHeldBytes = 1024 * 1024;
+
 /** pino's marker for a destination that wants each line's level (`lastLevel`) before the line. */
 const wantsMetadata = Symbol.for("pino.metadata");
 
@@ -37,13 +40,20 @@ const warnLevel = 40;
  */
 export function createLogDestination(options: LogDestinationOptions = {}): LogDestination {
   const maxDelayMs = options.maxDelayMs ?? 100;
-  const sonic = pino.destination({ fd: options.fd ?? 2, sync: true, minLength: options.bufferBytes ?? 4096 });
+  const sonic = pino.destination({
+    fd: options.fd ?? 2,
+    sync: true,
+    minLength: options.bufferBytes ?? 4096,
+    // A write that keeps failing (a full disk under a redirected stderr) holds lines for the next
+    // flush: at most this many bytes of them, the newer ones dropped.
+    maxLength: maxHeldBytes,
+  });
   let held = false;
-  // Once a write fails for good (EPIPE: whoever read the log went away), lines are dropped: nobody
-  // can read them, and held on they would grow without end.
+  // Once nobody can read the log any more (EPIPE: its reader went away; EBADF: the fd was closed),
+  // lines are dropped. Other failures (ENOSPC) are retried with the next flush.
   let broken = false;
-  sonic.on("error", () => {
-    broken = true;
+  sonic.on("error", (error: NodeJS.ErrnoException) => {
+    if (error.code === "EPIPE" || error.code === "EBADF") broken = true;
   });
   let timer: NodeJS.Timeout | undefined;
   const writeHeld = () => {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import concurrent.futures
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -56,6 +57,8 @@ class Portal:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="sandboxd-loop", daemon=True)
         self._stopped = False
+        #: Releases running on the loop for calls whose callers gave up waiting (kept referenced until done).
+        self._background: set[asyncio.Task[object]] = set()
         self._thread.start()
 
     def call(self, function: Callable[_P, Awaitable[_T]], *args: _P.args, **kwargs: _P.kwargs) -> _T:
@@ -92,20 +95,32 @@ class Portal:
             tasks.append(task)
             task.add_done_callback(lambda finished: _transfer(finished, done))
 
-        self._loop.call_soon_threadsafe(start)
+        def cancel() -> None:
+            # Callbacks run in order: a start scheduled before this one has made its task by now. None was
+            # scheduled when the interruption came inside call_soon_threadsafe, before it queued the start.
+            if tasks:
+                tasks[0].cancel()
+            else:
+                done.cancel()
+
         try:
+            # Inside the try: an interruption that lands while the start is being queued (the loop may already
+            # be running it) cancels it like one that lands in the wait.
+            self._loop.call_soon_threadsafe(start)
             while not done.done():
                 concurrent.futures.wait((done,), timeout=_SIGNAL_CHECK_SECONDS)
             return done.result()
         except BaseException:
             if not done.done():
-                # Interrupted while waiting: callbacks run in order, so the task exists when this one runs.
-                self._loop.call_soon_threadsafe(lambda: tasks[0].cancel())
                 try:
+                    self._loop.call_soon_threadsafe(cancel)
                     done.exception(timeout=_UNWIND_SECONDS)
                 except BaseException:  # noqa: S110 - the interruption below is what the caller gets
                     pass
-            if release is not None and done.done() and not done.cancelled() and done.exception() is None:
+            if release is not None and not done.done():
+                # Still unwinding after the wait: whatever result comes later is released then, on the loop.
+                done.add_done_callback(lambda finished: self._release_later(finished, release))
+            elif release is not None and not done.cancelled() and done.exception() is None:
                 # Finished (before the interruption, or before the cancel reached it), but the result never reached
                 # the caller: release it.
                 released = asyncio.run_coroutine_threadsafe(_awaited(release(done.result())), self._loop)
@@ -114,6 +129,20 @@ class Portal:
                 except BaseException:  # noqa: S110 - the interruption below is what the caller gets
                     pass
             raise
+
+    def _release_later(self, finished: concurrent.futures.Future[_T], release: Callable[[_T], Awaitable[object]]) -> None:
+        """Releases the result of a call its caller gave up on, once it came: on the loop, from whichever thread
+        set it (or this one, when it came just as the callback was added)."""
+        if finished.cancelled() or finished.exception() is not None:
+            return
+
+        def start() -> None:
+            task = self._loop.create_task(_awaited(release(finished.result())))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+        with contextlib.suppress(RuntimeError):  # the loop has stopped: nothing can run the release
+            self._loop.call_soon_threadsafe(start)
 
     def iterate(self, iterator: AsyncIterator[_T]) -> Iterator[_T]:
         """Iterates an async iterator from this thread; closing the sync iterator (``break``) closes it in the loop."""

@@ -281,7 +281,9 @@ function outputEvent(type: "stdout" | "stderr", timestamp: string, text: () => s
     timestamp,
     get data(): string {
       const value = text();
-      Object.defineProperty(this, "data", { value, writable: true, enumerable: true, configurable: true });
+      // Kept from now on, where the event may still change (not frozen or sealed: then decoded at each read).
+      if (Object.isExtensible(this))
+        Object.defineProperty(this, "data", { value, writable: true, enumerable: true, configurable: true });
       return value;
     },
     set data(value: string) {

@@ -300,6 +300,8 @@ export class Launcher {
       !request.cwdIsRoot ||
       this.inheritedFds ||
       (procsFiles.length > 0 && !shellLine && !joinAtSpawn) ||
+      // The helper sets RLIMIT_NPROC itself (prlimit, the way without it, costs an exec too).
+      (limit === "rlimit-nproc" && this.helper !== undefined) ||
       limit === "traced";
     if (this.helper !== undefined && helperNeeded) {
       const options: string[] = [];
