@@ -5,6 +5,7 @@ from __future__ import annotations
 import _thread
 import asyncio
 import faulthandler
+import signal
 import threading
 from collections.abc import Iterator
 
@@ -15,9 +16,12 @@ from sandboxd._portal import Portal
 
 @pytest.fixture(autouse=True)
 def _watchdog() -> Iterator[None]:
-    """An interruption that is never seen would block the main thread for good: end the run with its stack instead."""
+    """An interruption that is never seen would block the main thread for good: end the run with its stack instead.
+    SIGINT raises KeyboardInterrupt meanwhile, also where the suite runs with it ignored (in a script's background)."""
     faulthandler.dump_traceback_later(60, exit=True)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
+    signal.signal(signal.SIGINT, previous)
     faulthandler.cancel_dump_traceback_later()
 
 
