@@ -19,17 +19,22 @@ const alphabet = [
 ];
 const samples = ["café", "€", "𝄞", "\ufeffbom", "日本語", "a\u0000b"].map((text) => Buffer.from(text));
 
+/** Up to 40 bytes of the alphabet and the samples, in an order `next` picks. */
+function randomBytes(next: () => number): Uint8Array {
+  const parts: number[] = [];
+  const length = Math.floor(next() * 40);
+  while (parts.length < length) {
+    if (next() < 0.3) parts.push(...samples[Math.floor(next() * samples.length)]!);
+    else parts.push(alphabet[Math.floor(next() * alphabet.length)]!);
+  }
+  return Uint8Array.from(parts);
+}
+
 describe("StreamDecoder (UTF-8)", () => {
   it("gives exactly what an incremental TextDecoder gives, however the bytes are cut", () => {
     const next = random(0x5eed);
     for (let run = 0; run < 3000; run++) {
-      const parts: number[] = [];
-      const length = Math.floor(next() * 40);
-      while (parts.length < length) {
-        if (next() < 0.3) parts.push(...samples[Math.floor(next() * samples.length)]!);
-        else parts.push(alphabet[Math.floor(next() * alphabet.length)]!);
-      }
-      const bytes = Uint8Array.from(parts);
+      const bytes = randomBytes(next);
       const reference = new TextDecoder("utf-8");
       const ours = new StreamDecoder("utf-8");
       let expected = "";
@@ -61,13 +66,7 @@ describe("StreamDecoder (UTF-8)", () => {
   it("decodes later what it would decode now, texts read in any order or not at all", () => {
     const next = random(0xdeca7);
     for (let run = 0; run < 2000; run++) {
-      const parts: number[] = [];
-      const length = Math.floor(next() * 40);
-      while (parts.length < length) {
-        if (next() < 0.3) parts.push(...samples[Math.floor(next() * samples.length)]!);
-        else parts.push(alphabet[Math.floor(next() * alphabet.length)]!);
-      }
-      const bytes = Uint8Array.from(parts);
+      const bytes = randomBytes(next);
       const now = new StreamDecoder("utf-8");
       const later = new StreamDecoder("utf-8");
       const expected: string[] = [];
