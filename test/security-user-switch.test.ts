@@ -113,9 +113,12 @@ describe("--user and --allow-sudo need a token", () => {
   });
 
   it("the command line says so too, and exits non-zero", async () => {
+    // A workspace nobody can enter, wherever the checkout is (a clone under a 0700 directory is not).
+    const workspace = mkdtempSync(path.join(tmpdir(), "sandboxd-user-token-"));
+    chmodSync(workspace, 0o777);
     const child = spawn(
       process.execPath,
-      ["--import", "tsx", "src/cli/sandboxd.ts", "--port", "0", "--user", "nobody"],
+      ["--import", "tsx", "src/cli/sandboxd.ts", "--port", "0", "--user", "nobody", "--workspace", workspace],
       {
         cwd: root,
         env: withoutToken(process.env),
@@ -125,6 +128,7 @@ describe("--user and --allow-sudo need a token", () => {
     let stderr = "";
     child.stderr!.on("data", (data: Buffer) => (stderr += data.toString()));
     const code = await new Promise<number | null>((resolve) => child.once("exit", resolve));
+    rmSync(workspace, { recursive: true, force: true });
     expect(code).not.toBe(0);
     expect(stderr).toContain("refusing --user nobody without a token");
   });
