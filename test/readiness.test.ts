@@ -57,7 +57,8 @@ describe("WaitForPort", () => {
       expect(missing.httpStatus).toBe(404);
       // Outside the range it never answers right: the timeout says what the last try found.
       const wrong = await rpcError(
-        t.client.waitForPort({ port, http: { path: "/missing" }, timeoutMs: 600, processId }),
+        // Long enough for a probe to be answered on a busy machine (each probe may take up to 2 s).
+        t.client.waitForPort({ port, http: { path: "/missing" }, timeoutMs: 5000, processId }),
       );
       expect(Code[wrong.code]).toBe("DeadlineExceeded");
       expect(errorInfos(wrong)[0]?.metadata).toMatchObject({
