@@ -243,7 +243,9 @@ static struct spawn_request *read_request(napi_env env, napi_callback_info info)
     request->shell_argv = calloc(count + 2, sizeof(char *));
     if (request->shell_argv != NULL) {
       request->shell_argv[0] = (char *)"/bin/sh";
-      request->shell_argv[1] = request->file;
+      /* As execvp passes it: the name as given when it has a slash (the shell's $0 is then `./script`,
+       * resolved in the cwd the child enters first), else the path found in PATH. */
+      request->shell_argv[1] = request->argv[0] != NULL && strchr(request->argv[0], '/') != NULL ? request->argv[0] : request->file;
       for (size_t i = 1; i < count; i++) request->shell_argv[i + 1] = request->argv[i];
     }
   }

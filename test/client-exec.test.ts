@@ -10,6 +10,7 @@ import {
   type ExecResult,
   type Sandbox,
 } from "../src/client/index.js";
+import { Launcher } from "../src/process/index.js";
 import { waitFor } from "./support/processes.js";
 import { sleepMarker, sleepers } from "./support/rpc.js";
 import { startTestServer, type TestServer } from "./support/server.js";
@@ -175,13 +176,31 @@ describe("exec (seed 000)", () => {
   });
 
   it("runs a script without #! as the shell runs it, as a command line and in argv form", async () => {
-    const script = path.join(t.workspace, "no-shebang");
-    writeFileSync(script, 'echo "ran $0 $1"\n');
-    chmodSync(script, 0o755);
-    expect(await sandbox.exec("./no-shebang first")).toMatchObject({ exitCode: 0, stdout: "ran ./no-shebang first\n" });
-    const argv = await sandbox.exec("./no-shebang", { args: ["second"] });
-    expect(argv).toMatchObject({ exitCode: 0 });
-    expect(argv.stdout).toMatch(/^ran \S*no-shebang second\n$/);
+    // Through the helper where this machine routes commands through it, and through the addon's own
+    // spawn (the way without the helper): both give the shell the name as it was written.
+    const helperless = await startTestServer({ launcher: Launcher.create({ execHelper: null }) });
+    const direct = await connect({ baseUrl: helperless.server.url, workspace: [helperless.workspace] });
+    try {
+      for (const [client, workspace] of [
+        [sandbox, t.workspace],
+        [direct, helperless.workspace],
+      ] as const) {
+        const script = path.join(workspace, "no-shebang");
+        writeFileSync(script, 'echo "ran $0 $1"\n');
+        chmodSync(script, 0o755);
+        expect(await client.exec("./no-shebang first")).toMatchObject({
+          exitCode: 0,
+          stdout: "ran ./no-shebang first\n",
+        });
+        expect(await client.exec("./no-shebang", { args: ["second"] })).toMatchObject({
+          exitCode: 0,
+          stdout: "ran ./no-shebang second\n",
+        });
+      }
+    } finally {
+      await direct.close();
+      await helperless.close();
+    }
   });
 
   it("passes on the variables the shell would: none whose name it could not name", async () => {

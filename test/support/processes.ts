@@ -68,13 +68,40 @@ export function processesWithMarker(marker: string): number[] {
   for (const entry of readdirSync("/proc")) {
     if (!/^\d+$/.test(entry) || Number(entry) === process.pid) continue;
     try {
-      const cmdline = readFileSync(`/proc/${entry}/cmdline`, "utf8").replaceAll("\0", " ");
+      const cmdline = commandLine(Number(entry)).replaceAll("\0", " ");
       if (cmdline.includes(marker) && isAlive(Number(entry))) found.push(Number(entry));
     } catch {
       // Gone meanwhile.
     }
   }
   return found;
+}
+
+const pause = new Int32Array(new SharedArrayBuffer(4));
+
+/**
+ * The command line of `pid` as /proc gives it (each argument followed by NUL), waiting out an exec in
+ * progress: the kernel lets a vfork-style parent go on as the exec replaces the child's memory, before
+ * it sets up the new program's arguments, and meanwhile `cmdline` reads empty. "" for a kernel thread
+ * or a zombie; throws when the process is gone.
+ */
+export function commandLine(pid: number): string {
+  for (let tries = 0; ; tries++) {
+    const text = readFileSync(`/proc/${pid}/cmdline`, "utf8");
+    if (text !== "" || tries >= 500 || isKernelThread(pid) || !isAlive(pid)) return text;
+    Atomics.wait(pause, 0, 0, 1);
+  }
+}
+
+/** Whether `pid` is a kernel thread (PF_KTHREAD in its /proc stat flags), which has no command line. */
+function isKernelThread(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const flags = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[6]);
+    return (flags & 0x00200000) !== 0;
+  } catch {
+    return false;
+  }
 }
 
 /** Number of open file descriptors of this process. */

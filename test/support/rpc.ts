@@ -1,5 +1,5 @@
 import { createCipheriv, createHash, randomInt } from "node:crypto";
-import { readdirSync, readFileSync } from "node:fs";
+import { readdirSync } from "node:fs";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient, type CallOptions, type Client } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
@@ -14,7 +14,7 @@ import {
   type StreamLogsRequestSchema,
   type StreamLogsResponse,
 } from "../../gen/sandbox/v1/sandbox_pb.js";
-import { isAlive, waitFor } from "./processes.js";
+import { commandLine, isAlive, waitFor } from "./processes.js";
 
 /** The generated client the tests use. */
 export type SandboxClient = Client<typeof SandboxService>;
@@ -141,8 +141,7 @@ export function sleepers(marker: string): number[] {
   for (const entry of readdirSync("/proc")) {
     if (!/^\d+$/.test(entry)) continue;
     try {
-      if (readFileSync(`/proc/${entry}/cmdline`, "utf8") === `sleep\0${marker}\0` && isAlive(Number(entry)))
-        found.push(Number(entry));
+      if (commandLine(Number(entry)) === `sleep\0${marker}\0` && isAlive(Number(entry))) found.push(Number(entry));
     } catch {
       // Gone meanwhile.
     }
