@@ -31,6 +31,19 @@ export async function buildClientStream(): Promise<string> {
   return bundle(path.join(repoRoot, "bench/client-stream.ts"), clientBundleFile);
 }
 
+/** Where {@link buildFileTransferTools} writes the file-transfer floor server and client. */
+export const fileToolBundleFiles = {
+  floorServer: path.join(repoRoot, "bench/.tools/bundle/file-floor-server.mjs"),
+  transferClient: path.join(repoRoot, "bench/.tools/bundle/file-transfer-client.mjs"),
+};
+
+/** Bundles bench/file-floor-server.ts and bench/file-transfer-client.ts, as the daemon is bundled. */
+export async function buildFileTransferTools(): Promise<typeof fileToolBundleFiles> {
+  await bundle(path.join(repoRoot, "bench/file-floor-server.ts"), fileToolBundleFiles.floorServer);
+  await bundle(path.join(repoRoot, "bench/file-transfer-client.ts"), fileToolBundleFiles.transferClient);
+  return fileToolBundleFiles;
+}
+
 async function bundle(entry: string, outfile: string): Promise<string> {
   await build({
     entryPoints: [entry],

@@ -17,7 +17,9 @@ import { createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { FileService } from "../../gen/sandbox/v1/files_pb.js";
 import { spawnAndRead } from "../baseline.js";
-import type { Daemon } from "../daemon.js";
+import { buildFileTransferTools } from "../build.js";
+import { type Daemon, readCpuMs } from "../daemon.js";
+import type { Transfer, TransferResult } from "../file-transfer-client.js";
 import { ratioRow, type Row } from "../report.js";
 import type { BenchSize } from "../size.js";
 import { megabytesPerSecond, percentile, timeMs } from "../stats.js";
@@ -29,10 +31,13 @@ type Files = Client<typeof FileService>;
 const chunkBytes = 1024 * 1024;
 
 /**
- * The file service's figures of issue 22, each beside a baseline of the same run: `size.fileBytes`
- * up and down through gRPC, Connect over HTTP/1.1 and the REST paths, each beside a local `cp` of the
- * same file to the same disk made just before it (the daemon's CPU for the transfer in its note); a 4 KiB write and read beside one exec of `true`; a listing of 10,000 entries beside
- * `ls -l` of them; and the most the daemon's RSS grew during any transfer (<= 32 MiB).
+ * The file service's figures, each beside a baseline of the same run: `size.fileBytes` up and down
+ * through gRPC, Connect over HTTP/1.1 and the REST paths, each beside a local `cp` of the same file to
+ * the same disk made just before it (the daemon's and the client's CPU for the transfer in its note,
+ * the client a process of its own), and the same transfers through bare `node:http2` and `node:http`
+ * servers (bench/file-floor-server.ts: what Node costs with nothing of ours); a 4 KiB write and read
+ * beside one exec of `true`; a listing of 10,000 entries beside `ls -l` of them; and the most the
+ * daemon's RSS grew during any transfer (<= 32 MiB).
  */
 export async function measureFiles(daemon: Daemon, size: BenchSize): Promise<Row[]> {
   const sessions = new Http2SessionManager(daemon.url);
@@ -40,6 +45,7 @@ export async function measureFiles(daemon: Daemon, size: BenchSize): Promise<Row
   const http1 = createClient(FileService, createConnectTransport({ baseUrl: daemon.url, httpVersion: "1.1" }));
   const scratch = mkdtempSync(path.join(tmpdir(), "sandboxd-bench-files-"));
   try {
+    const tools = await buildFileTransferTools();
     const bytes = size.fileBytes;
     const source = path.join(scratch, "source.bin");
     writePattern(source, bytes);
@@ -67,45 +73,105 @@ export async function measureFiles(daemon: Daemon, size: BenchSize): Promise<Row
     // The copies start warm: the source is in the page cache, as the daemon's reads of it will be.
     await cpMbps();
     let mostGrowth = 0;
-    const sampled = async (what: string, transfer: () => Promise<number>) => {
+    // Each transfer's client is a process of its own (bench/file-transfer-client.ts), timed inside it
+    // from the first byte asked for to the last confirmed; the daemon's CPU and RSS are sampled here
+    // around it.
+    const sampled = async (what: string, transfer: Transfer) => {
       const start = daemon.rssBytes();
       const cpuStart = daemon.cpuMs();
       let peak = start;
       const sampler = setInterval(() => (peak = Math.max(peak, daemon.rssBytes())), 50);
-      let moved = 0;
-      const elapsedMs = await timeMs(async () => (moved = await transfer()));
-      clearInterval(sampler);
+      let result: TransferResult;
+      try {
+        result = await transferInProcess(tools.transferClient, transfer);
+      } finally {
+        clearInterval(sampler);
+      }
       const growth = (Math.max(peak, daemon.rssBytes()) - start) / 2 ** 20;
       mostGrowth = Math.max(mostGrowth, growth);
-      if (moved !== bytes) throw new Error(`${what}: moved ${moved} of ${bytes} bytes`);
-      return { mbps: megabytesPerSecond(bytes, elapsedMs), cpuMs: daemon.cpuMs() - cpuStart };
+      if (result.bytes !== bytes) throw new Error(`${what}: moved ${result.bytes} of ${bytes} bytes`);
+      return { ...result, mbps: megabytesPerSecond(bytes, result.elapsedMs), daemonCpuMs: daemon.cpuMs() - cpuStart };
     };
-    const transfers: [string, string, () => Promise<number>, string?][] = [
-      ["files-upload-grpc", "upload through Write, gRPC", () => upload(grpc, source, "up-grpc.bin")],
-      ["files-upload-http1", "upload through Write, Connect/HTTP1.1", () => upload(http1, source, "up-http1.bin")],
+    // The floor: the same transfers through bare node:http2 and node:http servers (their own process,
+    // writing to the same disk), each beside a cp made just before it, as ours are.
+    const floor = await startFileFloor(tools.floorServer, daemon.workspace);
+    const floorRates = new Map<string, number>();
+    try {
+      for (const protocol of ["http2", "http1"] as const) {
+        const url = `${protocol === "http2" ? floor.http2 : floor.http1}/floor-${protocol}.bin`;
+        const up: Transfer = { kind: `put-${protocol}`, url, source, bytes };
+        const down: Transfer = { kind: `get-${protocol}`, url };
+        for (const transfer of [up, down]) {
+          const baseline = await cpMbps();
+          const cpuStart = floor.cpuMs();
+          const result = await transferInProcess(tools.transferClient, transfer);
+          if (result.bytes !== bytes) throw new Error(`floor ${transfer.kind}: moved ${result.bytes} of ${bytes}`);
+          const mbps = megabytesPerSecond(bytes, result.elapsedMs);
+          floorRates.set(transfer.kind, mbps);
+          const verb = transfer === up ? "upload (PUT)" : "download (GET)";
+          rows.push({
+            id: `files-floor-${transfer.kind}`,
+            figure: `${formatBytes(bytes)} ${verb} through bare node:${protocol}, no sandboxd (floor)`,
+            unit: "MB/s",
+            value: mbps,
+            baseline,
+            ratio: mbps / baseline,
+            goal: "-",
+            verdict: "info",
+            note: `baseline: cp just before; server CPU ${((floor.cpuMs() - cpuStart) / 1000).toFixed(2)} s, client CPU ${(result.cpuMs / 1000).toFixed(2)} s`,
+          });
+        }
+        rmSync(path.join(daemon.workspace, `floor-${protocol}.bin`), { force: true });
+      }
+    } finally {
+      floor.stop();
+    }
+    const transfers: [string, string, Transfer, string, string?][] = [
+      [
+        "files-upload-grpc",
+        "upload through Write, gRPC",
+        { kind: "write-grpc", url: daemon.url, path: "up-grpc.bin", source },
+        "put-http2",
+      ],
+      [
+        "files-upload-http1",
+        "upload through Write, Connect/HTTP1.1",
+        { kind: "write-connect", url: daemon.url, path: "up-http1.bin", source },
+        "put-http1",
+      ],
       [
         "files-upload-rest",
         "upload through PUT /v1/files, HTTP/1.1",
-        () => restPut(daemon.url, source, "up-rest.bin", bytes),
+        { kind: "put-http1", url: `${daemon.url}/v1/files/up-rest.bin`, source, bytes },
+        "put-http1",
       ],
-      ["files-download-grpc", "download through Read, gRPC", () => download(grpc, "up-grpc.bin"), "up-grpc.bin"],
+      [
+        "files-download-grpc",
+        "download through Read, gRPC",
+        { kind: "read-grpc", url: daemon.url, path: "up-grpc.bin" },
+        "get-http2",
+        "up-grpc.bin",
+      ],
       [
         "files-download-http1",
         "download through Read, Connect/HTTP1.1",
-        () => download(http1, "up-http1.bin"),
+        { kind: "read-connect", url: daemon.url, path: "up-http1.bin" },
+        "get-http1",
         "up-http1.bin",
       ],
       [
         "files-download-rest",
         "download through GET /v1/files, HTTP/1.1",
-        () => restGet(daemon.url, "up-rest.bin"),
+        { kind: "get-http1", url: `${daemon.url}/v1/files/up-rest.bin` },
+        "get-http1",
         "up-rest.bin",
       ],
     ];
-    for (const [id, figure, transfer, done] of transfers) {
+    for (const [id, figure, transfer, floorKind, done] of transfers) {
       const baseline = await cpMbps();
-      const { mbps, cpuMs } = await sampled(figure, transfer);
+      const { mbps, cpuMs, daemonCpuMs } = await sampled(figure, transfer);
       if (done !== undefined) rmSync(path.join(daemon.workspace, done), { force: true });
+      const floorMbps = floorRates.get(floorKind)!;
       rows.push(
         ratioRow(
           {
@@ -114,7 +180,10 @@ export async function measureFiles(daemon: Daemon, size: BenchSize): Promise<Row
             unit: "MB/s",
             value: mbps,
             baseline,
-            note: `baseline: cp of the same file to the same disk just before; daemon CPU ${(cpuMs / 1000).toFixed(2)} s`,
+            note:
+              `baseline: cp of the same file to the same disk just before; daemon CPU ${(daemonCpuMs / 1000).toFixed(2)} s, ` +
+              `client CPU ${(cpuMs / 1000).toFixed(2)} s; bare node:${floorKind.split("-")[1]} ${floorKind.startsWith("put") ? "PUT" : "GET"} ` +
+              `in this run ${floorMbps.toFixed(0)} MB/s (ours ${(mbps / floorMbps).toFixed(2)}x of it)`,
           },
           "min",
           0.5,
@@ -206,6 +275,40 @@ export async function measureFiles(daemon: Daemon, size: BenchSize): Promise<Row
     sessions.abort();
     rmSync(scratch, { recursive: true, force: true });
   }
+}
+
+/** The bare servers of bench/file-floor-server.ts, running until stopped. */
+interface FileFloor {
+  readonly http2: string;
+  readonly http1: string;
+  /** CPU time the floor server has used, in milliseconds. */
+  cpuMs(): number;
+  stop(): void;
+}
+
+async function startFileFloor(entry: string, directory: string): Promise<FileFloor> {
+  const server = spawn(process.execPath, [entry, directory], { stdio: ["ignore", "pipe", "inherit"] });
+  try {
+    const [line] = (await Promise.race([
+      once(server.stdout!, "data"),
+      once(server, "exit").then(() => Promise.reject(new Error("the file floor server exited"))),
+    ])) as [Buffer];
+    const urls = JSON.parse(line.toString()) as { http2: string; http1: string };
+    return { ...urls, cpuMs: () => readCpuMs(server.pid!), stop: () => server.kill("SIGKILL") };
+  } catch (error) {
+    server.kill("SIGKILL");
+    throw error;
+  }
+}
+
+/** Runs `transfer` in a client process of its own (bench/file-transfer-client.ts) and resolves with what it measured. */
+async function transferInProcess(entry: string, transfer: Transfer): Promise<TransferResult> {
+  const child = spawn(process.execPath, [entry, JSON.stringify(transfer)], { stdio: ["ignore", "pipe", "inherit"] });
+  let output = "";
+  child.stdout!.on("data", (data: Buffer) => (output += data));
+  const [code] = (await once(child, "exit")) as [number | null];
+  if (code !== 0) throw new Error(`${transfer.kind} client exited with ${code}`);
+  return JSON.parse(output) as TransferResult;
 }
 
 /** The header then the bytes of a Write. */
