@@ -8,6 +8,7 @@ import type { BenchResults } from "../bench/report.js";
 /** Every row `npm run bench` reports, in order; ghz's rows are one "skipped" row when ghz is absent. */
 const expectedIds = [
   "daemon-start",
+  "daemon-start-relaunch",
   "daemon-start-tsx",
   "exec-latency-p50",
   "exec-latency-http1-p50",

@@ -9,6 +9,7 @@ import {
   type DaemonCommand,
   type DaemonProcess,
 } from "./support/daemon-process.js";
+import { repositoryRoot } from "./support/tools.js";
 
 const workspace = mkdtempSync(path.join(tmpdir(), "sandboxd-node-flags-"));
 afterAll(() => rmSync(workspace, { recursive: true, force: true }));
@@ -59,6 +60,20 @@ describe("the daemon's Node flags", () => {
     expect(missingNodeFlags([], "--max-old-space-size=512 --max-semi-space-size=8")).toEqual([
       "--initial-old-space-size=64",
     ]);
+  });
+
+  it("the image and the systemd unit start node with them, so the daemon need not restart", () => {
+    const dockerfile = readFileSync(path.join(repositoryRoot, "Dockerfile"), "utf8");
+    const entrypoint = JSON.parse(/^ENTRYPOINT (\[.*\])$/m.exec(dockerfile)![1]!) as string[];
+    const unit = readFileSync(path.join(repositoryRoot, "deploy/systemd/sandboxd.service"), "utf8");
+    const execStart = /^ExecStart=(.*)$/m.exec(unit)![1]!.split(" ");
+    for (const argv of [entrypoint, execStart]) {
+      const node = argv.indexOf("node");
+      expect(node).toBeGreaterThanOrEqual(0);
+      const script = argv.findIndex((argument, index) => index > node && !argument.startsWith("-"));
+      expect(missingNodeFlags(argv.slice(node + 1, script))).toEqual([]);
+      expect(argv[script]).toMatch(/sandboxd(\.js)?$/);
+    }
   });
 
   it("a daemon started without them restarts itself with them: same pid, its log still on stderr", async () => {
