@@ -2,7 +2,10 @@ import { mkdtempSync, rmSync } from "node:fs";
 import v8 from "node:v8";
 import { tmpdir } from "node:os";
 import path from "node:path";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { FileService } from "../gen/sandbox/v1/files_pb.js";
 import { loadNativeAddon } from "../src/process/native/native.js";
 import { startDaemonProcess, type DaemonProcess } from "./support/daemon-process.js";
 import { holdsFor, waitFor } from "./support/processes.js";
@@ -75,5 +78,53 @@ describe("giving memory back after a burst of commands", () => {
     const before = await reclaims();
     await execs(40);
     await holdsFor(async () => (await reclaims()) === before, { forMs: 2500, intervalMs: 100, what: "no new reclaim" });
+  });
+});
+
+describe("giving memory back after a file transfer", () => {
+  it("collects once a transfer of 16 MiB or more has ended: PUT, GET, Write and Read", async () => {
+    const body = Buffer.alloc(24 * 1024 * 1024, 7);
+    for (const transfer of ["PUT", "GET"] as const) {
+      const before = await reclaims();
+      const response = await fetch(`${daemon.url}/v1/files/transfer.bin`, {
+        method: transfer,
+        ...(transfer === "PUT" ? { body } : {}),
+      });
+      if (transfer === "GET") expect((await response.arrayBuffer()).byteLength).toBe(body.length);
+      expect(response.status).toBe(transfer === "PUT" ? 204 : 200);
+      await waitFor(async () => (await reclaims()) === before + 1, {
+        timeoutMs: 10_000,
+        intervalMs: 100,
+        what: `a memory reclaim after the ${transfer}`,
+      });
+    }
+    const sessions = new Http2SessionManager(daemon.url);
+    const files = createClient(FileService, createGrpcTransport({ baseUrl: daemon.url, sessionManager: sessions }));
+    try {
+      const before = await reclaims();
+      await files.write(
+        (async function* () {
+          yield { part: { case: "header" as const, value: { path: "rpc.bin" } } };
+          for (let sent = 0; sent < body.length; sent += 1024 * 1024)
+            yield { part: { case: "data" as const, value: body.subarray(sent, sent + 1024 * 1024) } };
+        })(),
+      );
+      await waitFor(async () => (await reclaims()) === before + 1, {
+        timeoutMs: 10_000,
+        intervalMs: 100,
+        what: "a memory reclaim after Write",
+      });
+      let read = 0;
+      for await (const response of files.read({ path: "rpc.bin" }))
+        if (response.event.case === "chunk") read += response.event.value.data.length;
+      expect(read).toBe(body.length);
+      await waitFor(async () => (await reclaims()) === before + 2, {
+        timeoutMs: 10_000,
+        intervalMs: 100,
+        what: "a memory reclaim after Read",
+      });
+    } finally {
+      sessions.abort();
+    }
   });
 });

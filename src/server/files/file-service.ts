@@ -17,6 +17,7 @@ import {
   type FileWriter,
   type WorkspaceFiles,
 } from "../../files/index.js";
+import { releaseBufferedMemory } from "../../process/index.js";
 import { onAbort } from "../../shared/abort.js";
 import {
   callDetailsKey,
@@ -111,6 +112,7 @@ export function createFileService(options: FileServiceOptions): ServiceImpl<type
         freeing.dispose();
         release?.();
         note(context, { bytes: sent });
+        releaseBufferedMemory(sent);
       }
     },
 
@@ -163,7 +165,11 @@ export function createFileService(options: FileServiceOptions): ServiceImpl<type
         throw counted("write", toConnectError(error));
       } finally {
         release?.();
-        if (writer !== undefined) note(context, { bytes: writer.bytesWritten });
+        if (writer !== undefined) {
+          note(context, { bytes: writer.bytesWritten });
+          // The buffers of its messages wait for a collection the small JS heap does not ask for.
+          releaseBufferedMemory(writer.bytesWritten);
+        }
       }
     },
 

@@ -4,6 +4,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { codeToHttpStatus, codeToString } from "@connectrpc/connect/protocol-connect";
 import type { Logger } from "pino";
 import { FileError, type FileStat, type WorkspaceFiles } from "../../files/index.js";
+import { releaseBufferedMemory } from "../../process/index.js";
 import { linkSignals, onAbort } from "../../shared/abort.js";
 import type { ErrorReasonName } from "../../shared/error-reasons.js";
 import { errorInfoOf, toConnectError } from "../rpc/index.js";
@@ -132,6 +133,8 @@ async function serve(
   } finally {
     linked.dispose();
     response.off("close", onClose);
+    // The socket's and the file's buffers of a transfer wait for a collection the small JS heap does not ask for.
+    releaseBufferedMemory(outcome.bytes);
     const durationMs = Math.round((performance.now() - started) * 100) / 100;
     const result = outcome.status >= 400 ? String(outcome.status) : "ok";
     options.metrics?.operations.inc({ operation: outcome.operation, surface: "rest", result });
