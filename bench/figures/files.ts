@@ -90,7 +90,12 @@ export async function measureFiles(daemon: Daemon, size: BenchSize): Promise<Row
       const growth = (Math.max(peak, daemon.rssBytes()) - start) / 2 ** 20;
       mostGrowth = Math.max(mostGrowth, growth);
       if (result.bytes !== bytes) throw new Error(`${what}: moved ${result.bytes} of ${bytes} bytes`);
-      return { ...result, mbps: megabytesPerSecond(bytes, result.elapsedMs), daemonCpuMs: daemon.cpuMs() - cpuStart };
+      return {
+        ...result,
+        mbps: megabytesPerSecond(bytes, result.elapsedMs),
+        daemonCpuMs: daemon.cpuMs() - cpuStart,
+        growthMib: growth,
+      };
     };
     // The floor: the same transfers through bare node:http2 and node:http servers (their own process,
     // writing to the same disk), each beside a cp made just before it, as ours are.
@@ -169,7 +174,7 @@ export async function measureFiles(daemon: Daemon, size: BenchSize): Promise<Row
     ];
     for (const [id, figure, transfer, floorKind, done] of transfers) {
       const baseline = await cpMbps();
-      const { mbps, cpuMs, daemonCpuMs } = await sampled(figure, transfer);
+      const { mbps, cpuMs, daemonCpuMs, growthMib } = await sampled(figure, transfer);
       if (done !== undefined) rmSync(path.join(daemon.workspace, done), { force: true });
       const floorMbps = floorRates.get(floorKind)!;
       rows.push(
@@ -182,7 +187,7 @@ export async function measureFiles(daemon: Daemon, size: BenchSize): Promise<Row
             baseline,
             note:
               `baseline: cp of the same file to the same disk just before; daemon CPU ${(daemonCpuMs / 1000).toFixed(2)} s, ` +
-              `client CPU ${(cpuMs / 1000).toFixed(2)} s; bare node:${floorKind.split("-")[1]} ${floorKind.startsWith("put") ? "PUT" : "GET"} ` +
+              `client CPU ${(cpuMs / 1000).toFixed(2)} s, daemon RSS +${growthMib.toFixed(1)} MiB; bare node:${floorKind.split("-")[1]} ${floorKind.startsWith("put") ? "PUT" : "GET"} ` +
               `in this run ${floorMbps.toFixed(0)} MB/s (ours ${(mbps / floorMbps).toFixed(2)}x of it)`,
           },
           "min",

@@ -1,6 +1,6 @@
 export { createBaseEnvironment, defaultPath, identityEnvironment } from "./environment.js";
 export { ProcessError, type ProcessErrorReason } from "./errors.js";
-export { memoryReclaims, reclaimMemoryAsDaemon, releaseBufferedMemory } from "./housekeeping/index.js";
+export { memoryReclaims, noteBytesMoved, reclaimMemoryAsDaemon, releaseBufferedMemory } from "./housekeeping/index.js";
 export {
   classifyExit,
   type ClassifiedExit,

@@ -6,4 +6,10 @@
  */
 export { ExpiryQueue } from "./expiry-queue.js";
 export { GroupLedger, type GroupReservation, processStartTime, type ReapReport } from "./group-ledger.js";
-export { memoryReclaims, noteProcessStarted, reclaimMemoryAsDaemon, releaseBufferedMemory } from "./memory-reclaim.js";
+export {
+  memoryReclaims,
+  noteBytesMoved,
+  noteProcessStarted,
+  reclaimMemoryAsDaemon,
+  releaseBufferedMemory,
+} from "./memory-reclaim.js";

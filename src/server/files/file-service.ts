@@ -17,7 +17,7 @@ import {
   type FileWriter,
   type WorkspaceFiles,
 } from "../../files/index.js";
-import { releaseBufferedMemory } from "../../process/index.js";
+import { noteBytesMoved, releaseBufferedMemory } from "../../process/index.js";
 import { onAbort } from "../../shared/abort.js";
 import {
   callDetailsKey,
@@ -95,6 +95,7 @@ export function createFileService(options: FileServiceOptions): ServiceImpl<type
           for await (const event of reader.events(context.signal)) {
             if (event.kind === "chunk") {
               sent += event.data.length;
+              noteBytesMoved(event.data.length);
               metrics?.bytes.inc({ direction: "read" }, event.data.length);
             }
             yield toProtoReadEvent(event) satisfies ReadEvent;
@@ -149,6 +150,7 @@ export function createFileService(options: FileServiceOptions): ServiceImpl<type
             });
           if (part.case === "data") {
             await writer.write(part.value);
+            noteBytesMoved(part.value.length);
             metrics?.bytes.inc({ direction: "write" }, part.value.length);
           }
         }

@@ -4,7 +4,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { codeToHttpStatus, codeToString } from "@connectrpc/connect/protocol-connect";
 import type { Logger } from "pino";
 import { FileError, type FileStat, type WorkspaceFiles } from "../../files/index.js";
-import { releaseBufferedMemory } from "../../process/index.js";
+import { noteBytesMoved, releaseBufferedMemory } from "../../process/index.js";
 import { linkSignals, onAbort } from "../../shared/abort.js";
 import type { ErrorReasonName } from "../../shared/error-reasons.js";
 import { errorInfoOf, toConnectError } from "../rpc/index.js";
@@ -212,6 +212,7 @@ async function serveRead(
       for await (const event of reader.events(signal)) {
         if (event.kind === "chunk") {
           outcome.bytes += event.data.length;
+          noteBytesMoved(event.data.length);
           options.metrics?.bytes.inc({ direction: "read" }, event.data.length);
           if (!(response as http.ServerResponse).write(event.data)) await drained(response, signal);
         } else if (event.kind === "limit") {
@@ -332,6 +333,7 @@ async function serveWrite(
       const body = request as AsyncIterable<Buffer>;
       for await (const chunk of boundary === undefined ? body : multipartFile(body, boundary)) {
         await writer.write(chunk);
+        noteBytesMoved(chunk.length);
         outcome.bytes += chunk.length;
         options.metrics?.bytes.inc({ direction: "write" }, chunk.length);
       }

@@ -1,0 +1,69 @@
+import { once } from "node:events";
+import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import http from "node:http";
+import os from "node:os";
+import path from "node:path";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { daemonNodeFlags } from "../src/cli/sandboxd/node-flags.js";
+import { bundleDaemon, type DaemonBundle } from "./support/daemon-bundle.js";
+import { startDaemonProcess, type DaemonProcess } from "./support/daemon-process.js";
+import { patternChunks } from "./support/files.js";
+
+// What an upload holds in a daemon that has done nothing else: each piece a socket gives the daemon
+// is a buffer outside V8's heap, and V8, collecting for the size of its own small heap, let the
+// pieces of one upload pile up by 42-46 MiB before anything collected them.
+
+const size = 384 * 1024 * 1024;
+let workspace: string;
+let bundle: DaemonBundle;
+let daemon: DaemonProcess;
+
+beforeAll(async () => {
+  workspace = mkdtempSync(path.join(os.tmpdir(), "files-memory-"));
+  // The daemon as it ships (one bundled file, with its Node flags): tsx's loader would add its own heap.
+  bundle = await bundleDaemon();
+  daemon = await startDaemonProcess(["--workspace", workspace], {
+    file: process.execPath,
+    args: [...daemonNodeFlags, bundle.script],
+    env: { ...process.env, ...bundle.env },
+  });
+}, 60_000);
+
+afterAll(async () => {
+  daemon?.child.kill("SIGTERM");
+  await daemon?.exited();
+  bundle?.remove();
+  rmSync(workspace, { recursive: true, force: true });
+});
+
+function rssBytes(): number {
+  return Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${daemon.child.pid}/status`, "utf8"))![1]) * 1024;
+}
+
+describe("an upload into a fresh daemon", () => {
+  it("grows its RSS by at most 32 MiB while 384 MiB go through PUT /v1/files", async () => {
+    const start = rssBytes();
+    let peak = start;
+    const sampler = setInterval(() => (peak = Math.max(peak, rssBytes())), 20);
+    try {
+      const { hostname, port } = new URL(daemon.url);
+      const request = http.request({
+        hostname,
+        port,
+        path: "/v1/files/upload.bin",
+        method: "PUT",
+        headers: { "content-type": "application/octet-stream", "content-length": String(size) },
+      });
+      const answered = once(request, "response") as Promise<[http.IncomingMessage]>;
+      for (const chunk of patternChunks(size)) if (!request.write(chunk)) await once(request, "drain");
+      request.end();
+      const [response] = await answered;
+      response.resume();
+      expect(response.statusCode).toBe(204);
+    } finally {
+      clearInterval(sampler);
+    }
+    const growth = Math.max(peak, rssBytes()) - start;
+    expect(growth, `grew by ${(growth / 2 ** 20).toFixed(1)} MiB`).toBeLessThan(32 * 1024 * 1024);
+  }, 120_000);
+});
