@@ -182,23 +182,25 @@ export class ResourceCgroup {
     let killFile: string | undefined;
     const unified = this.hierarchies.some((hierarchy) => hierarchy.kind === "unified");
     for (const hierarchy of this.hierarchies) {
-      const own = path.join(hierarchy.directory, name);
+      // Joined as text: the directories are normalized absolute paths, and path.join's normalizing
+      // of the dozen paths a command's plan names was a twentieth of the garbage each exec left.
+      const own = `${hierarchy.directory}/${name}`;
       const controllers = hierarchy.controllers;
       const cpuLimited = limits.cpuMillis !== undefined || limits.cpuWeight !== undefined;
       // Shared unless it limits this command's CPU or is where its CPU times are read.
       if (hierarchy.kind === "cpu" && !cpuLimited && (unified || !controllers.has("cpuacct"))) {
-        procsFiles.push(path.join(hierarchy.directory, "cgroup.procs"));
+        procsFiles.push(`${hierarchy.directory}/cgroup.procs`);
         continue;
       }
       directories.push(own);
-      procsFiles.push(path.join(own, "cgroup.procs"));
-      const write = (file: string, value: string) => writes.push([path.join(own, file), value]);
+      procsFiles.push(`${own}/cgroup.procs`);
+      const write = (file: string, value: string) => writes.push([`${own}/${file}`, value]);
       const read = (file: string, parse: CommandCgroupPlan["usage"][number]["parse"]) =>
-        usage.push({ file: path.join(own, file), parse });
+        usage.push({ file: `${own}/${file}`, parse });
       switch (hierarchy.kind) {
         case "unified":
           read("cpu.stat", readCpuTimes);
-          if (hierarchy.killFile) killFile = path.join(own, "cgroup.kill");
+          if (hierarchy.killFile) killFile = `${own}/cgroup.kill`;
           if (controllers.has("memory")) {
             if (limits.memoryBytes !== undefined) {
               write("memory.max", String(limits.memoryBytes));
