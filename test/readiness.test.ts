@@ -70,6 +70,26 @@ describe("WaitForPort", () => {
     }
   });
 
+  it("says what the last finished try found when the time limit cuts a try short", async () => {
+    // The first request is answered 404, every later one hangs: the try under way at the time limit
+    // found nothing, and the one before it found the 404.
+    let requests = 0;
+    const server = http.createServer((_request, response) => {
+      if (requests++ === 0) response.writeHead(404).end();
+    });
+    await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+    const { port } = server.address() as net.AddressInfo;
+    try {
+      const error = await rpcError(t.client.waitForPort({ port, http: { path: "/" }, timeoutMs: 1200 }));
+      expect(Code[error.code]).toBe("DeadlineExceeded");
+      expect(requests).toBeGreaterThan(1);
+      expect(errorInfos(error)[0]?.metadata.last_probe).toMatch(new RegExp(`^127\\.0\\.0\\.1:${port}: HTTP 404; `));
+    } finally {
+      server.closeAllConnections();
+      server.close();
+    }
+  });
+
   it("ends at its timeout with DEADLINE_EXCEEDED, the last log lines of a server that never binds and what the last try found", async () => {
     const port = await freePort();
     const processId = await start(

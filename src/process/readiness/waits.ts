@@ -121,7 +121,14 @@ async function probeUntilReady(
     for (const host of hosts) {
       attempts++;
       const remaining = bounded.remainingMs();
-      const result = await probePort(host, wait.port, wait.http, Math.min(probeTimeoutMs, remaining), bounded.signal);
+      const limitCutsIt = remaining < probeTimeoutMs;
+      const result = await probePort(
+        host,
+        wait.port,
+        wait.http,
+        limitCutsIt ? remaining : probeTimeoutMs,
+        bounded.signal,
+      );
       if (result.ok) {
         return {
           address: result.address,
@@ -131,6 +138,10 @@ async function probeUntilReady(
         };
       }
       if (bounded.signal.aborted) break;
+      // A try given only what was left of the time limit, and timed out, was cut short by the limit
+      // (its timer and the limit's end at once, in either order): what a finished try before it found
+      // says more, and is kept.
+      if (limitCutsIt && result.problem === "timed out" && lastFound.has(host)) break;
       lastFound.set(host, `${result.address}: ${result.problem}`);
     }
     bounded.throwIfEnded(waitingFor, wait.process, { last_probe: lastProbe() });
