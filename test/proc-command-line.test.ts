@@ -8,7 +8,7 @@ const addon = loadNativeAddon();
 // it must not miss a process whose exec is still setting up its arguments.
 describe.skipIf(addon === null)("commandLine", () => {
   it("reads the new program's arguments of a process the addon just started, every time", async () => {
-    const misses: number[] = [];
+    const misses: string[] = [];
     for (let i = 0; i < 300; i++) {
       const { pid } = await addon!.spawnAsync("/bin/sleep", ["sleep", "1000.5"], [], {
         stdin: false,
@@ -16,7 +16,8 @@ describe.skipIf(addon === null)("commandLine", () => {
         cgroups: [],
       });
       try {
-        if (commandLine(pid) !== "sleep\u00001000.5\u0000") misses.push(pid);
+        const text = commandLine(pid);
+        if (text !== "sleep\u00001000.5\u0000") misses.push(`${pid}: ${JSON.stringify(text)}`);
       } finally {
         process.kill(pid, "SIGKILL");
       }

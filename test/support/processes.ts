@@ -86,9 +86,11 @@ const pause = new Int32Array(new SharedArrayBuffer(4));
  * or a zombie; throws when the process is gone.
  */
 export function commandLine(pid: number): string {
-  for (let tries = 0; ; tries++) {
+  // The exec takes microseconds, but a loaded machine may not run it for a while.
+  const deadline = Date.now() + 5000;
+  for (;;) {
     const text = readFileSync(`/proc/${pid}/cmdline`, "utf8");
-    if (text !== "" || tries >= 500 || isKernelThread(pid) || !isAlive(pid)) return text;
+    if (text !== "" || Date.now() > deadline || isKernelThread(pid) || !isAlive(pid)) return text;
     Atomics.wait(pause, 0, 0, 1);
   }
 }
