@@ -96,12 +96,14 @@ describe("maxProcesses", () => {
 describe("after the leader exits", () => {
   it("kills its group once and never signals it again while the output drains", async () => {
     // A reader that does not read holds a terminal's output back (paused) after the leader exited;
-    // on pipes Node resumes the output at the exit.
+    // on pipes Node resumes the output at the exit. The pause comes with the daemon's first read past
+    // the 1 KiB capacity: the second half must be written after it, so the command gives a loaded
+    // machine half a second to read the first (one read of both halves would leave nothing held).
     const manager = await newManager({ outputCapacityBytes: 1024 });
     const { process: managed, reader } = await manager.startPinned({
-      command: "head -c 2048 /dev/zero | tr '\\0' a; sleep 0.1; head -c 2048 /dev/zero | tr '\\0' b; exit 3",
+      command: "head -c 2048 /dev/zero | tr '\\0' a; sleep 0.5; head -c 2048 /dev/zero | tr '\\0' b; exit 3",
       pty: { cols: 80, rows: 24 },
-      timeoutMs: 300,
+      timeoutMs: 1500,
       autoCleanup: false,
     });
     const pid = managed.pid;
@@ -112,7 +114,7 @@ describe("after the leader exits", () => {
       expect(managed.kill("SIGTERM")).toBe(false);
       // Past the timeout while the output is held: a timer still armed would signal a group id
       // that may belong to an unrelated process by now.
-      await waitFor(() => Date.now() - managed.startTime.getTime() > 500, { what: "the timeout to pass" });
+      await waitFor(() => Date.now() - managed.startTime.getTime() > 2000, { what: "the timeout to pass" });
       expect(managed.exit).toBeUndefined();
       for await (const _item of reader.items({ follow: true })) {
         // Consume everything so the output drains.
