@@ -1,5 +1,5 @@
 import { createHash } from "node:crypto";
-import { createReadStream, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { createReadStream, mkdtempSync, rmSync } from "node:fs";
 import { once } from "node:events";
 import http from "node:http";
 import os from "node:os";
@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { FileService } from "../gen/sandbox/v1/files_pb.js";
 import { startDaemonProcess, type DaemonProcess } from "./support/daemon-process.js";
 import { type FilesClient, patternChunks, patternSha256, writeParts } from "./support/files.js";
+import { rssGrowthDuring } from "./support/processes.js";
 
 // 1 GiB up and 1 GiB down through each surface (gRPC, Connect over HTTP/1.1, the REST paths over
 // HTTP/1.1), sha256-exact, against a daemon process of its own whose resident memory is sampled
@@ -55,22 +56,9 @@ afterAll(async () => {
   rmSync(workspace, { recursive: true, force: true });
 });
 
-function rssBytes(): number {
-  const match = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${daemon.child.pid}/status`, "utf8"));
-  return Number(match![1]) * 1024;
-}
-
 /** Runs `transfer` while sampling the daemon's RSS; resolves with its result and the growth over the start. */
-async function sampled<T>(transfer: () => Promise<T>): Promise<{ result: T; growth: number }> {
-  const start = rssBytes();
-  let peak = start;
-  const sampler = setInterval(() => (peak = Math.max(peak, rssBytes())), 50);
-  try {
-    const result = await transfer();
-    return { result, growth: Math.max(peak, rssBytes()) - start };
-  } finally {
-    clearInterval(sampler);
-  }
+function sampled<T>(transfer: () => Promise<T>): Promise<{ result: T; growth: number }> {
+  return rssGrowthDuring(daemon.child.pid!, transfer);
 }
 
 async function fileSha256(file: string): Promise<string> {

@@ -1,5 +1,5 @@
 import { once } from "node:events";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import http from "node:http";
 import os from "node:os";
 import path from "node:path";
@@ -8,6 +8,7 @@ import { daemonNodeFlags } from "../src/cli/sandboxd/node-flags.js";
 import { bundleDaemon, type DaemonBundle } from "./support/daemon-bundle.js";
 import { startDaemonProcess, type DaemonProcess } from "./support/daemon-process.js";
 import { patternChunks } from "./support/files.js";
+import { rssGrowthDuring } from "./support/processes.js";
 
 // What an upload holds in a daemon that has done nothing else: each piece a socket gives the daemon
 // is a buffer outside V8's heap, and V8, collecting for the size of its own small heap, let the
@@ -36,34 +37,28 @@ afterAll(async () => {
   rmSync(workspace, { recursive: true, force: true });
 });
 
-function rssBytes(): number {
-  return Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${daemon.child.pid}/status`, "utf8"))![1]) * 1024;
-}
-
 describe("an upload into a fresh daemon", () => {
   it("grows its RSS by at most 32 MiB while 384 MiB go through PUT /v1/files", async () => {
-    const start = rssBytes();
-    let peak = start;
-    const sampler = setInterval(() => (peak = Math.max(peak, rssBytes())), 20);
-    try {
-      const { hostname, port } = new URL(daemon.url);
-      const request = http.request({
-        hostname,
-        port,
-        path: "/v1/files/upload.bin",
-        method: "PUT",
-        headers: { "content-type": "application/octet-stream", "content-length": String(size) },
-      });
-      const answered = once(request, "response") as Promise<[http.IncomingMessage]>;
-      for (const chunk of patternChunks(size)) if (!request.write(chunk)) await once(request, "drain");
-      request.end();
-      const [response] = await answered;
-      response.resume();
-      expect(response.statusCode).toBe(204);
-    } finally {
-      clearInterval(sampler);
-    }
-    const growth = Math.max(peak, rssBytes()) - start;
+    const { growth } = await rssGrowthDuring(
+      daemon.child.pid!,
+      async () => {
+        const { hostname, port } = new URL(daemon.url);
+        const request = http.request({
+          hostname,
+          port,
+          path: "/v1/files/upload.bin",
+          method: "PUT",
+          headers: { "content-type": "application/octet-stream", "content-length": String(size) },
+        });
+        const answered = once(request, "response") as Promise<[http.IncomingMessage]>;
+        for (const chunk of patternChunks(size)) if (!request.write(chunk)) await once(request, "drain");
+        request.end();
+        const [response] = await answered;
+        response.resume();
+        expect(response.statusCode).toBe(204);
+      },
+      20,
+    );
     expect(growth, `grew by ${(growth / 2 ** 20).toFixed(1)} MiB`).toBeLessThan(32 * 1024 * 1024);
   }, 120_000);
 });

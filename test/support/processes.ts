@@ -106,6 +106,31 @@ function isKernelThread(pid: number): boolean {
   }
 }
 
+/** Resident set size of `pid` in bytes (VmRSS of /proc/<pid>/status). */
+export function residentBytes(pid: number): number {
+  return Number(/VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))![1]) * 1024;
+}
+
+/**
+ * Runs `work` while sampling the RSS of `pid` every `intervalMs`; resolves with its result and how
+ * far the RSS rose above its level at the start (the peak sampled, or the level at the end).
+ */
+export async function rssGrowthDuring<T>(
+  pid: number,
+  work: () => Promise<T>,
+  intervalMs = 50,
+): Promise<{ result: T; growth: number }> {
+  const start = residentBytes(pid);
+  let peak = start;
+  const sampler = setInterval(() => (peak = Math.max(peak, residentBytes(pid))), intervalMs);
+  try {
+    const result = await work();
+    return { result, growth: Math.max(peak, residentBytes(pid)) - start };
+  } finally {
+    clearInterval(sampler);
+  }
+}
+
 /** Number of open file descriptors of this process. */
 export function openFileDescriptors(pid: number | "self" = "self"): number {
   return readdirSync(`/proc/${pid}/fd`).length;
