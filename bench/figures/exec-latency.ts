@@ -17,6 +17,15 @@ export async function execTrue(client: Client<typeof SandboxService>): Promise<v
   if (exitCode !== 0) throw new Error(`exec("true") exited with ${exitCode}`);
 }
 
+/** An Exec of the floor server that runs `true` with Node's child_process (bench/floor-server.ts `spawn`). */
+async function floorSpawnTrue(client: Client<typeof SandboxService>): Promise<void> {
+  let exitCode: number | undefined;
+  for await (const event of client.exec({ spec: { command: "spawn", args: ["true"] } })) {
+    if (event.event.case === "exited") exitCode = event.event.value.exitCode;
+  }
+  if (exitCode !== 0) throw new Error(`the floor's spawn of true exited with ${exitCode}`);
+}
+
 /**
  * exec("true") round trips over loopback gRPC and Connect/HTTP1.1, one at a time (p50, p99) and with `concurrency`
  * callers on one connection (execs/s), beside `child_process.spawn("true")` done the same way in
@@ -24,7 +33,8 @@ export async function execTrue(client: Client<typeof SandboxService>): Promise<v
  * elsewhere on the machine hits both. The daemon's CPU per exec, one at a time and with `concurrency`
  * in flight, is measured beside the floor server's CPU per call (connect-es alone, see
  * connect-floor.ts) in the same rounds, on the same `node` as the daemon: the difference is what sandboxd
- * itself costs per exec.
+ * itself costs per exec. For scale, the floor server also runs `true` per call with Node's own
+ * child_process in the same rounds: what a Node server that runs commands costs at the least.
  */
 export async function measureExecLatency(daemon: Daemon, size: BenchSize, node?: string): Promise<Row[]> {
   const floor = await startFloor(node);
@@ -40,6 +50,7 @@ async function measureWithFloor(daemon: Daemon, size: BenchSize, floor: FloorSer
   for (let index = 0; index < warmUp; index++) {
     await execTrue(daemon.client);
     await execTrue(floor.client);
+    await floorSpawnTrue(floor.client);
     await spawnAndRead("true");
   }
   for (let index = 0; index < warmUp; index++) await execTrue(daemon.http1Client);
@@ -49,6 +60,8 @@ async function measureWithFloor(daemon: Daemon, size: BenchSize, floor: FloorSer
   const baselineFirstByte: number[] = [];
   let cpuMs = 0;
   let floorCpuMs = 0;
+  let floorSpawnCpuMs = 0;
+  const floorSpawn: number[] = [];
   const baseline: number[] = [];
   const rounds = 5;
   const perRound = Math.ceil(size.sequentialCalls / rounds);
@@ -59,6 +72,9 @@ async function measureWithFloor(daemon: Daemon, size: BenchSize, floor: FloorSer
     const floorCpuBefore = floor.cpuMs();
     for (let index = 0; index < perRound; index++) await execTrue(floor.client);
     floorCpuMs += floor.cpuMs() - floorCpuBefore;
+    const floorSpawnCpuBefore = floor.cpuMs();
+    for (let index = 0; index < perRound; index++) floorSpawn.push(await timeMs(() => floorSpawnTrue(floor.client)));
+    floorSpawnCpuMs += floor.cpuMs() - floorSpawnCpuBefore;
     for (let index = 0; index < perRound; index++) firstByte.push(await firstOutputMs(daemon));
     for (let index = 0; index < perRound; index++) baselineFirstByte.push(await baselineFirstOutputMs());
     for (let index = 0; index < perRound; index++) http1.push(await timeMs(() => execTrue(daemon.http1Client)));
@@ -68,6 +84,8 @@ async function measureWithFloor(daemon: Daemon, size: BenchSize, floor: FloorSer
   let baselineMs = 0;
   let concurrentCpuMs = 0;
   let floorConcurrentCpuMs = 0;
+  let floorSpawnConcurrentCpuMs = 0;
+  let floorSpawnMs = 0;
   const concurrentRounds = 2;
   const perConcurrentRound = Math.ceil(size.concurrentCalls / concurrentRounds);
   for (let round = 0; round < concurrentRounds; round++) {
@@ -77,6 +95,9 @@ async function measureWithFloor(daemon: Daemon, size: BenchSize, floor: FloorSer
     const floorCpuBefore = floor.cpuMs();
     await runConcurrently(perConcurrentRound, size.concurrency, () => execTrue(floor.client));
     floorConcurrentCpuMs += floor.cpuMs() - floorCpuBefore;
+    const floorSpawnCpuBefore = floor.cpuMs();
+    floorSpawnMs += await runConcurrently(perConcurrentRound, size.concurrency, () => floorSpawnTrue(floor.client));
+    floorSpawnConcurrentCpuMs += floor.cpuMs() - floorSpawnCpuBefore;
     baselineMs += await runConcurrently(perConcurrentRound, size.concurrency, () => spawnAndRead("true"));
   }
   // The first call after a pause, as an agent makes them: each after 0.5 s without calls, alternating;
@@ -95,6 +116,8 @@ async function measureWithFloor(daemon: Daemon, size: BenchSize, floor: FloorSer
   const floorSequentialCpu = floorCpuMs / sandboxd.length;
   const concurrentCpu = concurrentCpuMs / total;
   const floorConcurrentCpu = floorConcurrentCpuMs / total;
+  const floorSpawnCpu = floorSpawnCpuMs / sandboxd.length;
+  const floorSpawnConcurrentCpu = floorSpawnConcurrentCpuMs / total;
   return [
     ratioRow(
       {
@@ -108,6 +131,17 @@ async function measureWithFloor(daemon: Daemon, size: BenchSize, floor: FloorSer
       "max",
       1.4,
     ),
+    {
+      id: "exec-latency-spawning-floor-p50",
+      figure: 'connect-es + child_process.spawn: Exec("true") p50',
+      unit: "ms",
+      value: percentile(floorSpawn, 0.5),
+      baseline: percentile(baseline, 0.5),
+      ratio: percentile(floorSpawn, 0.5) / percentile(baseline, 0.5),
+      goal: "-",
+      verdict: "info",
+      note: "the floor server's Exec running `sh -c true` with Node's child_process, same rounds, same client",
+    },
     ratioRow(
       {
         id: "exec-latency-http1-p50",
@@ -135,6 +169,20 @@ async function measureWithFloor(daemon: Daemon, size: BenchSize, floor: FloorSer
       baseline: floorConcurrentCpu,
       limit: 0.4,
       note: `user + system time over ${total} calls each, ${size.concurrency} in flight, rounds alternating with the floor server's`,
+    }),
+    infoBeyondRow({
+      id: "exec-cpu-spawning-floor",
+      figure: "daemon CPU per sequential exec (baseline: connect-es + child_process.spawn)",
+      value: sequentialCpu,
+      baseline: floorSpawnCpu,
+      note: "the floor server's Exec running `sh -c true` with Node's child_process (own process group, pipes), same rounds",
+    }),
+    infoBeyondRow({
+      id: "exec-cpu-concurrent-spawning-floor",
+      figure: `daemon CPU per exec, ${size.concurrency} concurrent (baseline: connect-es + child_process.spawn)`,
+      value: concurrentCpu,
+      baseline: floorSpawnConcurrentCpu,
+      note: `${total} calls each, ${size.concurrency} in flight, same rounds`,
     }),
     ratioRow(
       {
@@ -183,6 +231,17 @@ async function measureWithFloor(daemon: Daemon, size: BenchSize, floor: FloorSer
       "min",
       1.2,
     ),
+    {
+      id: "exec-concurrent-spawning-floor",
+      figure: `connect-es + child_process.spawn: Exec("true") ${size.concurrency} concurrent`,
+      unit: "execs/s",
+      value: total / (floorSpawnMs / 1000),
+      baseline: total / (baselineMs / 1000),
+      ratio: baselineMs / floorSpawnMs,
+      goal: "-",
+      verdict: "info",
+      note: `${total} calls each, ${size.concurrency} in flight, same rounds`,
+    },
   ];
 }
 
@@ -207,6 +266,17 @@ function baselineFirstOutputMs(): Promise<number> {
     child.once("error", reject);
     child.once("close", () => resolve(first));
   });
+}
+
+/** An information row of a figure beside its baseline: the ratio column holds the difference. */
+function infoBeyondRow(fields: { id: string; figure: string; value: number; baseline: number; note: string }): Row {
+  return {
+    ...fields,
+    unit: "ms",
+    ratio: fields.value - fields.baseline,
+    goal: "- beyond",
+    verdict: "info",
+  };
 }
 
 /**
