@@ -104,11 +104,22 @@ async function* spawned(line: string, startTime: ReturnType<typeof timestampNow>
     exitCode = code ?? -1;
     wake?.();
   });
-  for (;;) {
-    while (pending.length > 0) yield pending.shift()!;
-    if (exitCode !== undefined) break;
-    await new Promise<void>((resolve) => (wake = resolve));
-    wake = undefined;
+  try {
+    for (;;) {
+      while (pending.length > 0) yield pending.shift()!;
+      if (exitCode !== undefined) break;
+      await new Promise<void>((resolve) => (wake = resolve));
+      wake = undefined;
+    }
+  } finally {
+    // A call that ends early (the client went away) leaves no command behind.
+    if (exitCode === undefined) {
+      try {
+        process.kill(-child.pid!, "SIGKILL");
+      } catch {
+        // Already gone.
+      }
+    }
   }
   yield create(ExecResponseSchema, {
     event: {
