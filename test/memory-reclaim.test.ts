@@ -28,6 +28,11 @@ afterAll(async () => {
 });
 
 /** The daemon's count of memory reclaims, from its /metrics (loopback, no token). */
+/** Waits until the daemon has run `count` memory reclaims in all. */
+async function reclaimed(count: number, what: string): Promise<void> {
+  await waitFor(async () => (await reclaims()) === count, { timeoutMs: 10_000, intervalMs: 100, what });
+}
+
 async function reclaims(): Promise<number> {
   const metrics = await (await fetch(`${daemon.url}/metrics`)).text();
   const match = /^sandboxd_memory_reclaims_total (\d+)$/m.exec(metrics);
@@ -46,11 +51,7 @@ async function execs(count: number): Promise<void> {
 describe("giving memory back after a burst of commands", () => {
   it("collects once after starting, once when it goes quiet after 100 process starts, and not again while it stays quiet", async () => {
     // What starting the daemon left behind, given back once it serves.
-    await waitFor(async () => (await reclaims()) === 1, {
-      timeoutMs: 10_000,
-      intervalMs: 100,
-      what: "the reclaim after the start",
-    });
+    await reclaimed(1, "the reclaim after the start");
     await holdsFor(async () => (await reclaims()) === 1, { forMs: 1500, intervalMs: 100, what: "one reclaim" });
     await execs(120);
     await waitFor(async () => (await reclaims()) === 2, {
@@ -92,11 +93,7 @@ describe("giving memory back after a file transfer", () => {
       });
       if (transfer === "GET") expect((await response.arrayBuffer()).byteLength).toBe(body.length);
       expect(response.status).toBe(transfer === "PUT" ? 204 : 200);
-      await waitFor(async () => (await reclaims()) === before + 1, {
-        timeoutMs: 10_000,
-        intervalMs: 100,
-        what: `a memory reclaim after the ${transfer}`,
-      });
+      await reclaimed(before + 1, `a memory reclaim after the ${transfer}`);
     }
     const sessions = new Http2SessionManager(daemon.url);
     const files = createClient(FileService, createGrpcTransport({ baseUrl: daemon.url, sessionManager: sessions }));
@@ -109,20 +106,12 @@ describe("giving memory back after a file transfer", () => {
             yield { part: { case: "data" as const, value: body.subarray(sent, sent + 1024 * 1024) } };
         })(),
       );
-      await waitFor(async () => (await reclaims()) === before + 1, {
-        timeoutMs: 10_000,
-        intervalMs: 100,
-        what: "a memory reclaim after Write",
-      });
+      await reclaimed(before + 1, "a memory reclaim after Write");
       let read = 0;
       for await (const response of files.read({ path: "rpc.bin" }))
         if (response.event.case === "chunk") read += response.event.value.data.length;
       expect(read).toBe(body.length);
-      await waitFor(async () => (await reclaims()) === before + 2, {
-        timeoutMs: 10_000,
-        intervalMs: 100,
-        what: "a memory reclaim after Read",
-      });
+      await reclaimed(before + 2, "a memory reclaim after Read");
     } finally {
       sessions.abort();
     }

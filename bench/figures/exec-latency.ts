@@ -8,23 +8,23 @@ import type { BenchSize } from "../size.js";
 import { percentile, runConcurrently, timeMs } from "../stats.js";
 import { startFloor, type FloorServer } from "./connect-floor.js";
 
-/** Runs `true` through Exec (a shell command line, as a user types it) and reads the stream to its end. */
-export async function execTrue(client: Client<typeof SandboxService>): Promise<void> {
+/**
+ * Runs `true` through Exec (a shell command line, as a user types it), or `spec` when given, and
+ * reads the stream to its end; throws unless it exited 0.
+ */
+export async function execTrue(
+  client: Client<typeof SandboxService>,
+  spec: { command: string; args?: string[] } = { command: "true" },
+): Promise<void> {
   let exitCode: number | undefined;
-  for await (const event of client.exec({ spec: { command: "true" } })) {
+  for await (const event of client.exec({ spec })) {
     if (event.event.case === "exited") exitCode = event.event.value.exitCode;
   }
-  if (exitCode !== 0) throw new Error(`exec("true") exited with ${exitCode}`);
+  if (exitCode !== 0) throw new Error(`exec(${JSON.stringify(spec)}) exited with ${exitCode}`);
 }
 
-/** An Exec of the floor server that runs `true` with Node's child_process (bench/floor-server.ts `spawn`). */
-async function floorSpawnTrue(client: Client<typeof SandboxService>): Promise<void> {
-  let exitCode: number | undefined;
-  for await (const event of client.exec({ spec: { command: "spawn", args: ["true"] } })) {
-    if (event.event.case === "exited") exitCode = event.event.value.exitCode;
-  }
-  if (exitCode !== 0) throw new Error(`the floor's spawn of true exited with ${exitCode}`);
-}
+/** The floor server's Exec that runs `true` with Node's child_process (bench/floor-server.ts `spawn`). */
+const spawnTrueOnFloor = { command: "spawn", args: ["true"] };
 
 /**
  * exec("true") round trips over loopback gRPC and Connect/HTTP1.1, one at a time (p50, p99) and with `concurrency`
@@ -50,7 +50,7 @@ async function measureWithFloor(daemon: Daemon, size: BenchSize, floor: FloorSer
   for (let index = 0; index < warmUp; index++) {
     await execTrue(daemon.client);
     await execTrue(floor.client);
-    await floorSpawnTrue(floor.client);
+    await execTrue(floor.client, spawnTrueOnFloor);
     await spawnAndRead("true");
   }
   for (let index = 0; index < warmUp; index++) await execTrue(daemon.http1Client);
@@ -73,7 +73,8 @@ async function measureWithFloor(daemon: Daemon, size: BenchSize, floor: FloorSer
     for (let index = 0; index < perRound; index++) await execTrue(floor.client);
     floorCpuMs += floor.cpuMs() - floorCpuBefore;
     const floorSpawnCpuBefore = floor.cpuMs();
-    for (let index = 0; index < perRound; index++) floorSpawn.push(await timeMs(() => floorSpawnTrue(floor.client)));
+    for (let index = 0; index < perRound; index++)
+      floorSpawn.push(await timeMs(() => execTrue(floor.client, spawnTrueOnFloor)));
     floorSpawnCpuMs += floor.cpuMs() - floorSpawnCpuBefore;
     for (let index = 0; index < perRound; index++) firstByte.push(await firstOutputMs(daemon));
     for (let index = 0; index < perRound; index++) baselineFirstByte.push(await baselineFirstOutputMs());
@@ -96,7 +97,9 @@ async function measureWithFloor(daemon: Daemon, size: BenchSize, floor: FloorSer
     await runConcurrently(perConcurrentRound, size.concurrency, () => execTrue(floor.client));
     floorConcurrentCpuMs += floor.cpuMs() - floorCpuBefore;
     const floorSpawnCpuBefore = floor.cpuMs();
-    floorSpawnMs += await runConcurrently(perConcurrentRound, size.concurrency, () => floorSpawnTrue(floor.client));
+    floorSpawnMs += await runConcurrently(perConcurrentRound, size.concurrency, () =>
+      execTrue(floor.client, spawnTrueOnFloor),
+    );
     floorSpawnConcurrentCpuMs += floor.cpuMs() - floorSpawnCpuBefore;
     baselineMs += await runConcurrently(perConcurrentRound, size.concurrency, () => spawnAndRead("true"));
   }

@@ -1,20 +1,10 @@
 import { spawn } from "node:child_process";
-import {
-  closeSync,
-  createReadStream,
-  mkdirSync,
-  mkdtempSync,
-  openSync,
-  rmSync,
-  writeFileSync,
-  writeSync,
-} from "node:fs";
+import { closeSync, mkdirSync, mkdtempSync, openSync, rmSync, writeFileSync, writeSync } from "node:fs";
 import { once } from "node:events";
-import http from "node:http";
 import { tmpdir } from "node:os";
 import path from "node:path";
-import { createClient, type Client } from "@connectrpc/connect";
-import { createConnectTransport, createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { FileService } from "../../gen/sandbox/v1/files_pb.js";
 import { spawnAndRead } from "../baseline.js";
 import { buildFileTransferTools } from "../build.js";
@@ -25,9 +15,7 @@ import type { BenchSize } from "../size.js";
 import { megabytesPerSecond, percentile, timeMs } from "../stats.js";
 import { execTrue } from "./exec-latency.js";
 
-type Files = Client<typeof FileService>;
-
-/** Chunk size of uploads and of the source file's reads. */
+/** Block size of the source file's writes. */
 const chunkBytes = 1024 * 1024;
 
 /**
@@ -42,7 +30,6 @@ const chunkBytes = 1024 * 1024;
 export async function measureFiles(daemon: Daemon, size: BenchSize): Promise<Row[]> {
   const sessions = new Http2SessionManager(daemon.url);
   const grpc = createClient(FileService, createGrpcTransport({ baseUrl: daemon.url, sessionManager: sessions }));
-  const http1 = createClient(FileService, createConnectTransport({ baseUrl: daemon.url, httpVersion: "1.1" }));
   const scratch = mkdtempSync(path.join(tmpdir(), "sandboxd-bench-files-"));
   try {
     const tools = await buildFileTransferTools();
@@ -52,13 +39,18 @@ export async function measureFiles(daemon: Daemon, size: BenchSize): Promise<Row
     const rows: Row[] = [];
     // Warm up first (code loaded and compiled, pools at their working size), as test/files-large.test.ts
     // does: the growth measured is each transfer's own.
-    writePattern(path.join(daemon.workspace, "warm-up.bin"), 32 * 2 ** 20);
-    for (const client of [grpc, http1]) {
-      await download(client, "warm-up.bin");
-      await upload(client, path.join(daemon.workspace, "warm-up.bin"), "warm-up-copy.bin");
-    }
-    await restPut(daemon.url, path.join(daemon.workspace, "warm-up.bin"), "warm-up-copy.bin", 32 * 2 ** 20);
-    await restGet(daemon.url, "warm-up-copy.bin");
+    // Through the transfer client the figures use, each surface once.
+    const warmUp = path.join(daemon.workspace, "warm-up.bin");
+    writePattern(warmUp, 32 * 2 ** 20);
+    for (const transfer of [
+      { kind: "read-grpc", url: daemon.url, path: "warm-up.bin" },
+      { kind: "write-grpc", url: daemon.url, path: "warm-up-copy.bin", source: warmUp },
+      { kind: "read-connect", url: daemon.url, path: "warm-up.bin" },
+      { kind: "write-connect", url: daemon.url, path: "warm-up-copy.bin", source: warmUp },
+      { kind: "put-http1", url: `${daemon.url}/v1/files/warm-up-copy.bin`, source: warmUp, bytes: 32 * 2 ** 20 },
+      { kind: "get-http1", url: `${daemon.url}/v1/files/warm-up-copy.bin` },
+    ] satisfies Transfer[])
+      await transferInProcess(tools.transferClient, transfer);
     // The baseline of each transfer is a cp of the same file to the same disk just before it: how
     // fast a disk takes 1 GiB depends on the dirty pages it already holds (on this shared machine a
     // cp of 1 GiB took 1.6 s with few and 5-11 s at the kernel's dirty limit), so each transfer is
@@ -317,52 +309,9 @@ async function transferInProcess(entry: string, transfer: Transfer): Promise<Tra
 }
 
 /** The header then the bytes of a Write. */
-async function* parts(name: string, data: Uint8Array | AsyncIterable<Uint8Array>) {
+async function* parts(name: string, data: Uint8Array) {
   yield { part: { case: "header" as const, value: { path: name } } };
-  if (data instanceof Uint8Array) yield { part: { case: "data" as const, value: data } };
-  else for await (const chunk of data) yield { part: { case: "data" as const, value: chunk } };
-}
-
-async function upload(files: Files, source: string, name: string): Promise<number> {
-  const stat = await files.write(parts(name, createReadStream(source, { highWaterMark: chunkBytes })));
-  return Number(stat.stat?.sizeBytes ?? 0);
-}
-
-async function download(files: Files, name: string): Promise<number> {
-  let received = 0;
-  for await (const response of files.read({ path: name }))
-    if (response.event.case === "chunk") received += response.event.value.data.length;
-  return received;
-}
-
-function restPut(baseUrl: string, source: string, name: string, bytes: number): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const request = http.request(
-      `${baseUrl}/v1/files/${name}`,
-      { method: "PUT", headers: { "content-type": "application/octet-stream", "content-length": String(bytes) } },
-      (response) => {
-        response.resume();
-        response.once("end", () =>
-          response.statusCode === 204 ? resolve(bytes) : reject(new Error(`PUT answered ${response.statusCode}`)),
-        );
-      },
-    );
-    request.once("error", reject);
-    createReadStream(source, { highWaterMark: chunkBytes }).pipe(request);
-  });
-}
-
-function restGet(baseUrl: string, name: string): Promise<number> {
-  return new Promise((resolve, reject) => {
-    http
-      .get(`${baseUrl}/v1/files/${name}`, (response) => {
-        let received = 0;
-        response.on("data", (chunk: Buffer) => (received += chunk.length));
-        response.once("end", () => resolve(received));
-        response.once("error", reject);
-      })
-      .once("error", reject);
-  });
+  yield { part: { case: "data" as const, value: data } };
 }
 
 /** Writes `bytes` of varied content (not zeros: no filesystem may shortcut them). */
