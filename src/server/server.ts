@@ -375,13 +375,9 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
         ready = false;
         health.shutdown();
         const closed = Promise.all(listeners.map((each) => each.close()));
-        // GOAWAY before the calls end: a client that retries a call ended with SHUTTING_DOWN then opens
-        // a new connection (to the daemon that replaces this one) instead of sending it down this one,
-        // where it would be ended at once, again and again, for as long as the commands take to die. A
-        // call that crosses the GOAWAY is refused unprocessed (REFUSED_STREAM), safe to retry.
-        for (const each of listeners) each.endConnections();
         shutdown.abort(shuttingDownError());
         await manager.shutdown(gracePeriodMs);
+        for (const each of listeners) each.endConnections();
         const forced = setTimeout(() => {
           for (const each of listeners) each.destroyConnections();
         }, 1000);

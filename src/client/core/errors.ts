@@ -332,22 +332,17 @@ export function toSandboxError(error: unknown, context: { timeoutMs?: number } =
 }
 
 /**
- * Whether a call failed because the daemon could not be reached or did not take it: UNAVAILABLE, any
- * failure while connecting (a refused connection, an unknown host: a `connect` or `getaddrinfo` system
- * call in the error's causes), or an HTTP/2 stream refused unprocessed (REFUSED_STREAM: the call crossed
- * the daemon's GOAWAY), which connect-node reports under various codes.
+ * Whether a call failed because the daemon could not be reached at all: UNAVAILABLE, or any failure
+ * while connecting (a refused connection, an unknown host: a `connect` or `getaddrinfo` system call
+ * in the error's causes), which connect-node reports under various codes.
  */
 export function isUnreachable(error: ConnectError): boolean {
-  if (error.code === Code.Unavailable || refusedStream.test(error.rawMessage)) return true;
+  if (error.code === Code.Unavailable) return true;
   for (let cause: unknown = error.cause; cause instanceof Error; cause = cause.cause) {
     if ("syscall" in cause && (cause.syscall === "connect" || cause.syscall === "getaddrinfo")) return true;
-    if (refusedStream.test(cause.message)) return true;
   }
   return false;
 }
-
-/** How Node (`NGHTTP2_REFUSED_STREAM`) and connect-node (`REFUSED_STREAM (0x7)`) name a refused stream. */
-const refusedStream = /\b(NGHTTP2_)?REFUSED_STREAM\b/;
 
 /** The gRPC name of a code, such as `PERMISSION_DENIED` for Code.PermissionDenied. */
 export function codeName(code: Code): string {

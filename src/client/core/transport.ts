@@ -1,6 +1,7 @@
 import http2 from "node:http2";
-import type { Interceptor, Transport } from "@connectrpc/connect";
+import { ConnectError, type Interceptor, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { errorInfoOf } from "../../shared/error-reasons.js";
 
 /** Wire protocol of a {@link SandboxConnection}: gRPC, or Connect (JSON-free binary Connect, HTTP/2 too). */
 export type SandboxProtocol = "grpc" | "connect";
@@ -85,6 +86,9 @@ const maxFrameBytes = 4 * 1024 * 1024;
 class GoAwayCountingSessionManager extends Http2SessionManager {
   goAwayCount = 0;
   private readonly watched = new WeakSet<http2.Http2Session>();
+  /** How many sessions calls have used so far; the newest is `newest`, numbered `opened`. */
+  private opened = 0;
+  private newest?: http2.ClientHttp2Session;
 
   constructor(url: string, maxMessageBytes: number, ping: { pingIntervalMs: number; pingTimeoutMs: number }) {
     // Node's 64 KiB receive windows let the daemon send one output message per WINDOW_UPDATE round
@@ -110,6 +114,8 @@ class GoAwayCountingSessionManager extends Http2SessionManager {
     const session = stream.session;
     if (session !== undefined && !this.watched.has(session)) {
       this.watched.add(session);
+      this.opened++;
+      this.newest = session as http2.ClientHttp2Session;
       (session as http2.ClientHttp2Session).setLocalWindowSize(connectionWindowBytes);
       session.on("goaway", (errorCode: number) => {
         if (errorCode === http2.constants.NGHTTP2_NO_ERROR) this.goAwayCount++;
@@ -122,6 +128,59 @@ class GoAwayCountingSessionManager extends Http2SessionManager {
     }
     return stream;
   }
+
+  /** The number of the session a call made now runs on: the newest while it is open, else the next. */
+  sessionForNextCall(): number {
+    return this.newest !== undefined && !this.newest.closed && !this.newest.destroyed ? this.opened : this.opened + 1;
+  }
+
+  /**
+   * Closes the session numbered `session` (see {@link sessionForNextCall}) gracefully, when it is still
+   * the newest: its calls run to their end, the next ones open a new connection. For a session whose
+   * daemon said it is shutting down: a call retried on it would be refused at once, again and again,
+   * until the daemon closes it.
+   */
+  retire(session: number): void {
+    const newest = this.newest;
+    if (session !== this.opened || newest === undefined || newest.closed || newest.destroyed) return;
+    newest.close();
+  }
+}
+
+/**
+ * An interceptor that retires the HTTP/2 session a call ran on once the daemon answered it with
+ * SHUTTING_DOWN, for unary calls and while a stream's messages are read.
+ */
+function retireOnShutdown(manager: GoAwayCountingSessionManager): Interceptor {
+  return (next) => async (request) => {
+    const session = manager.sessionForNextCall();
+    const retireIfShuttingDown = (error: unknown) => {
+      if (isShuttingDown(error)) manager.retire(session);
+    };
+    try {
+      const response = await next(request);
+      if (!response.stream) return response;
+      return { ...response, message: watchFailure(response.message, retireIfShuttingDown) };
+    } catch (error) {
+      retireIfShuttingDown(error);
+      throw error;
+    }
+  };
+}
+
+/** `messages`, with `onFailure` told of the error that ends them, if one does. */
+async function* watchFailure<T>(messages: AsyncIterable<T>, onFailure: (error: unknown) => void): AsyncIterable<T> {
+  try {
+    yield* messages;
+  } catch (error) {
+    onFailure(error);
+    throw error;
+  }
+}
+
+/** Whether `error` is the daemon's answer that it is shutting down (SHUTTING_DOWN). */
+function isShuttingDown(error: unknown): boolean {
+  return error instanceof ConnectError && errorInfoOf(error)?.reason === "SHUTTING_DOWN";
 }
 
 /**
@@ -134,7 +193,7 @@ export function createSandboxConnection(options: SandboxConnectionOptions): Sand
     pingIntervalMs: options.pingIntervalMs ?? defaultPingIntervalMs,
     pingTimeoutMs: options.pingTimeoutMs ?? defaultPingTimeoutMs,
   });
-  const interceptors: Interceptor[] = [];
+  const interceptors: Interceptor[] = [retireOnShutdown(sessionManager)];
   const headers = {
     ...options.headers,
     ...(options.token !== undefined ? { authorization: `Bearer ${options.token}` } : {}),
