@@ -545,7 +545,7 @@ describe("a daemon that closes gracefully for a restart", () => {
     // The restarted daemon has no record of the process (a restart ends every command): it says so at once.
     expect(error).toBeInstanceOf(ProcessNotFoundError);
     expect((error as ProcessNotFoundError).processId).toBe(id);
-    // At once, and once: the daemon says it is going away (GOAWAY) before it ends the calls, so the
+    // At once, and once: the client closes the connection the SHUTTING_DOWN answer came on, so the
     // retry goes to a new connection, never after the 20 s backoff and never in a loop.
     expect(autoReconnects).toBe(1);
     expect(connections).toBe(2);
@@ -554,8 +554,8 @@ describe("a daemon that closes gracefully for a restart", () => {
 
   it("is reconnected to once, at once, while the closing daemon waits out a command that ignores SIGTERM", async () => {
     // The daemon's close waits up to its grace period for the command; the call it ends meanwhile
-    // must not be retried against the closing connection (a retry there is refused at once, over and
-    // over, until the handle gives up).
+    // must not be retried down the closing connection (a retry there is ended at once, over and over,
+    // until the daemon closes that connection).
     const { error, waitedMs, autoReconnects, id } = await restartUnder("trap '' TERM; echo up; sleep 600");
     expect(error).toBeInstanceOf(ProcessNotFoundError);
     expect((error as ProcessNotFoundError).processId).toBe(id);

@@ -18,6 +18,9 @@ const mib = 1024 * kib;
 const maxOutputBytes = 8 * mib;
 const headBytes = 64 * kib;
 const tailBytes = maxOutputBytes - 2 * headBytes;
+/** The buffer's bookkeeping charge per chunk, and the least a chunk holds (smaller writes are merged). */
+const chunkBookkeepingBytes = 64;
+const minChunkBytes = 4 * kib;
 
 /** What `seq 1 <last>` prints, computed here: the bytes to compare the daemon's with. */
 function seqOutput(last: number): Buffer {
@@ -85,12 +88,12 @@ describe("a process's retained output: its head and its tail, one gap between", 
   it("GetProcessLogs returns the exact first 64 KiB, one explicit gap, and the exact last bytes", async () => {
     const logs = await bulk.client.getProcessLogs({ processId });
     tailFrom = Number(logs.stdoutOffset);
-    // The tail is the last bytes to the byte, less 64 bytes of bookkeeping per chunk it holds. How
-    // many chunks depends on how the daemon's reads met seq's writes (a busy machine reads more, smaller
-    // ones), but a chunk holds at least 4 KiB (smaller writes are merged), so the bookkeeping is at most
-    // 64 bytes per 4 KiB stored.
+    // The tail is the last bytes to the byte, less the bookkeeping of each chunk it holds. How many
+    // chunks depends on how the daemon's reads met seq's writes (a busy machine reads more, smaller
+    // ones), but each holds at least minChunkBytes.
+    const leastStored = Math.floor((tailBytes * minChunkBytes) / (minChunkBytes + chunkBookkeepingBytes));
     expect(logs.stdout.length).toBeLessThanOrEqual(tailBytes);
-    expect(logs.stdout.length).toBeGreaterThan(Math.floor((tailBytes * 4096) / (4096 + 64)) - 4 * kib);
+    expect(logs.stdout.length).toBeGreaterThan(leastStored - minChunkBytes);
     expect(tailFrom + logs.stdout.length).toBe(expected.length);
     expect(Buffer.from(logs.head!.stdout).equals(expected.subarray(0, headBytes))).toBe(true);
     expect(Buffer.from(logs.stdout).equals(expected.subarray(tailFrom))).toBe(true);
@@ -162,7 +165,7 @@ describe("retention asked per request", () => {
     const from = Number(logs.stdoutOffset);
     expect(Buffer.from(logs.head!.stdout).equals(expected.subarray(0, 1000))).toBe(true);
     expect(logs.stdout.length).toBeLessThanOrEqual(20_000);
-    expect(logs.stdout.length).toBeGreaterThan(20_000 - 64 * 16);
+    expect(logs.stdout.length).toBeGreaterThan(20_000 - chunkBookkeepingBytes * 16);
     expect(Buffer.from(logs.stdout).equals(expected.subarray(from))).toBe(true);
     expect(from + logs.stdout.length).toBe(expected.length);
     expect(plainGaps(logs.head!.dropped)).toEqual([gap(1000, from - 1000)]);

@@ -40,6 +40,11 @@ export function backoffDelay(
   return Math.round(ceiling / 2 + random() * (ceiling / 2));
 }
 
+/** Whether `error` is the daemon's answer that it is going away for a restart (SHUTTING_DOWN). */
+export function isShuttingDownAnswer(error: unknown): boolean {
+  return error instanceof ConnectError && errorInfoOf(error)?.reason === "SHUTTING_DOWN";
+}
+
 /**
  * Classifies a stream failure by codes only, never by message text:
  * - The daemon's own answer (it carries a `sandbox.v1` ErrorInfo): `going-away` for
@@ -57,7 +62,7 @@ export function classifyFailure(error: unknown, sawGoAway: boolean): FailureKind
   const connectError = ConnectError.from(error);
   const info = errorInfoOf(connectError);
   if (info !== undefined) {
-    if (info.reason === "SHUTTING_DOWN") return "going-away";
+    if (isShuttingDownAnswer(connectError)) return "going-away";
     return connectError.code === Code.Unavailable ? (sawGoAway ? "going-away" : "transient") : "fatal";
   }
   if (!isConnectionFailure(connectError)) return "fatal";

@@ -1,7 +1,7 @@
 import http2 from "node:http2";
-import { ConnectError, type Interceptor, type Transport } from "@connectrpc/connect";
+import type { Interceptor, Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
-import { errorInfoOf } from "../../shared/error-reasons.js";
+import { isShuttingDownAnswer } from "./reconnect-policy.js";
 
 /** Wire protocol of a {@link SandboxConnection}: gRPC, or Connect (JSON-free binary Connect, HTTP/2 too). */
 export type SandboxProtocol = "grpc" | "connect";
@@ -155,7 +155,7 @@ function retireOnShutdown(manager: GoAwayCountingSessionManager): Interceptor {
   return (next) => async (request) => {
     const session = manager.sessionForNextCall();
     const retireIfShuttingDown = (error: unknown) => {
-      if (isShuttingDown(error)) manager.retire(session);
+      if (isShuttingDownAnswer(error)) manager.retire(session);
     };
     try {
       const response = await next(request);
@@ -176,11 +176,6 @@ async function* watchFailure<T>(messages: AsyncIterable<T>, onFailure: (error: u
     onFailure(error);
     throw error;
   }
-}
-
-/** Whether `error` is the daemon's answer that it is shutting down (SHUTTING_DOWN). */
-function isShuttingDown(error: unknown): boolean {
-  return error instanceof ConnectError && errorInfoOf(error)?.reason === "SHUTTING_DOWN";
 }
 
 /**
