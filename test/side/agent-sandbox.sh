@@ -7,6 +7,8 @@
 # process.v1 this checkout serves (proto/baseline/process-v1.binpb), file options aside.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source test/side/lib/steps.sh
+report_failed_step
 
 python="${PYTHON:-python3}"
 dir=test/side/agent-sandbox

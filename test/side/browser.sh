@@ -4,6 +4,8 @@
 # Installs Debian's chromium with apt-get when missing; playwright-core downloads no browser.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source test/side/lib/steps.sh
+report_failed_step
 source test/side/lib/apt.sh
 apt_install chromium
 /usr/bin/chromium --version 2>/dev/null

@@ -16,6 +16,8 @@
 #                             or the unit; the manifest's NetworkPolicy selects its pods and admits their port
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source test/side/lib/steps.sh
+report_failed_step
 source test/side/lib/apt.sh
 passed=0
 failed=0

@@ -6,6 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 started=$SECONDS
+source test/side/lib/steps.sh
+report_failed_step
 source test/side/lib/apt.sh
 apt_install buildah debootstrap
 source test/side/image/base.sh

