@@ -118,6 +118,7 @@ describe("/v1/metadata", () => {
       SANDBOX_API_TOKEN: "a",
       SANDBOX_DB_PASSWORD: "b",
       SANDBOX_SIGNING_KEY: "c",
+      SANDBOX_AWS_CREDS: "d",
       SANDBOX_NOTE: "the token is s3cret-token!",
       SANDBOXD_TOKEN: "s3cret-token",
       PATH: "/usr/bin",
@@ -157,10 +158,9 @@ describe("the KEP-539.2 ports without a token", () => {
     expect(health.status).toBe(200);
     expect(health.headers["content-type"]).toBe("application/json");
     expect(health.body).toEqual({ status: "ok", uptime_seconds: expect.any(Number) as unknown });
-    expect(await rest(ports.rest!, "/v1/metadata")).toMatchObject({
-      status: 200,
-      body: { env: { SANDBOX_ID: "sb-1", SANDBOX_TEMPLATE: "python" } },
-    });
+    const metadata = await rest(ports.rest!, "/v1/metadata");
+    expect(metadata.status).toBe(200);
+    expect(metadata.body).toEqual({ env: { SANDBOX_ID: "sb-1", SANDBOX_TEMPLATE: "python" } });
     expect(await rest(ports.rest!, "/v1/nothing")).toMatchObject({
       status: 404,
       body: { code: "NOT_FOUND", message: "no such endpoint: GET /v1/nothing" },
@@ -250,10 +250,9 @@ describe("the KEP-539.2 ports with a token", () => {
       body: { entries: [expect.objectContaining({ name: "seen.txt", type: "file", size: 18 })] },
     });
     // The token is never served, even from a variable with the prefix.
-    expect(await rest(restPort!, "/v1/metadata", { headers: { authorization: `Bearer ${token}` } })).toMatchObject({
-      status: 200,
-      body: { env: { SANDBOX_ID: "sb-2" } },
-    });
+    const metadata = await rest(restPort!, "/v1/metadata", { headers: { authorization: `Bearer ${token}` } });
+    expect(metadata.status).toBe(200);
+    expect(metadata.body).toEqual({ env: { SANDBOX_ID: "sb-2" } });
     // Probes carry no token; with one, any Host is served (the pod's IP, a Service name).
     expect(await rest(restPort!, "/v1/health", { headers: { host: "10.1.2.3:8080" } })).toMatchObject({
       status: 200,

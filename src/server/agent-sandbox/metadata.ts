@@ -10,7 +10,7 @@ const credentialMarkers = [
   "SECRET",
   "PASSWORD",
   "PASSWD",
-  "CREDENTIAL",
+  "CRED",
   "KEY",
   "AUTH",
   "BEARER",
