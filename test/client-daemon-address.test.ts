@@ -1,5 +1,5 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
-import { connect, Sandbox, SandboxError } from "../src/client/index.js";
+import { connect, createSandboxConnection, Sandbox, SandboxError } from "../src/client/index.js";
 import { startTestServer, type TestServer } from "./support/server.js";
 
 let guarded: TestServer;
@@ -85,6 +85,22 @@ describe("a token over cleartext http://", () => {
     // The token from the environment counts the same.
     process.env.SANDBOXD_TOKEN = token;
     expect(refusal(() => new Sandbox({ baseUrl: "http://192.0.2.1:7007" })).code).toBe("INVALID_ARGUMENT");
+  });
+
+  it("is refused by createSandboxConnection too, the transport users may build on themselves", () => {
+    const baseUrl = "http://192.0.2.1:7007";
+    const error = refusal(() => createSandboxConnection({ baseUrl, token }));
+    expect(error.code).toBe("INVALID_ARGUMENT");
+    expect(error.message).toContain(`refusing to send the token in clear to ${baseUrl}`);
+    for (const options of [
+      { baseUrl, token, allowCleartextToken: true },
+      { baseUrl },
+      { baseUrl: "http://127.0.0.1:7007", token },
+      { baseUrl: "https://sandbox.example:7007", token },
+    ]) {
+      // Nothing is dialled until a call is made, so these only have to be accepted.
+      createSandboxConnection(options).close();
+    }
   });
 
   it("goes to loopback, over https://, and nowhere without a token", () => {

@@ -50,19 +50,25 @@ export function resolveDaemonAddress(
   const baseUrl = nonEmpty(options.baseUrl) ?? nonEmpty(env[urlVariable]) ?? defaultBaseUrl;
   const url = parseDaemonUrl(baseUrl);
   const token = options.token !== undefined ? nonEmpty(options.token) : nonEmpty(env[tokenVariable]);
-  if (
-    token !== undefined &&
-    url.protocol === "http:" &&
-    !isLoopbackHost(url.hostname) &&
-    options.allowCleartextToken !== true
-  ) {
-    throw new SandboxError(
-      `refusing to send the token in clear to ${baseUrl}: use https:// (a daemon started with --tls-cert and --tls-key), ` +
-        `or allow it with ${options.allowCleartextTokenName ?? "allowCleartextToken: true"} on a network you trust`,
-      "INVALID_ARGUMENT",
-    );
-  }
+  if (token !== undefined) assertTokenMayGo(url, baseUrl, options);
   return token === undefined ? { baseUrl } : { baseUrl, token };
+}
+
+/**
+ * Throws a SandboxError `INVALID_ARGUMENT` when a token would go in clear (`http://`) to a host that
+ * is not loopback and `options.allowCleartextToken` does not allow it; `url` is `baseUrl` parsed.
+ */
+export function assertTokenMayGo(
+  url: URL,
+  baseUrl: string,
+  options: Pick<DaemonAddressOptions, "allowCleartextToken" | "allowCleartextTokenName">,
+): void {
+  if (url.protocol !== "http:" || isLoopbackHost(url.hostname) || options.allowCleartextToken === true) return;
+  throw new SandboxError(
+    `refusing to send the token in clear to ${baseUrl}: use https:// (a daemon started with --tls-cert and --tls-key), ` +
+      `or allow it with ${options.allowCleartextTokenName ?? "allowCleartextToken: true"} on a network you trust`,
+    "INVALID_ARGUMENT",
+  );
 }
 
 /** Parses a daemon URL; a SandboxError `INVALID_ARGUMENT` naming both forms when it is neither. */

@@ -1,6 +1,7 @@
 import http2 from "node:http2";
 import type { Interceptor, Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { assertTokenMayGo } from "./daemon-address.js";
 import { isShuttingDownAnswer } from "./reconnect-policy.js";
 
 /** Wire protocol of a {@link SandboxConnection}: gRPC, or Connect (JSON-free binary Connect, HTTP/2 too). */
@@ -12,8 +13,17 @@ export interface SandboxConnectionOptions {
   baseUrl: string;
   /** Wire protocol. Default `"grpc"`. Both run over HTTP/2. */
   protocol?: SandboxProtocol;
-  /** Bearer token sent as `Authorization: Bearer <token>` on every call; none when undefined. */
+  /**
+   * Bearer token sent as `Authorization: Bearer <token>` on every call; none when undefined. It goes in
+   * clear (`http://`) only to a loopback host, unless {@link allowCleartextToken} says otherwise.
+   */
   token?: string;
+  /**
+   * Send the token over plain `http://` to a host that is not loopback. Default false: such a
+   * connection is refused with a SandboxError `INVALID_ARGUMENT`, since anyone on the path could read
+   * the token and run commands with it. Set it only on a network you trust.
+   */
+  allowCleartextToken?: boolean;
   /** Extra request headers sent on every call. */
   headers?: Record<string, string>;
   /**
@@ -183,6 +193,9 @@ async function* watchFailure<T>(messages: AsyncIterable<T>, onFailure: (error: u
  * kept alive and checked with PINGs.
  */
 export function createSandboxConnection(options: SandboxConnectionOptions): SandboxConnection {
+  if (options.token !== undefined && URL.canParse(options.baseUrl)) {
+    assertTokenMayGo(new URL(options.baseUrl), options.baseUrl, options);
+  }
   const maxMessageBytes = options.maxMessageBytes ?? defaultClientMaxMessageBytes;
   const sessionManager = new GoAwayCountingSessionManager(options.baseUrl, maxMessageBytes, {
     pingIntervalMs: options.pingIntervalMs ?? defaultPingIntervalMs,
