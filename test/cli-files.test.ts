@@ -1,3 +1,4 @@
+import { execFileSync } from "node:child_process";
 import { createHash, randomBytes } from "node:crypto";
 import {
   chmodSync,
@@ -218,4 +219,39 @@ describe("sandbox ls", () => {
     expect(missing.stderr.toString()).toMatch(/^sandbox: .*nothing.*\n$/);
     expect((await cli(["ls", "--depth", "0", name])).code).toBe(2);
   });
+
+  it("shows the control characters of names and link targets escaped, in every format, and in cp's warnings", async () => {
+    // A command in the sandbox may name its files as it likes: an OSC 52 clipboard write, a line erase, a C1 CSI.
+    const name = fresh();
+    const dir = path.join(t.workspace, name);
+    mkdirSync(dir);
+    const hostile = "x\u001b]52;c;ZXZpbA==\u0007\u001b[2K\u009b31m\r";
+    writeFileSync(path.join(dir, hostile), "h");
+    symlinkSync(hostile, path.join(dir, "link"));
+    mkfifoIn(path.join(dir, `fifo${hostile}`));
+    const escaped = "x\\e]52;c;ZXZpbA==\\x07\\e[2K\\x9b31m\\r";
+    const controls = /[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/;
+    const names = (await cli(["ls", name])).stdout.toString();
+    expect(names).toBe(`fifo${escaped}\nlink\n${escaped}\n`);
+    const long = (await cli(["ls", "-l", name])).stdout.toString();
+    expect(long).not.toMatch(controls);
+    expect(long).toContain(`link -> ${escaped}\n`);
+    const json = (await cli(["ls", "-o", "json", name])).stdout.toString();
+    expect(json).not.toMatch(controls);
+    expect((JSON.parse(json) as { name: string }[]).map((entry) => entry.name)).toEqual([
+      `fifo${hostile}`,
+      "link",
+      hostile,
+    ]);
+    // cp skips the fifo with a warning that names it.
+    const copy = await cli(["cp", `:${name}`, path.join(local, name)]);
+    expect(copy.code).toBe(0);
+    expect(copy.stderr.toString()).not.toMatch(controls);
+    expect(copy.stderr.toString()).toContain(`fifo${escaped}: a fifo`);
+  });
 });
+
+/** Makes a named pipe at `file`. */
+function mkfifoIn(file: string): void {
+  execFileSync("mkfifo", [file]);
+}

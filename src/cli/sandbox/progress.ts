@@ -1,4 +1,5 @@
 import type { WriteStream } from "node:tty";
+import { escapeControls } from "./escape.js";
 
 /** How long a transfer runs before its progress line appears, in milliseconds: quick copies print nothing. */
 const showAfterMs = 500;
@@ -30,9 +31,9 @@ export class TransferProgress {
     return new TransferProgress(quiet !== true && stderr.isTTY === true ? stderr : undefined);
   }
 
-  /** A file began; `name` is shown on the line. */
+  /** A file began; `name` is shown on the line, its control characters escaped. */
   startFile(name: string): void {
-    this.current = name;
+    this.current = escapeControls(name);
     this.before = this.bytes;
   }
 

@@ -3,6 +3,7 @@ import path from "node:path";
 import { Command } from "commander";
 import { type FileInfo, type SandboxFiles, SandboxError } from "../../../client/index.js";
 import { addConnectionOptions, closeSandbox, openSandbox, type ConnectionFlags } from "../connection.js";
+import { escapeControls } from "../escape.js";
 import { CliError, exitCodes } from "../exit-codes.js";
 import { BrokenPipeError, LocalOutput } from "../local-output.js";
 import { TransferProgress } from "../progress.js";
@@ -209,9 +210,9 @@ class Copier {
   }
 }
 
-/** A warning on stderr, as one `sandbox: warning: ...` line. */
+/** A warning on stderr, as one `sandbox: warning: ...` line, its control characters escaped (paths come from the sandbox). */
 function warn(text: string): void {
-  process.stderr.write(`sandbox: warning: ${text}\n`);
+  process.stderr.write(`sandbox: warning: ${escapeControls(text)}\n`);
 }
 
 /** A local file error as a few words: `no such file or directory (ENOENT)`. */

@@ -2,6 +2,7 @@ import path from "node:path";
 import { Command, InvalidArgumentError, Option } from "commander";
 import type { FileInfo, FileKind } from "../../../client/index.js";
 import { addConnectionOptions, closeSandbox, openSandbox, type ConnectionFlags } from "../connection.js";
+import { escapeControls, jsonForTerminal } from "../escape.js";
 import { exitCodes } from "../exit-codes.js";
 import { BrokenPipeError, LocalOutput } from "../local-output.js";
 
@@ -62,14 +63,10 @@ export async function runLs(argument: string, flags: LsFlags): Promise<number> {
     }
     const text =
       flags.output === "json"
-        ? `${JSON.stringify(
-            rows.map((row) => row.entry),
-            null,
-            2,
-          )}\n`
+        ? jsonForTerminal(rows.map((row) => row.entry))
         : flags.long === true
           ? longFormat(rows)
-          : rows.map((row) => `${row.name}\n`).join("");
+          : rows.map((row) => `${escapeControls(row.name)}\n`).join("");
     await output.write("stdout", Buffer.from(text));
     return exitCodes.ok;
   } catch (error) {
@@ -93,14 +90,17 @@ const typeLetters: Record<FileKind, string> = {
 
 /** Rows as `ls -l` writes them, columns aligned: `drwxr-xr-x  root  root  4096  2026-11-25 04:48  name`. */
 function longFormat(rows: readonly { name: string; entry: FileInfo }[]): string {
-  const cells = rows.map(({ name, entry }) => [
-    `${typeLetters[entry.type]}${entry.permissions}`,
-    entry.owner || String(entry.uid),
-    entry.group || String(entry.gid),
-    String(entry.size),
-    entry.modifiedTime.toISOString().slice(0, 16).replace("T", " "),
-    entry.symlinkTarget === undefined ? name : `${name} -> ${entry.symlinkTarget}`,
-  ]);
+  // Names, link targets, owners and groups come from the sandbox: their controls are shown escaped.
+  const cells = rows.map(({ name, entry }) =>
+    [
+      `${typeLetters[entry.type]}${entry.permissions}`,
+      entry.owner || String(entry.uid),
+      entry.group || String(entry.gid),
+      String(entry.size),
+      entry.modifiedTime.toISOString().slice(0, 16).replace("T", " "),
+      entry.symlinkTarget === undefined ? name : `${name} -> ${entry.symlinkTarget}`,
+    ].map(escapeControls),
+  );
   const widths = [0, 1, 2, 3].map((column) => Math.max(...cells.map((line) => line[column].length)));
   return cells
     .map((line) =>
