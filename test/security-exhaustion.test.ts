@@ -156,7 +156,8 @@ describe("calls answered without a token (health) are bounded", () => {
         (stream) => new Promise<void>((resolve) => (stream.on("error", () => {}), stream.once("close", resolve))),
       );
       for (const stream of held) stream.resume();
-      await new Promise((resolve) => setTimeout(resolve, 50));
+      // The daemon counts a call as its headers are read, and one connection's streams are read in order:
+      // the fourth comes after the three on the same connection.
       const fourth = await headersOnly(session, "/grpc.health.v1.Health/Check");
       expect(fourth.grpcStatus).toBe(String(Code.ResourceExhausted));
       expect(fourth.grpcMessage).toBe("too many health calls on this connection: the limit of 3 is reached");
@@ -174,7 +175,8 @@ describe("calls answered without a token (health) are bounded", () => {
         stream.resume();
         return stream;
       });
-      await new Promise((resolve) => setTimeout(resolve, 100));
+      // Answered, so counted: the daemon sends a watch's headers once it has taken it in.
+      await Promise.all(watches.map((stream) => new Promise((resolve) => stream.once("response", resolve))));
       const third = await headersOnly(session, "/grpc.health.v1.Health/Watch");
       expect(third.grpcStatus).toBe(String(Code.ResourceExhausted));
       expect(third.grpcMessage).toBe("too many health watches: the limit of 2 is reached");

@@ -50,7 +50,6 @@ record.daemonPid = 999999; // a daemon that died
 writeFileSync(file, JSON.stringify(record));
 first.kill("SIGKILL");
 await new Promise((resolve) => first.once("exit", resolve));
-await new Promise((resolve) => setTimeout(resolve, 50));
 let second;
 for (let attempt = 0; attempt < 20; attempt++) {
   writeFileSync("/proc/sys/kernel/ns_last_pid", String(first.pid - 1));
@@ -60,9 +59,15 @@ for (let attempt = 0; attempt < 20; attempt++) {
   second.kill("SIGKILL");
 }
 const report = ledger.reapLeftovers();
-await new Promise((resolve) => setTimeout(resolve, 100));
-const state = readFileSync("/proc/" + second.pid + "/stat", "utf8").split(") ")[1][0];
-console.log(JSON.stringify({ reused: second.pid === first.pid, report, alive: state !== "Z" && second.exitCode === null && second.signalCode === null }));
+// A wrong kill shows within moments: the process must stay alive, watched for 300 ms.
+const living = () =>
+  readFileSync("/proc/" + second.pid + "/stat", "utf8").split(") ")[1][0] !== "Z" && second.exitCode === null && second.signalCode === null;
+let alive = living();
+for (const until = Date.now() + 300; alive && Date.now() < until; ) {
+  await new Promise((resolve) => setImmediate(resolve));
+  alive = living();
+}
+console.log(JSON.stringify({ reused: second.pid === first.pid, report, alive }));
 second.kill("SIGKILL");
 `;
 
