@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from sandboxd import AsyncSandbox, InvalidArgumentError, OutputGap, OutputRetention, Sandbox
@@ -69,12 +67,9 @@ def test_a_retention_above_the_cap_or_of_the_wrong_shape_is_refused(sandbox: San
 
 async def test_async_logs_say_the_same(async_sandbox: AsyncSandbox) -> None:
     handle = await async_sandbox.start_process("seq 1 20000", auto_cleanup=False, retention={"head_bytes": 10, "tail_bytes": 1000})
-    for _ in range(500):
-        logs = await async_sandbox.processes.logs(handle.process_id)
-        if logs.process is not None and logs.process.exit is not None:
-            break
-        await asyncio.sleep(0.02)
-    assert logs.process is not None and logs.process.exit is not None, "the process did not exit within 10 s"
+    await handle.wait_for_exit(timeout=30)
+    logs = await async_sandbox.processes.logs(handle.process_id)
+    assert logs.process is not None and logs.process.exit is not None
     expected = seq_bytes(20_000)
     assert logs.stdout_head == expected[:10]
     assert logs.dropped == (OutputGap("stdout", 10, logs.stdout_offset - 10),)

@@ -117,7 +117,9 @@ async def test_asyncio_waits_and_a_cancelled_wait(async_sandbox: AsyncSandbox) -
         ports = await async_sandbox.list_ports(process_id=server.process_id)
         assert [entry.port for entry in ports] == [port]
         waiting = asyncio.ensure_future(server.wait_for_log("never printed"))
-        await asyncio.sleep(0.2)
+        # Still waiting a moment later, then cancelled while the call is open.
+        done, _ = await asyncio.wait({waiting}, timeout=0.2)
+        assert not done
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiting
