@@ -32,10 +32,10 @@ fi
 echo "== type check"
 npx tsc --noEmit
 
-# Biome formats and lints the TypeScript; biome.jsonc says which files it holds to that so far.
+# Biome formats and lints every TypeScript, JavaScript and JSON file but gen/ and the vendored ones (biome.jsonc).
 echo "== format and lint"
 if ! npx biome ci --error-on-warnings .; then
-  echo "format or lint: run 'npx biome check --write <file>' on the files above (biome.jsonc lists the files it checks)" >&2
+  echo "format or lint: run 'npx biome check --write <file>' on the files above" >&2
   exit 1
 fi
 

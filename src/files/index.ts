@@ -13,10 +13,10 @@ export {
 } from "./watch.js";
 export {
   defaultDirectoryMode,
-  defaultListPageSize,
+  defaultEntriesPageSize,
   defaultMaxUnsizedReadBytes,
   maxListDepth,
-  maxListPageSize,
+  maxEntriesPageSize,
   WorkspaceFiles,
   type ListOptions,
   type ListPage,

@@ -15,9 +15,9 @@ import { createFileWriter, type FileWriter, type WriteHeader } from "./write.js"
 /** Default most bytes a read sends of a file without a size (a device, a /proc file): 64 MiB. */
 export const defaultMaxUnsizedReadBytes = 64 * 1024 * 1024;
 /** Default entries of one page of a listing. */
-export const defaultListPageSize = 1000;
+export const defaultEntriesPageSize = 1000;
 /** Most entries of one page of a listing. */
-export const maxListPageSize = 10_000;
+export const maxEntriesPageSize = 10_000;
 /** Deepest listing. */
 export const maxListDepth = 64;
 /** Default permission bits of a new directory. */
@@ -49,7 +49,7 @@ export interface ListPage {
 export interface ListOptions {
   /** Levels to descend: 1 for the directory's own entries. Default 1, at most {@link maxListDepth}. */
   depth?: number;
-  /** Entries in the page. Default {@link defaultListPageSize}, at most {@link maxListPageSize}. */
+  /** Entries in the page. Default {@link defaultEntriesPageSize}, at most {@link maxEntriesPageSize}. */
   pageSize?: number;
   /** Continue after this entry (a `continueAfter` of the page before). */
   after?: string;
@@ -134,7 +134,7 @@ export class WorkspaceFiles {
   async list(requested: string, options: ListOptions = {}): Promise<ListPage> {
     const { resolver, calls } = this.context;
     const depth = Math.min(Math.max(options.depth ?? 1, 1), maxListDepth);
-    const pageSize = Math.min(Math.max(options.pageSize ?? defaultListPageSize, 1), maxListPageSize);
+    const pageSize = Math.min(Math.max(options.pageSize ?? defaultEntriesPageSize, 1), maxEntriesPageSize);
     const location = resolver.locate(requested);
     const fd = await resolver.open(location, fsConstants.O_RDONLY | fsConstants.O_DIRECTORY, true);
     const found: Listed[] = [];

@@ -11,7 +11,7 @@ import type {
   WriteRequest,
 } from "../../../gen/sandbox/v1/files_pb.js";
 import {
-  maxListPageSize,
+  maxEntriesPageSize,
   type FileReader,
   type FileWatch,
   type FileWriter,
@@ -184,7 +184,7 @@ export function createFileService(options: FileServiceOptions): ServiceImpl<type
       unary("list", context, request.path, async () => {
         const depth = request.depth === 0 ? 1 : request.depth;
         const after = tokens.read(request.pageToken, request.path, depth);
-        const pageSize = request.pageSize === 0 ? undefined : Math.min(request.pageSize, maxListPageSize);
+        const pageSize = request.pageSize === 0 ? undefined : Math.min(request.pageSize, maxEntriesPageSize);
         const page = await files.list(request.path, { depth, pageSize, after });
         return {
           entries: page.entries.map(toProtoFileInfo),
