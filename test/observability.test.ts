@@ -63,7 +63,7 @@ describe("a daemon's logs and metrics, read from a real run", () => {
     });
     expect(result.exited.exitCode).toBe(3);
     const started = await client.startProcess({ spec: { command: "sleep", args: ["0.1"] } });
-    await waitForExit(client, started.process!.processId);
+    const sleepExit = await waitForExit(client, started.process!.processId);
     expect((await rpcError(anonymous.listProcesses({}))).rawMessage).toBe("missing bearer token");
 
     const metricsUrl = `${url}/metrics`;
@@ -77,6 +77,19 @@ describe("a daemon's logs and metrics, read from a real run", () => {
     // Both exited before the scrape (Exec's exit came with its stream, the other was waited for); every cause is there.
     expect(metrics).toMatch(/^sandboxd_process_exits_total\{cause="exited"\} 2$/m);
     expect(metrics).toMatch(/^sandboxd_process_exits_total\{cause="out_of_memory"\} 0$/m);
+    // What the ended processes used, where their cgroups said (a root daemon's commands have their own), beside
+    // Node's own sandboxd_process_cpu_seconds_total, the daemon's.
+    const usages = [result.exited.usage, sleepExit.usage];
+    if (process.getuid?.() === 0) expect(usages.every((usage) => usage !== undefined)).toBe(true);
+    const cpuSeconds = (mode: "user" | "system") =>
+      usages.reduce((sum, usage) => sum + Number(usage?.[mode === "user" ? "cpuUserUs" : "cpuSystemUs"] ?? 0n), 0) /
+      1e6;
+    const scraped = (mode: string) =>
+      Number(new RegExp(`^sandboxd_command_cpu_seconds_total\\{mode="${mode}"\\} (\\S+)$`, "m").exec(metrics)?.[1]);
+    expect(scraped("user")).toBeCloseTo(cpuSeconds("user"), 6);
+    expect(scraped("system")).toBeCloseTo(cpuSeconds("system"), 6);
+    const peaks = usages.filter((usage) => usage?.memoryPeakBytes !== undefined).length;
+    expect(metrics).toMatch(new RegExp(`^sandboxd_command_memory_peak_bytes_count ${peaks}$`, "m"));
     expect(metrics).toMatch(/^sandboxd_output_bytes_total\{stream="stdout"\} 22$/m);
     expect(metrics).toMatch(/^sandboxd_auth_failures_total 1$/m);
     expect(metrics).toMatch(/^sandboxd_processes\{status="(failed|completed)"\} \d+$/m);
@@ -100,9 +113,33 @@ describe("a daemon's logs and metrics, read from a real run", () => {
     });
     expect(typeof startLine.user).toBe("string");
     expect(startLine.command).toBeUndefined();
-    expect(
-      logged.find((line) => line.msg === "process exited" && line.processId === result.started.processId),
-    ).toMatchObject({ status: "failed", exitCode: 3, cause: "exited" });
+    const execExitLine = logged.find(
+      (line) => line.msg === "process exited" && line.processId === result.started.processId,
+    );
+    expect(execExitLine).toMatchObject({ status: "failed", exitCode: 3, cause: "exited" });
+    // The exit line carries what the record says it used, figure for figure.
+    const sleepExitLine = logged.find(
+      (line) => line.msg === "process exited" && line.processId === started.process!.processId,
+    );
+    for (const [line, usage] of [
+      [execExitLine, result.exited.usage],
+      [sleepExitLine, sleepExit.usage],
+    ] as const) {
+      const expected =
+        usage === undefined
+          ? undefined
+          : Object.fromEntries(
+              Object.entries({
+                cpuUserUs: usage.cpuUserUs,
+                cpuSystemUs: usage.cpuSystemUs,
+                memoryPeakBytes: usage.memoryPeakBytes,
+                ioReadBytes: usage.ioReadBytes,
+                ioWriteBytes: usage.ioWriteBytes,
+                oomKills: usage.oomKills,
+              }).flatMap(([name, value]) => (value === undefined ? [] : [[name, Number(value)]])),
+            );
+      expect(line?.usage).toEqual(expected);
+    }
     expect(logged.some((line) => line.level === "warn" && String(line.msg).startsWith("call refused"))).toBe(true);
     expect(stderr).not.toContain(token);
     expect(stderr).not.toContain("env-value-never-logged");

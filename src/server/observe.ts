@@ -69,6 +69,10 @@ export interface DaemonMetrics {
   readonly starts: Counter<"result">;
   /** Processes that ended, by their exit cause (every cause present from the start, at 0). */
   readonly exits: Counter<"cause">;
+  /** CPU time the processes that ended used, whole trees, by mode (user, system): from their own cgroups. */
+  readonly processCpuSeconds: Counter<"mode">;
+  /** The peak memory of each process that ended, whole tree, from its own memory cgroup. */
+  readonly processMemoryPeakBytes: Histogram;
   readonly outputBytes: Counter<"stream">;
   readonly authFailures: Counter;
   readonly connectionsTurnedAway: Counter<"how">;
@@ -108,6 +112,19 @@ export function createDaemonMetrics(source: { manager: ProcessManager; connectio
     registers: [registry],
   });
   for (const cause of exitCauses) exits.inc({ cause }, 0);
+  const processCpuSeconds = new Counter({
+    name: "sandboxd_command_cpu_seconds_total",
+    help: "CPU time used by processes that ended (each its whole tree, read from its own cgroup), by mode: user, system.",
+    labelNames: ["mode"],
+    registers: [registry],
+  });
+  for (const mode of ["user", "system"]) processCpuSeconds.inc({ mode }, 0);
+  const processMemoryPeakBytes = new Histogram({
+    name: "sandboxd_command_memory_peak_bytes",
+    help: "Peak memory of each process that ended (its whole tree, page cache included, from its own memory cgroup).",
+    buckets: [1, 4, 16, 64, 256, 1024, 4096].map((mib) => mib * 1024 * 1024),
+    registers: [registry],
+  });
   const outputBytes = new Counter({
     name: "sandboxd_output_bytes_total",
     help: "Output bytes read from commands, per stream.",
@@ -191,7 +208,18 @@ export function createDaemonMetrics(source: { manager: ProcessManager; connectio
       this.set(source.connections());
     },
   });
-  return { registry, calls, callSeconds, starts, exits, outputBytes, authFailures, connectionsTurnedAway };
+  return {
+    registry,
+    calls,
+    callSeconds,
+    starts,
+    exits,
+    processCpuSeconds,
+    processMemoryPeakBytes,
+    outputBytes,
+    authFailures,
+    connectionsTurnedAway,
+  };
 }
 
 /**
@@ -239,7 +267,8 @@ export interface ProcessAuditOptions {
 /**
  * Creates the process audit: a line when a process starts (who asked: peer and certificate subject;
  * what ran: program name, cwd, user, pid) and one when it ends (status, code, signal, cause with its
- * kill origin or start stage and errno, duration), counting starts and exits by cause in the metrics. Environment values never; command lines only with `logCommands`.
+ * kill origin or start stage and errno, duration, and what it used where its cgroups say), counting starts and exits by
+ * cause in the metrics, with the CPU time and peak memory of those that ended. Environment values never; command lines only with `logCommands`.
  */
 export function createProcessAudit(
   logger: Logger,
@@ -275,8 +304,15 @@ export function createProcessAudit(
           ...(exit.killOrigin === undefined ? {} : { killOrigin: exit.killOrigin }),
           ...(exit.startStage === undefined ? {} : { startStage: exit.startStage, errno: exit.errno }),
           durationMs: Math.round(exit.durationMs),
+          ...(exit.usage === undefined ? {} : { usage: exit.usage }),
         };
         metrics.exits.inc({ cause: exit.cause });
+        if (exit.usage?.cpuUserUs !== undefined)
+          metrics.processCpuSeconds.inc({ mode: "user" }, exit.usage.cpuUserUs / 1e6);
+        if (exit.usage?.cpuSystemUs !== undefined)
+          metrics.processCpuSeconds.inc({ mode: "system" }, exit.usage.cpuSystemUs / 1e6);
+        if (exit.usage?.memoryPeakBytes !== undefined)
+          metrics.processMemoryPeakBytes.observe(exit.usage.memoryPeakBytes);
         if (exit.status === "error") logger.warn({ ...line, error: exit.error }, "process failed to start");
         else logger.info(line, "process exited");
       });
