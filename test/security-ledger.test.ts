@@ -119,10 +119,23 @@ describe("the ledger never kills what it did not start", () => {
       file,
       JSON.stringify({ ...record, bootId: "00000000-0000-0000-0000-000000000000", daemonPid: 999_999_999 }),
     );
+    // Nothing killed; the record is reported as a process lost with that boot, details and all.
     expect(new GroupLedger(directory).reapLeftovers()).toEqual({
       killedGroups: [],
       staleRecords: 1,
       invalidRecords: 0,
+      lost: [
+        {
+          processId: "other-boot",
+          pgid: live.pid,
+          killed: false,
+          command: "",
+          args: [],
+          sessionId: "",
+          cwd: "",
+          startedAtMs: 0,
+        },
+      ],
     });
     expect(isAlive(live.pid!)).toBe(true);
   });
@@ -138,9 +151,65 @@ describe("the ledger never kills what it did not start", () => {
     writeFileSync(path.join(directory, "garbage.json"), "{");
     symlinkSync("/etc/hostname", path.join(directory, "4242.json"));
     const hostname = readFileSync("/etc/hostname", "utf8");
-    expect(ledger.reapLeftovers()).toEqual({ killedGroups: [], staleRecords: 0, invalidRecords: 6 });
+    expect(ledger.reapLeftovers()).toEqual({ killedGroups: [], staleRecords: 0, invalidRecords: 6, lost: [] });
     expect(readdirSync(directory)).toEqual([]);
     expect(readFileSync("/etc/hostname", "utf8")).toBe(hostname);
+  });
+
+  it("keeps what a later daemon tells of a lost process, cut to size, and believes no details of the wrong shape", async () => {
+    const directory = stateDirectory();
+    const ledger = new GroupLedger(directory);
+    const live = spawn("sleep", [sleepMarker()], { detached: true, stdio: "ignore" });
+    cleanups.push(() => live.kill("SIGKILL"));
+    await new Promise((resolve) => live.once("spawn", resolve));
+    ledger.record(live.pid!, "told", {
+      command: "c".repeat(300),
+      args: ["a".repeat(200), "b".repeat(100)],
+      sessionId: "s-1",
+      cwd: "/workspace/x",
+      startedAtMs: 1_700_000_000_123,
+    });
+    const file = path.join(directory, `${live.pid}.json`);
+    const record = JSON.parse(readFileSync(file, "utf8"));
+    writeFileSync(file, JSON.stringify({ ...record, daemonPid: 999_999_999 }));
+    expect(new GroupLedger(directory).reapLeftovers().lost).toEqual([
+      {
+        processId: "told",
+        pgid: live.pid,
+        killed: true,
+        command: "c".repeat(256),
+        args: ["a".repeat(200)],
+        sessionId: "s-1",
+        cwd: "/workspace/x",
+        startedAtMs: 1_700_000_000_123,
+      },
+    ]);
+    await waitFor(() => live.exitCode !== null || live.signalCode !== null, {
+      what: "the recorded group to be killed",
+    });
+    // A record whose details are not what a daemon writes still names its group; the details are dropped.
+    const gone = spawn("sleep", [sleepMarker()], { detached: true, stdio: "ignore" });
+    cleanups.push(() => gone.kill("SIGKILL"));
+    await new Promise((resolve) => gone.once("spawn", resolve));
+    ledger.record(gone.pid!, "planted");
+    const plantedFile = path.join(directory, `${gone.pid}.json`);
+    const planted = JSON.parse(readFileSync(plantedFile, "utf8"));
+    writeFileSync(
+      plantedFile,
+      JSON.stringify({ ...planted, daemonPid: 999_999_999, details: { command: 7, args: "x", sessionId: [] } }),
+    );
+    expect(new GroupLedger(directory).reapLeftovers().lost).toEqual([
+      {
+        processId: "planted",
+        pgid: gone.pid,
+        killed: true,
+        command: "",
+        args: [],
+        sessionId: "",
+        cwd: "",
+        startedAtMs: 0,
+      },
+    ]);
   });
 
   it("reservations: a live daemon's are left to it; a dead one's record written before its rename is honoured", async () => {

@@ -50,7 +50,7 @@ export {
   type RetentionLimits,
   type RetentionRequest,
 } from "./retention.js";
-export { GroupLedger, processStartTime, type ReapReport } from "./housekeeping/index.js";
+export { GroupLedger, type LostProcess, processStartTime, type ReapReport } from "./housekeeping/index.js";
 export {
   defaultMaxTasksPerCommand,
   defaultMaxTasksTotal,

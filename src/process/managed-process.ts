@@ -161,6 +161,8 @@ export interface ManagedProcessOptions {
    * records (see {@link MemoryBudget}). Default: one of its own without a limit.
    */
   budget?: MemoryBudget;
+  /** When it started; default now. Only a record of a process started before it (see {@link ManagedProcess.lose}) says otherwise. */
+  startTime?: Date;
 }
 
 /**
@@ -176,7 +178,7 @@ export class ManagedProcess {
    */
   readonly sequence: number;
   /** When the record was created (the spawn time, to the millisecond). */
-  readonly startTime = new Date();
+  readonly startTime: Date;
   /** Resolves with the exit once the process has exited and all of its output is in. */
   readonly exited: Promise<ProcessExit>;
   /** How much of its output it retains (see {@link OutputRetention}). */
@@ -190,7 +192,7 @@ export class ManagedProcess {
   private pinned?: OutputReader;
   /** Where the process is: see {@link Life}. */
   private life: Life = { t: "starting" };
-  private readonly startedAt = performance.now();
+  private readonly startedAt: number;
   /** Its input: writes queued behind the start, the end of input, resizes. */
   private readonly stdin: ProcessStdin;
   /** Signals sent through {@link signal} (SendInput's), for the exit's cause; created at the first. */
@@ -203,6 +205,9 @@ export class ManagedProcess {
   constructor(options: ManagedProcessOptions) {
     this.description = options.description;
     this.sequence = options.sequence;
+    this.startTime = options.startTime ?? new Date();
+    this.startedAt =
+      performance.now() - (options.startTime === undefined ? 0 : Date.now() - options.startTime.getTime());
     this.budget = options.budget ?? new MemoryBudget({ limitBytes: Infinity });
     this.retention = options.retention;
     this.output = new OutputBuffer({
@@ -445,6 +450,22 @@ export class ManagedProcess {
     this.startFailure = failure;
     this.stdin.started();
     this.finish({ status: "error", exitCode, signal: null, error: failure.message });
+  }
+
+  /**
+   * Ends a record of a process this daemon never ran: one a previous daemon started and lost (see
+   * `GroupLedger`). Its exit says cause `unknown`, status `killed` when this daemon killed what was
+   * left of it and `failed` when it was gone already, and `message` says what is known. @internal
+   */
+  lose(message: string, killed: boolean): void {
+    if (this.life.t !== "starting") return;
+    this.stdin.started();
+    this.finish({
+      status: killed ? "killed" : "failed",
+      exitCode: null,
+      signal: killed ? "SIGKILL" : null,
+      error: message,
+    });
   }
 
   /**

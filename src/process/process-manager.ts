@@ -5,6 +5,7 @@ import { ProcessError } from "./errors.js";
 import {
   GroupLedger,
   type GroupReservation,
+  type LostProcess,
   type ReapReport,
   ExpiryQueue,
   noteProcessStarted,
@@ -250,7 +251,40 @@ export class ProcessManager {
    */
   reapLeftovers(): ReapReport | undefined {
     this.reaped = this.ledger?.reapLeftovers();
+    for (const lost of this.reaped?.lost ?? []) this.recordLost(lost);
     return this.reaped;
+  }
+
+  /**
+   * Keeps a record of a process a previous daemon started and this one found in the state directory:
+   * exited with cause `unknown` (nobody saw how it ended), until a client removes it.
+   */
+  private recordLost(lost: LostProcess): void {
+    if (this.processes.has(lost.processId)) return;
+    const managed = new ManagedProcess({
+      description: {
+        id: lost.processId,
+        command: lost.command,
+        args: lost.args,
+        cwd: lost.cwd,
+        sessionId: lost.sessionId,
+        pty: false,
+        acceptsInput: false,
+        autoCleanup: false,
+        timeoutMs: 0,
+      },
+      retention: resolveRetention(undefined, this.retentionLimits),
+      sequence: ++this.lastSequence,
+      budget: this.budget,
+      ...(lost.startedAtMs > 0 ? { startTime: new Date(lost.startedAtMs) } : {}),
+    });
+    this.register(managed);
+    managed.lose(
+      lost.killed
+        ? `started by a daemon that ended without seeing it end; still running at this daemon's start (group ${lost.pgid}), which killed it`
+        : `started by a daemon that ended without seeing it end; already gone at this daemon's start: how it ended is not known`,
+      lost.killed,
+    );
   }
 
   /** What the last {@link reapLeftovers} did; undefined without a state directory. */
@@ -405,7 +439,13 @@ export class ProcessManager {
       }, plan);
       this.indexPid(managed, child.pid);
       try {
-        reservation?.commit(child.pid, id);
+        reservation?.commit(child.pid, id, {
+          command: command.description.command,
+          args: [...command.description.args],
+          sessionId: command.description.sessionId,
+          cwd: command.description.cwd,
+          startedAtMs: managed.startTime.getTime(),
+        });
       } catch (cause) {
         managed.abortStarted({
           stage: "state",

@@ -25,16 +25,52 @@ export interface ReapReport {
   staleRecords: number;
   /** Files that were not valid records (planted, truncated, naming the daemon or init): removed, nothing killed. */
   invalidRecords: number;
+  /**
+   * The processes of a previous daemon that this one found recorded, killed or already gone: what the
+   * records say of each, so the new daemon can report them (it cannot tell how they ended).
+   */
+  lost: LostProcess[];
 }
 
-/** Bytes reserved for one record: more than any record takes (its process id is cut at 256 characters). */
-const recordBytes = 1024;
+/** What a record says of the process it was written for (see {@link GroupRecordDetails}). */
+export interface LostProcess extends GroupRecordDetails {
+  /** The process id the previous daemon gave it. */
+  processId: string;
+  /** Its process group (its leader's pid). */
+  pgid: number;
+  /** Whether its group still ran and this daemon killed it (SIGKILL); false when it was already gone. */
+  killed: boolean;
+}
+
+/** What a record keeps of a process besides its group, so a later daemon can say what it was. */
+export interface GroupRecordDetails {
+  /** Its command as given (cut at 256 characters). */
+  command: string;
+  /** Its arguments, as many as fit in 256 characters together. */
+  args: string[];
+  /** Its session; empty for none (cut at 256 characters). */
+  sessionId: string;
+  /** Its working directory (cut at 1,024 characters). */
+  cwd: string;
+  /** When it started, in milliseconds since the epoch. */
+  startedAtMs: number;
+}
+
+/**
+ * Bytes reserved for one record. Its strings are cut (process id, command, arguments and session at 256
+ * characters each, cwd at 1,024), which fits unless many are characters JSON escapes or UTF-8 makes long;
+ * such a record is kept without its details (see {@link GroupRecordDetails}).
+ */
+const recordBytes = 4096;
 let nextReservation = 0;
 
 /** The record of a group about to start, reserved on disk by {@link GroupLedger.reserve}. */
 export interface GroupReservation {
-  /** Writes the record of the started group (`pid` is its leader) into the reserved room. Throws when it cannot. */
-  commit(pid: number, processId: string): void;
+  /**
+   * Writes the record of the started group (`pid` is its leader) into the reserved room, with what a
+   * later daemon may tell of it. Throws when it cannot.
+   */
+  commit(pid: number, processId: string, details?: Partial<GroupRecordDetails>): void;
   /** Gives the room back: nothing was started. */
   cancel(): void;
 }
@@ -49,6 +85,8 @@ interface GroupRecord {
   processId: string;
   daemonPid: number;
   daemonStartTime: number;
+  /** Absent in records of daemons before it was kept. */
+  details?: GroupRecordDetails;
 }
 
 /**
@@ -112,7 +150,7 @@ export class GroupLedger {
       open = false;
     };
     return {
-      commit: (pid, processId) => {
+      commit: (pid, processId, details) => {
         try {
           const startTime = processStartTime(pid);
           if (startTime === undefined) return; // Gone already: nothing to leave behind.
@@ -123,9 +161,12 @@ export class GroupLedger {
             processId: processId.slice(0, 256),
             daemonPid: process.pid,
             daemonStartTime: ownStartTime ?? 0,
+            details: cutDetails(details ?? {}),
           };
           // Written over the room reserved: no new block is needed, so a disk that filled meanwhile cannot fail it.
-          const text = JSON.stringify(record).padEnd(recordBytes, " ");
+          let text = JSON.stringify(record).padEnd(recordBytes, " ");
+          if (Buffer.byteLength(text) > recordBytes) text = JSON.stringify({ ...record, details: undefined });
+          text = text.padEnd(recordBytes, " ");
           if (Buffer.byteLength(text) > recordBytes) throw new Error("record too long");
           writeSync(fd, text, 0);
           close();
@@ -143,8 +184,8 @@ export class GroupLedger {
   }
 
   /** Records a started group at once (see {@link reserve}); `pid` is its leader and pgid. Throws when it cannot. */
-  record(pid: number, processId: string): void {
-    this.reserve().commit(pid, processId);
+  record(pid: number, processId: string, details?: Partial<GroupRecordDetails>): void {
+    this.reserve().commit(pid, processId, details);
   }
 
   /** Forgets a group once it has exited. */
@@ -161,7 +202,16 @@ export class GroupLedger {
    * ledger. Call before starting anything.
    */
   reapLeftovers(): ReapReport {
-    const report: ReapReport = { killedGroups: [], staleRecords: 0, invalidRecords: 0 };
+    const report: ReapReport = { killedGroups: [], staleRecords: 0, invalidRecords: 0, lost: [] };
+    const lost = (record: GroupRecord, killed: boolean) => {
+      if (record.processId === "") return;
+      report.lost.push({
+        ...(record.details ?? { command: "", args: [], sessionId: "", cwd: "", startedAtMs: 0 }),
+        processId: record.processId,
+        pgid: record.pgid,
+        killed,
+      });
+    };
     for (const entry of readdirSync(this.directory)) {
       const pendingOwner = /^pending\.(\d+)\.\d+\.record$/.exec(entry);
       if (!entry.endsWith(".json") && pendingOwner === null) continue;
@@ -195,11 +245,15 @@ export class GroupLedger {
         try {
           process.kill(-record.pgid, "SIGKILL");
           report.killedGroups.push(record.pgid);
+          lost(record, true);
         } catch {
           report.staleRecords++;
+          lost(record, false);
         }
       } else {
         report.staleRecords++;
+        // From another boot, its process ended with that boot; in this boot, it ended unseen.
+        lost(record, false);
       }
       removeQuietly(file);
     }
@@ -209,6 +263,36 @@ export class GroupLedger {
   private file(pid: number): string {
     return path.join(this.directory, `${pid}.json`);
   }
+}
+
+/** The details as a record keeps them: every field there, every string cut to its length. */
+function cutDetails(details: Partial<GroupRecordDetails>): GroupRecordDetails {
+  const args: string[] = [];
+  let length = 0;
+  for (const arg of details.args ?? []) {
+    length += arg.length;
+    if (length > 256) break;
+    args.push(arg);
+  }
+  return {
+    command: (details.command ?? "").slice(0, 256),
+    args,
+    sessionId: (details.sessionId ?? "").slice(0, 256),
+    cwd: (details.cwd ?? "").slice(0, 1024),
+    startedAtMs: details.startedAtMs ?? 0,
+  };
+}
+
+/** The details of a record read back, when they are whole and of the right types; undefined otherwise. */
+function validDetails(value: unknown): GroupRecordDetails | undefined {
+  if (typeof value !== "object" || value === null) return undefined;
+  const details = value as Partial<GroupRecordDetails>;
+  const text = (field: unknown, most: number) => typeof field === "string" && field.length <= most;
+  if (!text(details.command, 256) || !text(details.sessionId, 256) || !text(details.cwd, 1024)) return undefined;
+  if (!Array.isArray(details.args) || !details.args.every((arg) => typeof arg === "string")) return undefined;
+  if (details.args.reduce((sum, arg) => sum + arg.length, 0) > 256) return undefined;
+  if (!Number.isSafeInteger(details.startedAtMs) || details.startedAtMs! < 0) return undefined;
+  return details as GroupRecordDetails;
 }
 
 /** Reads and validates a record file (opened without following symlinks); undefined when invalid. */
@@ -235,6 +319,11 @@ function readRecord(file: string, pending = false): GroupRecord | undefined {
     return undefined;
   if (!positive(value.startTime) || typeof value.bootId !== "string" || !positive(value.daemonPid)) return undefined;
   if (!pending && path.basename(file) !== `${value.pgid}.json`) return undefined;
+  if (typeof value.processId !== "string" || value.processId.length > 256) value.processId = "";
+  // Details that are not what this daemon writes are dropped, not believed: the record still names a group.
+  const details = validDetails(value.details);
+  if (details === undefined) delete value.details;
+  else value.details = details;
   return value as GroupRecord;
 }
 

@@ -5,7 +5,14 @@
  * @module
  */
 export { ExpiryQueue } from "./expiry-queue.js";
-export { GroupLedger, type GroupReservation, processStartTime, type ReapReport } from "./group-ledger.js";
+export {
+  GroupLedger,
+  type GroupRecordDetails,
+  type GroupReservation,
+  type LostProcess,
+  processStartTime,
+  type ReapReport,
+} from "./group-ledger.js";
 export {
   memoryReclaims,
   noteBytesMoved,
