@@ -13,7 +13,7 @@ report_failed_step
 python="${PYTHON:-python3}"
 dir=test/side/agent-sandbox
 venv=$dir/.venv
-"$python" -c 'import sys; sys.exit(sys.version_info < (3, 10))' || { echo "the agent-sandbox SDK needs Python 3.10 or later" >&2; exit 1; }
+"$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "k8s-agent-sandbox 1.0.8 needs Python 3.11 or later" >&2; exit 1; }
 
 echo "== agent-sandbox: venv with $dir/requirements.txt"
 stamp="$venv/.requirements.sha256"

@@ -96,7 +96,7 @@ def daemon() -> Iterator[Daemon]:
 
 
 def connect(daemon: Daemon) -> Sandbox:
-    """The SDK's Sandbox for the daemon, as `SandboxClient.claim` would hand it out."""
+    """The SDK's Sandbox for the daemon, as `SandboxClient.create_sandbox` would hand it out."""
     config = SandboxdInClusterConnectionConfig(mode="in-cluster-pod-ip", grpc_port=daemon.grpc_port, rest_port=daemon.rest_port)
     return Sandbox("claim-1", "sandbox-1", namespace="default", connection_config=config, k8s_helper=ClusterStandIn())  # type: ignore[arg-type]
 

@@ -61,7 +61,8 @@ make_runtime_base() {
   printf 'path-exclude /usr/share/%s/*\n' doc groff info linda lintian locale man >"$rootfs/etc/dpkg/dpkg.cfg.d/docker"
   rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/cache/apt/*.bin "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/log/* \
     "$rootfs"/usr/share/{doc,groff,info,linda,lintian,locale,man}/*
-  (cd "$work" && with_retries 3 npm pack --loglevel=error "node-linux-$node_arch@$node_version" "npm@$npm_version" >/dev/null)
+  # --pack-destination: run from npm test, npm hands down the project's own pack-destination (dist/) to every npm below it.
+  (cd "$work" && with_retries 3 npm pack --loglevel=error --pack-destination "$work" "node-linux-$node_arch@$node_version" "npm@$npm_version" >/dev/null)
   tar -xzf "$work/node-linux-$node_arch-$node_version.tgz" -C "$rootfs/usr/local" --strip-components=1 package/bin package/include
   mkdir -p "$rootfs/usr/local/lib/node_modules/npm"
   tar -xzf "$work/npm-$npm_version.tgz" -C "$rootfs/usr/local/lib/node_modules/npm" --strip-components=1
