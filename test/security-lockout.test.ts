@@ -171,9 +171,9 @@ describe("half-open sockets cannot lock clients out", () => {
         // Before: the daemon held every slot of its budget and closed each new connection at once.
         const honest = await honestExec(daemon.url, ca, "served");
         expect(honest.stdout).toBe("served\n");
-        // The goal is 1 s; the bound is generous for a loaded machine, and still far below the
-        // attacker's hold (the timeouts, and forever for an unread 408, before the fix).
-        expect(honest.ms).toBeLessThan(5_000);
+        // Within 1 s, far below the attacker's hold (the timeouts, and forever for an unread 408, before
+        // the fix): 19-96 ms in runs with both cores busy, connection and TLS handshake included.
+        expect(honest.ms).toBeLessThan(1_000);
 
         // The daemon lets go of every attacking socket by itself, while the attacker keeps them open:
         // headers time out, a 408 is given a short grace, handshakes and silence time out.
