@@ -128,7 +128,7 @@ describe("every reason in the proto, from a real call against a real server (cod
     expectReason(await rpcError(t.client.startProcess({ spec: { command: "true", cwd: "missing/dir" } })), {
       code: Code.FailedPrecondition,
       reason: "CWD_NOT_FOUND",
-      metadata: { cwd: "missing/dir" },
+      metadata: { cwd: "missing/dir", errno: "ENOENT" },
       message: "working directory not found: missing/dir",
     });
   });
@@ -383,7 +383,7 @@ describe("every reason in the proto, from a real call against a real server (cod
         expectReason(await streamError(switched.client.exec({ spec: { command: "true", cwd: "private" } })), {
           code: Code.PermissionDenied,
           reason: "CWD_NOT_ACCESSIBLE",
-          metadata: { cwd: "private" },
+          metadata: { cwd: "private", errno: "EACCES" },
         });
       } finally {
         await switched.close();

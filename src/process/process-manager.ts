@@ -730,7 +730,7 @@ function workingDirectoryRefusal(failure: HelperStartError, cwd: string): Proces
     case "ENOENT":
     case "ENOTDIR":
       return new ProcessError(`working directory not found: ${cwd}`, "CWD_NOT_FOUND", {
-        metadata: { cwd },
+        metadata: { cwd, errno: failure.code },
         cause: failure,
       });
     case "EXDEV":
@@ -738,13 +738,13 @@ function workingDirectoryRefusal(failure: HelperStartError, cwd: string): Proces
       return new ProcessError(
         `working directory changed while the command was starting: ${cwd}`,
         "CWD_OUTSIDE_WORKSPACE",
-        { metadata: { cwd }, cause: failure },
+        { metadata: { cwd, errno: failure.code }, cause: failure },
       );
     case "EACCES":
       return new ProcessError(
         `working directory is not accessible to the command's user: ${cwd}`,
         "CWD_NOT_ACCESSIBLE",
-        { metadata: { cwd }, cause: failure },
+        { metadata: { cwd, errno: failure.code }, cause: failure },
       );
     default:
       return new ProcessError(`cannot enter working directory ${cwd}: ${failure.message}`, "SPAWN_FAILED", {

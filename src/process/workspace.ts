@@ -61,7 +61,9 @@ export class Workspace {
       throw notFound(cwd, cause);
     });
     if (!found.isDirectory()) {
-      throw new ProcessError(`working directory is not a directory: ${cwd}`, "CWD_NOT_FOUND", { metadata: { cwd } });
+      throw new ProcessError(`working directory is not a directory: ${cwd}`, "CWD_NOT_FOUND", {
+        metadata: { cwd, errno: "ENOTDIR" },
+      });
     }
     return real;
   }
@@ -84,8 +86,10 @@ function outside(cwd: string, roots: readonly string[]): ProcessError {
   );
 }
 
+/** CWD_NOT_FOUND for `cwd`, with the errno of the call that did not find it (ENOENT, ENOTDIR, ELOOP...). */
 function notFound(cwd: string, cause: unknown): ProcessError {
-  return new ProcessError(`working directory not found: ${cwd}`, "CWD_NOT_FOUND", { metadata: { cwd }, cause });
+  const errno = (cause as NodeJS.ErrnoException | undefined)?.code ?? "ENOENT";
+  return new ProcessError(`working directory not found: ${cwd}`, "CWD_NOT_FOUND", { metadata: { cwd, errno }, cause });
 }
 
 /**

@@ -2045,7 +2045,8 @@ export enum ErrorReason {
 
   /**
    * FAILED_PRECONDITION: the working directory does not exist or is not a
-   * directory. Metadata: `cwd`, as requested.
+   * directory. Metadata: `cwd`, as requested, and `errno` ("ENOENT",
+   * "ENOTDIR").
    *
    * @generated from enum value: ERROR_REASON_CWD_NOT_FOUND = 12;
    */
@@ -2053,7 +2054,7 @@ export enum ErrorReason {
 
   /**
    * PERMISSION_DENIED: the command's user may not enter the working
-   * directory. Metadata: `cwd`.
+   * directory. Metadata: `cwd`, and `errno` ("EACCES").
    *
    * @generated from enum value: ERROR_REASON_CWD_NOT_ACCESSIBLE = 13;
    */

@@ -86,10 +86,11 @@ const (
 	// error: the process ends with status ERROR and exit code 127 or 126.
 	ErrorReason_ERROR_REASON_SPAWN_FAILED ErrorReason = 11
 	// FAILED_PRECONDITION: the working directory does not exist or is not a
-	// directory. Metadata: `cwd`, as requested.
+	// directory. Metadata: `cwd`, as requested, and `errno` ("ENOENT",
+	// "ENOTDIR").
 	ErrorReason_ERROR_REASON_CWD_NOT_FOUND ErrorReason = 12
 	// PERMISSION_DENIED: the command's user may not enter the working
-	// directory. Metadata: `cwd`.
+	// directory. Metadata: `cwd`, and `errno` ("EACCES").
 	ErrorReason_ERROR_REASON_CWD_NOT_ACCESSIBLE ErrorReason = 13
 	// FAILED_PRECONDITION: a resize for a process that has no PTY. Metadata:
 	// `process_id`.
