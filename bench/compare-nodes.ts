@@ -8,7 +8,7 @@
  * ROUNDS (4), SEQ (100 sequential execs per round) and CONC (320 concurrent per round) size it.
  */
 import { startDaemon, type Daemon } from "./daemon.js";
-import { execTrue } from "./figures/exec-latency.js";
+import { execTrue } from "./exec-true.js";
 import { startFloor, type FloorServer } from "./figures/connect-floor.js";
 import { runConcurrently, timeMs, percentile } from "./stats.js";
 import { spawnAndRead } from "./baseline.js";

@@ -9,7 +9,7 @@ import { listeningUrl, readCpuMs, readRssBytes } from "../daemon.js";
 import type { Row } from "../report.js";
 import type { BenchSize } from "../size.js";
 import { megabytesPerSecond, percentile, runConcurrently, timeMs } from "../stats.js";
-import { execTrue } from "./exec-latency.js";
+import { execTrue } from "../exec-true.js";
 
 /**
  * What connect-es, protobuf-es and Node's HTTP/2 cost with nothing of sandboxd's in the way: the

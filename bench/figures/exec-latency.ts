@@ -1,27 +1,11 @@
 import { spawn } from "node:child_process";
-import type { Client } from "@connectrpc/connect";
-import type { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
 import { spawnAndRead } from "../baseline.js";
 import type { Daemon } from "../daemon.js";
 import { ratioRow, type Row } from "../report.js";
 import type { BenchSize } from "../size.js";
 import { percentile, runConcurrently, timeMs } from "../stats.js";
+import { execTrue } from "../exec-true.js";
 import { startFloor, type FloorServer } from "./connect-floor.js";
-
-/**
- * Runs `true` through Exec (a shell command line, as a user types it), or `spec` when given, and
- * reads the stream to its end; throws unless it exited 0.
- */
-export async function execTrue(
-  client: Client<typeof SandboxService>,
-  spec: { command: string; args?: string[] } = { command: "true" },
-): Promise<void> {
-  let exitCode: number | undefined;
-  for await (const event of client.exec({ spec })) {
-    if (event.event.case === "exited") exitCode = event.event.value.exitCode;
-  }
-  if (exitCode !== 0) throw new Error(`exec(${JSON.stringify(spec)}) exited with ${exitCode}`);
-}
 
 /** The floor server's Exec that runs `true` with Node's child_process (bench/floor-server.ts `spawn`). */
 const spawnTrueOnFloor = { command: "spawn", args: ["true"] };

@@ -2,7 +2,7 @@ import type { Daemon } from "../daemon.js";
 import type { Row } from "../report.js";
 import type { BenchSize } from "../size.js";
 import { runConcurrently } from "../stats.js";
-import { execTrue } from "./exec-latency.js";
+import { execTrue } from "../exec-true.js";
 
 /**
  * The daemon's resident memory idle, and 5 s after `size.memoryExecs` execs of `true` (4 at a time):

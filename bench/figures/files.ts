@@ -13,7 +13,7 @@ import type { Transfer, TransferResult } from "../file-transfer-client.js";
 import { ratioRow, type Row } from "../report.js";
 import type { BenchSize } from "../size.js";
 import { megabytesPerSecond, percentile, timeMs } from "../stats.js";
-import { execTrue } from "./exec-latency.js";
+import { execTrue } from "../exec-true.js";
 
 /** Block size of the source file's writes. */
 const chunkBytes = 1024 * 1024;

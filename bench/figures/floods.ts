@@ -8,7 +8,7 @@ import { readCpuMs, repoRoot, type Daemon } from "../daemon.js";
 import type { Row } from "../report.js";
 import type { BenchSize } from "../size.js";
 import { percentile, timeMs } from "../stats.js";
-import { execTrue } from "./exec-latency.js";
+import { execTrue } from "../exec-true.js";
 
 /** The token the flood figures' daemon is started with (`--token`). */
 export const floodToken = "bench-flood-token";

@@ -6,7 +6,7 @@ import type { Daemon } from "../daemon.js";
 import { ratioRow, type Row } from "../report.js";
 import type { BenchSize } from "../size.js";
 import { percentile, timeMs } from "../stats.js";
-import { execTrue } from "./exec-latency.js";
+import { execTrue } from "../exec-true.js";
 
 /** A port free on loopback now, for a daemon flag that takes a port (`--agent-sandbox-grpc-port`). */
 export function freePort(): Promise<number> {
