@@ -9,6 +9,8 @@ import { createProcessManager, type ProcessManager, type ProcessManagerOptions }
 import { createRoutes, startServer, type SandboxServer, type SandboxServerOptions } from "../../src/server/index.js";
 import { shuttingDownError } from "../../src/server/rpc/errors.js";
 import { withErrorAnswers } from "../../src/server/http/error-answers.js";
+import { FileLimits } from "../../src/server/files/index.js";
+import { WorkspaceFiles } from "../../src/files/index.js";
 
 /** A fresh temporary directory (realpath) for a test's workspace; remove it when done. */
 export function createWorkspace(prefix = "sandboxd-test-"): string {
@@ -108,9 +110,10 @@ export async function startTestManager(options: ProcessManagerOptions = {}): Pro
 }
 
 /**
- * The service tier without a network: the routes the daemon serves (SandboxService, health,
- * reflection, with the same error answers) behind `createRouterTransport`, on a real process
- * manager, so handler logic is tested fast and processes are real.
+ * The service tier without a network: the routes the daemon serves (SandboxService, FileService,
+ * process.v1, health, reflection, with the same error answers) behind `createRouterTransport`, on a
+ * real process manager and the real file domain, so handler logic is tested fast and processes and
+ * files are real.
  */
 export interface InMemoryService<T extends DescService = typeof SandboxService> {
   client: Client<T>;
@@ -129,14 +132,20 @@ export async function startInMemoryService<T extends DescService = typeof Sandbo
   const { service, ...managerOptions } = options;
   const { manager, workspace, close } = await startTestManager(managerOptions);
   const shutdown = new AbortController();
-  const transport = createRouterTransport(withErrorAnswers(createRoutes({ manager })), {
-    router: { shutdownSignal: shutdown.signal },
-  });
+  // The file service on the same workspace, as the daemon serves it (the daemon's own user: no --user here).
+  const files = await WorkspaceFiles.create({ workspaceRoots: manager.workspace.roots });
+  const transport = createRouterTransport(
+    withErrorAnswers(createRoutes({ manager, files: { files, limits: new FileLimits() } })),
+    { router: { shutdownSignal: shutdown.signal } },
+  );
   return {
     client: createClient(service ?? (SandboxService as unknown as T), transport),
     manager,
     workspace,
     shutdownCalls: () => shutdown.abort(shuttingDownError()),
-    close: () => close(),
+    close: async () => {
+      await files.close();
+      await close();
+    },
   };
 }
