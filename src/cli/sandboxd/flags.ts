@@ -265,7 +265,7 @@ export const daemonFlags: readonly DaemonFlag[] = [
     env: "SANDBOXD_STATE_DIR",
     type: "string",
     value: "<dir>",
-    help: "record process groups here; leftovers of a killed daemon are killed at the next start",
+    help: "record process groups here; leftovers of a killed daemon are killed at the next start, which keeps their records (cause `unknown`)",
   },
   {
     name: "cors-origin",
