@@ -5,6 +5,7 @@ import path from "node:path";
 import { createClient, type Interceptor } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ProcessService } from "../gen/process/v1/process_pb.js";
 import { SandboxService } from "../gen/sandbox/v1/sandbox_pb.js";
 import { waitFor } from "./support/processes.js";
 import { collectExec, rpcError, waitForExit } from "./support/rpc.js";
@@ -143,5 +144,42 @@ describe("a daemon's logs and metrics, read from a real run", () => {
     expect(logged.some((line) => line.level === "warn" && String(line.msg).startsWith("call refused"))).toBe(true);
     expect(stderr).not.toContain(token);
     expect(stderr).not.toContain("env-value-never-logged");
+  });
+
+  it("counts and logs a process.v1 Execute's process as its own: started, exited, with its cause", async () => {
+    const withToken: Interceptor = (next) => (request) => (
+      request.header.set("authorization", `Bearer ${token}`), next(request)
+    );
+    const scrape = async () =>
+      (await fetch(`${url}/metrics`, { headers: { authorization: `Bearer ${token}` } })).text();
+    const count = (metrics: string, series: string) =>
+      Number(new RegExp(`^${series.replace(/[{}"]/g, "\\$&")} (\\d+)$`, "m").exec(metrics)?.[1] ?? Number.NaN);
+    const before = await scrape();
+    const processes = createClient(
+      ProcessService,
+      createGrpcTransport({ baseUrl: url, sessionManager: session, interceptors: [withToken] }),
+    );
+    const result = await processes.execute({ config: { command: ["uname", "-s"] } });
+    expect(result.exitCode).toBe(0);
+    const after = await scrape();
+    for (const series of [
+      'sandboxd_process_starts_total{result="spawned"}',
+      'sandboxd_process_exits_total{cause="exited"}',
+    ]) {
+      expect(Number.isInteger(count(before, series)), series).toBe(true);
+      expect(count(after, series)).toBe(count(before, series) + 1);
+    }
+    expect(after).toMatch(/^sandboxd_calls_total\{procedure="process\.v1\.ProcessService\/Execute",code="ok"\} 1$/m);
+    await waitFor(() => lines().some((line) => line.msg === "process exited" && line.program === "uname"), {
+      what: "the Execute's exit line",
+    });
+    const startLine = lines().find((line) => line.msg === "process started" && line.program === "uname");
+    expect(startLine).toMatchObject({ cwd: workspace, peer: expect.stringMatching(/^127\.0\.0\.1:/) });
+    expect(lines().find((line) => line.msg === "process exited" && line.program === "uname")).toMatchObject({
+      status: "completed",
+      exitCode: 0,
+      cause: "exited",
+      processId: startLine!.processId,
+    });
   });
 });
