@@ -232,6 +232,10 @@ function perCommandSummary(capabilities: CgroupCapabilities | undefined): string
     capabilities.memoryUsage ? "" : "peak memory, kills for memory",
     capabilities.ioUsage ? "" : "block I/O bytes",
   ].filter(Boolean);
-  const tree = capabilities.treeKill === "cgroup.kill" ? "cgroup.kill" : "a sweep of its cgroup";
+  const tree = {
+    "cgroup.kill": "cgroup.kill",
+    freeze: "freezing its cgroup, then SIGKILL",
+    sweep: "a sweep of its cgroup",
+  }[capabilities.treeKill];
   return `; per command: limits ${limits.join(" and ") || "none (no writable memory or cpu controller)"}, usage ${usage.join(", ") || "none"}${unknown.length > 0 ? ` (unknown: ${unknown.join(", ")})` : ""}, tree kill by ${tree}`;
 }

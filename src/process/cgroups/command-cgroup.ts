@@ -54,7 +54,19 @@ export interface CommandCgroupPlan {
   readonly usage: ReadonlyArray<{ readonly file: string; readonly parse: UsageSource["parse"] }>;
   /** The cgroup v2 `cgroup.kill` of its own directory, where the kernel has one (Linux 5.14+). */
   readonly killFile?: string;
+  /** The cgroup v2 `cgroup.freeze` of its own directory (Linux 5.2+): a tree kill without `cgroup.kill` freezes first. */
+  readonly freezeFile?: string;
 }
+
+/** How {@link CommandCgroup.kill} killed the tree (see `CgroupCapabilities.treeKill`). */
+export type TreeKill = "cgroup.kill" | "freeze" | "sweep";
+
+/**
+ * How long a freeze is waited for, in milliseconds: it takes microseconds (a task stops at its next
+ * return to user space), longer on a busy machine; a task that does not stop (in uninterruptible
+ * sleep) is killed all the same, and the removal sweeps after.
+ */
+const freezeWaitMs = 100;
 
 /**
  * CommandCgroup is the cgroups of one command of its own (see `ResourceCgroup`): made before it
@@ -110,20 +122,59 @@ export class CommandCgroup {
 
   /**
    * Kills every process of the command's cgroups at once: the kernel's `cgroup.kill` where it has
-   * one (no process can fork its way out of it), else SIGKILL to each member listed now (the
-   * removal sweeps again until none is left). Returns whether `cgroup.kill` was used.
+   * one (no process can fork its way out of it); else, with the cgroup v2 freezer, freezes the tree
+   * (no task forks once frozen), sends SIGKILL to each member and thaws it (a frozen task dies of
+   * SIGKILL as it is thawed or at once); else SIGKILL to each member listed now (the removal sweeps
+   * again until none is left). Returns how.
    */
-  kill(): boolean {
+  kill(): TreeKill {
     if (this.plan.killFile !== undefined) {
       try {
         writeFileSync(this.plan.killFile, "1");
-        return true;
+        return "cgroup.kill";
       } catch {
-        // An older kernel after all: the sweep below.
+        // An older kernel after all: the freezer or the sweep below.
       }
     }
+    if (this.plan.freezeFile !== undefined && this.freezeAndKill(this.plan.freezeFile)) return "freeze";
     for (const directory of this.plan.directories) killTasks(cgroupMembers(directory) ?? []);
-    return false;
+    return "sweep";
+  }
+
+  /** Freezes the tree of `freezeFile`'s cgroup, kills every member, thaws it; false when the freezer cannot be used. */
+  private freezeAndKill(freezeFile: string): boolean {
+    const directory = freezeFile.slice(0, -"/cgroup.freeze".length);
+    try {
+      writeFileSync(freezeFile, "1");
+    } catch {
+      return false;
+    }
+    try {
+      // Frozen once cgroup.events says so: then no member is between a fork and its child's start.
+      const until = performance.now() + freezeWaitMs;
+      while (
+        keyedValue(readSmallFile(`${directory}/cgroup.events`) ?? "", "frozen") !== 1 &&
+        performance.now() < until
+      );
+      // Killed, then listed again while still frozen, until the list holds only the killed (a member
+      // that forked as the freeze came is listed the second time).
+      const killed = new Set<number>();
+      for (let round = 0; round < 10; round++) {
+        const fresh = this.plan.directories
+          .flatMap((each) => cgroupMembers(each) ?? [])
+          .filter((pid) => !killed.has(pid));
+        if (fresh.length === 0) break;
+        killTasks(fresh);
+        for (const pid of fresh) killed.add(pid);
+      }
+    } finally {
+      try {
+        writeFileSync(freezeFile, "0");
+      } catch {
+        // Removed meanwhile: nothing is left to thaw.
+      }
+    }
+    return true;
   }
 
   /**

@@ -6,7 +6,7 @@
  */
 export { favorCgroupMoves } from "./cgroup-moves.js";
 export { PidsCgroup } from "./pids-cgroup.js";
-export { CgroupSetupError, CommandCgroup, type CommandLimits } from "./command-cgroup.js";
+export { CgroupSetupError, CommandCgroup, type CommandLimits, type TreeKill } from "./command-cgroup.js";
 export type { ResourceUsage } from "./resource-usage.js";
 export {
   availableMemoryBytes,

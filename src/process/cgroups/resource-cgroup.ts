@@ -51,6 +51,8 @@ interface Hierarchy {
   readonly swapLimit: boolean;
   readonly peakFile: boolean;
   readonly killFile: boolean;
+  /** Whether it has the cgroup v2 freezer (`cgroup.freeze`, Linux 5.2+), for a tree kill without `cgroup.kill`. */
+  readonly freezeFile: boolean;
 }
 
 /** What the daemon can do with commands' cgroups on this machine, for its start line and for refusals. */
@@ -67,8 +69,11 @@ export interface CgroupCapabilities {
   readonly ioUsage: boolean;
   /** Its tasks are capped in the unified hierarchy here (cgroup v2 pids), not by a pids cgroup of its own elsewhere. */
   readonly tasksLimit: boolean;
-  /** Its whole tree is killed at once with the kernel's `cgroup.kill` (else a sweep of its members). */
-  readonly treeKill: "cgroup.kill" | "sweep";
+  /**
+   * How its whole tree is killed: at once with the kernel's `cgroup.kill`; else frozen (cgroup v2's
+   * `cgroup.freeze`, so nothing forks meanwhile), its members killed, thawed; else a sweep of its members.
+   */
+  readonly treeKill: "cgroup.kill" | "freeze" | "sweep";
 }
 
 /**
@@ -162,7 +167,7 @@ export class ResourceCgroup {
       memoryUsage: memory !== undefined,
       ioUsage: has("io"),
       tasksLimit: has("pids"),
-      treeKill: unified?.killFile ? "cgroup.kill" : "sweep",
+      treeKill: unified?.killFile ? "cgroup.kill" : unified?.freezeFile ? "freeze" : "sweep",
     };
     return new ResourceCgroup(hierarchies, applied, capabilities);
   }
@@ -180,6 +185,7 @@ export class ResourceCgroup {
     const procsFiles: string[] = [];
     const usage: Array<CommandCgroupPlan["usage"][number]> = [];
     let killFile: string | undefined;
+    let freezeFile: string | undefined;
     const unified = this.hierarchies.some((hierarchy) => hierarchy.kind === "unified");
     for (const hierarchy of this.hierarchies) {
       // Joined as text: the directories are normalized absolute paths, and path.join's normalizing
@@ -201,6 +207,7 @@ export class ResourceCgroup {
         case "unified":
           read("cpu.stat", readCpuTimes);
           if (hierarchy.killFile) killFile = `${own}/cgroup.kill`;
+          if (hierarchy.freezeFile) freezeFile = `${own}/cgroup.freeze`;
           if (controllers.has("memory")) {
             if (limits.memoryBytes !== undefined) {
               write("memory.max", String(limits.memoryBytes));
@@ -240,7 +247,7 @@ export class ResourceCgroup {
           break;
       }
     }
-    return { directories, writes, procsFiles, usage, killFile };
+    return { directories, writes, procsFiles, usage, killFile, freezeFile };
   }
 
   /**
@@ -336,6 +343,7 @@ function createUnified(
       swapLimit: exists("memory.swap.max"),
       peakFile: exists("memory.peak"),
       killFile: exists("cgroup.kill"),
+      freezeFile: exists("cgroup.freeze"),
     };
     rmdirSync(probe);
     return hierarchy;
@@ -398,6 +406,7 @@ function createV1(kind: Exclude<HierarchyKind, "unified">, settings: Record<stri
         swapLimit: kind === "memory" && existsSync(path.join(directory, "memory.memsw.limit_in_bytes")),
         peakFile: false,
         killFile: false,
+        freezeFile: false,
       };
     } catch {
       removeCgroupQuietly(directory);
