@@ -134,6 +134,8 @@ describe("the ledger never kills what it did not start", () => {
           sessionId: "",
           cwd: "",
           startedAtMs: 0,
+          pty: false,
+          acceptsInput: false,
         },
       ],
     });
@@ -168,6 +170,8 @@ describe("the ledger never kills what it did not start", () => {
       sessionId: "s-1",
       cwd: "/workspace/x",
       startedAtMs: 1_700_000_000_123,
+      pty: true,
+      acceptsInput: true,
     });
     const file = path.join(directory, `${live.pid}.json`);
     const record = JSON.parse(readFileSync(file, "utf8"));
@@ -182,34 +186,71 @@ describe("the ledger never kills what it did not start", () => {
         sessionId: "s-1",
         cwd: "/workspace/x",
         startedAtMs: 1_700_000_000_123,
+        pty: true,
+        acceptsInput: true,
       },
     ]);
     await waitFor(() => live.exitCode !== null || live.signalCode !== null, {
       what: "the recorded group to be killed",
     });
-    // A record whose details are not what a daemon writes still names its group; the details are dropped.
-    const gone = spawn("sleep", [sleepMarker()], { detached: true, stdio: "ignore" });
-    cleanups.push(() => gone.kill("SIGKILL"));
-    await new Promise((resolve) => gone.once("spawn", resolve));
-    ledger.record(gone.pid!, "planted");
-    const plantedFile = path.join(directory, `${gone.pid}.json`);
-    const planted = JSON.parse(readFileSync(plantedFile, "utf8"));
+    // A record whose details are not what a daemon writes still names its group; the details are dropped:
+    // wrong types, a start in the future or past what a Date holds, a session with a control character.
+    const good = { command: "c", args: [], sessionId: "", cwd: "/w", startedAtMs: 1, pty: false, acceptsInput: false };
+    for (const details of [
+      { command: 7, args: "x", sessionId: [] },
+      { ...good, startedAtMs: Date.now() + 3_600_000 },
+      { ...good, startedAtMs: 9e15 },
+      { ...good, sessionId: "s\u001b[2J" },
+      { ...good, pty: "yes" },
+    ]) {
+      const gone = spawn("sleep", [sleepMarker()], { detached: true, stdio: "ignore" });
+      cleanups.push(() => gone.kill("SIGKILL"));
+      await new Promise((resolve) => gone.once("spawn", resolve));
+      ledger.record(gone.pid!, "planted");
+      const plantedFile = path.join(directory, `${gone.pid}.json`);
+      const planted = JSON.parse(readFileSync(plantedFile, "utf8"));
+      writeFileSync(plantedFile, JSON.stringify({ ...planted, daemonPid: 999_999_999, details }));
+      expect(new GroupLedger(directory).reapLeftovers().lost, JSON.stringify(details)).toEqual([
+        {
+          processId: "planted",
+          pgid: gone.pid,
+          killed: true,
+          command: "",
+          args: [],
+          sessionId: "",
+          cwd: "",
+          startedAtMs: 0,
+          pty: false,
+          acceptsInput: false,
+        },
+      ]);
+    }
+    // A process id a request could not have given (a slash, a control character) is not reported at all.
+    const slashed = spawn("sleep", [sleepMarker()], { detached: true, stdio: "ignore" });
+    cleanups.push(() => slashed.kill("SIGKILL"));
+    await new Promise((resolve) => slashed.once("spawn", resolve));
+    ledger.record(slashed.pid!, "a/b");
+    const slashedFile = path.join(directory, `${slashed.pid}.json`);
     writeFileSync(
-      plantedFile,
-      JSON.stringify({ ...planted, daemonPid: 999_999_999, details: { command: 7, args: "x", sessionId: [] } }),
+      slashedFile,
+      JSON.stringify({ ...JSON.parse(readFileSync(slashedFile, "utf8")), daemonPid: 999_999_999 }),
     );
-    expect(new GroupLedger(directory).reapLeftovers().lost).toEqual([
-      {
-        processId: "planted",
-        pgid: gone.pid,
-        killed: true,
-        command: "",
-        args: [],
-        sessionId: "",
-        cwd: "",
-        startedAtMs: 0,
-      },
-    ]);
+    const report = new GroupLedger(directory).reapLeftovers();
+    expect(report.killedGroups).toEqual([slashed.pid]);
+    expect(report.lost).toEqual([]);
+  });
+
+  it("reads no record that is not a small regular file: a FIFO or a symlink to one is passed over, not waited on", () => {
+    const directory = stateDirectory();
+    const ledger = new GroupLedger(directory);
+    // Reservations of a daemon that is gone (pid 999999999), and records: a FIFO, a symlink to one, a 64 KiB file.
+    execFileSync("mkfifo", [path.join(directory, "target.fifo")]);
+    execFileSync("mkfifo", [path.join(directory, "pending.999999999.1.record")]);
+    symlinkSync(path.join(directory, "target.fifo"), path.join(directory, "pending.999999999.2.record"));
+    execFileSync("mkfifo", [path.join(directory, "4243.json")]);
+    writeFileSync(path.join(directory, "4244.json"), " ".repeat(64 * 1024));
+    expect(ledger.reapLeftovers()).toEqual({ killedGroups: [], staleRecords: 0, invalidRecords: 4, lost: [] });
+    expect(readdirSync(directory)).toEqual(["target.fifo"]);
   });
 
   it("reservations: a live daemon's are left to it; a dead one's record written before its rename is honoured", async () => {

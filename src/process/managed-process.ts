@@ -32,9 +32,13 @@ export const defaultKillGracePeriodMs = 5000;
 
 /** How a process ended. */
 export interface ProcessExit {
-  /** completed (code 0), failed (non-zero), killed (by a signal) or error (never started). */
+  /**
+   * completed (code 0), failed (non-zero), killed (by a signal) or error (never started). A process a
+   * previous daemon lost (cause `unknown`): killed when this daemon killed what was left, failed when
+   * it was gone already.
+   */
   readonly status: Exclude<ProcessStatus, "starting" | "running">;
-  /** Exit code, or null when a signal ended it. 127 when the program was not found. */
+  /** Exit code, or null when a signal ended it or it is not known. 127 when the program was not found. */
   readonly exitCode: number | null;
   /** Name of the signal that ended it, or null. */
   readonly signal: string | null;
@@ -47,13 +51,16 @@ export interface ProcessExit {
   readonly killed: boolean;
   readonly startTime: Date;
   readonly endTime: Date;
-  /** Run time in milliseconds, with sub-millisecond precision. */
+  /**
+   * Run time in milliseconds, with sub-millisecond precision. For a process a previous daemon lost,
+   * from its recorded start to this daemon's start, the time between included.
+   */
   readonly durationMs: number;
   /** Total bytes written to stdout. */
   readonly stdoutBytes: number;
   /** Total bytes written to stderr. */
   readonly stderrBytes: number;
-  /** Why it could not start, for status error. */
+  /** Why it could not start, for status error; what is known of it, for cause `unknown`. */
   readonly error?: string;
   /** Why it ended (see {@link classifyExit}); `status` and the fields above agree with it. */
   readonly cause: ExitCause;
@@ -177,7 +184,10 @@ export class ManagedProcess {
    * order, and a page of a list ends at one.
    */
   readonly sequence: number;
-  /** When the record was created (the spawn time, to the millisecond). */
+  /**
+   * When the process started, to the millisecond: the record's creation, or for a process a previous
+   * daemon lost, the start that daemon recorded.
+   */
   readonly startTime: Date;
   /** Resolves with the exit once the process has exited and all of its output is in. */
   readonly exited: Promise<ProcessExit>;

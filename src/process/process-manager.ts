@@ -251,16 +251,18 @@ export class ProcessManager {
    */
   reapLeftovers(): ReapReport | undefined {
     this.reaped = this.ledger?.reapLeftovers();
-    for (const lost of this.reaped?.lost ?? []) this.recordLost(lost);
+    // Oldest first, as lists come; of two records of one id (two dead daemons), the later start wins.
+    const lost = [...(this.reaped?.lost ?? [])].sort((a, b) => a.startedAtMs - b.startedAtMs);
+    for (const each of lost) this.recordLost(each);
     return this.reaped;
   }
 
   /**
    * Keeps a record of a process a previous daemon started and this one found in the state directory:
-   * exited with cause `unknown` (nobody saw how it ended), until a client removes it.
+   * exited with cause `unknown` (nobody saw how it ended), until a client removes it. A record of the
+   * same id made before it is replaced, as a new start of that id replaces one.
    */
   private recordLost(lost: LostProcess): void {
-    if (this.processes.has(lost.processId)) return;
     const managed = new ManagedProcess({
       description: {
         id: lost.processId,
@@ -268,8 +270,8 @@ export class ProcessManager {
         args: lost.args,
         cwd: lost.cwd,
         sessionId: lost.sessionId,
-        pty: false,
-        acceptsInput: false,
+        pty: lost.pty,
+        acceptsInput: lost.acceptsInput,
         autoCleanup: false,
         timeoutMs: 0,
       },
@@ -445,6 +447,8 @@ export class ProcessManager {
           sessionId: command.description.sessionId,
           cwd: command.description.cwd,
           startedAtMs: managed.startTime.getTime(),
+          pty: command.description.pty,
+          acceptsInput: command.description.acceptsInput,
         });
       } catch (cause) {
         managed.abortStarted({

@@ -557,7 +557,9 @@ export type ProcessExited = Message<"sandbox.v1.ProcessExited"> & {
   stderrBytes: bigint;
 
   /**
-   * Why it could not start, for status error ("program not found: foo").
+   * Why it could not start, for status error ("program not found: foo"); for
+   * cause UNKNOWN, what the daemon knows of it (a process a previous daemon
+   * started and lost, killed at this daemon's start or already gone).
    *
    * @generated from field: string error = 11;
    */
@@ -2385,7 +2387,8 @@ export enum ProcessStatus {
   COMPLETED = 3,
 
   /**
-   * Exited with a non-zero code.
+   * Exited with a non-zero code; or, with exit cause UNKNOWN and no code, a
+   * process a previous daemon started that had ended unseen.
    *
    * @generated from enum value: PROCESS_STATUS_FAILED = 4;
    */

@@ -1,6 +1,7 @@
 import {
   closeSync,
   constants as fsConstants,
+  fstatSync,
   lstatSync,
   mkdirSync,
   openSync,
@@ -52,8 +53,12 @@ export interface GroupRecordDetails {
   sessionId: string;
   /** Its working directory (cut at 1,024 characters). */
   cwd: string;
-  /** When it started, in milliseconds since the epoch. */
+  /** When it started, in milliseconds since the epoch; 0 when not known. */
   startedAtMs: number;
+  /** Whether it ran in a PTY. */
+  pty: boolean;
+  /** Whether it had a stdin to write to. */
+  acceptsInput: boolean;
 }
 
 /**
@@ -206,7 +211,15 @@ export class GroupLedger {
     const lost = (record: GroupRecord, killed: boolean) => {
       if (record.processId === "") return;
       report.lost.push({
-        ...(record.details ?? { command: "", args: [], sessionId: "", cwd: "", startedAtMs: 0 }),
+        ...(record.details ?? {
+          command: "",
+          args: [],
+          sessionId: "",
+          cwd: "",
+          startedAtMs: 0,
+          pty: false,
+          acceptsInput: false,
+        }),
         processId: record.processId,
         pgid: record.pgid,
         killed,
@@ -220,11 +233,12 @@ export class GroupLedger {
       if (pendingOwner !== null && Number(pendingOwner[1]) !== process.pid && processExists(Number(pendingOwner[1])))
         continue;
       const file = path.join(this.directory, entry);
-      if (pendingOwner !== null && readFileSync(file, "utf8").trim() === "") {
+      const text = readRecordText(file);
+      if (pendingOwner !== null && text?.trim() === "") {
         removeQuietly(file);
         continue;
       }
-      const record = readRecord(file, pendingOwner !== null);
+      const record = text === undefined ? undefined : parseRecord(text, file, pendingOwner !== null);
       if (record === undefined) {
         report.invalidRecords++;
         removeQuietly(file);
@@ -280,6 +294,8 @@ function cutDetails(details: Partial<GroupRecordDetails>): GroupRecordDetails {
     sessionId: (details.sessionId ?? "").slice(0, 256),
     cwd: (details.cwd ?? "").slice(0, 1024),
     startedAtMs: details.startedAtMs ?? 0,
+    pty: details.pty ?? false,
+    acceptsInput: details.acceptsInput ?? false,
   };
 }
 
@@ -291,23 +307,37 @@ function validDetails(value: unknown): GroupRecordDetails | undefined {
   if (!text(details.command, 256) || !text(details.sessionId, 256) || !text(details.cwd, 1024)) return undefined;
   if (!Array.isArray(details.args) || !details.args.every((arg) => typeof arg === "string")) return undefined;
   if (details.args.reduce((sum, arg) => sum + arg.length, 0) > 256) return undefined;
-  if (!Number.isSafeInteger(details.startedAtMs) || details.startedAtMs! < 0) return undefined;
+  // As a request's own would be (spec-validation.ts): no control characters in the session.
+  if (/[\0-\x1f\x7f]/.test(details.sessionId!) || details.cwd!.includes("\0")) return undefined;
+  // A start before now: a later one (or none) is not believed, and a record says it started now.
+  if (!Number.isSafeInteger(details.startedAtMs) || details.startedAtMs! <= 0 || details.startedAtMs! > Date.now())
+    return undefined;
+  if (typeof details.pty !== "boolean" || typeof details.acceptsInput !== "boolean") return undefined;
   return details as GroupRecordDetails;
 }
 
-/** Reads and validates a record file (opened without following symlinks); undefined when invalid. */
-function readRecord(file: string, pending = false): GroupRecord | undefined {
-  let text: string;
+/**
+ * The text of a record file, opened without following symlinks and without waiting (a planted FIFO),
+ * when it is a regular file of at most four times a record's room (a record is never larger than its
+ * room; a file edited by hand may be a little); undefined otherwise.
+ */
+function readRecordText(file: string): string | undefined {
   try {
     const fd = openSync(file, fsConstants.O_RDONLY | fsConstants.O_NOFOLLOW | fsConstants.O_NONBLOCK);
     try {
-      text = readFileSync(fd, "utf8");
+      const stat = fstatSync(fd);
+      if (!stat.isFile() || stat.size > 4 * recordBytes) return undefined;
+      return readFileSync(fd, "utf8");
     } finally {
       closeSync(fd);
     }
   } catch {
     return undefined;
   }
+}
+
+/** Validates a record file's text; undefined when it is not a record this daemon would act on. */
+function parseRecord(text: string, file: string, pending = false): GroupRecord | undefined {
   let value: Partial<GroupRecord>;
   try {
     value = JSON.parse(text) as Partial<GroupRecord>;
@@ -319,7 +349,9 @@ function readRecord(file: string, pending = false): GroupRecord | undefined {
     return undefined;
   if (!positive(value.startTime) || typeof value.bootId !== "string" || !positive(value.daemonPid)) return undefined;
   if (!pending && path.basename(file) !== `${value.pgid}.json`) return undefined;
-  if (typeof value.processId !== "string" || value.processId.length > 256) value.processId = "";
+  // A process id as a request's own would be (spec-validation.ts): otherwise none is reported.
+  if (typeof value.processId !== "string" || value.processId.length > 256 || /[\0-\x1f\x7f/]/.test(value.processId))
+    value.processId = "";
   // Details that are not what this daemon writes are dropped, not believed: the record still names a group.
   const details = validDetails(value.details);
   if (details === undefined) delete value.details;

@@ -356,7 +356,8 @@ const (
 	ProcessStatus_PROCESS_STATUS_RUNNING ProcessStatus = 2
 	// Exited with code 0.
 	ProcessStatus_PROCESS_STATUS_COMPLETED ProcessStatus = 3
-	// Exited with a non-zero code.
+	// Exited with a non-zero code; or, with exit cause UNKNOWN and no code, a
+	// process a previous daemon started that had ended unseen.
 	ProcessStatus_PROCESS_STATUS_FAILED ProcessStatus = 4
 	// Ended by a signal (including a kill on request, a timeout or a cancel).
 	ProcessStatus_PROCESS_STATUS_KILLED ProcessStatus = 5
@@ -1495,7 +1496,9 @@ type ProcessExited struct {
 	StdoutBytes uint64 `protobuf:"varint,9,opt,name=stdout_bytes,json=stdoutBytes,proto3" json:"stdout_bytes,omitempty"`
 	// Total bytes written to stderr: the offset after its last byte.
 	StderrBytes uint64 `protobuf:"varint,10,opt,name=stderr_bytes,json=stderrBytes,proto3" json:"stderr_bytes,omitempty"`
-	// Why it could not start, for status error ("program not found: foo").
+	// Why it could not start, for status error ("program not found: foo"); for
+	// cause UNKNOWN, what the daemon knows of it (a process a previous daemon
+	// started and lost, killed at this daemon's start or already gone).
 	Error string `protobuf:"bytes,11,opt,name=error,proto3" json:"error,omitempty"`
 	// Why it ended, whatever its status: exited on its own, killed by a signal
 	// from inside the sandbox, on a client's request, at its timeout, by the
