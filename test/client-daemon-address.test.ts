@@ -92,9 +92,14 @@ describe("a token over cleartext http://", () => {
     const error = refusal(() => createSandboxConnection({ baseUrl, token }));
     expect(error.code).toBe("INVALID_ARGUMENT");
     expect(error.message).toContain(`refusing to send the token in clear to ${baseUrl}`);
+    // A bearer header of the caller's own is a token too.
+    expect(
+      refusal(() => createSandboxConnection({ baseUrl, headers: { Authorization: `Bearer ${token}` } })).code,
+    ).toBe("INVALID_ARGUMENT");
     for (const options of [
       { baseUrl, token, allowCleartextToken: true },
       { baseUrl },
+      { baseUrl, token: "" },
       { baseUrl: "http://127.0.0.1:7007", token },
       { baseUrl: "https://sandbox.example:7007", token },
     ]) {

@@ -14,7 +14,7 @@ export interface SandboxConnectionOptions {
   /** Wire protocol. Default `"grpc"`. Both run over HTTP/2. */
   protocol?: SandboxProtocol;
   /**
-   * Bearer token sent as `Authorization: Bearer <token>` on every call; none when undefined. It goes in
+   * Bearer token sent as `Authorization: Bearer <token>` on every call; none when undefined or empty. It goes in
    * clear (`http://`) only to a loopback host, unless {@link allowCleartextToken} says otherwise.
    */
   token?: string;
@@ -190,10 +190,16 @@ async function* watchFailure<T>(messages: AsyncIterable<T>, onFailure: (error: u
 
 /**
  * Creates a connection to a daemon: the transport for the chosen protocol over one HTTP/2 session,
- * kept alive and checked with PINGs.
+ * kept alive and checked with PINGs. Throws a SandboxError `INVALID_ARGUMENT` when a token (the
+ * `token` option or an `authorization` header) would go over plain `http://` to a host that is not
+ * loopback and {@link SandboxConnectionOptions.allowCleartextToken} does not allow it.
  */
 export function createSandboxConnection(options: SandboxConnectionOptions): SandboxConnection {
-  if (options.token !== undefined && URL.canParse(options.baseUrl)) {
+  // A token as `token` or as an authorization header of its own goes in clear only where it may.
+  const token = options.token === "" ? undefined : options.token;
+  const sendsCredentials =
+    token !== undefined || Object.keys(options.headers ?? {}).some((name) => name.toLowerCase() === "authorization");
+  if (sendsCredentials && URL.canParse(options.baseUrl)) {
     assertTokenMayGo(new URL(options.baseUrl), options.baseUrl, options);
   }
   const maxMessageBytes = options.maxMessageBytes ?? defaultClientMaxMessageBytes;
@@ -204,7 +210,7 @@ export function createSandboxConnection(options: SandboxConnectionOptions): Sand
   const interceptors: Interceptor[] = [retireOnShutdown(sessionManager)];
   const headers = {
     ...options.headers,
-    ...(options.token !== undefined ? { authorization: `Bearer ${options.token}` } : {}),
+    ...(token !== undefined ? { authorization: `Bearer ${token}` } : {}),
   };
   if (Object.keys(headers).length > 0) {
     interceptors.push((next) => (request) => {
