@@ -80,8 +80,9 @@ export interface DaemonMetrics {
 
 /**
  * Creates the metrics: calls by procedure and code with latency histograms, process starts by
- * result, process exits by cause, output bytes per stream, auth failures, gauges read at scrape time (processes by status,
- * output retained and dropped, connections), and Node's own process metrics.
+ * result, process exits by cause, the CPU time and peak memory of the processes that ended, output bytes per stream,
+ * auth failures, gauges read at scrape time (processes by status, output retained and dropped, connections), and
+ * Node's own process metrics.
  */
 export function createDaemonMetrics(source: { manager: ProcessManager; connections(): number }): DaemonMetrics {
   const registry = new Registry();

@@ -5,7 +5,9 @@
 #                        registries, whose transient failures (a reset, a timeout) are not the product's
 report_failed_step() {
   set -E
-  trap 'echo "${BASH_SOURCE[0]:-?}:${LINENO}: \"${BASH_COMMAND}\" failed (exit $?)" >&2' ERR
+  # Said by the suite's own shell only: inside $(...) and ( ... ) a failure may be expected (set -e is off
+  # in a substitution), and one that is not fails the command around it, which is then said here.
+  trap '__step_status=$?; [ "$BASH_SUBSHELL" -eq 0 ] && echo "${BASH_SOURCE[0]:-?}:${LINENO}: \"${BASH_COMMAND}\" failed (exit $__step_status)" >&2' ERR
 }
 
 with_retries() {
