@@ -21,7 +21,7 @@ describe("the daemon's flags", () => {
       expect(usage).toContain(`--${flag.name}`);
       expect(usage).toContain(flag.env);
     }
-    expect(daemonFlags.length).toBe(45);
+    expect(daemonFlags.length).toBe(46);
   });
 
   it("the README's Daemon flags table is the table the parser uses", () => {

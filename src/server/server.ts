@@ -1,5 +1,6 @@
 import { setMaxListeners } from "node:events";
 import type http2 from "node:http2";
+import type net from "node:net";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import {
   createProcessManager,
@@ -37,6 +38,8 @@ import {
   type RequestHandler,
   createHttpEndpoints,
   createListener,
+  createTrustedPeers,
+  type TrustedPeers,
   defaultPrefaceTimeoutMs,
   type ListenerOptions,
   type TlsOptions,
@@ -150,6 +153,14 @@ export interface AgentSandboxOptions {
   environment?: Readonly<Record<string, string | undefined>>;
   /** The file surface mounted under `/v1/files/`. Default: the daemon's own (see `createFilesRest`). */
   files?: RestMount;
+  /**
+   * Networks in CIDR notation (`10.0.0.0/8`) whose peers may call the KEP-539.2 ports without the
+   * token, as kubernetes-sigs/agent-sandbox's SDKs do (they send no credentials): `process.v1` on the
+   * gRPC port and the whole REST surface; everything else of the daemon still needs the token. Never a
+   * peer on this machine (loopback, or an address of one of its interfaces), so a command of the
+   * sandbox cannot use it. Needs a token; none when undefined or empty.
+   */
+  trustedPeers?: readonly string[];
 }
 
 /** A running sandboxd server. */
@@ -187,6 +198,7 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
     throw new Error("the agent-sandbox metadata prefix must not be empty");
   assertSafeUserSwitch(options);
   assertSafeCors(options);
+  const trustedPeers = agentSandboxTrustedPeers(options);
   const logger = options.logger ?? createLogger({ level: "silent" });
   let listenerForMetrics: { connections: number } | undefined;
   let metrics: DaemonMetrics | undefined;
@@ -303,10 +315,9 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
     },
     ...options.gate,
   } satisfies GateOptions;
-  const gate = createGate(
-    (request, response) => filesRest.answer(request, response) || adapter(request, response),
-    gateOptions,
-  );
+  const daemonHandler: RequestHandler = (request, response) =>
+    filesRest.answer(request, response) || adapter(request, response);
+  const gate = createGate(daemonHandler, gateOptions);
   const admissionTimeoutMs = options.listener?.prefaceTimeoutMs ?? defaultPrefaceTimeoutMs;
   /** A listener of the gate's handler, with the daemon's TLS, HTTP/2 settings, limits and liveness checks. */
   const openListener = (guarded: Gate) =>
@@ -333,9 +344,11 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
   const listener = openListener(gate);
   const extra = agentSandboxListeners(options, {
     daemonGate: gate,
+    daemonHandler,
+    trustedPeers,
     files: filesRest.answer,
     openListener,
-    gate: (handler, refuse, endpoints) => createGate(handler, { ...gateOptions, endpoints, refuse }),
+    gate: (handler, overrides) => createGate(handler, { ...gateOptions, ...overrides }),
     ready: () => ready,
   });
   const listeners = [listener, ...extra.map((entry) => entry.listener)];
@@ -409,27 +422,64 @@ function managerOptions(options: SandboxServerOptions): ProcessManagerOptions {
   };
 }
 
+/**
+ * The trusted peers of the KEP-539.2 ports (see {@link AgentSandboxOptions.trustedPeers}), checked before
+ * anything starts: they need a token (without one every port is loopback only, where no peer is
+ * trusted) and a KEP-539.2 port to apply to. Throws an Error that says what is wrong.
+ */
+function agentSandboxTrustedPeers(options: SandboxServerOptions): TrustedPeers | undefined {
+  const networks = options.agentSandbox?.trustedPeers ?? [];
+  if (networks.length === 0) return undefined;
+  if (options.agentSandbox?.grpcPort === undefined && options.agentSandbox?.restPort === undefined)
+    throw new Error("agent-sandbox trusted peers need a KEP-539.2 port (--agent-sandbox or its port flags)");
+  if (options.token === undefined)
+    throw new Error(
+      "agent-sandbox trusted peers need a token: without one the daemon listens on loopback only, where no peer is trusted, " +
+        "and with one everything but the KEP-539.2 calls of those peers still needs it; set --token-file or SANDBOXD_TOKEN",
+    );
+  return createTrustedPeers(networks);
+}
+
+/** The socket of a request's connection (the session's for HTTP/2). */
+function socketOf(request: { socket?: unknown }): net.Socket | undefined {
+  return (request.socket as net.Socket | null | undefined) ?? undefined;
+}
+
 /** What {@link agentSandboxListeners} needs of the server it is part of. */
 interface ListenerParts {
   /** The gate of the daemon's own port. */
   daemonGate: Gate;
+  /** The handler behind the daemon's gate: the REST files, then the RPC routes. */
+  daemonHandler: RequestHandler;
+  /** Peers that may call the KEP-539.2 ports without the token; none when undefined. */
+  trustedPeers: TrustedPeers | undefined;
   /** The daemon's REST file surface, mounted on the REST port unless the options name another. */
   files: RestMount;
   openListener(gate: Gate): Listener;
-  gate(handler: RequestHandler, refuse: GateOptions["refuse"], endpoints: GateOptions["endpoints"]): Gate;
+  /** A gate with the daemon's options, some replaced. */
+  gate(handler: RequestHandler, overrides: Pick<GateOptions, "refuse" | "endpoints" | "trusted">): Gate;
   ready(): boolean;
 }
 
 /**
- * The KEP-539.2 listeners asked for: the gRPC one serves the daemon's own gate (so process.v1 and
- * everything else of the daemon's port), the REST one a gate of its own in front of the REST surface,
- * with the same token, Host rule and limits. Not listening yet.
+ * The KEP-539.2 listeners asked for: the gRPC one serves what the daemon's own port serves (so
+ * process.v1 and everything else), the REST one the REST surface, each with the same token, Host rule
+ * and limits, but for the trusted peers' calls without a token (process.v1 and REST only). Not
+ * listening yet.
  */
 function agentSandboxListeners(options: SandboxServerOptions, parts: ListenerParts) {
   const asked = options.agentSandbox;
+  const trusted = parts.trustedPeers;
   const listeners: { kind: "grpc" | "rest"; port: number; listener: Listener }[] = [];
-  if (asked?.grpcPort !== undefined)
-    listeners.push({ kind: "grpc", port: asked.grpcPort, listener: parts.openListener(parts.daemonGate) });
+  if (asked?.grpcPort !== undefined) {
+    const gate =
+      trusted === undefined
+        ? parts.daemonGate
+        : parts.gate(parts.daemonHandler, {
+            trusted: (service, request) => service === ProcessService.typeName && trusted.admits(socketOf(request)),
+          });
+    listeners.push({ kind: "grpc", port: asked.grpcPort, listener: parts.openListener(gate) });
+  }
   if (asked?.restPort !== undefined) {
     const rest = createAgentSandboxRest({
       ready: parts.ready,
@@ -442,7 +492,13 @@ function agentSandboxListeners(options: SandboxServerOptions, parts: ListenerPar
     listeners.push({
       kind: "rest",
       port: asked.restPort,
-      listener: parts.openListener(parts.gate(rest.handler, rest.refuse, rest.endpoints)),
+      listener: parts.openListener(
+        parts.gate(rest.handler, {
+          refuse: rest.refuse,
+          endpoints: rest.endpoints,
+          trusted: trusted === undefined ? undefined : (_service, request) => trusted.admits(socketOf(request)),
+        }),
+      ),
     });
   }
   return listeners;

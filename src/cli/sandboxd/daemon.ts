@@ -91,7 +91,12 @@ export async function runDaemon(): Promise<void> {
     ]
       .filter(Boolean)
       .join(", ");
-    logger.info({ agentSandboxPorts: server.agentSandboxPorts }, `sandboxd: KEP-539.2 (agent-sandbox): ${ports}`);
+    const trusted = command.options.agentSandbox?.trustedPeers ?? [];
+    const without = trusted.length > 0 ? `; without the token from ${trusted.join(", ")} (not this machine)` : "";
+    logger.info(
+      { agentSandboxPorts: server.agentSandboxPorts },
+      `sandboxd: KEP-539.2 (agent-sandbox): ${ports}${without}`,
+    );
   }
   // One line on how the daemon is guarded, and each warning on a line of its own.
   const [summary, ...warnings] = securitySummary(command.options, server, orphans).split("; WARNING: ");

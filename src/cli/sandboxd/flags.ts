@@ -358,6 +358,14 @@ export const daemonFlags: readonly DaemonFlag[] = [
     help: "GET /v1/metadata serves the daemon's variables with this prefix, never SANDBOXD_* ones, names that look like credentials, or the token",
     defaultText: "SANDBOX_",
   },
+  {
+    name: "agent-sandbox-trusted-peer",
+    env: "SANDBOXD_AGENT_SANDBOX_TRUSTED_PEERS",
+    type: "string",
+    separator: ",",
+    value: "<cidr>",
+    help: "peers in this network call process.v1 and the REST surface without the token, as agent-sandbox's SDKs do (never one on this machine); repeatable, needs a token",
+  },
 ];
 
 /** The flags that only print something: they take no variable. */

@@ -192,10 +192,14 @@ function agentSandboxOptions(flags: DaemonFlagValues): AgentSandboxOptions | und
   const metadataPrefix = flags.text("agent-sandbox-metadata-prefix");
   if (metadataPrefix === "")
     throw new Error("--agent-sandbox-metadata-prefix must not be empty: every variable of the daemon would be served");
-  if (grpcPort === undefined && restPort === undefined) return undefined;
+  if (grpcPort === undefined && restPort === undefined) {
+    if (flags.list("agent-sandbox-trusted-peer") !== undefined)
+      throw new Error("--agent-sandbox-trusted-peer needs a KEP-539.2 port: --agent-sandbox or its port flags");
+    return undefined;
+  }
   if (grpcPort !== undefined && grpcPort !== 0 && grpcPort === restPort)
     throw new Error(`--agent-sandbox-grpc-port and --agent-sandbox-rest-port must differ, both are ${grpcPort}`);
-  return { grpcPort, restPort, metadataPrefix };
+  return { grpcPort, restPort, metadataPrefix, trustedPeers: flags.list("agent-sandbox-trusted-peer") };
 }
 
 /** The TLS flags: certificate, key and optional client CA, read from their files. */

@@ -15,6 +15,7 @@ export {
   type KeepaliveOptions,
   watchSessionLiveness,
 } from "./keepalive.js";
+export { createTrustedPeers, type TrustedPeers, type TrustedPeersOptions } from "./trusted-peers.js";
 export {
   createListener,
   defaultPrefaceTimeoutMs,
