@@ -77,12 +77,15 @@ class Daemon:
 
 class ClusterStandIn:
     """What the SDK asks of Kubernetes, answered as agent-sandbox's controller reports a ready Sandbox whose pod IP is
-    127.0.0.1: the SDK resolves the address itself, exactly as in a cluster."""
+    `pod_ip` (127.0.0.1 unless told): the SDK resolves the address itself, exactly as in a cluster."""
+
+    def __init__(self, pod_ip: str = "127.0.0.1") -> None:
+        self.pod_ip = pod_ip
 
     def get_sandbox(self, name: str, namespace: str) -> dict[str, Any]:
         return {
             "metadata": {"name": name, "namespace": namespace},
-            "status": {"podIPs": [{"ip": "127.0.0.1"}], "conditions": [{"type": "Ready", "status": "True"}]},
+            "status": {"podIPs": [{"ip": self.pod_ip}], "conditions": [{"type": "Ready", "status": "True"}]},
         }
 
 
@@ -95,10 +98,15 @@ def daemon() -> Iterator[Daemon]:
         started.close()
 
 
-def connect(daemon: Daemon) -> Sandbox:
-    """The SDK's Sandbox for the daemon, as `SandboxClient.create_sandbox` would hand it out."""
-    config = SandboxdInClusterConnectionConfig(mode="in-cluster-pod-ip", grpc_port=daemon.grpc_port, rest_port=daemon.rest_port)
-    return Sandbox("claim-1", "sandbox-1", namespace="default", connection_config=config, k8s_helper=ClusterStandIn())  # type: ignore[arg-type]
+def connect(daemon: Daemon, pod_ip: str = "127.0.0.1") -> Sandbox:
+    """The SDK's Sandbox for the daemon, as `SandboxClient.create_sandbox` would hand it out for a pod at `pod_ip`."""
+    return connect_to(pod_ip, daemon.grpc_port, daemon.rest_port)
+
+
+def connect_to(pod_ip: str, grpc_port: int, rest_port: int) -> Sandbox:
+    """The SDK's Sandbox for a daemon at `pod_ip` with these KEP-539.2 ports."""
+    config = SandboxdInClusterConnectionConfig(mode="in-cluster-pod-ip", grpc_port=grpc_port, rest_port=rest_port)
+    return Sandbox("claim-1", "sandbox-1", namespace="default", connection_config=config, k8s_helper=ClusterStandIn(pod_ip))  # type: ignore[arg-type]
 
 
 @pytest.fixture()
