@@ -1,7 +1,9 @@
 import { chmodSync, writeFileSync } from "node:fs";
 import path from "node:path";
+import { Code, createClient } from "@connectrpc/connect";
+import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { ExitCause, KillOrigin, StartStage } from "../gen/sandbox/v1/sandbox_pb.js";
+import { ExitCause, KillOrigin, SandboxService, StartStage } from "../gen/sandbox/v1/sandbox_pb.js";
 import { processesWithMarker, waitFor } from "./support/processes.js";
 import { collectExec, ProcessStatus, sleepMarker, sleepers, waitForExit } from "./support/rpc.js";
 import { startTestServer, type TestServer } from "./support/server.js";
@@ -144,6 +146,43 @@ describe("the exit cause", () => {
     const exit = await waitForExit(t.client, processId);
     expect(exit.cause).toBe(ExitCause.KILLED_ON_REQUEST);
     expect(exit.causeDetail?.killOrigin).toBe(KillOrigin.CANCEL);
+  });
+
+  it("is KILLED_ON_REQUEST with origin DEADLINE when the Exec call's deadline passes", async () => {
+    const marker = sleepMarker();
+    const processId = `deadline-${marker}`;
+    const ended = collectExec(
+      t.client,
+      { command: `sleep ${marker}`, processId, autoCleanup: false },
+      {
+        timeoutMs: 1500,
+      },
+    ).catch((error: unknown) => error);
+    await waitFor(() => sleepers(marker).length === 1, { what: "the sleep to run" });
+    expect(await ended).toMatchObject({ code: Code.DeadlineExceeded });
+    const exit = await waitForExit(t.client, processId);
+    expect(exit.cause).toBe(ExitCause.KILLED_ON_REQUEST);
+    expect(exit.causeDetail?.killOrigin).toBe(KillOrigin.DEADLINE);
+    await waitFor(() => sleepers(marker).length === 0, { what: "the sleep to be gone" });
+  });
+
+  it("is KILLED_ON_REQUEST with origin DISCONNECT when the Exec call's connection is lost", async () => {
+    const marker = sleepMarker();
+    const processId = `disconnect-${marker}`;
+    const sessionManager = new Http2SessionManager(t.server.url);
+    const client = createClient(SandboxService, createGrpcTransport({ baseUrl: t.server.url, sessionManager }));
+    const iterator = client
+      .exec({ spec: { command: `sleep ${marker}`, processId, autoCleanup: false } })
+      [Symbol.asyncIterator]();
+    expect((await iterator.next()).value?.event.case).toBe("started");
+    await waitFor(() => sleepers(marker).length === 1, { what: "the sleep to run" });
+    // The client's connection goes away as a crashed client's would: no cancel, the socket destroyed.
+    sessionManager.abort();
+    await iterator.next().catch(() => {});
+    const exit = await waitForExit(t.client, processId);
+    expect(exit.cause).toBe(ExitCause.KILLED_ON_REQUEST);
+    expect(exit.causeDetail?.killOrigin).toBe(KillOrigin.DISCONNECT);
+    await waitFor(() => sleepers(marker).length === 0, { what: "the sleep to be gone" });
   });
 
   it("is START_FAILED at exec with the errno for a missing program and one that is not executable", async () => {
