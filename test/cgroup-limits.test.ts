@@ -302,6 +302,11 @@ describe("the daemon's start line says what it can enforce and report per comman
       expect(daemon.stderr()).toMatch(
         /per command: limits memory and CPU, usage CPU time, peak memory, kills for memory/,
       );
+      // Never a bare sweep where a freezer is there to use: cgroup.kill or cgroup.freeze (v2), else v1's freezer.
+      const freezer =
+        existsSync("/sys/fs/cgroup/freezer/cgroup.procs") ||
+        readFileSync("/proc/self/mountinfo", "utf8").includes(" - cgroup2 ");
+      if (freezer) expect(daemon.stderr()).toMatch(/tree kill by (cgroup\.kill|freezing its cgroup, then SIGKILL)/);
     },
   );
 

@@ -1,4 +1,4 @@
-import { readdirSync, readFileSync, rmdirSync } from "node:fs";
+import { readdirSync, readFileSync, rmdirSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { cgroupOwnerGone, visiblePidNamespaces } from "./cgroup-names.js";
 
@@ -28,6 +28,20 @@ export function killTasks(pids: readonly number[]): number {
     }
   }
   return killed;
+}
+
+/** Thaws a cgroup a freezer (v1's `freezer.state`, v2's `cgroup.freeze`) may have left frozen; errors are ignored. */
+function thawQuietly(directory: string): void {
+  for (const [file, value] of [
+    ["freezer.state", "THAWED"],
+    ["cgroup.freeze", "0"],
+  ] as const) {
+    try {
+      writeFileSync(path.join(directory, file), value);
+    } catch {
+      // No such freezer here, or gone.
+    }
+  }
 }
 
 /** Removes an empty cgroup directory; one still busy (or gone) is left as it is. */
@@ -66,6 +80,8 @@ export function removeLeftoverCgroups(parent: string): number {
     const directory = path.join(parent, entry);
     try {
       const children = readdirSync(directory, { withFileTypes: true }).filter((child) => child.isDirectory());
+      // A daemon that died during a tree kill may have left a command frozen: thawed, it dies of the kill.
+      for (const child of children) thawQuietly(path.join(directory, child.name));
       killed += killCgroupMembers(directory);
       for (const child of children) killed += killCgroupMembers(path.join(directory, child.name));
       for (const child of children) removeCgroupQuietly(path.join(directory, child.name));

@@ -54,8 +54,30 @@ export interface CommandCgroupPlan {
   readonly usage: ReadonlyArray<{ readonly file: string; readonly parse: UsageSource["parse"] }>;
   /** The cgroup v2 `cgroup.kill` of its own directory, where the kernel has one (Linux 5.14+). */
   readonly killFile?: string;
-  /** The cgroup v2 `cgroup.freeze` of its own directory (Linux 5.2+): a tree kill without `cgroup.kill` freezes first. */
+  /**
+   * The freezer of its own directory, cgroup v2's `cgroup.freeze` (Linux 5.2+) or the cgroup v1
+   * freezer's `freezer.state`: a tree kill without `cgroup.kill` freezes first.
+   */
   readonly freezeFile?: string;
+}
+
+/** A freezer's file, what freezes and thaws through it, and whether the cgroup is frozen now. */
+interface Freezer {
+  readonly freeze: string;
+  readonly thaw: string;
+  frozen(): boolean;
+}
+
+/**
+ * The freezer of a `freezeFile`: v1's `freezer.state` (FROZEN once every task stopped, FREEZING
+ * before) or v2's `cgroup.freeze` (frozen once `cgroup.events` says `frozen 1`).
+ */
+function freezerOf(freezeFile: string): Freezer {
+  if (freezeFile.endsWith("/freezer.state")) {
+    return { freeze: "FROZEN", thaw: "THAWED", frozen: () => readSmallFile(freezeFile)?.trim() === "FROZEN" };
+  }
+  const events = `${freezeFile.slice(0, -"/cgroup.freeze".length)}/cgroup.events`;
+  return { freeze: "1", thaw: "0", frozen: () => keyedValue(readSmallFile(events) ?? "", "frozen") === 1 };
 }
 
 /** How {@link CommandCgroup.kill} killed the tree (see `CgroupCapabilities.treeKill`). */
@@ -122,10 +144,10 @@ export class CommandCgroup {
 
   /**
    * Kills every process of the command's cgroups at once: the kernel's `cgroup.kill` where it has
-   * one (no process can fork its way out of it); else, with the cgroup v2 freezer, freezes the tree
-   * (no task forks once frozen), sends SIGKILL to each member and thaws it (a frozen task dies of
-   * SIGKILL as it is thawed or at once); else SIGKILL to each member listed now (the removal sweeps
-   * again until none is left). Returns how.
+   * one (no process can fork its way out of it); else, with a freezer (cgroup v2's, or v1's), freezes
+   * the tree (no task forks once frozen), sends SIGKILL to each member and thaws it (a frozen task
+   * dies of SIGKILL as it is thawed or at once); else SIGKILL to each member listed now (the removal
+   * sweeps again until none is left). Returns how.
    */
   kill(): TreeKill {
     if (this.plan.killFile !== undefined) {
@@ -143,19 +165,16 @@ export class CommandCgroup {
 
   /** Freezes the tree of `freezeFile`'s cgroup, kills every member, thaws it; false when the freezer cannot be used. */
   private freezeAndKill(freezeFile: string): boolean {
-    const directory = freezeFile.slice(0, -"/cgroup.freeze".length);
+    const freezer = freezerOf(freezeFile);
     try {
-      writeFileSync(freezeFile, "1");
+      writeFileSync(freezeFile, freezer.freeze);
     } catch {
       return false;
     }
     try {
-      // Frozen once cgroup.events says so: then no member is between a fork and its child's start.
+      // Frozen once the freezer says so: then no member is between a fork and its child's start.
       const until = performance.now() + freezeWaitMs;
-      while (
-        keyedValue(readSmallFile(`${directory}/cgroup.events`) ?? "", "frozen") !== 1 &&
-        performance.now() < until
-      );
+      while (!freezer.frozen() && performance.now() < until);
       // Killed, then listed again while still frozen, until the list holds only the killed (a member
       // that forked as the freeze came is listed the second time).
       const killed = new Set<number>();
@@ -169,7 +188,7 @@ export class CommandCgroup {
       }
     } finally {
       try {
-        writeFileSync(freezeFile, "0");
+        writeFileSync(freezeFile, freezer.thaw);
       } catch {
         // Removed meanwhile: nothing is left to thaw.
       }

@@ -36,7 +36,7 @@ export function defaultCommandsMemoryBytes(): number {
 }
 
 /** A hierarchy commands get cgroups in: the unified (v2) one, or a v1 one named by its controller. */
-type HierarchyKind = "unified" | "memory" | "cpu" | "cpuacct";
+type HierarchyKind = "unified" | "memory" | "cpu" | "cpuacct" | "freezer";
 
 /** One hierarchy the daemon made its directory in, and what each command gets there. */
 interface Hierarchy {
@@ -51,7 +51,10 @@ interface Hierarchy {
   readonly swapLimit: boolean;
   readonly peakFile: boolean;
   readonly killFile: boolean;
-  /** Whether it has the cgroup v2 freezer (`cgroup.freeze`, Linux 5.2+), for a tree kill without `cgroup.kill`. */
+  /**
+   * Whether it has a freezer, for a tree kill without `cgroup.kill`: cgroup v2's `cgroup.freeze`
+   * (Linux 5.2+), or the cgroup v1 freezer hierarchy's `freezer.state`.
+   */
   readonly freezeFile: boolean;
 }
 
@@ -71,7 +74,8 @@ export interface CgroupCapabilities {
   readonly tasksLimit: boolean;
   /**
    * How its whole tree is killed: at once with the kernel's `cgroup.kill`; else frozen (cgroup v2's
-   * `cgroup.freeze`, so nothing forks meanwhile), its members killed, thawed; else a sweep of its members.
+   * `cgroup.freeze` or the v1 freezer, so nothing forks meanwhile), its members killed, thawed; else
+   * a sweep of its members.
    */
   readonly treeKill: "cgroup.kill" | "freeze" | "sweep";
 }
@@ -120,7 +124,7 @@ export class ResourceCgroup {
   /**
    * Creates the commands' parent in each writable hierarchy: the unified one (with the memory, cpu,
    * io and, when `pids` says so, pids controllers enabled below it where they are available), and
-   * the cgroup v1 memory, cpu and cpuacct ones for what the unified one lacks. Undefined when
+   * the cgroup v1 memory, cpu, cpuacct and freezer ones for what the unified one lacks. Undefined when
    * none is writable. `pids`: whether to take the pids controller of the unified hierarchy, with
    * `maxTasksTotal` as the daemon-wide cap (then no separate pids cgroup is made there).
    */
@@ -153,6 +157,8 @@ export class ResourceCgroup {
     // CPU times: every unified cgroup has them (cpu.stat), a v1 machine has cpuacct (often with cpu).
     const cpuHierarchy = hierarchies.find((hierarchy) => hierarchy.kind === "cpu");
     if (unified === undefined && !(cpuHierarchy?.controllers.has("cpuacct") ?? false)) v1("cpuacct", {});
+    // A tree kill without cgroup.kill freezes first: the v1 freezer where the unified hierarchy has neither.
+    if (!(unified?.killFile || unified?.freezeFile)) v1("freezer", {});
     // No v1 blkio: its counters see only I/O that passes its throttling, so they read 0 on machines
     // where the command did read and write (a guess, never reported); the unified io.stat is exact.
     if (hierarchies.length === 0) return undefined;
@@ -167,7 +173,11 @@ export class ResourceCgroup {
       memoryUsage: memory !== undefined,
       ioUsage: has("io"),
       tasksLimit: has("pids"),
-      treeKill: unified?.killFile ? "cgroup.kill" : unified?.freezeFile ? "freeze" : "sweep",
+      treeKill: unified?.killFile
+        ? "cgroup.kill"
+        : unified?.freezeFile || of("freezer") !== undefined
+          ? "freeze"
+          : "sweep",
     };
     return new ResourceCgroup(hierarchies, applied, capabilities);
   }
@@ -244,6 +254,9 @@ export class ResourceCgroup {
           break;
         case "cpuacct":
           read("cpuacct.stat", readCpuTimes);
+          break;
+        case "freezer":
+          freezeFile = `${own}/freezer.state`;
           break;
       }
     }
@@ -406,7 +419,7 @@ function createV1(kind: Exclude<HierarchyKind, "unified">, settings: Record<stri
         swapLimit: kind === "memory" && existsSync(path.join(directory, "memory.memsw.limit_in_bytes")),
         peakFile: false,
         killFile: false,
-        freezeFile: false,
+        freezeFile: kind === "freezer",
       };
     } catch {
       removeCgroupQuietly(directory);
