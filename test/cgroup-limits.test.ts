@@ -1,12 +1,12 @@
 import { spawnSync } from "node:child_process";
-import { chmodSync, existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmdirSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Code } from "@connectrpc/connect";
-import { ExitCause, SandboxService } from "../gen/sandbox/v1/sandbox_pb.js";
+import { ExitCause, SandboxService, StartStage } from "../gen/sandbox/v1/sandbox_pb.js";
 import { type DaemonProcess, startDaemonProcess } from "./support/daemon-process.js";
 import { Launcher } from "../src/process/index.js";
 import { runCli } from "./support/cli.js";
@@ -233,6 +233,88 @@ describe.skipIf(whyNot !== undefined)("per-command cgroups: limits, usage, memor
       reason: "INVALID_ARGUMENT",
       metadata: { field: "limits.memory_bytes" },
     });
+  });
+});
+
+/**
+ * The directory of the daemon's cgroup, parent of its commands', in the hierarchy of `controller`:
+ * read from a command's own /proc/self/cgroup (the daemon's is not its commands'), under the mount
+ * of that controller (v1), or of cgroup2 when the controller is there.
+ */
+async function daemonCgroupOf(server: TestServer, controller: string, limits = {}): Promise<string | undefined> {
+  const run = await collectExec(server.client, { command: "cat", args: ["/proc/self/cgroup"], limits });
+  const lines = run.stdout.toString().split("\n");
+  const mounts = readFileSync("/proc/self/mountinfo", "utf8").split("\n");
+  for (const line of lines) {
+    const [, controllers, own] = line.split(":");
+    if (own === undefined || !controllers.split(",").includes(controller)) continue;
+    for (const mount of mounts) {
+      const [before, after] = mount.split(" - ");
+      const [fsType, , options = ""] = after?.split(" ") ?? [];
+      if (fsType === "cgroup" && options.split(",").includes(controller))
+        return path.dirname(path.join(before.split(" ")[4], own));
+    }
+  }
+  return undefined;
+}
+
+describe.skipIf(whyNot !== undefined)("a start that fails at the cgroup steps", () => {
+  let test: TestServer;
+  beforeAll(async () => {
+    test = await startTestServer({ launcher: Launcher.create({ resources: { memoryBytes: 512 * mib } }) });
+  });
+  afterAll(async () => {
+    await test?.close();
+  });
+
+  it("is START_FAILED at cgroup, with the errno, when the command's cgroup cannot be made", async (context) => {
+    const parent = await daemonCgroupOf(test, "memory");
+    if (parent === undefined) return context.skip("commands have no v1 memory cgroup here");
+    console.log(`the daemon's memory cgroup: ${parent}`);
+    // The commands' parent taken away (an operator's cleanup, a container runtime's): the next command's own
+    // cgroup cannot be made there. Once the last command's cgroup is gone, the parent is empty and goes.
+    await waitFor(
+      () => {
+        try {
+          rmdirSync(parent);
+          return true;
+        } catch {
+          return false;
+        }
+      },
+      { what: "the daemon's memory cgroup to be empty" },
+    );
+    try {
+      const failed = await collectExec(test.client, { command: "true", args: [] });
+      expect(failed.exited.cause).toBe(ExitCause.START_FAILED);
+      expect(failed.exited.causeDetail?.startStage).toBe(StartStage.CGROUP);
+      expect(failed.exited.causeDetail?.errno).toBe("ENOENT");
+      expect(failed.exited.exitCode).toBe(126);
+    } finally {
+      mkdirSync(parent);
+    }
+    // Back, the commands start again.
+    expect((await collectExec(test.client, { command: "true", args: [] })).exited.cause).toBe(ExitCause.EXITED);
+  });
+
+  it("is START_FAILED at limits, with the errno, when the kernel refuses the command's limit", async (context) => {
+    const parent = await daemonCgroupOf(test, "cpu", { cpuMillis: 500 });
+    if (parent === undefined) return context.skip("commands have no v1 cpu cgroup here");
+    console.log(`the daemon's cpu cgroup: ${parent}`);
+    // A CPU quota above the parent's is refused by cgroup v1 (EINVAL): the daemon's cgroup held to half a CPU,
+    // as a container's limit would hold it, and a command asking for a whole one.
+    writeFileSync(path.join(parent, "cpu.cfs_period_us"), "100000");
+    writeFileSync(path.join(parent, "cpu.cfs_quota_us"), "50000");
+    try {
+      const failed = await collectExec(test.client, { command: "true", args: [], limits: { cpuMillis: 1000 } });
+      expect(failed.exited.cause).toBe(ExitCause.START_FAILED);
+      expect(failed.exited.causeDetail?.startStage).toBe(StartStage.LIMITS);
+      expect(failed.exited.causeDetail?.errno).toBe("EINVAL");
+    } finally {
+      writeFileSync(path.join(parent, "cpu.cfs_quota_us"), "-1");
+    }
+    const fits = await collectExec(test.client, { command: "true", args: [], limits: { cpuMillis: 1000 } });
+    expect(fits.exited.cause).toBe(ExitCause.EXITED);
   });
 });
 
