@@ -37,9 +37,9 @@ export {
   ProcessManager,
   type ProcessFilter,
   type ProcessManagerOptions,
-  type CommandLimitPolicy,
   type StartOptions,
 } from "./process-manager.js";
+export { CommandLimitResolver, type CommandLimitPolicy } from "./command-limits.js";
 export { parseSignal, signalName, type SignalName } from "./signals.js";
 export { Workspace, workspaceProblemFor } from "./workspace.js";
 export type { ProcessSpec } from "./command.js";

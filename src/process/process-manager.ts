@@ -1,17 +1,18 @@
 import { randomUUID } from "node:crypto";
 import { resolveCommand, type ProcessSpec } from "./command.js";
+import { CommandLimitResolver, type CommandLimitPolicy } from "./command-limits.js";
 import { createBaseEnvironment } from "./environment.js";
 import { ProcessError } from "./errors.js";
 import {
   GroupLedger,
-  type GroupReservation,
   type LostProcess,
   type ReapReport,
   ExpiryQueue,
   noteProcessStarted,
 } from "./housekeeping/index.js";
 import { Launcher, HelperStartError, LaunchError, spawnPipeChild, spawnPtyChild } from "./spawn/index.js";
-import type { StartFailure } from "./exit-cause.js";
+import { spawnFailure, workingDirectoryRefusal } from "./start-failure.js";
+import { commitStartRecord, reserveStartRecord } from "./start-record.js";
 import { defaultKillGracePeriodMs, ManagedProcess, type ProcessStatus } from "./managed-process.js";
 import { defaultMemoryBudgetBytes, type MemoryBudget, type OutputReader } from "./output/index.js";
 import { findProgramProblem } from "./program-lookup.js";
@@ -19,9 +20,6 @@ import { RetainedOutputBudget } from "./retained-output-budget.js";
 import { defaultOutputHeadBytes, resolveRetention, type RetentionLimits } from "./retention.js";
 import type { SignalName } from "./signals.js";
 import { validateSessionId, validateSpec } from "./spec-validation.js";
-import { availableParallelism } from "node:os";
-import type { CommandLimits } from "./cgroups/index.js";
-import { type CommandLimitCaps, commandLimitsProblem, type CommandLimitsRequest } from "../shared/limits.js";
 import { currentUser, rootIdentity, type UserIdentity } from "./user.js";
 import { Workspace } from "./workspace.js";
 
@@ -127,20 +125,6 @@ export interface ProcessManagerOptions {
   commandLimits?: CommandLimitPolicy;
 }
 
-/**
- * The daemon's rules for one command's own limits (`ProcessSpec.limits`): defaults for a command
- * that asks for none, and caps on what one may ask for. Tasks are capped by the launcher's
- * `maxTasksPerCommand`, which is also their default.
- */
-export interface CommandLimitPolicy {
-  /** Memory limit of a command that asks for none, in bytes; undefined or 0 for none of its own (the commands' total still applies). */
-  defaultMemoryBytes?: number;
-  /** Most memory one command may ask for, in bytes. Default: the commands' total (the launcher's), else no cap. */
-  maxMemoryBytes?: number;
-  /** Most CPU one command may ask for, in thousandths of one CPU. Default: every CPU of the machine. */
-  maxCpuMillis?: number;
-}
-
 /** Default output retained per process. */
 export const defaultOutputCapacityBytes = 8 * 1024 * 1024;
 /** Default linger time of exited records, in milliseconds. */
@@ -192,9 +176,8 @@ export class ProcessManager {
   private readonly log?: (message: string) => void;
   private readonly onOutputBytes?: (stream: "stdout" | "stderr", bytes: number) => void;
   private daemonUser?: UserIdentity;
-  /** The caps on one command's own limits (see {@link CommandLimitPolicy}). */
-  readonly limitCaps: CommandLimitCaps;
-  private readonly defaultMemoryBytes?: number;
+  /** Resolves each command's own limits against the daemon's caps and defaults (see {@link CommandLimitPolicy}). */
+  readonly limits: CommandLimitResolver;
 
   /**
    * Use {@link createProcessManager}, which resolves the workspace roots. Only the fields of
@@ -226,16 +209,7 @@ export class ProcessManager {
     });
     this.baseEnvironment = options.baseEnvironment ?? createBaseEnvironment();
     this.launcher = options.launcher ?? Launcher.create();
-    const policy = options.commandLimits ?? {};
-    const maxTasks = this.launcher.maxTasksPerCommand;
-    this.limitCaps = {
-      memoryBytes: policy.maxMemoryBytes || this.launcher.resources?.applied.memoryBytes,
-      cpuMillis: policy.maxCpuMillis || availableParallelism() * 1000,
-      maxTasks: maxTasks > 0 ? maxTasks : undefined,
-    };
-    const defaultMemory = policy.defaultMemoryBytes || undefined;
-    if (defaultMemory !== undefined && this.launcher.resources?.capabilities.memoryLimit)
-      this.defaultMemoryBytes = Math.min(defaultMemory, this.limitCaps.memoryBytes ?? defaultMemory);
+    this.limits = new CommandLimitResolver(this.launcher, options.commandLimits);
     if (options.stateDirectory !== undefined) this.ledger = new GroupLedger(options.stateDirectory);
     const runAs = options.runAs;
     if (runAs !== undefined && runAs.uid !== process.getuid?.() && !this.launcher.canSwitchUser) {
@@ -336,7 +310,7 @@ export class ProcessManager {
     this.checkAdmission(options.signal);
     validateSpec(spec);
     const retention = resolveRetention(spec.retention, this.retentionLimits);
-    const limits = this.resolveLimits(spec.limits ?? {});
+    const limits = this.limits.resolve(spec.limits ?? {});
     this.retained.checkInputFits(spec.stdinData?.length ?? 0);
     const id = spec.processId || randomUUID();
     this.checkRoom(id);
@@ -360,24 +334,7 @@ export class ProcessManager {
       ownUser: this.ownUser(),
       baseEnvironment: this.baseEnvironment,
     });
-    let reservation: GroupReservation | undefined;
-    try {
-      reservation = this.ledger?.reserve();
-    } catch (cause) {
-      // Better no command than one a restarted daemon cannot account for.
-      const code = (cause as NodeJS.ErrnoException).code ?? (cause as Error).message;
-      this.log?.(
-        `state directory ${this.ledger!.directory}: could not record a process group (${code}); start refused`,
-      );
-      throw new ProcessError(
-        `the state directory cannot record the process (${code}): not started`,
-        "STATE_NOT_RECORDED",
-        {
-          metadata: { errno: code },
-          cause,
-        },
-      );
-    }
+    let reservation = reserveStartRecord(this.ledger, this.log);
     const managed = new ManagedProcess({
       description: command.description,
       retention,
@@ -440,26 +397,8 @@ export class ProcessManager {
           : spawnPipeChild({ ...childOptions, onOutput });
       }, plan);
       this.indexPid(managed, child.pid);
-      try {
-        reservation?.commit(child.pid, id, {
-          command: command.description.command,
-          args: [...command.description.args],
-          sessionId: command.description.sessionId,
-          cwd: command.description.cwd,
-          startedAtMs: managed.startTime.getTime(),
-          pty: command.description.pty,
-          acceptsInput: command.description.acceptsInput,
-        });
-      } catch (cause) {
-        managed.abortStarted({
-          stage: "state",
-          errno: (cause as NodeJS.ErrnoException).code,
-          message: `the state directory could not record the process group: ${(cause as Error).message}`,
-        });
-        this.log?.(
-          `state directory ${this.ledger!.directory}: could not record process group ${child.pid} (${(cause as Error).message}); killed it`,
-        );
-      }
+      if (reservation !== undefined)
+        commitStartRecord(reservation, managed, child.pid, this.ledger!.directory, this.log);
       reservation = undefined;
       const released: Promise<void> = managed.exited
         .then(() => {
@@ -489,47 +428,6 @@ export class ProcessManager {
         .catch(() => {});
     }
     return started;
-  }
-
-  /**
-   * A command's own limits with the daemon's defaults applied, or a ProcessError: INVALID_ARGUMENT
-   * for a value out of bounds, LIMIT_ABOVE_CAP above a cap (naming it), LIMIT_NOT_ENFORCEABLE for a
-   * limit this machine's cgroups cannot hold (never ignored in silence).
-   */
-  private resolveLimits(requested: CommandLimitsRequest): CommandLimits {
-    const problem = commandLimitsProblem(requested, this.limitCaps);
-    if (problem !== undefined) {
-      if (problem.cap === undefined)
-        throw new ProcessError(problem.message, "INVALID_ARGUMENT", { metadata: { field: problem.field } });
-      throw new ProcessError(problem.message, "LIMIT_ABOVE_CAP", {
-        metadata: {
-          field: problem.field,
-          cap: problem.cap.name,
-          max: String(problem.cap.max),
-          value: String(problem.cap.value),
-        },
-      });
-    }
-    const capabilities = this.launcher.resources?.capabilities;
-    const unenforceable = (field: string, controller: string) =>
-      new ProcessError(
-        `${field} cannot be enforced here: the daemon has no writable ${controller} cgroup for commands`,
-        "LIMIT_NOT_ENFORCEABLE",
-        { metadata: { field, controller } },
-      );
-    if (requested.memoryBytes !== undefined && !capabilities?.memoryLimit)
-      throw unenforceable("limits.memory_bytes", "memory");
-    if (requested.cpuMillis !== undefined && !capabilities?.cpuLimit) throw unenforceable("limits.cpu_millis", "cpu");
-    if (requested.cpuWeight !== undefined && !capabilities?.cpuLimit) throw unenforceable("limits.cpu_weight", "cpu");
-    if (requested.maxTasks !== undefined && this.launcher.forkLimit() === "none")
-      throw unenforceable("limits.max_tasks", "pids");
-    const limits: CommandLimits = {};
-    const memoryBytes = requested.memoryBytes ?? this.defaultMemoryBytes;
-    if (memoryBytes !== undefined) limits.memoryBytes = memoryBytes;
-    if (requested.cpuMillis !== undefined) limits.cpuMillis = requested.cpuMillis;
-    if (requested.cpuWeight !== undefined) limits.cpuWeight = requested.cpuWeight;
-    if (requested.maxTasks !== undefined) limits.maxTasks = requested.maxTasks;
-    return limits;
   }
 
   /** The name of the user a command runs as: root with sudo, the `runAs` user, or the daemon's own. */
@@ -705,55 +603,4 @@ export async function createProcessManager(options: ProcessManagerOptions = {}):
   const manager = new ProcessManager(workspace, options);
   manager.reapLeftovers();
   return manager;
-}
-
-/**
- * Why a spawn failed, as a start failure: the helper's stage and errno when it reported one, `exec`
- * for the errors of an exec (ENOENT, EACCES...), `spawn` for the rest (no pipes, no terminal).
- */
-function spawnFailure(cause: unknown, file: string): StartFailure {
-  const code = (cause as NodeJS.ErrnoException).code;
-  const message =
-    code === "ENOENT"
-      ? `program not found: ${file}`
-      : code === "EACCES"
-        ? `permission denied: ${file}`
-        : `could not start ${file}: ${(cause as Error).message}`;
-  if (cause instanceof HelperStartError) return { stage: cause.startStage, errno: code, message };
-  const execErrors = ["ENOENT", "EACCES", "ENOEXEC", "EISDIR", "ENOTDIR", "E2BIG", "ETXTBSY", "ELOOP", "EPERM"];
-  return { stage: code !== undefined && execErrors.includes(code) ? "exec" : "spawn", errno: code, message };
-}
-
-/**
- * The refusal for a working directory the helper could not enter as the command's user, or
- * undefined when the helper failed at another step.
- */
-function workingDirectoryRefusal(failure: HelperStartError, cwd: string): ProcessError | undefined {
-  if (failure.stage !== "cwd") return undefined;
-  switch (failure.code) {
-    case "ENOENT":
-    case "ENOTDIR":
-      return new ProcessError(`working directory not found: ${cwd}`, "CWD_NOT_FOUND", {
-        metadata: { cwd, errno: failure.code },
-        cause: failure,
-      });
-    case "EXDEV":
-      // A component was swapped (for a symlink out, say) between the check and the chdir.
-      return new ProcessError(
-        `working directory changed while the command was starting: ${cwd}`,
-        "CWD_OUTSIDE_WORKSPACE",
-        { metadata: { cwd, errno: failure.code }, cause: failure },
-      );
-    case "EACCES":
-      return new ProcessError(
-        `working directory is not accessible to the command's user: ${cwd}`,
-        "CWD_NOT_ACCESSIBLE",
-        { metadata: { cwd, errno: failure.code }, cause: failure },
-      );
-    default:
-      return new ProcessError(`cannot enter working directory ${cwd}: ${failure.message}`, "SPAWN_FAILED", {
-        metadata: { cwd, errno: failure.code },
-        cause: failure,
-      });
-  }
 }

@@ -94,6 +94,11 @@ describe("the client package", () => {
       assert.ok(!installed(clientOnly).includes(name), name);
     }
     assert.ok(sizes["sandboxd-client"] < sizes["sandboxd --omit=dev"]);
+    // A budget, so that a dependency slipping into the client shows: 3.8 MiB when it was set (the daemon's: 11.2).
+    assert.ok(
+      sizes["sandboxd-client"] <= 5 * 1024,
+      `sandboxd-client installs ${sizes["sandboxd-client"]} KiB, over 5 MiB`,
+    );
   });
 
   it("runs commands on the daemon from a plain .mjs", () => {
