@@ -18,6 +18,14 @@ function canMakeNamespaces(): string | undefined {
   } catch {
     return "needs iproute2's ip";
   }
+  // Root without CAP_SYS_ADMIN and CAP_NET_ADMIN (a container's default) cannot.
+  const probe = `sbxprobe${randomBytes(3).toString("hex")}`;
+  try {
+    execFileSync("ip", ["netns", "add", probe], { stdio: "ignore" });
+    execFileSync("ip", ["netns", "del", probe], { stdio: "ignore" });
+  } catch {
+    return "cannot make a network namespace here (CAP_SYS_ADMIN, CAP_NET_ADMIN)";
+  }
   return undefined;
 }
 const cannot = canMakeNamespaces();
@@ -25,12 +33,15 @@ if (cannot !== undefined) console.warn(`agent-sandbox trusted peers: the peer te
 
 /**
  * A network namespace joined to this one by a veth pair: the daemon's side has `hostAddress`, the
- * namespace's side `peerAddress`, an address this machine does not have.
+ * namespace's side `peerAddress`, an address this machine does not have. Beside it, a second veth
+ * pair whose other end is down (no carrier, so Node's list of interfaces leaves it out): its address
+ * `unlistedAddress` is this machine's all the same.
  */
 interface PeerNamespace {
   name: string;
   hostAddress: string;
   peerAddress: string;
+  unlistedAddress: string;
   /** Runs test/support/peer-probe.ts inside the namespace with these calls; its answers. */
   probe(calls: readonly object[]): Promise<unknown[]>;
   remove(): void;
@@ -53,6 +64,7 @@ function createPeerNamespace(): PeerNamespace {
   const subnet = 16 + (randomBytes(1)[0] % 200);
   const hostAddress = `10.214.${subnet}.1`;
   const peerAddress = `10.214.${subnet}.2`;
+  const unlistedAddress = `10.214.${subnet}.5`;
   const ip = (...args: string[]) => execFileSync("ip", args, { stdio: ["ignore", "ignore", "pipe"] });
   ip("netns", "add", name);
   try {
@@ -63,18 +75,30 @@ function createPeerNamespace(): PeerNamespace {
     ip("-n", name, "addr", "add", `${peerAddress}/30`, "dev", `sbxp${id}`);
     ip("-n", name, "link", "set", `sbxp${id}`, "up");
     ip("-n", name, "link", "set", "lo", "up");
+    ip("link", "add", `sbxd${id}`, "type", "veth", "peer", "name", `sbxe${id}`);
+    ip("addr", "add", `${unlistedAddress}/30`, "dev", `sbxd${id}`);
+    ip("link", "set", `sbxd${id}`, "up");
   } catch (error) {
     ip("netns", "del", name);
+    try {
+      ip("link", "del", `sbxd${id}`);
+    } catch {
+      // Never made.
+    }
     throw error;
   }
   return {
     name,
     hostAddress,
     peerAddress,
+    unlistedAddress,
     // The daemon runs in this process: the probe must not block its loop.
     probe: (calls) => runProbe(["ip", "netns", "exec", name], calls),
-    // Removing the namespace removes the veth pair with it.
-    remove: () => ip("netns", "del", name),
+    // Removing the namespace removes the first veth pair with it.
+    remove: () => {
+      ip("netns", "del", name);
+      ip("link", "del", `sbxd${id}`);
+    },
   };
 }
 
@@ -89,7 +113,14 @@ describe.skipIf(cannot !== undefined)("KEP-539.2 ports with trusted peers", () =
     trusting = await startTestServer({
       host: "0.0.0.0",
       token,
-      agentSandbox: { grpcPort: 0, restPort: 0, trustedPeers: [`${namespace.peerAddress.replace(/\d+$/, "0")}/30`] },
+      agentSandbox: {
+        grpcPort: 0,
+        restPort: 0,
+        trustedPeers: [
+          `${namespace.peerAddress.replace(/\d+$/, "0")}/30`,
+          `${namespace.unlistedAddress.replace(/\d+$/, "4")}/30`,
+        ],
+      },
     });
     other = await startTestServer({
       host: "0.0.0.0",
@@ -134,6 +165,20 @@ describe.skipIf(cannot !== undefined)("KEP-539.2 ports with trusted peers", () =
       { kind: "rest", url: `${at.rest}/v1/files/from-peer.txt`, method: "GET", token: "wrong" },
       // With the token, sandbox.v1 on the KEP's port as before.
       { kind: "exec", url: at.grpc, token },
+      // A browser's request (a page that reached the pod by DNS rebinding), or one naming a host a page's
+      // author could make resolve here: never a trusted peer's.
+      {
+        kind: "rest",
+        url: `${at.rest}/v1/files/from-peer.txt`,
+        method: "GET",
+        headers: { origin: "http://evil.example" },
+      },
+      {
+        kind: "rest",
+        url: `${at.rest}/v1/files/from-peer.txt`,
+        method: "GET",
+        headers: { host: "rebound.evil.example" },
+      },
     ]);
     expect(answers.slice(0, 3)).toEqual([
       { code: "Unauthenticated", reason: "UNAUTHENTICATED" },
@@ -142,12 +187,15 @@ describe.skipIf(cannot !== undefined)("KEP-539.2 ports with trusted peers", () =
     ]);
     expect(answers[3]).toMatchObject({ status: 401 });
     expect(answers[4]).toEqual({ stdout: "peer\n" });
+    expect(answers[5]).toMatchObject({ status: 401 });
+    expect(answers[6]).toMatchObject({ status: 401 });
   });
 
   it("never trust a peer on this machine, whatever address it calls from, nor one outside the networks named", async () => {
-    // From this machine (the daemon's own address on the veth, and loopback): the trusted network
-    // holds the first, but a command of the sandbox could call from it.
-    for (const host of [namespace.hostAddress, "127.0.0.1"]) {
+    // From this machine (the daemon's own address on the veth, one on an interface without a carrier,
+    // which Node's list leaves out, and loopback): the trusted networks hold the first two, but a
+    // command of the sandbox could call from them.
+    for (const host of [namespace.hostAddress, namespace.unlistedAddress, "127.0.0.1"]) {
       const at = urls(trusting, host);
       const answers = await runProbe(
         [],

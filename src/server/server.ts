@@ -1,5 +1,6 @@
 import { setMaxListeners } from "node:events";
 import type http2 from "node:http2";
+import { Socket } from "node:net";
 import type net from "node:net";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import {
@@ -39,6 +40,7 @@ import {
   createHttpEndpoints,
   createListener,
   createTrustedPeers,
+  trustedRequestProblem,
   type TrustedPeers,
   defaultPrefaceTimeoutMs,
   type ListenerOptions,
@@ -199,6 +201,16 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
   assertSafeUserSwitch(options);
   assertSafeCors(options);
   const trustedPeers = agentSandboxTrustedPeers(options);
+  // Set once the KEP-539.2 listeners listen: the trusted peers' rule holds on their ports only.
+  const agentSandboxPorts: { grpc?: number; rest?: number } = {};
+  const trustedCalls = (kind: "grpc" | "rest"): GateOptions["trusted"] =>
+    trustedPeers === undefined
+      ? undefined
+      : (service, request, connection) =>
+          (kind === "rest" || service === ProcessService.typeName) &&
+          socketOf(connection)?.localPort === agentSandboxPorts[kind] &&
+          trustedRequestProblem(request.headers) === undefined &&
+          trustedPeers.admits(connection);
   const logger = options.logger ?? createLogger({ level: "silent" });
   let listenerForMetrics: { connections: number } | undefined;
   let metrics: DaemonMetrics | undefined;
@@ -283,6 +295,8 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
   let lastRefusalLog = Number.NEGATIVE_INFINITY;
   const gateOptions = {
     token: options.token,
+    // The daemon's gate serves the KEP-539.2 gRPC port too, so the daemon-wide limits stay one.
+    trusted: trustedCalls("grpc"),
     anyHost: options.token !== undefined || options.insecure === true,
     endpoints,
     onAuthFailure: (request) => {
@@ -315,9 +329,10 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
     },
     ...options.gate,
   } satisfies GateOptions;
-  const daemonHandler: RequestHandler = (request, response) =>
-    filesRest.answer(request, response) || adapter(request, response);
-  const gate = createGate(daemonHandler, gateOptions);
+  const gate = createGate(
+    (request, response) => filesRest.answer(request, response) || adapter(request, response),
+    gateOptions,
+  );
   const admissionTimeoutMs = options.listener?.prefaceTimeoutMs ?? defaultPrefaceTimeoutMs;
   /** A listener of the gate's handler, with the daemon's TLS, HTTP/2 settings, limits and liveness checks. */
   const openListener = (guarded: Gate) =>
@@ -344,8 +359,7 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
   const listener = openListener(gate);
   const extra = agentSandboxListeners(options, {
     daemonGate: gate,
-    daemonHandler,
-    trustedPeers,
+    restTrusted: trustedCalls("rest"),
     files: filesRest.answer,
     openListener,
     gate: (handler, overrides) => createGate(handler, { ...gateOptions, ...overrides }),
@@ -358,7 +372,6 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
     },
   };
   let port: number;
-  const agentSandboxPorts: { grpc?: number; rest?: number } = {};
   try {
     port = await listener.listen(options.port ?? defaultPort, host);
     for (const entry of extra) agentSandboxPorts[entry.kind] = await entry.listener.listen(entry.port, host);
@@ -440,19 +453,17 @@ function agentSandboxTrustedPeers(options: SandboxServerOptions): TrustedPeers |
   return createTrustedPeers(networks);
 }
 
-/** The socket of a request's connection (the session's for HTTP/2). */
-function socketOf(request: { socket?: unknown }): net.Socket | undefined {
-  return (request.socket as net.Socket | null | undefined) ?? undefined;
+/** The socket of a connection: an HTTP/1.1 socket itself, an HTTP/2 session's. */
+function socketOf(connection: object): net.Socket | undefined {
+  return connection instanceof Socket ? connection : (connection as { socket?: net.Socket }).socket;
 }
 
 /** What {@link agentSandboxListeners} needs of the server it is part of. */
 interface ListenerParts {
   /** The gate of the daemon's own port. */
   daemonGate: Gate;
-  /** The handler behind the daemon's gate: the REST files, then the RPC routes. */
-  daemonHandler: RequestHandler;
-  /** Peers that may call the KEP-539.2 ports without the token; none when undefined. */
-  trustedPeers: TrustedPeers | undefined;
+  /** The trusted peers' calls the REST port lets through without the token; none when undefined. */
+  restTrusted: GateOptions["trusted"];
   /** The daemon's REST file surface, mounted on the REST port unless the options name another. */
   files: RestMount;
   openListener(gate: Gate): Listener;
@@ -462,24 +473,16 @@ interface ListenerParts {
 }
 
 /**
- * The KEP-539.2 listeners asked for: the gRPC one serves what the daemon's own port serves (so
- * process.v1 and everything else), the REST one the REST surface, each with the same token, Host rule
- * and limits, but for the trusted peers' calls without a token (process.v1 and REST only). Not
- * listening yet.
+ * The KEP-539.2 listeners asked for: the gRPC one serves the daemon's own gate (so process.v1 and
+ * everything else of the daemon's port, under the same daemon-wide limits), the REST one a gate of its
+ * own in front of the REST surface, with the same token, Host rule and limits; the trusted peers' calls
+ * without a token are let through on these ports only (process.v1 and REST). Not listening yet.
  */
 function agentSandboxListeners(options: SandboxServerOptions, parts: ListenerParts) {
   const asked = options.agentSandbox;
-  const trusted = parts.trustedPeers;
   const listeners: { kind: "grpc" | "rest"; port: number; listener: Listener }[] = [];
-  if (asked?.grpcPort !== undefined) {
-    const gate =
-      trusted === undefined
-        ? parts.daemonGate
-        : parts.gate(parts.daemonHandler, {
-            trusted: (service, request) => service === ProcessService.typeName && trusted.admits(socketOf(request)),
-          });
-    listeners.push({ kind: "grpc", port: asked.grpcPort, listener: parts.openListener(gate) });
-  }
+  if (asked?.grpcPort !== undefined)
+    listeners.push({ kind: "grpc", port: asked.grpcPort, listener: parts.openListener(parts.daemonGate) });
   if (asked?.restPort !== undefined) {
     const rest = createAgentSandboxRest({
       ready: parts.ready,
@@ -496,7 +499,7 @@ function agentSandboxListeners(options: SandboxServerOptions, parts: ListenerPar
         parts.gate(rest.handler, {
           refuse: rest.refuse,
           endpoints: rest.endpoints,
-          trusted: trusted === undefined ? undefined : (_service, request) => trusted.admits(socketOf(request)),
+          trusted: parts.restTrusted,
         }),
       ),
     });

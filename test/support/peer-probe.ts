@@ -3,7 +3,7 @@
  * so the daemon sees a peer that is not this machine. It makes the calls it is given, one after the
  * other, each on a fresh connection, and prints a JSON array of what each got.
  *
- * A call is `{ "kind": "rest", "url", "method", "token"?, "body"? }` (status and body text),
+ * A call is `{ "kind": "rest", "url", "method", "token"?, "body"?, "headers"? }` (status and body text),
  * `{ "kind": "execute", "url", "token"? }` (process.v1 Execute of `echo peer` (argv)) or
  * `{ "kind": "exec", "url", "token"? }` (sandbox.v1 Exec of `echo peer`); an RPC answers its stdout or
  * its code and ErrorInfo reason.
@@ -16,7 +16,7 @@ import { SandboxService } from "../../gen/sandbox/v1/sandbox_pb.js";
 import { errorInfos } from "./errors.js";
 
 type Call =
-  | { kind: "rest"; url: string; method: string; token?: string; body?: string }
+  | { kind: "rest"; url: string; method: string; token?: string; body?: string; headers?: Record<string, string> }
   | { kind: "execute" | "exec"; url: string; token?: string };
 
 /** What one call got. */
@@ -24,7 +24,10 @@ type Answer = { status: number; body: string } | { stdout: string } | { code: st
 
 async function rest(call: Extract<Call, { kind: "rest" }>): Promise<Answer> {
   return new Promise((resolve, reject) => {
-    const headers: Record<string, string> = call.token === undefined ? {} : { authorization: `Bearer ${call.token}` };
+    const headers: Record<string, string> = {
+      ...call.headers,
+      ...(call.token === undefined ? {} : { authorization: `Bearer ${call.token}` }),
+    };
     const request = http.request(call.url, { method: call.method, headers, agent: false }, (response) => {
       const chunks: Buffer[] = [];
       response.on("data", (chunk: Buffer) => chunks.push(chunk));

@@ -364,7 +364,7 @@ export const daemonFlags: readonly DaemonFlag[] = [
     type: "string",
     separator: ",",
     value: "<cidr>",
-    help: "peers in this network call process.v1 and the REST surface without the token, as agent-sandbox's SDKs do (never one on this machine); repeatable, needs a token",
+    help: "peers in this network (!<cidr> leaves one out) call process.v1 and the REST surface without the token, as agent-sandbox's SDKs do; never one on this machine or a browser's request; repeatable, needs a token",
   },
 ];
 

@@ -86,10 +86,11 @@ export interface GateOptions {
   onRefusedUnproven?: (connection: object) => void;
   /**
    * Lets a call that carries no `authorization` header through as if it carried the token, when this
-   * says so for its service (the part of the path before the method) and request: the KEP-539.2 ports'
-   * trusted peers. A wrong token is refused all the same.
+   * says so for its service (the part of the path before the method), request and connection (its
+   * HTTP/2 session or HTTP/1.1 socket): the KEP-539.2 ports' trusted peers. A wrong token is refused
+   * all the same.
    */
-  trusted?: (service: string, request: AnyRequest) => boolean;
+  trusted?: (service: string, request: AnyRequest, connection: object) => boolean;
 }
 
 /**
@@ -209,6 +210,11 @@ export function createGate(handler: RequestHandler, options: GateOptions): Gate 
     }
   };
 
+  const isTrusted = (service: string, request: AnyRequest) => {
+    const connection = options.trusted === undefined ? undefined : connectionOf(request);
+    return connection !== undefined && options.trusted!(service, request, connection);
+  };
+
   const serve: RequestHandler = (request, response) => {
     // The Host first, before the plain-HTTP endpoints too: a page that reached a daemon without a
     // token by DNS rebinding must not read its metrics either.
@@ -231,7 +237,7 @@ export function createGate(handler: RequestHandler, options: GateOptions): Gate 
       if (
         hasToken !== undefined &&
         !hasToken(request.headers.authorization) &&
-        !(request.headers.authorization === undefined && options.trusted?.(service, request))
+        !(request.headers.authorization === undefined && isTrusted(service, request))
       ) {
         options.onAuthFailure?.(request);
         return refuse(

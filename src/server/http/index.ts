@@ -15,7 +15,13 @@ export {
   type KeepaliveOptions,
   watchSessionLiveness,
 } from "./keepalive.js";
-export { createTrustedPeers, type TrustedPeers, type TrustedPeersOptions } from "./trusted-peers.js";
+export {
+  createTrustedPeers,
+  isLocalAddress,
+  trustedRequestProblem,
+  type TrustedPeers,
+  type TrustedPeersOptions,
+} from "./trusted-peers.js";
 export {
   createListener,
   defaultPrefaceTimeoutMs,

@@ -1,60 +1,77 @@
+import { readFileSync } from "node:fs";
+import type http from "node:http";
 import net from "node:net";
 import os from "node:os";
 
 /**
  * Decides whether the peer of a connection may call without the token: its address lies in one of
- * the networks named, and it is not an address of this machine (loopback, or any interface's), so a
- * process beside the daemon (a sandbox's own command, a sidecar of its pod) is never trusted, however
- * it connects. Each connection is decided once, when first asked.
+ * the networks named and in none of those excluded (`!10.0.0.1/32`), and it is not an address of
+ * this machine (loopback, or any address the kernel holds as its own, on an interface that is up or
+ * not), so a process beside the daemon (a sandbox's own command, a sidecar of its pod) is never
+ * trusted, however it connects. Each connection is decided once, when first asked.
  */
 export interface TrustedPeers {
-  /** The networks as given, for the start line. */
+  /** The networks as given, exclusions included, for the start line. */
   readonly networks: readonly string[];
-  /** Whether the peer of this socket is trusted. */
-  admits(socket: net.Socket | null | undefined): boolean;
+  /** Whether the peer of `connection` (an HTTP/2 session or an HTTP/1.1 socket) is trusted. */
+  admits(connection: object): boolean;
 }
 
 /** Options for {@link createTrustedPeers}. */
 export interface TrustedPeersOptions {
-  /** This machine's addresses, asked once per new connection. Default: every interface's (`os.networkInterfaces`). */
-  localAddresses?: () => Iterable<string>;
+  /**
+   * Whether `address` (bare, lower case) is one of this machine's, asked once per connection from a
+   * network named. Default {@link isLocalAddress}.
+   */
+  isLocal?: (address: string, family: "ipv4" | "ipv6") => boolean;
 }
 
 /**
- * Creates the check of {@link TrustedPeers} for networks in CIDR notation (`10.0.0.0/8`, `fd00::/8`);
- * a bare address is a network of one. Throws an Error naming an entry that is not one.
+ * Creates the check of {@link TrustedPeers} for networks in CIDR notation (`10.0.0.0/8`, `fd00::/8`),
+ * each excluded when written with a leading `!`; a bare address is a network of one. Throws an Error
+ * naming an entry that is not one.
  */
 export function createTrustedPeers(networks: readonly string[], options: TrustedPeersOptions = {}): TrustedPeers {
-  const list = new net.BlockList();
-  for (const network of networks) addNetwork(list, network);
-  const localAddresses = options.localAddresses ?? interfaceAddresses;
+  const allowed = new net.BlockList();
+  const excluded = new net.BlockList();
+  for (const network of networks) {
+    const text = network.trim();
+    if (text.startsWith("!")) addNetwork(excluded, text.slice(1), network);
+    else addNetwork(allowed, text, network);
+  }
+  const isLocal = options.isLocal ?? isLocalAddress;
   const decided = new WeakMap<object, boolean>();
   return {
     networks: [...networks],
-    admits(socket) {
-      if (socket === null || socket === undefined) return false;
-      const known = decided.get(socket);
+    admits(connection) {
+      const known = decided.get(connection);
       if (known !== undefined) return known;
-      const answer = isTrustedAddress(list, socket.remoteAddress, localAddresses);
-      decided.set(socket, answer);
+      const answer = isTrustedAddress(peerAddressOf(connection), allowed, excluded, isLocal);
+      decided.set(connection, answer);
       return answer;
     },
   };
 }
 
-/** Whether `address` is in `list` and not loopback or one of `localAddresses`. */
+/** Whether `address` is allowed, not excluded, and not loopback or this machine's (checked last: it reads the kernel's tables). */
 function isTrustedAddress(
-  list: net.BlockList,
   address: string | undefined,
-  localAddresses: () => Iterable<string>,
+  allowed: net.BlockList,
+  excluded: net.BlockList,
+  isLocal: NonNullable<TrustedPeersOptions["isLocal"]>,
 ): boolean {
   if (address === undefined) return false;
   const bare = unmapped(address);
-  const family = net.isIP(bare);
-  if (family === 0) return false;
-  if (isLoopbackAddress(bare)) return false;
-  for (const local of localAddresses()) if (unmapped(local) === bare) return false;
-  return list.check(bare, family === 4 ? "ipv4" : "ipv6");
+  const family = net.isIP(bare) === 4 ? "ipv4" : net.isIP(bare) === 6 ? "ipv6" : undefined;
+  if (family === undefined) return false;
+  if (!allowed.check(bare, family) || excluded.check(bare, family)) return false;
+  return !isLoopbackAddress(bare) && !isLocal(bare, family);
+}
+
+/** The peer's address of an HTTP/2 session (its socket's) or an HTTP/1.1 socket. */
+function peerAddressOf(connection: object): string | undefined {
+  const socket = connection instanceof net.Socket ? connection : (connection as { socket?: net.Socket }).socket;
+  return socket?.remoteAddress;
 }
 
 /** `::ffff:10.1.2.3` (an IPv4 peer of a dual-stack socket) -> `10.1.2.3`; others unchanged, lower case. */
@@ -67,12 +84,74 @@ function isLoopbackAddress(address: string): boolean {
   return address === "::1" || (net.isIP(address) === 4 && address.startsWith("127."));
 }
 
-function interfaceAddresses(): string[] {
-  return Object.values(os.networkInterfaces()).flatMap((each) => (each ?? []).map((entry) => entry.address));
+/** How long the kernel's list of this machine's addresses is kept, in milliseconds. */
+const localAddressesTtlMs = 1000;
+let localAddresses: { list: net.BlockList; readAt: number } | undefined;
+
+/**
+ * Whether `address` is one of this machine's: the kernel's local routes (`/proc/net/fib_trie`, every
+ * `host LOCAL` range, so on interfaces that are down or have no carrier too, which
+ * `os.networkInterfaces` leaves out), its IPv6 addresses (`/proc/net/if_inet6`) and every interface's
+ * address Node lists. Read at most once a second.
+ */
+export function isLocalAddress(address: string, family: "ipv4" | "ipv6"): boolean {
+  const now = performance.now();
+  if (localAddresses === undefined || now - localAddresses.readAt > localAddressesTtlMs)
+    localAddresses = { list: readLocalAddresses(), readAt: now };
+  return localAddresses.list.check(address, family);
 }
 
-function addNetwork(list: net.BlockList, network: string): void {
-  const [address, prefixText, ...rest] = network.trim().split("/");
+function readLocalAddresses(): net.BlockList {
+  const list = new net.BlockList();
+  for (const entries of Object.values(os.networkInterfaces()))
+    for (const entry of entries ?? []) {
+      const address = unmapped(entry.address.split("%")[0]);
+      list.addAddress(address, net.isIP(address) === 6 ? "ipv6" : "ipv4");
+    }
+  try {
+    let last: string | undefined;
+    for (const line of readFileSync("/proc/net/fib_trie", "utf8").split("\n")) {
+      const leaf = /^\s*\|-- (\S+)$/.exec(line);
+      if (leaf !== null) last = leaf[1];
+      const local = /^\s*\/(\d+) host LOCAL$/.exec(line);
+      if (local !== null && last !== undefined && net.isIP(last) === 4) list.addSubnet(last, Number(local[1]), "ipv4");
+    }
+  } catch {
+    // No /proc/net here: the interfaces above.
+  }
+  try {
+    for (const line of readFileSync("/proc/net/if_inet6", "utf8").split("\n")) {
+      const hex = line.split(/\s+/)[0];
+      if (hex === undefined || !/^[0-9a-f]{32}$/i.test(hex)) continue;
+      list.addAddress(hex.match(/.{4}/g)!.join(":"), "ipv6");
+    }
+  } catch {
+    // No IPv6 here.
+  }
+  return list;
+}
+
+/**
+ * Why a request may not be let through as a trusted peer's even from a trusted address, or undefined
+ * when it may: it comes from a web browser (an `Origin` or `Sec-Fetch-*` header: a page that reached
+ * the daemon by DNS rebinding, or a cross-origin one), or it names a host that is not an address, a
+ * name without a dot, or a cluster's service name (`.svc`, `.svc.cluster.local`): names whose answers
+ * a page's author could control.
+ */
+export function trustedRequestProblem(headers: http.IncomingHttpHeaders): string | undefined {
+  if (headers.origin !== undefined) return "a browser's request (Origin)";
+  for (const name of Object.keys(headers)) if (name.startsWith("sec-fetch-")) return "a browser's request (Sec-Fetch)";
+  const host = headers[":authority"] ?? headers.host;
+  if (typeof host !== "string" || host === "") return "no Host";
+  const bare = host.startsWith("[") ? host.slice(1, host.indexOf("]")) : host.replace(/:\d+$/, "");
+  const name = bare.toLowerCase().replace(/\.$/, "");
+  if (net.isIP(name) !== 0 || !name.includes(".") || name.endsWith(".svc") || name.endsWith(".svc.cluster.local"))
+    return undefined;
+  return `host ${JSON.stringify(host)} is not an address or a cluster service name`;
+}
+
+function addNetwork(list: net.BlockList, network: string, entry: string): void {
+  const [address, prefixText, ...rest] = network.split("/");
   const family = net.isIP(address);
   const bits = family === 4 ? 32 : 128;
   const prefix = prefixText === undefined ? bits : Number(prefixText);
@@ -82,7 +161,9 @@ function addNetwork(list: net.BlockList, network: string): void {
     (prefixText !== undefined && !/^\d{1,3}$/.test(prefixText)) ||
     !(prefix >= 0 && prefix <= bits)
   ) {
-    throw new Error(`not a network in CIDR notation: ${JSON.stringify(network)} (such as 10.0.0.0/8 or fd00::/8)`);
+    throw new Error(
+      `not a network in CIDR notation: ${JSON.stringify(entry)} (such as 10.0.0.0/8 or fd00::/8, or !10.0.0.1 to exclude one)`,
+    );
   }
-  list.addSubnet(address, prefix, family === 4 ? "ipv4" : "ipv6");
+  list.addSubnet(address.toLowerCase(), prefix, family === 4 ? "ipv4" : "ipv6");
 }
