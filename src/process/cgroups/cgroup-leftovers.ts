@@ -80,10 +80,11 @@ export function removeLeftoverCgroups(parent: string): number {
     const directory = path.join(parent, entry);
     try {
       const children = readdirSync(directory, { withFileTypes: true }).filter((child) => child.isDirectory());
-      // A daemon that died during a tree kill may have left a command frozen: thawed, it dies of the kill.
-      for (const child of children) thawQuietly(path.join(directory, child.name));
       killed += killCgroupMembers(directory);
       for (const child of children) killed += killCgroupMembers(path.join(directory, child.name));
+      // A daemon that died during a tree kill may have left a command frozen: killed while still frozen
+      // (nothing forks meanwhile), it dies as it is thawed.
+      for (const child of children) thawQuietly(path.join(directory, child.name));
       for (const child of children) removeCgroupQuietly(path.join(directory, child.name));
       removeCgroupQuietly(directory);
     } catch {

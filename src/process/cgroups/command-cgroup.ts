@@ -98,6 +98,8 @@ const freezeWaitMs = 100;
  */
 export class CommandCgroup {
   private removed = false;
+  /** Whether a kill froze the tree already: later kills (the removal's retries) sweep, never waiting for a freeze again. */
+  private frozeOnce = false;
 
   private constructor(private readonly plan: CommandCgroupPlan) {}
 
@@ -146,8 +148,9 @@ export class CommandCgroup {
    * Kills every process of the command's cgroups at once: the kernel's `cgroup.kill` where it has
    * one (no process can fork its way out of it); else, with a freezer (cgroup v2's, or v1's), freezes
    * the tree (no task forks once frozen), sends SIGKILL to each member and thaws it (a frozen task
-   * dies of SIGKILL as it is thawed or at once); else SIGKILL to each member listed now (the removal
-   * sweeps again until none is left). Returns how.
+   * dies of SIGKILL as it is thawed or at once), the first time only (a task that will not freeze,
+   * in uninterruptible sleep, holds each freeze up to {@link freezeWaitMs}); else SIGKILL to each
+   * member listed now (the removal sweeps again until none is left). Returns how.
    */
   kill(): TreeKill {
     if (this.plan.killFile !== undefined) {
@@ -158,7 +161,10 @@ export class CommandCgroup {
         // An older kernel after all: the freezer or the sweep below.
       }
     }
-    if (this.plan.freezeFile !== undefined && this.freezeAndKill(this.plan.freezeFile)) return "freeze";
+    if (this.plan.freezeFile !== undefined && !this.frozeOnce) {
+      this.frozeOnce = true;
+      if (this.freezeAndKill(this.plan.freezeFile)) return "freeze";
+    }
     for (const directory of this.plan.directories) killTasks(cgroupMembers(directory) ?? []);
     return "sweep";
   }

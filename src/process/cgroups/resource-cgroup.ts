@@ -145,6 +145,10 @@ export class ResourceCgroup {
       if (created !== undefined) hierarchies.push(created);
       return created !== undefined;
     };
+    // A tree kill without cgroup.kill freezes first: the v1 freezer where the unified hierarchy has
+    // neither. Made (and its leftovers swept) before the other hierarchies, so that a command a dead
+    // daemon left frozen is killed and thawed before their leftovers are swept.
+    if (!(unified?.killFile || unified?.freezeFile)) v1("freezer", {});
     if (!has("memory")) {
       const settings: Record<string, string> = memoryBytes > 0 ? { "memory.limit_in_bytes": String(memoryBytes) } : {};
       if (v1("memory", settings) && memoryBytes > 0) applied.memoryBytes = memoryBytes;
@@ -157,8 +161,6 @@ export class ResourceCgroup {
     // CPU times: every unified cgroup has them (cpu.stat), a v1 machine has cpuacct (often with cpu).
     const cpuHierarchy = hierarchies.find((hierarchy) => hierarchy.kind === "cpu");
     if (unified === undefined && !(cpuHierarchy?.controllers.has("cpuacct") ?? false)) v1("cpuacct", {});
-    // A tree kill without cgroup.kill freezes first: the v1 freezer where the unified hierarchy has neither.
-    if (!(unified?.killFile || unified?.freezeFile)) v1("freezer", {});
     // No v1 blkio: its counters see only I/O that passes its throttling, so they read 0 on machines
     // where the command did read and write (a guess, never reported); the unified io.stat is exact.
     if (hierarchies.length === 0) return undefined;
@@ -399,6 +401,13 @@ function createV1(kind: Exclude<HierarchyKind, "unified">, settings: Record<stri
   for (const candidate of ownCgroupDirectories(kind)) {
     // v1 only: a hierarchy mounted with this controller and not the unified one.
     if (existsSync(path.join(candidate, "cgroup.controllers"))) continue;
+    // A freezer mounted with memory or cpu: a second directory there would move commands out of the
+    // other's (each task is in one cgroup per hierarchy), dropping their limits. Such trees are swept.
+    if (
+      kind === "freezer" &&
+      ["memory.limit_in_bytes", "cpu.shares", "cpuacct.stat"].some((file) => existsSync(path.join(candidate, file)))
+    )
+      continue;
     removeLeftoverCgroups(candidate);
     let directory: string;
     try {
