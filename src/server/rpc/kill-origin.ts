@@ -13,18 +13,19 @@ export const deadlineSlackMs = 200;
 
 /**
  * Why a call that ran a command is stopping it, for the exit's cause: the daemon's shutdown (the
- * call's signal carries SHUTTING_DOWN), the call's deadline (the daemon's timer, or the client's
- * reset when the deadline is within {@link deadlineSlackMs}), its connection lost (the HTTP/2
- * session or the HTTP/1.1 socket is gone, which is how an HTTP/1.1 client cancels too), or a cancel.
+ * call's signal carries SHUTTING_DOWN), the call's deadline (the daemon's timer), its connection lost
+ * (the HTTP/2 session or the HTTP/1.1 socket is gone, which is how an HTTP/1.1 client cancels too),
+ * the deadline again (the client's reset within {@link deadlineSlackMs} of it), or a cancel.
  */
 export function callEndReason(context: HandlerContext): KillReason {
   const signal = context.signal;
   if (isShutdown(signal)) return "daemon_shutdown";
   if (signal.aborted && signal.reason instanceof ConnectError && signal.reason.code === Code.DeadlineExceeded)
     return "deadline";
-  const remainingMs = context.timeoutMs();
-  if (remainingMs !== undefined && remainingMs <= deadlineSlackMs) return "deadline";
+  // A client at its deadline resets the stream, not the connection: a connection lost is a disconnect.
   const connection = context.values.get(connectionKey) as { destroyed?: boolean; closed?: boolean } | undefined;
   if (connection?.destroyed === true || connection?.closed === true) return "disconnect";
+  const remainingMs = context.timeoutMs();
+  if (remainingMs !== undefined && remainingMs <= deadlineSlackMs) return "deadline";
   return "cancel";
 }
