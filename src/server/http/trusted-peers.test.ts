@@ -1,7 +1,7 @@
 import net from "node:net";
 import os from "node:os";
 import { describe, expect, it } from "vitest";
-import { createTrustedPeers, isLocalAddress, trustedRequestProblem } from "./trusted-peers.js";
+import { createTrustedPeers, isLocalAddress, serviceDomainsOf, trustedRequestProblem } from "./trusted-peers.js";
 
 /** A connection as the check sees it: an HTTP/2 session's socket, with only its peer's address. */
 const peer = (remoteAddress: string | undefined) => ({ socket: { remoteAddress } });
@@ -101,6 +101,18 @@ describe("trustedRequestProblem", () => {
     ])
       expect(trustedRequestProblem({ host }), host).toBeUndefined();
     expect(trustedRequestProblem({ ":authority": "10.1.2.3:9090" } as never)).toBeUndefined();
+  });
+
+  it("knows a cluster's own domain from the pod's DNS search list", () => {
+    const domains = serviceDomainsOf(
+      "nameserver 10.96.0.10\nsearch team-a.svc.corp.internal svc.corp.internal corp.internal\noptions ndots:5\n",
+    );
+    expect(domains).toEqual(["svc", "svc.cluster.local", "svc.corp.internal"]);
+    expect(trustedRequestProblem({ host: "sb-1.team-a.svc.corp.internal:8080" }, domains)).toBeUndefined();
+    expect(trustedRequestProblem({ host: "sb-1.team-a.svc.corp.internal:8080" }, serviceDomainsOf(""))).toMatch(
+      /not an address or a cluster service name/,
+    );
+    expect(trustedRequestProblem({ host: "corp.internal.evil.example" }, domains)).toMatch(/not an address/);
   });
 
   it("refuses a browser's request and a host a page's author could name", () => {

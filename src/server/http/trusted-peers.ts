@@ -101,6 +101,14 @@ export function isLocalAddress(address: string, family: "ipv4" | "ipv6"): boolea
   return localAddresses.list.check(address, family);
 }
 
+/** The kernel's flag of a local route (`RTF_LOCAL` in `/proc/net/ipv6_route`). */
+const rtfLocal = 0x80000000;
+
+/** `fd000000000000000000000000000002` -> `fd00:0000:...:0002`. */
+function ipv6Of(hex: string): string {
+  return hex.match(/.{4}/g)!.join(":");
+}
+
 function readLocalAddresses(): net.BlockList {
   const list = new net.BlockList();
   for (const entries of Object.values(os.networkInterfaces()))
@@ -113,7 +121,7 @@ function readLocalAddresses(): net.BlockList {
     for (const line of readFileSync("/proc/net/fib_trie", "utf8").split("\n")) {
       const leaf = /^\s*\|-- (\S+)$/.exec(line);
       if (leaf !== null) last = leaf[1];
-      const local = /^\s*\/(\d+) host LOCAL$/.exec(line);
+      const local = /^\s*\/(\d+) \S+ LOCAL$/.exec(line);
       if (local !== null && last !== undefined && net.isIP(last) === 4) list.addSubnet(last, Number(local[1]), "ipv4");
     }
   } catch {
@@ -123,7 +131,14 @@ function readLocalAddresses(): net.BlockList {
     for (const line of readFileSync("/proc/net/if_inet6", "utf8").split("\n")) {
       const hex = line.split(/\s+/)[0];
       if (hex === undefined || !/^[0-9a-f]{32}$/i.test(hex)) continue;
-      list.addAddress(hex.match(/.{4}/g)!.join(":"), "ipv6");
+      list.addAddress(ipv6Of(hex), "ipv6");
+    }
+    // Local routes (RTF_LOCAL), which may cover more than the addresses: `ip -6 route add local ... dev lo`.
+    for (const line of readFileSync("/proc/net/ipv6_route", "utf8").split("\n")) {
+      const [destination, prefix, , , , , , , flags] = line.trim().split(/\s+/);
+      if (destination === undefined || !/^[0-9a-f]{32}$/i.test(destination) || flags === undefined) continue;
+      if ((Number.parseInt(flags, 16) & rtfLocal) !== 0)
+        list.addSubnet(ipv6Of(destination), Number.parseInt(prefix, 16), "ipv6");
     }
   } catch {
     // No IPv6 here.
@@ -135,19 +150,57 @@ function readLocalAddresses(): net.BlockList {
  * Why a request may not be let through as a trusted peer's even from a trusted address, or undefined
  * when it may: it comes from a web browser (an `Origin` or `Sec-Fetch-*` header: a page that reached
  * the daemon by DNS rebinding, or a cross-origin one), or it names a host that is not an address, a
- * name without a dot, or a cluster's service name (`.svc`, `.svc.cluster.local`): names whose answers
- * a page's author could control.
+ * name without a dot, or a cluster's service name (`.svc`, `.svc.cluster.local`, or `.svc.<domain>`
+ * for a cluster domain that /etc/resolv.conf's search list names): names whose answers a page's
+ * author could control.
  */
-export function trustedRequestProblem(headers: http.IncomingHttpHeaders): string | undefined {
+export function trustedRequestProblem(
+  headers: http.IncomingHttpHeaders,
+  domains: readonly string[] = serviceDomains(),
+): string | undefined {
   if (headers.origin !== undefined) return "a browser's request (Origin)";
   for (const name of Object.keys(headers)) if (name.startsWith("sec-fetch-")) return "a browser's request (Sec-Fetch)";
   const host = headers[":authority"] ?? headers.host;
   if (typeof host !== "string" || host === "") return "no Host";
   const bare = host.startsWith("[") ? host.slice(1, host.indexOf("]")) : host.replace(/:\d+$/, "");
   const name = bare.toLowerCase().replace(/\.$/, "");
-  if (net.isIP(name) !== 0 || !name.includes(".") || name.endsWith(".svc") || name.endsWith(".svc.cluster.local"))
+  if (net.isIP(name) !== 0 || !name.includes(".") || domains.some((domain) => name.endsWith(`.${domain}`)))
     return undefined;
   return `host ${JSON.stringify(host)} is not an address or a cluster service name`;
+}
+
+let knownServiceDomains: readonly string[] | undefined;
+
+/** The suffixes of this pod's cluster's service names ({@link serviceDomainsOf} of /etc/resolv.conf), read once. */
+function serviceDomains(): readonly string[] {
+  if (knownServiceDomains === undefined) {
+    let text = "";
+    try {
+      text = readFileSync("/etc/resolv.conf", "utf8");
+    } catch {
+      // No resolver configuration: the defaults.
+    }
+    knownServiceDomains = serviceDomainsOf(text);
+  }
+  return knownServiceDomains;
+}
+
+/**
+ * The suffixes of a cluster's service names: `svc`, `svc.cluster.local`, and each `svc.<domain>` of
+ * a resolv.conf's search list (Kubernetes writes `<namespace>.svc.<domain> svc.<domain> <domain>`).
+ */
+export function serviceDomainsOf(resolvConf: string): string[] {
+  const domains = new Set(["svc", "svc.cluster.local"]);
+  for (const line of resolvConf.split("\n")) {
+    const [keyword, ...names] = line.trim().split(/\s+/);
+    if (keyword !== "search") continue;
+    for (const name of names) {
+      const dotted = `.${name.toLowerCase().replace(/\.$/, "")}`;
+      const at = dotted.indexOf(".svc.");
+      if (at >= 0) domains.add(dotted.slice(at + 1));
+    }
+  }
+  return [...domains];
 }
 
 function addNetwork(list: net.BlockList, network: string, entry: string): void {
