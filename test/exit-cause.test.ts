@@ -1,7 +1,7 @@
 import { chmodSync, writeFileSync } from "node:fs";
 import path from "node:path";
 import { Code, createClient } from "@connectrpc/connect";
-import { createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { createConnectTransport, createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ExitCause, KillOrigin, SandboxService, StartStage } from "../gen/sandbox/v1/sandbox_pb.js";
 import { processesWithMarker, waitFor } from "./support/processes.js";
@@ -164,6 +164,23 @@ describe("the exit cause", () => {
     expect(exit.cause).toBe(ExitCause.KILLED_ON_REQUEST);
     expect(exit.causeDetail?.killOrigin).toBe(KillOrigin.DEADLINE);
     await waitFor(() => sleepers(marker).length === 0, { what: "the sleep to be gone" });
+  });
+
+  it("is KILLED_ON_REQUEST with origin DEADLINE for an HTTP/1.1 caller, which gives up by closing its socket", async () => {
+    const marker = sleepMarker();
+    const processId = `deadline-http1-${marker}`;
+    const client = createClient(SandboxService, createConnectTransport({ baseUrl: t.server.url, httpVersion: "1.1" }));
+    const ended = collectExec(
+      client,
+      { command: `sleep ${marker}`, processId, autoCleanup: false },
+      {
+        timeoutMs: 1500,
+      },
+    ).catch((error: unknown) => error);
+    await waitFor(() => sleepers(marker).length === 1, { what: "the sleep to run" });
+    expect(await ended).toMatchObject({ code: Code.DeadlineExceeded });
+    const exit = await waitForExit(t.client, processId);
+    expect(exit.causeDetail?.killOrigin).toBe(KillOrigin.DEADLINE);
   });
 
   it("is KILLED_ON_REQUEST with origin DISCONNECT when the Exec call's connection is lost", async () => {

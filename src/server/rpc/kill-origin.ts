@@ -1,3 +1,4 @@
+import { Socket } from "node:net";
 import { Code, ConnectError, type HandlerContext } from "@connectrpc/connect";
 import type { KillReason } from "../../process/index.js";
 import { connectionKey } from "./call-context.js";
@@ -13,19 +14,22 @@ export const deadlineSlackMs = 200;
 
 /**
  * Why a call that ran a command is stopping it, for the exit's cause: the daemon's shutdown (the
- * call's signal carries SHUTTING_DOWN), the call's deadline (the daemon's timer), its connection lost
- * (the HTTP/2 session or the HTTP/1.1 socket is gone, which is how an HTTP/1.1 client cancels too),
- * the deadline again (the client's reset within {@link deadlineSlackMs} of it), or a cancel.
+ * call's signal carries SHUTTING_DOWN), the call's deadline (the daemon's timer, or the client giving
+ * up within {@link deadlineSlackMs} of it: an HTTP/2 reset, an HTTP/1.1 socket closed), its connection
+ * lost (the HTTP/2 session, or the HTTP/1.1 socket away from the deadline, which is how an HTTP/1.1
+ * client cancels too), or a cancel.
  */
 export function callEndReason(context: HandlerContext): KillReason {
   const signal = context.signal;
   if (isShutdown(signal)) return "daemon_shutdown";
   if (signal.aborted && signal.reason instanceof ConnectError && signal.reason.code === Code.DeadlineExceeded)
     return "deadline";
-  // A client at its deadline resets the stream, not the connection: a connection lost is a disconnect.
   const connection = context.values.get(connectionKey) as { destroyed?: boolean; closed?: boolean } | undefined;
-  if (connection?.destroyed === true || connection?.closed === true) return "disconnect";
+  const lost = connection?.destroyed === true || connection?.closed === true;
   const remainingMs = context.timeoutMs();
-  if (remainingMs !== undefined && remainingMs <= deadlineSlackMs) return "deadline";
-  return "cancel";
+  const atDeadline = remainingMs !== undefined && remainingMs <= deadlineSlackMs;
+  // An HTTP/2 client at its deadline resets the stream, not the connection: a session lost then is a
+  // disconnect. An HTTP/1.1 client can give up only by closing its socket, deadline or not.
+  if (lost && !(atDeadline && connection instanceof Socket)) return "disconnect";
+  return atDeadline ? "deadline" : "cancel";
 }
