@@ -398,16 +398,13 @@ function unifiedDirectory(): string | undefined {
  * undefined where there is none or it is not writable.
  */
 function createV1(kind: Exclude<HierarchyKind, "unified">, settings: Record<string, string>): Hierarchy | undefined {
+  // A freezer mounted with another controller (memory, cpu, pids, cpuset...): a second directory there
+  // would move commands out of the other's (a task is in one cgroup per hierarchy), dropping their
+  // limits, or fail to join (cpuset). Such trees are swept.
+  if (kind === "freezer" && !hierarchyOfItsOwn("freezer")) return undefined;
   for (const candidate of ownCgroupDirectories(kind)) {
     // v1 only: a hierarchy mounted with this controller and not the unified one.
     if (existsSync(path.join(candidate, "cgroup.controllers"))) continue;
-    // A freezer mounted with memory or cpu: a second directory there would move commands out of the
-    // other's (each task is in one cgroup per hierarchy), dropping their limits. Such trees are swept.
-    if (
-      kind === "freezer" &&
-      ["memory.limit_in_bytes", "cpu.shares", "cpuacct.stat"].some((file) => existsSync(path.join(candidate, file)))
-    )
-      continue;
     removeLeftoverCgroups(candidate);
     let directory: string;
     try {
@@ -435,6 +432,17 @@ function createV1(kind: Exclude<HierarchyKind, "unified">, settings: Record<stri
     }
   }
   return undefined;
+}
+
+/** Whether `controller` has a v1 hierarchy of its own: a line of /proc/self/cgroup names it alone. */
+function hierarchyOfItsOwn(controller: string): boolean {
+  try {
+    return readFileSync("/proc/self/cgroup", "utf8")
+      .split("\n")
+      .some((line) => line.split(":")[1] === controller);
+  } catch {
+    return false;
+  }
 }
 
 /** The memory the daemon may use, in bytes: the machine's, or its own memory cgroup's limit when that is smaller. */
