@@ -109,7 +109,8 @@ describe("timeout", () => {
     const marker = sleepMarker();
     const events = [];
     for await (const response of t.client.exec({
-      spec: { command: `echo before; sh -c 'sleep ${marker} & sleep ${marker}'`, timeoutMs: 300 },
+      // Long enough for the shell to print its line on a busy machine.
+      spec: { command: `echo before; sh -c 'sleep ${marker} & sleep ${marker}'`, timeoutMs: 2000 },
     })) {
       events.push(response.event);
     }

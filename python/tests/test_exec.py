@@ -46,7 +46,8 @@ def test_pty_merges_stderr_into_stdout(sandbox: Sandbox) -> None:
 
 def test_timeout_is_data_and_leaves_no_process(sandbox: Sandbox) -> None:
     marker = sleep_marker()
-    result = sandbox.exec(f"echo before; sleep {marker}", timeout=0.3)
+    # Long enough for the shell to print its line on a busy machine, where 0.3 s was not always.
+    result = sandbox.exec(f"echo before; sleep {marker}", timeout=2)
     assert (result.exit_code, result.signal, result.timed_out, result.status) == (137, "SIGKILL", True, ProcessStatus.KILLED)
     assert result.stdout == b"before\n"
     wait_for(lambda: not sleepers(marker), what="the timed-out sleep to be gone")

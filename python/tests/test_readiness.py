@@ -98,7 +98,9 @@ def test_wait_for_log_matches_a_line_printed_before_the_wait_and_one_split_acros
 
 
 def test_wait_for_exit_returns_the_exit_and_its_timeout_leaves_the_process_running(sandbox: Sandbox) -> None:
-    job = sandbox.start_process("echo working; sleep 1; exit 6")
+    job = sandbox.start_process("echo working; sleep 3; exit 6")
+    # The line first: on a busy machine the shell may not have printed it within the 0.1 s wait.
+    job.wait_for_log("working", timeout=30)
     with pytest.raises(sandboxd.ProcessReadyTimeoutError) as caught:
         job.wait_for_exit(timeout=0.1)
     assert (caught.value.condition, caught.value.last_stdout) == ("exit", "working")
