@@ -122,7 +122,9 @@ describe("a process handle's waits (Cloudflare's waitForPort, waitForLog, waitFo
   });
 
   it("waitForExit resolves with the exit and updates the handle; its timeout leaves the process running", async () => {
-    const job = await sandbox.startProcess("echo started; sleep 1; exit 5");
+    const job = await sandbox.startProcess("echo started; sleep 3; exit 5");
+    // The line first: on a busy machine the shell may not have printed it within the 100 ms wait.
+    await job.waitForLog("started", { timeout: 30_000 });
     const early = await job.waitForExit(100).catch((failure) => failure);
     expect(early).toBeInstanceOf(ProcessReadyTimeoutError);
     expect(early).toMatchObject({ condition: "exit", lastStdout: "started" });

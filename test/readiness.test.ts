@@ -370,7 +370,9 @@ describe("a terminal's output", () => {
 
 describe("WaitForExit", () => {
   it("returns the exit record, and times out with the last lines while the process runs on", async () => {
-    const processId = await start("echo working; sleep 1; exit 7", "exit-seven");
+    const processId = await start("echo working; sleep 3; exit 7", "exit-seven");
+    // The line first: on a busy machine the shell may not have printed it within the 200 ms wait.
+    await t.client.waitForLog({ processId, pattern: "working", timeoutMs: 30_000 });
     const early = await rpcError(t.client.waitForExit({ processId, timeoutMs: 200 }));
     expect(errorInfos(early)[0]).toMatchObject({
       reason: "WAIT_TIMED_OUT",
