@@ -1,4 +1,4 @@
-export { createBaseEnvironment, defaultPath, identityEnvironment } from "./environment.js";
+export { createBaseEnvironment, defaultPath, identityEnvironment } from "./start/index.js";
 export { ProcessError, type ProcessErrorReason } from "./errors.js";
 export { memoryReclaims, noteBytesMoved, reclaimMemoryAsDaemon, releaseBufferedMemory } from "./housekeeping/index.js";
 export {
@@ -39,10 +39,10 @@ export {
   type ProcessManagerOptions,
   type StartOptions,
 } from "./process-manager.js";
-export { CommandLimitResolver, type CommandLimitPolicy } from "./command-limits.js";
+export { CommandLimitResolver, type CommandLimitPolicy } from "./start/index.js";
 export { parseSignal, signalName, type SignalName } from "./signals.js";
 export { Workspace, workspaceProblemFor } from "./workspace.js";
-export type { ProcessSpec } from "./command.js";
+export type { ProcessSpec } from "./start/index.js";
 export {
   defaultOutputHeadBytes,
   resolveRetention,

@@ -1,7 +1,18 @@
 import { randomUUID } from "node:crypto";
-import { resolveCommand, type ProcessSpec } from "./command.js";
-import { CommandLimitResolver, type CommandLimitPolicy } from "./command-limits.js";
-import { createBaseEnvironment } from "./environment.js";
+import {
+  CommandLimitResolver,
+  type CommandLimitPolicy,
+  commitStartRecord,
+  createBaseEnvironment,
+  findProgramProblem,
+  type ProcessSpec,
+  reserveStartRecord,
+  resolveCommand,
+  spawnFailure,
+  validateSessionId,
+  validateSpec,
+  workingDirectoryRefusal,
+} from "./start/index.js";
 import { ProcessError } from "./errors.js";
 import {
   GroupLedger,
@@ -11,15 +22,11 @@ import {
   noteProcessStarted,
 } from "./housekeeping/index.js";
 import { Launcher, HelperStartError, LaunchError, spawnPipeChild, spawnPtyChild } from "./spawn/index.js";
-import { spawnFailure, workingDirectoryRefusal } from "./start-failure.js";
-import { commitStartRecord, reserveStartRecord } from "./start-record.js";
 import { defaultKillGracePeriodMs, ManagedProcess, type ProcessStatus } from "./managed-process.js";
 import { defaultMemoryBudgetBytes, type MemoryBudget, type OutputReader } from "./output/index.js";
-import { findProgramProblem } from "./program-lookup.js";
 import { RetainedOutputBudget } from "./retained-output-budget.js";
 import { defaultOutputHeadBytes, resolveRetention, type RetentionLimits } from "./retention.js";
 import type { SignalName } from "./signals.js";
-import { validateSessionId, validateSpec } from "./spec-validation.js";
 import { currentUser, rootIdentity, type UserIdentity } from "./user.js";
 import { Workspace } from "./workspace.js";
 

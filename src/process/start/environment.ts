@@ -1,4 +1,4 @@
-import type { UserIdentity } from "./user.js";
+import type { UserIdentity } from "../user.js";
 
 /** The PATH of every command: the system's directories, as the official Node and Debian images set it. */
 export const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";

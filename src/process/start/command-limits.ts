@@ -1,8 +1,8 @@
 import { availableParallelism } from "node:os";
-import { type CommandLimitCaps, commandLimitsProblem, type CommandLimitsRequest } from "../shared/limits.js";
-import type { CommandLimits } from "./cgroups/index.js";
-import { ProcessError } from "./errors.js";
-import type { Launcher } from "./spawn/index.js";
+import { type CommandLimitCaps, commandLimitsProblem, type CommandLimitsRequest } from "../../shared/limits.js";
+import type { CommandLimits } from "../cgroups/index.js";
+import { ProcessError } from "../errors.js";
+import type { Launcher } from "../spawn/index.js";
 
 /**
  * The daemon's rules for one command's own limits (`ProcessSpec.limits`): defaults for a command

@@ -1,6 +1,6 @@
-import { ProcessError } from "./errors.js";
-import type { StartFailure } from "./exit-cause.js";
-import { HelperStartError } from "./spawn/index.js";
+import { ProcessError } from "../errors.js";
+import type { StartFailure } from "../exit-cause.js";
+import { HelperStartError } from "../spawn/index.js";
 
 /**
  * Why a spawn failed, as a start failure: the helper's stage and errno when it reported one, `exec`

@@ -1,6 +1,6 @@
-import { ProcessError } from "./errors.js";
-import type { GroupLedger, GroupReservation } from "./housekeeping/index.js";
-import type { ManagedProcess } from "./managed-process.js";
+import { ProcessError } from "../errors.js";
+import type { GroupLedger, GroupReservation } from "../housekeeping/index.js";
+import type { ManagedProcess } from "../managed-process.js";
 
 /**
  * Reserves the state directory's record of a command about to start (see `GroupLedger`), so that a

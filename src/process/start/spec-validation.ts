@@ -1,5 +1,5 @@
 import type { ProcessSpec } from "./command.js";
-import { ProcessError } from "./errors.js";
+import { ProcessError } from "../errors.js";
 import {
   maxArgumentBytes,
   maxArgumentCount,
@@ -11,7 +11,7 @@ import {
   ptySizeProblem,
   stdinDataProblem,
   timeoutProblem,
-} from "../shared/limits.js";
+} from "../../shared/limits.js";
 
 /** Refuses a spec outside the bounds of limits.ts with a ProcessError (INVALID_ARGUMENT, naming the field). */
 export function validateSpec(spec: ProcessSpec): void {

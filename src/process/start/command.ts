@@ -1,15 +1,15 @@
 import { realpathSync } from "node:fs";
 import { identityEnvironment } from "./environment.js";
-import type { ProcessDescription } from "./managed-process.js";
-import type { UserIdentity } from "./user.js";
-import type { RetentionRequest } from "./retention.js";
+import type { ProcessDescription } from "../managed-process.js";
+import type { UserIdentity } from "../user.js";
+import type { RetentionRequest } from "../retention.js";
 import {
   type CommandLimitsRequest,
   defaultPtyCols,
   defaultPtyRows,
   planStdin,
   type StdinPlan,
-} from "../shared/limits.js";
+} from "../../shared/limits.js";
 import { findProgramProblem } from "./program-lookup.js";
 import { execSimpleCommand, plainCommandWords } from "./shell-line.js";
 
