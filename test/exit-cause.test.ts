@@ -148,40 +148,32 @@ describe("the exit cause", () => {
     expect(exit.causeDetail?.killOrigin).toBe(KillOrigin.CANCEL);
   });
 
-  it("is KILLED_ON_REQUEST with origin DEADLINE when the Exec call's deadline passes", async () => {
-    const marker = sleepMarker();
-    const processId = `deadline-${marker}`;
-    const ended = collectExec(
-      t.client,
-      { command: `sleep ${marker}`, processId, autoCleanup: false },
-      {
-        timeoutMs: 1500,
-      },
-    ).catch((error: unknown) => error);
-    await waitFor(() => sleepers(marker).length === 1, { what: "the sleep to run" });
-    expect(await ended).toMatchObject({ code: Code.DeadlineExceeded });
-    const exit = await waitForExit(t.client, processId);
-    expect(exit.cause).toBe(ExitCause.KILLED_ON_REQUEST);
-    expect(exit.causeDetail?.killOrigin).toBe(KillOrigin.DEADLINE);
-    await waitFor(() => sleepers(marker).length === 0, { what: "the sleep to be gone" });
-  });
-
-  it("is KILLED_ON_REQUEST with origin DEADLINE for an HTTP/1.1 caller, which gives up by closing its socket", async () => {
-    const marker = sleepMarker();
-    const processId = `deadline-http1-${marker}`;
-    const client = createClient(SandboxService, createConnectTransport({ baseUrl: t.server.url, httpVersion: "1.1" }));
-    const ended = collectExec(
-      client,
-      { command: `sleep ${marker}`, processId, autoCleanup: false },
-      {
-        timeoutMs: 1500,
-      },
-    ).catch((error: unknown) => error);
-    await waitFor(() => sleepers(marker).length === 1, { what: "the sleep to run" });
-    expect(await ended).toMatchObject({ code: Code.DeadlineExceeded });
-    const exit = await waitForExit(t.client, processId);
-    expect(exit.causeDetail?.killOrigin).toBe(KillOrigin.DEADLINE);
-  });
+  it.each([
+    { caller: "a gRPC caller, which resets the stream", transport: () => undefined },
+    {
+      caller: "an HTTP/1.1 caller, which gives up by closing its socket",
+      transport: () => createConnectTransport({ baseUrl: t.server.url, httpVersion: "1.1" }),
+    },
+  ])(
+    "is KILLED_ON_REQUEST with origin DEADLINE when the Exec call's deadline passes: $caller",
+    async ({ transport }) => {
+      const marker = sleepMarker();
+      const processId = `deadline-${marker}`;
+      const own = transport();
+      const client = own === undefined ? t.client : createClient(SandboxService, own);
+      const ended = collectExec(
+        client,
+        { command: `sleep ${marker}`, processId, autoCleanup: false },
+        { timeoutMs: 1500 },
+      ).catch((error: unknown) => error);
+      await waitFor(() => sleepers(marker).length === 1, { what: "the sleep to run" });
+      expect(await ended).toMatchObject({ code: Code.DeadlineExceeded });
+      const exit = await waitForExit(t.client, processId);
+      expect(exit.cause).toBe(ExitCause.KILLED_ON_REQUEST);
+      expect(exit.causeDetail?.killOrigin).toBe(KillOrigin.DEADLINE);
+      await waitFor(() => sleepers(marker).length === 0, { what: "the sleep to be gone" });
+    },
+  );
 
   it("is KILLED_ON_REQUEST with origin DISCONNECT when the Exec call's connection is lost", async () => {
     const marker = sleepMarker();

@@ -116,3 +116,17 @@ def sandbox(daemon: Daemon) -> Iterator[Sandbox]:
         yield connected
     finally:
         connected.connector.close()
+
+
+def assert_the_sdks_methods_are_refused(sandbox: Sandbox) -> None:
+    """The SDK's own `commands.run` and `files` get UNAUTHENTICATED and 401: it sends no credentials."""
+    from k8s_agent_sandbox.exceptions import SandboxRequestError
+
+    try:
+        with pytest.raises(RuntimeError, match="UNAUTHENTICATED"):
+            sandbox.commands.run("true")
+        with pytest.raises(SandboxRequestError) as refused:
+            sandbox.files.read("anything")
+        assert refused.value.status_code == 401
+    finally:
+        sandbox.connector.close()

@@ -7,10 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from k8s_agent_sandbox.exceptions import SandboxRequestError
-from k8s_agent_sandbox.sandbox import Sandbox
 
-from conftest import Daemon, connect
+from conftest import Daemon, assert_the_sdks_methods_are_refused, connect
 
 TOKEN = "operations-doc-token"
 
@@ -25,12 +23,4 @@ def guarded() -> Iterator[Daemon]:
 
 
 def test_the_sdks_own_methods_are_refused_by_a_daemon_with_a_token(guarded: Daemon) -> None:
-    sandbox: Sandbox = connect(guarded)
-    try:
-        with pytest.raises(RuntimeError, match="UNAUTHENTICATED"):
-            sandbox.commands.run("true")
-        with pytest.raises(SandboxRequestError) as refused:
-            sandbox.files.read("anything")
-        assert refused.value.status_code == 401
-    finally:
-        sandbox.connector.close()
+    assert_the_sdks_methods_are_refused(connect(guarded))

@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
-from k8s_agent_sandbox.exceptions import SandboxRequestError
 
-from conftest import Daemon, connect
+from conftest import Daemon, assert_the_sdks_methods_are_refused, connect
 
 HERE = Path(__file__).resolve().parent
 TOKEN = "trusted-peers-token"
@@ -106,12 +105,6 @@ def test_the_sdks_own_methods_are_refused_from_the_daemons_own_machine(
 ) -> None:
     # What a command of the sandbox would do: call the KEP ports from the machine itself, at an address in the
     # trusted network or at loopback. It has no token, and is not a trusted peer.
-    sandbox = connect(trusting, peer_network.daemon_address if where.startswith("the daemon") else "127.0.0.1")
-    try:
-        with pytest.raises(RuntimeError, match="UNAUTHENTICATED"):
-            sandbox.commands.run("true")
-        with pytest.raises(SandboxRequestError) as refused:
-            sandbox.files.read("anything")
-        assert refused.value.status_code == 401
-    finally:
-        sandbox.connector.close()
+    assert_the_sdks_methods_are_refused(
+        connect(trusting, peer_network.daemon_address if where.startswith("the daemon") else "127.0.0.1")
+    )
