@@ -1,7 +1,5 @@
 import { setMaxListeners } from "node:events";
 import type http2 from "node:http2";
-import { Socket } from "node:net";
-import type net from "node:net";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import {
   createProcessManager,
@@ -40,6 +38,7 @@ import {
   createHttpEndpoints,
   createListener,
   createTrustedPeers,
+  socketOfConnection,
   trustedRequestProblem,
   type TrustedPeers,
   defaultPrefaceTimeoutMs,
@@ -156,11 +155,13 @@ export interface AgentSandboxOptions {
   /** The file surface mounted under `/v1/files/`. Default: the daemon's own (see `createFilesRest`). */
   files?: RestMount;
   /**
-   * Networks in CIDR notation (`10.0.0.0/8`) whose peers may call the KEP-539.2 ports without the
-   * token, as kubernetes-sigs/agent-sandbox's SDKs do (they send no credentials): `process.v1` on the
-   * gRPC port and the whole REST surface; everything else of the daemon still needs the token. Never a
-   * peer on this machine (loopback, or an address of one of its interfaces), so a command of the
-   * sandbox cannot use it. Needs a token; none when undefined or empty.
+   * Networks in CIDR notation (`10.0.0.0/8`; `!` before one leaves it out) whose peers may call the
+   * KEP-539.2 ports without the token, as kubernetes-sigs/agent-sandbox's SDKs do (they send no
+   * credentials): `process.v1` on the gRPC port and the whole REST surface; everything else of the
+   * daemon still needs the token. Never a peer on this machine (loopback, or any address the kernel
+   * holds as its own), so a command of the sandbox cannot use it, nor a browser's request or one naming
+   * a host other than an address or a cluster service name (see `trustedRequestProblem`). Needs a
+   * token; none when undefined or empty.
    */
   trustedPeers?: readonly string[];
 }
@@ -208,7 +209,7 @@ export async function startServer(options: SandboxServerOptions = {}): Promise<S
       ? undefined
       : (service, request, connection) =>
           (kind === "rest" || service === ProcessService.typeName) &&
-          socketOf(connection)?.localPort === agentSandboxPorts[kind] &&
+          socketOfConnection(connection)?.localPort === agentSandboxPorts[kind] &&
           trustedRequestProblem(request.headers) === undefined &&
           trustedPeers.admits(connection);
   const logger = options.logger ?? createLogger({ level: "silent" });
@@ -451,11 +452,6 @@ function agentSandboxTrustedPeers(options: SandboxServerOptions): TrustedPeers |
         "and with one everything but the KEP-539.2 calls of those peers still needs it; set --token-file or SANDBOXD_TOKEN",
     );
   return createTrustedPeers(networks);
-}
-
-/** The socket of a connection: an HTTP/1.1 socket itself, an HTTP/2 session's. */
-function socketOf(connection: object): net.Socket | undefined {
-  return connection instanceof Socket ? connection : (connection as { socket?: net.Socket }).socket;
 }
 
 /** What {@link agentSandboxListeners} needs of the server it is part of. */

@@ -18,6 +18,7 @@ export {
 export {
   createTrustedPeers,
   isLocalAddress,
+  socketOfConnection,
   trustedRequestProblem,
   type TrustedPeers,
   type TrustedPeersOptions,

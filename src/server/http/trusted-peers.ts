@@ -46,7 +46,7 @@ export function createTrustedPeers(networks: readonly string[], options: Trusted
     admits(connection) {
       const known = decided.get(connection);
       if (known !== undefined) return known;
-      const answer = isTrustedAddress(peerAddressOf(connection), allowed, excluded, isLocal);
+      const answer = isTrustedAddress(socketOfConnection(connection)?.remoteAddress, allowed, excluded, isLocal);
       decided.set(connection, answer);
       return answer;
     },
@@ -68,10 +68,9 @@ function isTrustedAddress(
   return !isLoopbackAddress(bare) && !isLocal(bare, family);
 }
 
-/** The peer's address of an HTTP/2 session (its socket's) or an HTTP/1.1 socket. */
-function peerAddressOf(connection: object): string | undefined {
-  const socket = connection instanceof net.Socket ? connection : (connection as { socket?: net.Socket }).socket;
-  return socket?.remoteAddress;
+/** The socket of a connection: an HTTP/1.1 socket itself, an HTTP/2 session's. */
+export function socketOfConnection(connection: object): net.Socket | undefined {
+  return connection instanceof net.Socket ? connection : (connection as { socket?: net.Socket }).socket;
 }
 
 /** `::ffff:10.1.2.3` (an IPv4 peer of a dual-stack socket) -> `10.1.2.3`; others unchanged, lower case. */
